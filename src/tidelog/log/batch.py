@@ -1,0 +1,147 @@
+"""A batch of records read from one segment, verified, in delivery order.
+
+Readers hand out :class:`MessageBatch` objects rather than one object per message: offsets and
+timestamps are numpy arrays, and values, keys and headers are cut from the segment bytes only when
+asked for. A reverse batch is the same thing with its arrays in descending offset order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from tidelog.log.record import HEADER_SIZE, NO_HEADERS, Int64Array, Record, decode_headers
+
+_EMPTY_I64: Final[Int64Array] = np.empty(0, dtype=np.int64)
+
+
+class MessageBatch:
+    """Verified records in delivery order (ascending for forward reads, descending for reverse).
+
+    ``data`` is the raw segment bytes the records were read from; ``positions[i]`` and
+    ``sizes[i]`` locate record ``i`` inside it. Every record passed its CRC check before the
+    batch was built.
+    """
+
+    __slots__ = ("_header", "data", "offsets", "positions", "sizes", "timestamps")
+
+    def __init__(
+        self,
+        data: bytes,
+        positions: Int64Array,
+        sizes: Int64Array,
+        header: npt.NDArray[np.void] | None,
+    ) -> None:
+        self.data = data
+        self.positions = positions
+        self.sizes = sizes
+        self._header = header
+        if header is None:
+            self.offsets = _EMPTY_I64
+            self.timestamps = _EMPTY_I64
+        else:
+            self.offsets = header["offset"].astype(np.int64)
+            self.timestamps = header["timestamp"].astype(np.int64)
+
+    @classmethod
+    def empty(cls) -> MessageBatch:
+        return cls(b"", _EMPTY_I64, _EMPTY_I64, None)
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __bool__(self) -> bool:
+        return len(self.positions) > 0
+
+    def __repr__(self) -> str:
+        if not self:
+            return "MessageBatch(empty)"
+        return f"MessageBatch({len(self)} records, offsets {self.offsets[0]}..{self.offsets[-1]})"
+
+    @property
+    def first_offset(self) -> int:
+        """Offset of the first record delivered (the lowest for forward, highest for reverse)."""
+        return int(self.offsets[0])
+
+    @property
+    def last_offset(self) -> int:
+        """Offset of the last record delivered."""
+        return int(self.offsets[-1])
+
+    @property
+    def byte_size(self) -> int:
+        """Bytes these records occupy on disk."""
+        return int(self.sizes.sum())
+
+    def _starts(self) -> npt.NDArray[np.int64]:
+        assert self._header is not None
+        return self.positions + HEADER_SIZE + np.maximum(self._header["keylen"], 0)
+
+    def values(self) -> list[bytes]:
+        """Each record's value, in delivery order."""
+        if self._header is None:
+            return []
+        starts = self._starts()
+        ends = starts + self._header["vallen"]
+        data = self.data
+        return [data[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+
+    def keys(self) -> list[bytes | None]:
+        """Each record's key (``None`` where it has none), in delivery order."""
+        if self._header is None:
+            return []
+        keylens = self._header["keylen"].tolist()
+        starts = (self.positions + HEADER_SIZE).tolist()
+        data = self.data
+        return [
+            None if n < 0 else data[a : a + n] for a, n in zip(starts, keylens, strict=True)
+        ]
+
+    def headers(self) -> list[Mapping[str, bytes]]:
+        """Each record's headers in their stored order (an empty mapping where it has none)."""
+        if self._header is None:
+            return []
+        counts = self._header["hcount"].tolist()
+        if not any(counts):
+            return [NO_HEADERS] * len(counts)
+        starts = (self._starts() + self._header["vallen"]).tolist()
+        ends = (self.positions + self.sizes).tolist()
+        view = memoryview(self.data)
+        return [
+            decode_headers(view[a:b], c) if c else NO_HEADERS
+            for a, b, c in zip(starts, ends, counts, strict=True)
+        ]
+
+    def records(self) -> list[Record]:
+        """Every record as a :class:`Record`, in delivery order."""
+        return [
+            Record(o, t, v, k, h)
+            for o, t, v, k, h in zip(
+                self.offsets.tolist(),
+                self.timestamps.tolist(),
+                self.values(),
+                self.keys(),
+                self.headers(),
+                strict=True,
+            )
+        ]
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.records())
+
+    def reversed(self) -> MessageBatch:
+        """The same records in the opposite order (no bytes are copied)."""
+        if self._header is None:
+            return self
+        return MessageBatch(self.data, self.positions[::-1], self.sizes[::-1], self._header[::-1])
+
+    def head(self, count: int) -> MessageBatch:
+        """The first ``count`` records in delivery order."""
+        if self._header is None or count >= len(self):
+            return self
+        return MessageBatch(
+            self.data, self.positions[:count], self.sizes[:count], self._header[:count]
+        )

@@ -1,0 +1,119 @@
+"""The commit log contract: what every implementation promises, bound by bound.
+
+Vocabulary (``docs/glossary.md``): an *offset* numbers a message within one log; a *position* is a
+byte location within one segment file. Offsets are assigned densely by :meth:`CommitLog.append` but a
+log may hold gaps (compaction, replicated appends, retention at the start); every method below is
+correct over gaps. Broker timestamps are ns since the Unix epoch and never decrease along offsets.
+
+*Committed* means at or below the high watermark: the newest offset durable under the log's flush
+policy. Every read and lookup here sees committed records only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
+
+from tidelog.log.batch import MessageBatch
+from tidelog.log.record import Message
+
+
+class Reader(Protocol):
+    """A cursor over one log in one direction. Readers are not thread-safe; logs are."""
+
+    @property
+    def done(self) -> bool:
+        """True once the reader has passed its stop bound (or, reverse, the oldest record)."""
+        ...
+
+    def read(self, max_messages: int = 1000, max_bytes: int = 1 << 20) -> MessageBatch:
+        """The next committed records in this reader's direction, from one segment.
+
+        At most ``max_messages`` records and at most ``max_bytes`` bytes, except that one record is
+        always returned whole even if larger. An empty batch means nothing is available now
+        (forward: caught up; check ``done``) or the reader is done.
+        """
+        ...
+
+    def __iter__(self) -> Iterator[MessageBatch]:
+        """Batches until the reader is caught up or done (never blocks)."""
+        ...
+
+
+class CommitLog(Protocol):
+    """An append-only, segmented, durable sequence of records."""
+
+    @property
+    def oldest_offset(self) -> int:
+        """The first retained offset; equals ``next_offset`` when the log holds no record."""
+        ...
+
+    @property
+    def newest_offset(self) -> int:
+        """The last appended offset, committed or not; ``next_offset - 1`` when the log holds no
+        record (-1 for a log that never held one)."""
+        ...
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next appended message receives."""
+        ...
+
+    @property
+    def high_watermark(self) -> int:
+        """The newest committed offset (-1 while none is): readers see offsets <= this."""
+        ...
+
+    def append(self, messages: Sequence[bytes | Message]) -> range:
+        """Append ``messages`` as one batch (one write) and return the offsets they received.
+
+        All or nothing: a message over ``max_messages_bytes`` raises ``MessageTooLarge`` and nothing
+        is written. Returns once the batch is committed under the flush policy. An empty sequence
+        returns an empty range.
+        """
+        ...
+
+    def offset_at_or_after_timestamp(self, timestamp: int) -> int | None:
+        """The first committed offset whose timestamp is >= ``timestamp``; None if there is none."""
+        ...
+
+    def offset_at_or_before_timestamp(self, timestamp: int) -> int | None:
+        """The last committed offset whose timestamp is <= ``timestamp``; None if there is none."""
+        ...
+
+    def forward_reader(
+        self,
+        start_offset: int,
+        *,
+        stop_offset: int | None = None,
+        stop_timestamp: int | None = None,
+    ) -> Reader:
+        """Read ascending offsets from ``start_offset`` (inclusive; below the oldest: from the
+        oldest; inside a gap: from the next record) up to ``stop_offset`` and the last record with
+        timestamp <= ``stop_timestamp`` (both inclusive; None: no bound)."""
+        ...
+
+    def reverse_reader(
+        self,
+        start_offset: int | None = None,
+        *,
+        stop_offset: int | None = None,
+        stop_timestamp: int | None = None,
+    ) -> Reader:
+        """Read descending offsets from ``start_offset`` (inclusive; None or beyond the high
+        watermark: from the high watermark) down to ``stop_offset`` and the first record with
+        timestamp >= ``stop_timestamp`` (both inclusive), ending after the oldest record."""
+        ...
+
+    def wait_for_offset(self, offset: int, timeout: float | None = None) -> bool:
+        """Block until ``offset`` is committed (True) or the timeout passes / the log closes."""
+        ...
+
+    def add_listener(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener(high_watermark)`` after every advance of the high watermark, from the
+        thread that advanced it, outside the log's locks."""
+        ...
+
+    def close(self) -> None:
+        """Sync, trim and close; further calls raise ``LogClosed``. Idempotent."""
+        ...

@@ -1,0 +1,167 @@
+"""Forward and reverse readers: cursors that pull verified batches from a log.
+
+They are separate classes on purpose (no direction flag on the hot path) and share nothing but the
+log's two read primitives, ``read_forward`` and ``read_backward``, each one index lookup and one
+``pread`` per batch. Stop bounds are inclusive and applied with inequalities over whole batches, so
+a bound that falls inside an offset gap ends the read correctly.
+
+A forward reader that has caught up returns empty batches; ``wait()`` blocks until the log commits
+its next offset (the log's condition variable, no polling), and an asyncio caller can use the log's
+listeners instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+from tidelog.errors import OffsetOutOfRange
+from tidelog.log.batch import MessageBatch
+from tidelog.log.record import Record
+
+if TYPE_CHECKING:
+    from tidelog.log.segmented import SegmentedLog
+
+_NO_LIMIT: Final = 2**63 - 1
+DEFAULT_MAX_MESSAGES: Final = 1000
+DEFAULT_MAX_BYTES: Final = 1 << 20
+
+
+def _check_offset(name: str, value: int | None) -> None:
+    if value is not None and value < 0:
+        raise OffsetOutOfRange(f"{name} must be >= 0, got {value}")
+
+
+class ForwardReader:
+    """Ascending offsets from ``start_offset`` through the stop bounds (inclusive)."""
+
+    def __init__(
+        self,
+        log: SegmentedLog,
+        start_offset: int,
+        *,
+        stop_offset: int | None = None,
+        stop_timestamp: int | None = None,
+    ) -> None:
+        _check_offset("start_offset", start_offset)
+        _check_offset("stop_offset", stop_offset)
+        self._log = log
+        self._next = start_offset
+        self._stop_offset = _NO_LIMIT if stop_offset is None else stop_offset
+        self._stop_timestamp = stop_timestamp
+        self._done = self._next > self._stop_offset
+
+    @property
+    def next_offset(self) -> int:
+        """The lowest offset the next read may return."""
+        return self._next
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def read(
+        self, max_messages: int = DEFAULT_MAX_MESSAGES, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> MessageBatch:
+        if self._done:
+            return MessageBatch.empty()
+        batch, high_watermark, newest_timestamp = self._log.read_forward(
+            self._next, self._stop_offset, max_messages, max_bytes
+        )
+        if not batch:
+            # Nothing in [next, stop] now. If the committed log already reaches past a stop bound,
+            # nothing ever will: the rest of the range is a gap, or every later record is newer
+            # (timestamps never decrease).
+            past_stop = high_watermark >= self._stop_offset or (
+                self._stop_timestamp is not None and newest_timestamp > self._stop_timestamp
+            )
+            if past_stop:
+                self._done = True
+            return batch
+        if self._stop_timestamp is not None:
+            keep = int(np.searchsorted(batch.timestamps, self._stop_timestamp, side="right"))
+            if keep < len(batch):
+                self._done = True
+                if keep == 0:
+                    return MessageBatch.empty()
+                batch = batch.head(keep)
+        self._next = batch.last_offset + 1
+        if self._next > self._stop_offset:
+            self._done = True
+        return batch
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the next offset is committed; False on timeout, close or when done."""
+        if self._done:
+            return False
+        return self._log.wait_for_offset(self._next, timeout)
+
+    def __iter__(self) -> Iterator[MessageBatch]:
+        while batch := self.read():
+            yield batch
+
+    def records(self) -> Iterator[Record]:
+        """Every record available now, one at a time (convenient, slower than batches)."""
+        for batch in self:
+            yield from batch.records()
+
+
+class ReverseReader:
+    """Descending offsets from ``start_offset`` (default: the high watermark) through the stops."""
+
+    def __init__(
+        self,
+        log: SegmentedLog,
+        start_offset: int | None = None,
+        *,
+        stop_offset: int | None = None,
+        stop_timestamp: int | None = None,
+    ) -> None:
+        _check_offset("start_offset", start_offset)
+        _check_offset("stop_offset", stop_offset)
+        self._log = log
+        self._top = _NO_LIMIT if start_offset is None else start_offset
+        self._lowest = 0 if stop_offset is None else stop_offset
+        self._stop_timestamp = stop_timestamp
+        self._done = self._top < self._lowest
+
+    @property
+    def next_offset(self) -> int:
+        """The highest offset the next read may return."""
+        return self._top
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def read(
+        self, max_messages: int = DEFAULT_MAX_MESSAGES, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> MessageBatch:
+        if self._done:
+            return MessageBatch.empty()
+        batch = self._log.read_backward(self._top, self._lowest, max_messages, max_bytes)
+        if not batch:
+            self._done = True  # nothing committed at or below the top: past the oldest record
+            return batch
+        if self._stop_timestamp is not None:
+            keep = int(np.count_nonzero(batch.timestamps >= self._stop_timestamp))
+            if keep < len(batch):
+                self._done = True
+                if keep == 0:
+                    return MessageBatch.empty()
+                batch = batch.head(keep)
+        self._top = batch.last_offset - 1
+        if self._top < self._lowest:
+            self._done = True
+        return batch
+
+    def __iter__(self) -> Iterator[MessageBatch]:
+        while batch := self.read():
+            yield batch
+
+    def records(self) -> Iterator[Record]:
+        """Every remaining record, newest first, one at a time."""
+        for batch in self:
+            yield from batch.records()

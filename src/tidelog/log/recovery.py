@@ -1,0 +1,235 @@
+"""Recovery on open: make a log directory consistent again after a crash, a torn write or damage.
+
+Theory. Each flush (sync) of a log's files is recorded in ``recovery-point``: the newest offset
+whose record is known to be on stable storage. Segments that lie entirely at or below it are
+trusted and get an O(1) check (index and file sizes agree at both ends). Everything else is
+checked record by record: the longest prefix of index entries that is self-consistent (positions
+chained, offsets increasing, timestamps not decreasing, inside the file) and at or below the
+recovery point is kept, then the file is scanned from the end of that prefix, verifying each
+record's framing and CRC-32C, and the index is rebuilt from what is found. The first record that
+is incomplete or damaged marks the cut: the file is truncated there and every later segment is
+removed, so the log stays a gap-free prefix of what was written and nothing after a tear appears.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+
+from tidelog.log.index import ENTRY_SIZE, INDEX_DTYPE, IndexArray, read_index_file, write_index_file
+from tidelog.log.record import HEADER_SIZE, ScannedRecord, scan_records
+from tidelog.log.segment import index_path, log_path
+
+LOG = logging.getLogger("tidelog.log.recovery")
+
+RECOVERY_POINT_FILE: Final = "recovery-point"
+_SCAN_CHUNK: Final = 8 * 1024 * 1024
+_MAX_RECORD: Final = 64 * 1024 * 1024 + 1024 * 1024
+_ENTRY: Final = struct.Struct("<IqII")
+_SIZE_FIELD: Final = struct.Struct("<I")
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredSegment:
+    base_offset: int
+    count: int
+    size: int
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    """What recovery changed; empty lists and zeros after a clean shutdown."""
+
+    scanned_records: int = 0
+    rebuilt_indexes: list[int] = field(default_factory=list)
+    truncated: list[tuple[int, int]] = field(default_factory=list)
+    """(segment base offset, bytes cut from its tail)"""
+    dropped_segments: list[int] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.rebuilt_indexes or self.truncated or self.dropped_segments)
+
+
+def read_recovery_point(directory: Path) -> int:
+    """The newest offset known to be synced, or -1 when unknown (everything gets checked)."""
+    try:
+        return int((directory / RECOVERY_POINT_FILE).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return -1
+
+
+def write_recovery_point(directory: Path, offset: int) -> None:
+    """Atomically record ``offset`` as synced (call only after the sync it describes)."""
+    tmp = directory / (RECOVERY_POINT_FILE + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(f"{offset}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, directory / RECOVERY_POINT_FILE)
+
+
+def segment_bases(directory: Path) -> list[int]:
+    """Base offsets of the segments in ``directory``; removes leftovers (temp files, orphan indexes)."""
+    bases = set()
+    for path in directory.iterdir():
+        stem, suffix = path.stem, path.suffix
+        if suffix == ".tmp":
+            path.unlink(missing_ok=True)
+        elif suffix == ".log" and len(stem) == 20 and stem.isdigit():
+            bases.add(int(stem))
+    for path in directory.glob("*.index"):
+        if path.stem.isdigit() and int(path.stem) not in bases:
+            path.unlink(missing_ok=True)
+    return sorted(bases)
+
+
+def _quick_check(directory: Path, base: int, log_size: int, previous_offset: int) -> int | None:
+    """Entry count of a trusted segment whose index agrees with its file at both ends, else None."""
+    path = index_path(directory, base)
+    try:
+        index_size = path.stat().st_size
+    except FileNotFoundError:
+        return None
+    if index_size % ENTRY_SIZE or (index_size == 0) != (log_size == 0):
+        return None
+    if index_size == 0:
+        return 0
+    with open(path, "rb") as f:
+        first = _ENTRY.unpack(f.read(ENTRY_SIZE))
+        f.seek(index_size - ENTRY_SIZE)
+        last = _ENTRY.unpack(f.read(ENTRY_SIZE))
+    ok = (
+        first[2] == 0
+        and first[3] >= HEADER_SIZE
+        and base + first[0] > previous_offset
+        and last[0] >= first[0]
+        and last[2] + last[3] == log_size
+    )
+    return index_size // ENTRY_SIZE if ok else None
+
+
+def valid_prefix(
+    entries: IndexArray, log_size: int, base: int, previous_offset: int, previous_timestamp: int
+) -> int:
+    """How many leading ``entries`` are consistent with each other and with the file size."""
+    n = len(entries)
+    if n == 0:
+        return 0
+    offsets = entries["rel"].astype(np.int64) + base
+    positions = entries["position"].astype(np.int64)
+    sizes = entries["size"].astype(np.int64)
+    timestamps = entries["timestamp"]
+    ends = positions + sizes
+    ok = (sizes >= HEADER_SIZE) & (ends <= log_size)
+    ok &= positions == np.concatenate(([0], ends[:-1]))
+    ok &= offsets > np.concatenate(([previous_offset], offsets[:-1]))
+    ok &= timestamps >= np.concatenate(([previous_timestamp], timestamps[:-1]))
+    return n if bool(ok.all()) else int(np.argmin(ok))
+
+
+def _scan_file(
+    path: Path, start: int, log_size: int, previous_offset: int, previous_timestamp: int
+) -> tuple[list[ScannedRecord], int]:
+    """Intact records from byte ``start`` of ``path`` and the position where the intact run ends."""
+    found: list[ScannedRecord] = []
+    position = start
+    want = _SCAN_CHUNK
+    with open(path, "rb") as f:
+        while position < log_size:
+            f.seek(position)
+            chunk = f.read(min(want, log_size - position))
+            records, end = scan_records(chunk, 0, previous_offset, previous_timestamp)
+            found += [ScannedRecord(r.offset, r.timestamp, r.position + position, r.size) for r in records]
+            if records:
+                previous_offset, previous_timestamp = records[-1].offset, records[-1].timestamp
+            reached_file_end = position + len(chunk) >= log_size
+            position += end
+            want = _SCAN_CHUNK
+            if reached_file_end:
+                break  # a stop short of the file end here is the torn or damaged tail
+            if end == len(chunk):
+                continue
+            if len(chunk) - end < HEADER_SIZE:
+                continue  # the next header straddles the chunk edge: read on from it
+            (size,) = _SIZE_FIELD.unpack_from(chunk, end + 4)
+            if HEADER_SIZE <= size <= _MAX_RECORD and end + size > len(chunk):
+                want = max(_SCAN_CHUNK, size)  # a record longer than what is left of the chunk
+                continue
+            break  # a whole record is in hand and it is damaged
+    return found, position
+
+
+def recover(directory: Path, recovery_point: int) -> tuple[list[RecoveredSegment], RecoveryReport]:
+    """Check and repair every segment in ``directory``; return what the log now holds."""
+    report = RecoveryReport()
+    bases = segment_bases(directory)
+    kept: list[RecoveredSegment] = []
+    previous_offset, previous_timestamp = -1, np.iinfo(np.int64).min
+    for k, base in enumerate(bases):
+        lpath, ipath = log_path(directory, base), index_path(directory, base)
+        log_size = lpath.stat().st_size
+        following = bases[k + 1] if k + 1 < len(bases) else None
+        if following is not None and following - 1 <= recovery_point:
+            count = _quick_check(directory, base, log_size, previous_offset)
+            if count is not None:
+                if count:
+                    with open(ipath, "rb") as f:
+                        f.seek((count - 1) * ENTRY_SIZE)
+                        rel, timestamp, _, _ = _ENTRY.unpack(f.read(ENTRY_SIZE))
+                    previous_offset, previous_timestamp = base + rel, timestamp
+                kept.append(RecoveredSegment(base, count, log_size))
+                continue
+
+        stored = read_index_file(ipath)
+        good = valid_prefix(stored, log_size, base, previous_offset, previous_timestamp)
+        trusted_rel = recovery_point - base
+        good = min(good, int(np.searchsorted(stored["rel"][:good], trusted_rel, side="right")))
+        trusted = stored[:good]
+        start = int(trusted["position"][-1]) + int(trusted["size"][-1]) if good else 0
+        if good:
+            previous_offset = base + int(trusted["rel"][-1])
+            previous_timestamp = int(trusted["timestamp"][-1])
+        scan_from_offset = max(previous_offset, base - 1)
+        scanned, end = _scan_file(lpath, start, log_size, scan_from_offset, previous_timestamp)
+        report.scanned_records += len(scanned)
+        entries = np.empty(good + len(scanned), dtype=INDEX_DTYPE)
+        entries[:good] = trusted
+        if scanned:
+            entries["rel"][good:] = [r.offset - base for r in scanned]
+            entries["timestamp"][good:] = [r.timestamp for r in scanned]
+            entries["position"][good:] = [r.position for r in scanned]
+            entries["size"][good:] = [r.size for r in scanned]
+            previous_offset, previous_timestamp = scanned[-1].offset, scanned[-1].timestamp
+        if len(entries) != len(stored) or not np.array_equal(entries, stored[: len(entries)]):
+            write_index_file(ipath, entries)
+            report.rebuilt_indexes.append(base)
+        kept.append(RecoveredSegment(base, len(entries), end))
+        if end < log_size:
+            os.truncate(lpath, end)
+            report.truncated.append((base, log_size - end))
+            LOG.warning(
+                "%s: cut %d bytes of torn or damaged records at byte %d (after offset %d)",
+                lpath,
+                log_size - end,
+                end,
+                previous_offset,
+            )
+            for later in bases[k + 1 :]:
+                log_path(directory, later).unlink(missing_ok=True)
+                index_path(directory, later).unlink(missing_ok=True)
+                report.dropped_segments.append(later)
+            if bases[k + 1 :]:
+                LOG.warning(
+                    "%s: removed %d later segments, which followed the damage",
+                    directory,
+                    len(bases) - k - 1,
+                )
+            break
+    return kept, report

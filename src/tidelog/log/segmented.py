@@ -1,0 +1,570 @@
+"""``SegmentedLog``: the commit log on disk, a directory of segments (see ``docs/format.md``).
+
+Concurrency. One lock guards the segment list and counters; appends, reads (index lookup plus one
+``pread`` per batch) and structural changes take it briefly, and CRC work happens outside it. Syncs
+run outside that lock under a second one, taken first wherever both are needed, so appenders keep
+writing into the page cache while an fsync is in flight. With ``FlushPolicy.ALWAYS`` every
+appender waits for a sync covering its batch; whoever holds the sync lock syncs everything written
+so far, so concurrent appenders share one fsync (group commit).
+
+High watermark. With ``ALWAYS`` it is the newest synced offset; otherwise the newest written one
+(the data is in the OS and survives a process crash). Listeners hear every advance.
+"""
+
+from __future__ import annotations
+
+import bisect
+import fcntl
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from tidelog.errors import LogClosed, LogLocked, OffsetOutOfRange
+from tidelog.log.batch import MessageBatch
+from tidelog.log.config import FlushPolicy, LogConfig
+from tidelog.log.flush import DEFAULT_FLUSHER, Flusher
+from tidelog.log.reader import ForwardReader, ReverseReader
+from tidelog.log.record import Message, encode_batch, verify_records
+from tidelog.log.recovery import (
+    RecoveryReport,
+    read_recovery_point,
+    recover,
+    write_recovery_point,
+)
+from tidelog.log.retention import SegmentSummary, expired_prefix
+from tidelog.log.segment import Segment
+
+_NO_LIMIT = 2**63 - 1
+
+
+class SegmentedLog:
+    """A commit log stored as segment files in one directory (implements ``CommitLog``)."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        config: LogConfig | None = None,
+        *,
+        clock: Callable[[], int] = time.time_ns,
+        flusher: Flusher = DEFAULT_FLUSHER,
+    ) -> None:
+        self.directory = Path(directory)
+        self.config = config or LogConfig()
+        self._clock = clock
+        self._flusher = flusher
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock_file = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_file)
+            raise LogLocked(f"{self.directory} is open in another log object or process") from None
+
+        self._lock = threading.Lock()
+        self._sync_lock = threading.Lock()
+        self._committed = threading.Condition(self._lock)
+        self._listeners: list[Callable[[int], None]] = []
+        self._closed = False
+
+        recovered, self.recovery_report = recover(
+            self.directory, read_recovery_point(self.directory)
+        )
+        preallocate = self.config.index_preallocate_bytes
+        self._segments = [
+            Segment(
+                self.directory,
+                r.base_offset,
+                count=r.count,
+                size=r.size,
+                active=i == len(recovered) - 1,
+                preallocate_bytes=preallocate,
+            )
+            for i, r in enumerate(recovered)
+        ]
+        if not self._segments:
+            self._segments.append(
+                Segment(self.directory, 0, count=0, size=0, active=True, preallocate_bytes=preallocate)
+            )
+        self._bases = [s.base_offset for s in self._segments]
+        newest = max(
+            (s.newest_offset for s in self._segments if s.count), default=self._active.base_offset - 1
+        )
+        self._next_offset = max(newest + 1, self._active.base_offset)
+        self._last_timestamp = max(
+            (s.newest_timestamp for s in self._segments if s.newest_timestamp is not None),
+            default=0,
+        )
+        self._high_watermark = newest
+        self._high_watermark_timestamp = self._last_timestamp
+        self._synced = newest
+        self._unsynced_sealed: list[Segment] = []
+        if self.config.flush_policy is FlushPolicy.INTERVAL:
+            self._flusher.register(self, self.config.flush_interval_s)
+
+    # -- state -----------------------------------------------------------------------------------
+
+    @property
+    def _active(self) -> Segment:
+        return self._segments[-1]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosed(f"log {self.directory} is closed")
+
+    @property
+    def oldest_offset(self) -> int:
+        with self._lock:
+            return next((s.oldest_offset for s in self._segments if s.count), self._next_offset)
+
+    @property
+    def newest_offset(self) -> int:
+        with self._lock:
+            return self._next_offset - 1
+
+    @property
+    def next_offset(self) -> int:
+        with self._lock:
+            return self._next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        with self._lock:
+            return self._high_watermark
+
+    @property
+    def segment_count(self) -> int:
+        with self._lock:
+            return len(self._segments)
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of record data held (index files not counted)."""
+        with self._lock:
+            return sum(s.size for s in self._segments)
+
+    @property
+    def message_count(self) -> int:
+        with self._lock:
+            return sum(s.count for s in self._segments)
+
+    # -- appending -------------------------------------------------------------------------------
+
+    def append(self, messages: Sequence[bytes | Message], *, timestamp: int | None = None) -> range:
+        """Append ``messages`` with dense offsets; see ``CommitLog.append``.
+
+        ``timestamp`` (ns) replaces the clock for this batch; like the clock it is raised to the
+        log's newest timestamp if it is older, so timestamps never decrease.
+        """
+        if not messages:
+            with self._lock:
+                self._check_open()
+                return range(self._next_offset, self._next_offset)
+        with self._lock:
+            first = self._next_offset
+            offsets = np.arange(first, first + len(messages), dtype=np.int64)
+            rolled = self._append_locked(messages, offsets, timestamp)
+        self._after_append(first + len(messages) - 1, rolled)
+        return range(first, first + len(messages))
+
+    def append_at(
+        self, messages: Sequence[bytes | Message], offsets: Sequence[int], *, timestamp: int | None = None
+    ) -> None:
+        """Append with caller-chosen offsets: for replicas and compaction, which keep the offsets
+        records had elsewhere. ``offsets`` must strictly increase from above ``newest_offset``; any
+        gaps they leave stay gaps (readers skip them)."""
+        if len(offsets) != len(messages):
+            raise ValueError(f"{len(messages)} messages but {len(offsets)} offsets")
+        if not messages:
+            return
+        chosen = np.asarray(offsets, dtype=np.int64)
+        if len(chosen) > 1 and not bool((np.diff(chosen) > 0).all()):
+            raise OffsetOutOfRange("offsets passed to append_at must strictly increase")
+        with self._lock:
+            if int(chosen[0]) < self._next_offset:
+                raise OffsetOutOfRange(
+                    f"offset {int(chosen[0])} is not above the log's newest offset "
+                    f"{self._next_offset - 1}"
+                )
+            rolled = self._append_locked(messages, chosen, timestamp)
+        self._after_append(int(chosen[-1]), rolled)
+
+    def _append_locked(
+        self, messages: Sequence[bytes | Message], offsets: np.ndarray, timestamp: int | None
+    ) -> bool:
+        self._check_open()
+        now = self._clock() if timestamp is None else timestamp
+        stamp = max(now, self._last_timestamp)
+        batch = encode_batch(messages, offsets, stamp, self.config.max_message_bytes)
+        rolled = self._roll_if_needed(len(batch.data), stamp, int(offsets[0]), int(offsets[-1]))
+        self._active.append(batch)
+        newest = int(offsets[-1])
+        self._next_offset = newest + 1
+        self._last_timestamp = stamp
+        if self.config.flush_policy is not FlushPolicy.ALWAYS:
+            self._high_watermark = newest
+            self._high_watermark_timestamp = stamp
+            self._committed.notify_all()
+        return rolled
+
+    def _after_append(self, newest: int, rolled: bool) -> None:
+        if self.config.flush_policy is FlushPolicy.ALWAYS or rolled:
+            self._sync_through(newest)
+        else:
+            self._notify(newest)
+
+    def _roll_if_needed(self, incoming: int, now: int, next_base: int, last: int) -> bool:
+        active = self._active
+        if not active.count:
+            if active.base_offset < next_base:
+                self._replace_empty_active(next_base)
+            return False
+        oldest = active.oldest_timestamp
+        too_old = oldest is not None and now - oldest >= self.config.segment_max_age_s * 1e9
+        too_far = last - active.base_offset > 0xFFFFFFFF  # relative offsets are u32
+        full = active.size + incoming > self.config.segment_max_bytes
+        if not (full or too_old or too_far):
+            return False
+        self._roll_locked(next_base)
+        return True
+
+    def _replace_empty_active(self, base: int) -> None:
+        """An empty active segment takes the base of the first offset written to it (gap-free
+        naming after ``append_at`` leaves a gap at a segment start)."""
+        empty = self._segments.pop()
+        empty.delete()
+        self._segments.append(
+            Segment(
+                self.directory,
+                base,
+                count=0,
+                size=0,
+                active=True,
+                preallocate_bytes=self.config.index_preallocate_bytes,
+            )
+        )
+        self._bases[-1] = base
+
+    def _roll_locked(self, base: int) -> None:
+        old = self._active
+        old.seal()
+        self._unsynced_sealed.append(old)
+        self._segments.append(
+            Segment(
+                self.directory,
+                base,
+                count=0,
+                size=0,
+                active=True,
+                preallocate_bytes=self.config.index_preallocate_bytes,
+            )
+        )
+        self._bases.append(base)
+
+    def roll(self) -> None:
+        """Seal the active segment now (if it holds anything) and start a new one."""
+        with self._lock:
+            self._check_open()
+            if not self._active.count:
+                return
+            self._roll_locked(self._next_offset)
+            newest = self._next_offset - 1
+        self._sync_through(newest)
+
+    def maintain(self, now_ns: int | None = None) -> list[int]:
+        """Periodic upkeep: roll an over-age active segment, then apply retention.
+
+        Returns the base offsets of the segments deleted.
+        """
+        now = self._clock() if now_ns is None else now_ns
+        with self._lock:
+            self._check_open()
+            active = self._active
+            oldest = active.oldest_timestamp
+            if oldest is not None and now - oldest >= self.config.segment_max_age_s * 1e9:
+                self._roll_locked(self._next_offset)
+                rolled = True
+            else:
+                rolled = False
+            newest = self._next_offset - 1
+        if rolled:
+            self._sync_through(newest)
+        return self.enforce_retention(now)
+
+    # -- durability ------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Sync everything appended so far (and, with ``ALWAYS``, commit it)."""
+        with self._lock:
+            if self._closed:
+                return
+            newest = self._next_offset - 1
+        self._sync_through(newest)
+
+    def _sync_through(self, offset: int) -> None:
+        with self._sync_lock:
+            with self._lock:
+                if self._closed:
+                    return
+                if self._synced >= offset and not self._unsynced_sealed:
+                    return
+                target = self._next_offset - 1
+                target_timestamp = self._last_timestamp
+                sealed, self._unsynced_sealed = self._unsynced_sealed, []
+                active = self._active if target > self._synced else None
+            for segment in sealed:
+                segment.sync_all()
+            if active is not None:
+                active.sync()
+            if sealed:
+                _fsync_dir(self.directory)
+                write_recovery_point(self.directory, max(s.newest_offset for s in sealed))
+            with self._lock:
+                self._synced = max(self._synced, target)
+                advanced = (
+                    self.config.flush_policy is FlushPolicy.ALWAYS
+                    and target > self._high_watermark
+                )
+                if advanced:
+                    self._high_watermark = target
+                    self._high_watermark_timestamp = target_timestamp
+                    self._committed.notify_all()
+        if advanced:
+            self._notify(target)
+
+    # -- committed-offset notification -----------------------------------------------------------
+
+    def add_listener(self, listener: Callable[[int], None]) -> None:
+        with self._lock:
+            self._listeners = [*self._listeners, listener]
+
+    def remove_listener(self, listener: Callable[[int], None]) -> None:
+        with self._lock:
+            self._listeners = [x for x in self._listeners if x is not listener]
+
+    def _notify(self, high_watermark: int) -> None:
+        for listener in self._listeners:
+            listener(high_watermark)
+
+    def wait_for_offset(self, offset: int, timeout: float | None = None) -> bool:
+        with self._lock:
+            return self._committed.wait_for(
+                lambda: self._closed or self._high_watermark >= offset, timeout
+            ) and not self._closed
+
+    # -- lookups and reads -----------------------------------------------------------------------
+
+    def offset_at_or_after_timestamp(self, timestamp: int) -> int | None:
+        with self._lock:
+            for segment in self._segments:
+                newest = segment.newest_timestamp
+                if newest is not None and newest >= timestamp:
+                    slot = segment.slot_at_or_after_timestamp(timestamp)
+                    offset = segment.base_offset + int(segment.index.entries["rel"][slot])
+                    return offset if offset <= self._high_watermark else None
+            return None
+
+    def offset_at_or_before_timestamp(self, timestamp: int) -> int | None:
+        with self._lock:
+            for segment in reversed(self._segments):
+                oldest = segment.oldest_timestamp
+                if oldest is not None and oldest <= timestamp:
+                    slot = segment.slot_at_or_before_timestamp(timestamp)
+                    offset = segment.base_offset + int(segment.index.entries["rel"][slot])
+                    # Past the high watermark, the newest committed record is older still.
+                    offset = min(offset, self._high_watermark)
+                    return offset if offset >= 0 else None
+            return None
+
+    def forward_reader(
+        self,
+        start_offset: int,
+        *,
+        stop_offset: int | None = None,
+        stop_timestamp: int | None = None,
+    ) -> ForwardReader:
+        return ForwardReader(self, start_offset, stop_offset=stop_offset, stop_timestamp=stop_timestamp)
+
+    def reverse_reader(
+        self,
+        start_offset: int | None = None,
+        *,
+        stop_offset: int | None = None,
+        stop_timestamp: int | None = None,
+    ) -> ReverseReader:
+        return ReverseReader(self, start_offset, stop_offset=stop_offset, stop_timestamp=stop_timestamp)
+
+    def read_forward(
+        self, start: int, last: int, max_messages: int, max_bytes: int
+    ) -> tuple[MessageBatch, int, int]:
+        """Committed records with offsets in ``[start, last]``, ascending, from one segment.
+
+        Returns the batch, the high watermark and its record's timestamp at read time.
+        """
+        if max_messages < 1 or max_bytes < 1:
+            raise ValueError("max_messages and max_bytes must be positive")
+        with self._lock:
+            self._check_open()
+            hw, hw_timestamp = self._high_watermark, self._high_watermark_timestamp
+            last = min(last, hw)
+            if start > last:
+                return MessageBatch.empty(), hw, hw_timestamp
+            k = max(bisect.bisect_right(self._bases, start) - 1, 0)
+            while k < len(self._segments):
+                segment = self._segments[k]
+                slot = segment.slot_at_or_after(start)
+                if slot < segment.count:
+                    break
+                k += 1
+            else:
+                return MessageBatch.empty(), hw, hw_timestamp
+            end = min(segment.slot_at_or_before(last) + 1, slot + max_messages)
+            if end <= slot:
+                return MessageBatch.empty(), hw, hw_timestamp
+            entries = segment.entries(slot, end)
+            positions = entries["position"].astype(np.int64)
+            sizes = entries["size"].astype(np.int64)
+            first_position = int(positions[0])
+            ends = positions + sizes - first_position
+            keep = max(int(np.searchsorted(ends, max_bytes, side="right")), 1)
+            data = segment.read(first_position, int(ends[keep - 1]))
+            name, base = segment.name, segment.base_offset
+        entries = entries[:keep]
+        positions = positions[:keep] - first_position
+        sizes = sizes[:keep]
+        header = verify_records(
+            data, positions, sizes, entries["rel"].astype(np.int64) + base,
+            entries["timestamp"], name, first_position,
+        )
+        return MessageBatch(data, positions, sizes, header), hw, hw_timestamp
+
+    def read_backward(
+        self, top: int, lowest: int, max_messages: int, max_bytes: int
+    ) -> MessageBatch:
+        """Committed records with offsets in ``[lowest, top]``, descending, from one segment."""
+        if max_messages < 1 or max_bytes < 1:
+            raise ValueError("max_messages and max_bytes must be positive")
+        with self._lock:
+            self._check_open()
+            top = min(top, self._high_watermark)
+            if top < lowest:
+                return MessageBatch.empty()
+            k = bisect.bisect_right(self._bases, top) - 1
+            while k >= 0:
+                segment = self._segments[k]
+                slot = segment.slot_at_or_before(top)
+                if slot >= 0:
+                    break
+                k -= 1
+            else:
+                return MessageBatch.empty()
+            first = max(segment.slot_at_or_after(lowest), slot - max_messages + 1)
+            if first > slot:
+                return MessageBatch.empty()
+            entries = segment.entries(first, slot + 1)
+            sizes = entries["size"].astype(np.int64)
+            keep = max(int(np.searchsorted(np.cumsum(sizes[::-1]), max_bytes, side="right")), 1)
+            entries, sizes = entries[-keep:], sizes[-keep:]
+            positions = entries["position"].astype(np.int64)
+            first_position = int(positions[0])
+            data = segment.read(first_position, int(positions[-1] + sizes[-1]) - first_position)
+            name, base = segment.name, segment.base_offset
+        positions -= first_position
+        header = verify_records(
+            data, positions, sizes, entries["rel"].astype(np.int64) + base,
+            entries["timestamp"], name, first_position,
+        )
+        return MessageBatch(data, positions, sizes, header).reversed()
+
+    def verify(self) -> int:
+        """Read and CRC-check every committed record; return how many there are.
+
+        Raises ``CorruptRecord`` at the first damaged one.
+        """
+        return sum(len(batch) for batch in self.forward_reader(0))
+
+    # -- retention and lifecycle -----------------------------------------------------------------
+
+    def enforce_retention(self, now_ns: int | None = None) -> list[int]:
+        """Delete the sealed segments the retention limits expire; return their base offsets."""
+        now = self._clock() if now_ns is None else now_ns
+        config = self.config
+        with self._sync_lock, self._lock:
+            self._check_open()
+            summaries = [
+                SegmentSummary(s.base_offset, s.size, s.count, s.newest_timestamp)
+                for s in self._segments
+            ]
+            doomed = expired_prefix(
+                summaries[:-1],
+                summaries[-1],
+                retention_bytes=config.retention_bytes,
+                retention_messages=config.retention_messages,
+                retention_age_s=config.retention_age_s,
+                now_ns=now,
+            )
+            removed = self._segments[:doomed]
+            del self._segments[:doomed]
+            del self._bases[:doomed]
+            self._unsynced_sealed = [s for s in self._unsynced_sealed if s not in removed]
+            for segment in removed:
+                segment.delete()
+        return [s.base_offset for s in removed]
+
+    def close(self) -> None:
+        with self._sync_lock, self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._flusher.unregister(self)
+            for segment in self._segments:
+                if segment.active or segment in self._unsynced_sealed:
+                    segment.sync_all()
+            self._active.seal()
+            _fsync_dir(self.directory)
+            write_recovery_point(self.directory, self._next_offset - 1)
+            for segment in self._segments:
+                segment.close()
+            self._committed.notify_all()
+            os.close(self._lock_file)
+
+    def delete(self) -> None:
+        """Close the log and remove its directory."""
+        with self._sync_lock, self._lock:
+            if not self._closed:
+                self._closed = True
+                self._flusher.unregister(self)
+                for segment in self._segments:
+                    segment.close()
+                self._committed.notify_all()
+                os.close(self._lock_file)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> SegmentedLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SegmentedLog({str(self.directory)!r}, segments={len(self._segments)})"
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def open_log(directory: str | os.PathLike[str], config: LogConfig | None = None) -> SegmentedLog:
+    """Open (creating if needed, recovering if it crashed) the log in ``directory``."""
+    return SegmentedLog(directory, config)
+
+
+__all__ = ["RecoveryReport", "SegmentedLog", "open_log"]
