@@ -1,6 +1,7 @@
 """tidelog: a durable, partitioned streaming log.
 
-Layers (imports go down only): ``cli`` -> ``api`` -> ``replication`` -> ``broker`` -> ``store`` / ``log``.
+Layers (imports go down only): ``cli`` -> ``api`` -> ``replication`` -> ``broker`` ->
+``store`` / ``log``.
 This release contains the storage engine, :mod:`tidelog.log`.
 """
 

@@ -1,7 +1,7 @@
 """Every failure tidelog reports, one exception type each.
 
-All layers raise these types; ``tidelog.api.errors`` (a later layer) maps them to gRPC status codes in
-one place. Each message says what happened and what the caller can do about it.
+All layers raise these types; ``tidelog.api.errors`` (a later layer) maps them to gRPC status
+codes in one place. Each message says what happened and what the caller can do about it.
 """
 
 from __future__ import annotations

@@ -78,7 +78,8 @@ class MessageBatch:
 
     def _starts(self) -> npt.NDArray[np.int64]:
         assert self._header is not None
-        return self.positions + HEADER_SIZE + np.maximum(self._header["keylen"], 0)
+        keylens: npt.NDArray[np.int64] = np.maximum(self._header["keylen"], 0)
+        return self.positions + HEADER_SIZE + keylens
 
     def values(self) -> list[bytes]:
         """Each record's value, in delivery order."""
@@ -96,9 +97,7 @@ class MessageBatch:
         keylens = self._header["keylen"].tolist()
         starts = (self.positions + HEADER_SIZE).tolist()
         data = self.data
-        return [
-            None if n < 0 else data[a : a + n] for a, n in zip(starts, keylens, strict=True)
-        ]
+        return [None if n < 0 else data[a : a + n] for a, n in zip(starts, keylens, strict=True)]
 
     def headers(self) -> list[Mapping[str, bytes]]:
         """Each record's headers in their stored order (an empty mapping where it has none)."""

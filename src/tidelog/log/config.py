@@ -1,4 +1,4 @@
-"""Per-log settings, in one frozen value; every default a storage engineer would expect lives here."""
+"""Per-log settings in one frozen value: every default of the commit log lives here."""
 
 from __future__ import annotations
 
@@ -35,13 +35,13 @@ class LogConfig:
     """Settings of one commit log. ``None`` for a retention limit means unlimited."""
 
     segment_max_bytes: int = 256 * MiB
-    """Roll to a new segment once the active one holds this many bytes (checked before each append)."""
+    """Roll to a new segment before an append that would take the active one past this size."""
     segment_max_age_s: float = 168 * HOUR_S
-    """Roll once the active segment's first record is this old (checked on append and on maintenance)."""
+    """Roll once the active segment's first record is this old (checked on append and maintain)."""
     max_message_bytes: int = 256 * KiB
     """Largest message accepted: key + value + encoded headers."""
     index_preallocate_bytes: int = 10 * MiB
-    """The active index file is preallocated and grown in steps of this size, then trimmed on seal."""
+    """The active index file is preallocated and grown in steps of this size, trimmed on seal."""
     retention_bytes: int | None = None
     """Keep at least this many bytes; older sealed segments beyond it are deleted."""
     retention_messages: int | None = None
@@ -73,6 +73,8 @@ class LogConfig:
             if value is not None and value < 0:
                 raise ValueError(f"{name} must be >= 0 or None, got {value}")
         if self.retention_age_s is not None and self.retention_age_s <= 0:
-            raise ValueError(f"retention_age_s must be positive or None, got {self.retention_age_s}")
+            raise ValueError(
+                f"retention_age_s must be positive or None, got {self.retention_age_s}"
+            )
         if self.flush_interval_s <= 0:
             raise ValueError(f"flush_interval_s must be positive, got {self.flush_interval_s}")

@@ -1,9 +1,10 @@
 """The commit log contract: what every implementation promises, bound by bound.
 
 Vocabulary (``docs/glossary.md``): an *offset* numbers a message within one log; a *position* is a
-byte location within one segment file. Offsets are assigned densely by :meth:`CommitLog.append` but a
-log may hold gaps (compaction, replicated appends, retention at the start); every method below is
-correct over gaps. Broker timestamps are ns since the Unix epoch and never decrease along offsets.
+byte location within one segment file. Offsets are assigned densely by :meth:`CommitLog.append`,
+but a log may hold gaps (compaction, replicated appends, retention at the start); every method
+below is correct over gaps. Broker timestamps are ns since the Unix epoch and never decrease
+along offsets.
 
 *Committed* means at or below the high watermark: the newest offset durable under the log's flush
 policy. Every read and lookup here sees committed records only.

@@ -76,7 +76,7 @@ def write_recovery_point(directory: Path, offset: int) -> None:
 
 
 def segment_bases(directory: Path) -> list[int]:
-    """Base offsets of the segments in ``directory``; removes leftovers (temp files, orphan indexes)."""
+    """Base offsets of the segments in ``directory``; removes temp files and orphan indexes."""
     bases = set()
     for path in directory.iterdir():
         stem, suffix = path.stem, path.suffix
@@ -146,7 +146,9 @@ def _scan_file(
             f.seek(position)
             chunk = f.read(min(want, log_size - position))
             records, end = scan_records(chunk, 0, previous_offset, previous_timestamp)
-            found += [ScannedRecord(r.offset, r.timestamp, r.position + position, r.size) for r in records]
+            found += [
+                ScannedRecord(r.offset, r.timestamp, r.position + position, r.size) for r in records
+            ]
             if records:
                 previous_offset, previous_timestamp = records[-1].offset, records[-1].timestamp
             reached_file_end = position + len(chunk) >= log_size

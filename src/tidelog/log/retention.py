@@ -46,10 +46,7 @@ def expired_prefix(
                 and segment.newest_timestamp is not None
                 and segment.newest_timestamp < cutoff
             )
-            or (
-                retention_bytes is not None
-                and total_bytes - segment.size_bytes >= retention_bytes
-            )
+            or (retention_bytes is not None and total_bytes - segment.size_bytes >= retention_bytes)
             or (
                 retention_messages is not None
                 and total_messages - segment.message_count >= retention_messages

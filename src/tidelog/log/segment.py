@@ -2,8 +2,8 @@
 
 Invariants (checked by recovery on open, kept by every method):
 - the file holds exactly the records the index lists, in order, with no bytes between them:
-  ``position[0] == 0``, ``position[i+1] == position[i] + size[i]``, and ``size`` (bytes) is the end of the
-  last record;
+  ``position[0] == 0``, ``position[i+1] == position[i] + size[i]``, and ``size`` (bytes) is the
+  end of the last record;
 - offsets strictly increase (gaps are allowed: compaction and replication may leave them) and
   timestamps never decrease;
 - only the newest segment of a log is active (appendable); the others are sealed and read-only.
@@ -14,6 +14,7 @@ touched, so a partial batch is never visible.
 
 from __future__ import annotations
 
+import bisect
 import os
 from pathlib import Path
 
@@ -90,27 +91,30 @@ class Segment:
 
     # -- lookups (slots are entry numbers within this segment) ------------------------------------
 
+    # numpy.searchsorted would copy a strided column of the whole index on every call (O(n));
+    # bisect probes O(log n) entries in place.
+
     def slot_at_or_after(self, offset: int) -> int:
         """First slot whose offset is >= ``offset`` (``count`` when there is none)."""
         rel = offset - self.base_offset
         if rel <= 0:
             return 0
-        return int(np.searchsorted(self.index.entries["rel"], rel, side="left"))
+        return bisect.bisect_left(self.index.entries["rel"], rel)
 
     def slot_at_or_before(self, offset: int) -> int:
         """Last slot whose offset is <= ``offset`` (-1 when there is none)."""
         rel = offset - self.base_offset
         if rel < 0:
             return -1
-        return int(np.searchsorted(self.index.entries["rel"], rel, side="right")) - 1
+        return bisect.bisect_right(self.index.entries["rel"], rel) - 1
 
     def slot_at_or_after_timestamp(self, timestamp: int) -> int:
         """First slot whose timestamp is >= ``timestamp`` (``count`` when there is none)."""
-        return int(np.searchsorted(self.index.entries["timestamp"], timestamp, side="left"))
+        return bisect.bisect_left(self.index.entries["timestamp"], timestamp)
 
     def slot_at_or_before_timestamp(self, timestamp: int) -> int:
         """Last slot whose timestamp is <= ``timestamp`` (-1 when there is none)."""
-        return int(np.searchsorted(self.index.entries["timestamp"], timestamp, side="right")) - 1
+        return bisect.bisect_right(self.index.entries["timestamp"], timestamp) - 1
 
     def entries(self, first_slot: int, end_slot: int) -> IndexArray:
         """A copy of the entries in slots ``[first_slot, end_slot)``."""
@@ -145,7 +149,7 @@ class Segment:
         ends = np.cumsum(batch.sizes) + self.size
         entries["position"] = ends - batch.sizes
         entries["size"] = batch.sizes
-        view = memoryview(batch.data)
+        view = batch.data.data
         try:
             while view:
                 written = os.write(self._fd, view)

@@ -88,11 +88,14 @@ class SegmentedLog:
         ]
         if not self._segments:
             self._segments.append(
-                Segment(self.directory, 0, count=0, size=0, active=True, preallocate_bytes=preallocate)
+                Segment(
+                    self.directory, 0, count=0, size=0, active=True, preallocate_bytes=preallocate
+                )
             )
         self._bases = [s.base_offset for s in self._segments]
         newest = max(
-            (s.newest_offset for s in self._segments if s.count), default=self._active.base_offset - 1
+            (s.newest_offset for s in self._segments if s.count),
+            default=self._active.base_offset - 1,
         )
         self._next_offset = max(newest + 1, self._active.base_offset)
         self._last_timestamp = max(
@@ -172,7 +175,11 @@ class SegmentedLog:
         return range(first, first + len(messages))
 
     def append_at(
-        self, messages: Sequence[bytes | Message], offsets: Sequence[int], *, timestamp: int | None = None
+        self,
+        messages: Sequence[bytes | Message],
+        offsets: Sequence[int],
+        *,
+        timestamp: int | None = None,
     ) -> None:
         """Append with caller-chosen offsets: for replicas and compaction, which keep the offsets
         records had elsewhere. ``offsets`` must strictly increase from above ``newest_offset``; any
@@ -326,8 +333,7 @@ class SegmentedLog:
             with self._lock:
                 self._synced = max(self._synced, target)
                 advanced = (
-                    self.config.flush_policy is FlushPolicy.ALWAYS
-                    and target > self._high_watermark
+                    self.config.flush_policy is FlushPolicy.ALWAYS and target > self._high_watermark
                 )
                 if advanced:
                     self._high_watermark = target
@@ -352,9 +358,12 @@ class SegmentedLog:
 
     def wait_for_offset(self, offset: int, timeout: float | None = None) -> bool:
         with self._lock:
-            return self._committed.wait_for(
-                lambda: self._closed or self._high_watermark >= offset, timeout
-            ) and not self._closed
+            return (
+                self._committed.wait_for(
+                    lambda: self._closed or self._high_watermark >= offset, timeout
+                )
+                and not self._closed
+            )
 
     # -- lookups and reads -----------------------------------------------------------------------
 
@@ -387,7 +396,9 @@ class SegmentedLog:
         stop_offset: int | None = None,
         stop_timestamp: int | None = None,
     ) -> ForwardReader:
-        return ForwardReader(self, start_offset, stop_offset=stop_offset, stop_timestamp=stop_timestamp)
+        return ForwardReader(
+            self, start_offset, stop_offset=stop_offset, stop_timestamp=stop_timestamp
+        )
 
     def reverse_reader(
         self,
@@ -396,7 +407,9 @@ class SegmentedLog:
         stop_offset: int | None = None,
         stop_timestamp: int | None = None,
     ) -> ReverseReader:
-        return ReverseReader(self, start_offset, stop_offset=stop_offset, stop_timestamp=stop_timestamp)
+        return ReverseReader(
+            self, start_offset, stop_offset=stop_offset, stop_timestamp=stop_timestamp
+        )
 
     def read_forward(
         self, start: int, last: int, max_messages: int, max_bytes: int
@@ -437,8 +450,13 @@ class SegmentedLog:
         positions = positions[:keep] - first_position
         sizes = sizes[:keep]
         header = verify_records(
-            data, positions, sizes, entries["rel"].astype(np.int64) + base,
-            entries["timestamp"], name, first_position,
+            data,
+            positions,
+            sizes,
+            entries["rel"].astype(np.int64) + base,
+            entries["timestamp"],
+            name,
+            first_position,
         )
         return MessageBatch(data, positions, sizes, header), hw, hw_timestamp
 
@@ -475,8 +493,13 @@ class SegmentedLog:
             name, base = segment.name, segment.base_offset
         positions -= first_position
         header = verify_records(
-            data, positions, sizes, entries["rel"].astype(np.int64) + base,
-            entries["timestamp"], name, first_position,
+            data,
+            positions,
+            sizes,
+            entries["rel"].astype(np.int64) + base,
+            entries["timestamp"],
+            name,
+            first_position,
         )
         return MessageBatch(data, positions, sizes, header).reversed()
 
