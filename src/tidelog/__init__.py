@@ -1,8 +1,9 @@
 """tidelog: a durable, partitioned streaming log.
 
 Layers (imports go down only): ``cli`` -> ``api`` -> ``replication`` -> ``broker`` ->
-``store`` / ``log``.
-This release contains the storage engine, :mod:`tidelog.log`.
+``store`` / ``log``; ``client`` talks to a server over gRPC and imports none of those.
+``tidelog.Client`` / ``tidelog.AsyncClient`` and ``tidelog.Message`` are the client's; they load
+on first use, so importing ``tidelog.log`` alone does not pull in gRPC.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -12,4 +13,14 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0"
 
-__all__ = ["__version__"]
+from typing import Any
+
+__all__ = ["AsyncClient", "Client", "Message", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("AsyncClient", "Client", "Message"):
+        from tidelog import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'tidelog' has no attribute {name!r}")

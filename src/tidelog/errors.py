@@ -53,3 +53,90 @@ class LogClosed(LogError):
 
 class LogLocked(LogError):
     """Another process (or another open log object) holds the log directory."""
+
+
+class BrokerError(TidelogError):
+    """A broker-level failure (streams, partitions, subscriptions, cursors)."""
+
+
+class InvalidArgument(BrokerError):
+    """A request that can never succeed as given (bad name, negative offset, stop before start)."""
+
+
+class StreamNotFound(BrokerError):
+    """No stream of that name exists."""
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        super().__init__(f"no such stream: {stream!r}; create it first or check the name")
+
+
+class PartitionNotFound(BrokerError):
+    """The stream exists but has no partition of that number."""
+
+    def __init__(self, stream: str, partition: int, count: int) -> None:
+        self.stream = stream
+        self.partition = partition
+        super().__init__(
+            f"no such partition: stream {stream!r} has partitions 0..{count - 1}, not {partition}"
+        )
+
+
+class StreamExists(BrokerError):
+    """A stream of that name already exists."""
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        super().__init__(f"stream already exists: {stream!r}")
+
+
+class PartitionPaused(BrokerError):
+    """The partition is paused; publishing or subscribing with ``resume`` wakes it."""
+
+    def __init__(self, stream: str, partition: int) -> None:
+        super().__init__(
+            f"partition {partition} of stream {stream!r} is paused; publish to it or subscribe "
+            f"with resume=true to resume it"
+        )
+
+
+class PartitionReadonly(BrokerError):
+    """The partition is read-only; publishing is refused."""
+
+    def __init__(self, stream: str, partition: int) -> None:
+        super().__init__(
+            f"readonly partition: {partition} of stream {stream!r} accepts no publishes; "
+            f"clear the flag with SetStreamReadonly(readonly=false)"
+        )
+
+
+class IncorrectOffset(BrokerError):
+    """Optimistic concurrency: the message would not get the offset the publisher expected."""
+
+    def __init__(self, expected: int, actual: int) -> None:
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"incorrect expected offset: the publish expected offset {expected} but the next "
+            f"offset is {actual}; re-read the partition and retry"
+        )
+
+
+class StreamDeleted(BrokerError):
+    """The stream was deleted while a subscription or publish was using it."""
+
+
+class StopReached(BrokerError):
+    """A subscription delivered its stop bound (Liftbridge ends the call with this)."""
+
+
+class ReadonlyEnd(BrokerError):
+    """A subscription reached the end of a read-only partition."""
+
+
+class StreamEmpty(BrokerError):
+    """A subscription asked to stop at the latest offset of a partition that holds nothing."""
+
+
+class BrokerClosed(BrokerError):
+    """The broker is shutting down."""

@@ -12,12 +12,13 @@ listeners instead.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from tidelog.errors import OffsetOutOfRange
+from tidelog.errors import OffsetOutOfRange, TidelogWarning
 from tidelog.log.batch import MessageBatch
 from tidelog.log.record import Record
 
@@ -27,6 +28,14 @@ if TYPE_CHECKING:
 _NO_LIMIT: Final = 2**63 - 1
 DEFAULT_MAX_MESSAGES: Final = 1000
 DEFAULT_MAX_BYTES: Final = 1 << 20
+
+
+def _warn_swapped(what: str) -> None:
+    warnings.warn(
+        f"{what}: swapped bounds read nothing (direction is in the reader's name)",
+        TidelogWarning,
+        stacklevel=4,
+    )
 
 
 def _check_offset(name: str, value: int | None) -> None:
@@ -52,6 +61,8 @@ class ForwardReader:
         self._stop_offset = _NO_LIMIT if stop_offset is None else stop_offset
         self._stop_timestamp = stop_timestamp
         self._done = self._next > self._stop_offset
+        if self._done:
+            _warn_swapped(f"forward read from {start_offset} stops at {stop_offset}, below it")
 
     @property
     def next_offset(self) -> int:
@@ -126,6 +137,8 @@ class ReverseReader:
         self._lowest = 0 if stop_offset is None else stop_offset
         self._stop_timestamp = stop_timestamp
         self._done = self._top < self._lowest
+        if self._done:
+            _warn_swapped(f"reverse read from {start_offset} stops at {stop_offset}, above it")
 
     @property
     def next_offset(self) -> int:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tidelog.errors import LogClosed, LogLocked, OffsetOutOfRange
+from tidelog.errors import IncorrectOffset, LogClosed, LogLocked, OffsetOutOfRange
 from tidelog.log.batch import MessageBatch
 from tidelog.log.config import FlushPolicy, LogConfig
 from tidelog.log.flush import DEFAULT_FLUSHER, Flusher
@@ -38,8 +38,6 @@ from tidelog.log.recovery import (
 )
 from tidelog.log.retention import SegmentSummary, expired_prefix
 from tidelog.log.segment import Segment
-
-_NO_LIMIT = 2**63 - 1
 
 
 class SegmentedLog:
@@ -70,10 +68,15 @@ class SegmentedLog:
         self._committed = threading.Condition(self._lock)
         self._listeners: list[Callable[[int], None]] = []
         self._closed = False
+        self._oldest_at_close = 0
 
-        recovered, self.recovery_report = recover(
-            self.directory, read_recovery_point(self.directory)
-        )
+        try:
+            recovered, self.recovery_report = recover(
+                self.directory, read_recovery_point(self.directory)
+            )
+        except BaseException:
+            os.close(self._lock_file)  # releases the flock: a failed open leaves nothing held
+            raise
         preallocate = self.config.index_preallocate_bytes
         self._segments = [
             Segment(
@@ -122,7 +125,12 @@ class SegmentedLog:
     @property
     def oldest_offset(self) -> int:
         with self._lock:
-            return next((s.oldest_offset for s in self._segments if s.count), self._next_offset)
+            return self._oldest_offset_locked()
+
+    def _oldest_offset_locked(self) -> int:
+        if self._closed:
+            return self._oldest_at_close
+        return next((s.oldest_offset for s in self._segments if s.count), self._next_offset)
 
     @property
     def newest_offset(self) -> int:
@@ -157,11 +165,19 @@ class SegmentedLog:
 
     # -- appending -------------------------------------------------------------------------------
 
-    def append(self, messages: Sequence[bytes | Message], *, timestamp: int | None = None) -> range:
+    def append(
+        self,
+        messages: Sequence[bytes | Message],
+        *,
+        timestamp: int | None = None,
+        expected_offset: int | None = None,
+    ) -> range:
         """Append ``messages`` with dense offsets; see ``CommitLog.append``.
 
         ``timestamp`` (ns) replaces the clock for this batch; like the clock it is raised to the
         log's newest timestamp if it is older, so timestamps never decrease.
+        ``expected_offset`` (optimistic concurrency): append only if the first message would get
+        exactly this offset, else raise ``IncorrectOffset`` and write nothing.
         """
         if not messages:
             with self._lock:
@@ -169,6 +185,9 @@ class SegmentedLog:
                 return range(self._next_offset, self._next_offset)
         with self._lock:
             first = self._next_offset
+            if expected_offset is not None and expected_offset != first:
+                self._check_open()
+                raise IncorrectOffset(expected_offset, first)
             offsets = np.arange(first, first + len(messages), dtype=np.int64)
             rolled = self._append_locked(messages, offsets, timestamp)
         self._after_append(first + len(messages) - 1, rolled)
@@ -219,10 +238,12 @@ class SegmentedLog:
         return rolled
 
     def _after_append(self, newest: int, rolled: bool) -> None:
-        if self.config.flush_policy is FlushPolicy.ALWAYS or rolled:
-            self._sync_through(newest)
-        else:
-            self._notify(newest)
+        if self.config.flush_policy is FlushPolicy.ALWAYS:
+            self._sync_through(newest)  # commits, then notifies
+            return
+        self._notify(newest)  # committed already: tell readers before any roll sync
+        if rolled:
+            self._sync_through(newest)  # the sealed segment, so recovery can trust it
 
     def _roll_if_needed(self, incoming: int, now: int, next_base: int, last: int) -> bool:
         active = self._active
@@ -350,7 +371,7 @@ class SegmentedLog:
 
     def remove_listener(self, listener: Callable[[int], None]) -> None:
         with self._lock:
-            self._listeners = [x for x in self._listeners if x is not listener]
+            self._listeners = [x for x in self._listeners if x != listener]
 
     def _notify(self, high_watermark: int) -> None:
         for listener in self._listeners:
@@ -369,6 +390,7 @@ class SegmentedLog:
 
     def offset_at_or_after_timestamp(self, timestamp: int) -> int | None:
         with self._lock:
+            self._check_open()
             for segment in self._segments:
                 newest = segment.newest_timestamp
                 if newest is not None and newest >= timestamp:
@@ -379,6 +401,7 @@ class SegmentedLog:
 
     def offset_at_or_before_timestamp(self, timestamp: int) -> int | None:
         with self._lock:
+            self._check_open()
             for segment in reversed(self._segments):
                 oldest = segment.oldest_timestamp
                 if oldest is not None and oldest <= timestamp:
@@ -542,6 +565,7 @@ class SegmentedLog:
         with self._sync_lock, self._lock:
             if self._closed:
                 return
+            self._oldest_at_close = self._oldest_offset_locked()
             self._closed = True
             self._flusher.unregister(self)
             for segment in self._segments:
@@ -559,6 +583,7 @@ class SegmentedLog:
         """Close the log and remove its directory."""
         with self._sync_lock, self._lock:
             if not self._closed:
+                self._oldest_at_close = self._oldest_offset_locked()
                 self._closed = True
                 self._flusher.unregister(self)
                 for segment in self._segments:

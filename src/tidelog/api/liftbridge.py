@@ -1,0 +1,464 @@
+"""The Liftbridge-compatible ``proto.API`` service on top of the broker.
+
+Behaviour follows Liftbridge where it is sound; where tidelog chooses differently it says so in
+``docs/api.md`` ("Differences from Liftbridge"). In short: every Publish is acknowledged (no
+fire-and-forget without a deadline), a start offset beyond the newest waits for that offset
+instead of acting like NEW_ONLY, a reverse subscription ends with OK after the oldest message
+instead of UNKNOWN "EOF", no `subject`/`reply` headers are injected into stored messages, and
+RPCs that need NATS or consumer groups answer UNIMPLEMENTED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+import grpc
+
+from tidelog._proto.liftbridge import api_pb2 as pb
+from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
+from tidelog.api.errors import grpc_errors, status_of
+from tidelog.api.metrics import Metrics
+from tidelog.broker import Broker, Partition, StartPosition, StopPosition, StreamConfig
+from tidelog.broker import SubscribeRequest as BrokerSubscribe
+from tidelog.errors import (
+    IncorrectOffset,
+    InvalidArgument,
+    MessageTooLarge,
+    PartitionNotFound,
+    PartitionReadonly,
+    StreamNotFound,
+    TidelogError,
+)
+from tidelog.log import Message
+
+Context = grpc.aio.ServicerContext[object, object]
+
+# Coalesce at most this many queued PublishAsync requests into one append.
+_ASYNC_BATCH = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Advertised:
+    """How this broker names itself in metadata."""
+
+    broker_id: str
+    host: str
+    port: int
+
+
+def _ms(value: pb.NullableInt64, present: bool) -> float | None:
+    return value.value / 1000 if present and value.value > 0 else None
+
+
+def stream_config(request: pb.CreateStreamRequest) -> StreamConfig:
+    """A Liftbridge CreateStreamRequest as tidelog stream settings (unsupported options refused)."""
+    if request.replicationFactor not in (-1, 0, 1):
+        raise InvalidArgument(
+            f"replication factor {request.replicationFactor} exceeds the cluster size: this "
+            f"tidelog server is a single broker (use 1, 0 or -1)"
+        )
+    if request.HasField("minIsr") and request.minIsr.value > 1:
+        raise InvalidArgument(f"minIsr {request.minIsr.value} exceeds the cluster size of 1")
+    if request.HasField("compactEnabled") and request.compactEnabled.value:
+        raise InvalidArgument("compaction is not available in this tidelog release")
+    if request.HasField("encryption") and request.encryption.value:
+        raise InvalidArgument("encryption at rest is not available in this tidelog release")
+    has = request.HasField
+    return StreamConfig(
+        partitions=request.partitions or 1,
+        subject=request.subject,
+        group=request.group,
+        retention_bytes=request.retentionMaxBytes.value if has("retentionMaxBytes") else None,
+        retention_messages=(
+            request.retentionMaxMessages.value if has("retentionMaxMessages") else None
+        ),
+        retention_age_s=_ms(request.retentionMaxAge, has("retentionMaxAge")),
+        segment_max_bytes=request.segmentMaxBytes.value if has("segmentMaxBytes") else None,
+        segment_max_age_s=_ms(request.segmentMaxAge, has("segmentMaxAge")),
+        optimistic_concurrency=(
+            has("optimisticConcurrencyControl") and request.optimisticConcurrencyControl.value
+        ),
+        auto_pause_s=_ms(request.autoPauseTime, has("autoPauseTime")),
+    )
+
+
+def partition_metadata(partition: Partition, broker_id: str) -> pb.PartitionMetadata:
+    stats = partition.stats
+    return pb.PartitionMetadata(
+        id=partition.number,
+        leader=broker_id,
+        replicas=[broker_id],
+        isr=[broker_id],
+        highWatermark=partition.high_watermark,
+        newestOffset=partition.newest_offset,
+        paused=partition.paused,
+        readonly=partition.readonly,
+        messagesReceivedTimestamps=pb.PartitionEventTimestamps(
+            firstTimestamp=stats.first_message_received,
+            latestTimestamp=stats.latest_message_received,
+        ),
+        pauseTimestamps=pb.PartitionEventTimestamps(
+            firstTimestamp=stats.first_paused, latestTimestamp=stats.latest_paused
+        ),
+        readonlyTimestamps=pb.PartitionEventTimestamps(
+            firstTimestamp=stats.first_readonly, latestTimestamp=stats.latest_readonly
+        ),
+    )
+
+
+def _message(request: pb.PublishRequest) -> bytes | Message:
+    if not request.key and not request.headers:
+        return request.value
+    return Message(request.value, key=request.key or None, headers=dict(request.headers))
+
+
+def _async_error(error: BaseException) -> pb.PublishAsyncError:
+    codes = pb.PublishAsyncError
+    if isinstance(error, StreamNotFound | PartitionNotFound):
+        code = codes.NOT_FOUND
+    elif isinstance(error, PartitionReadonly):
+        code = codes.READONLY
+    elif isinstance(error, IncorrectOffset):
+        code = codes.INCORRECT_OFFSET
+    elif isinstance(error, InvalidArgument | MessageTooLarge):
+        code = codes.BAD_REQUEST
+    elif isinstance(error, TidelogError):
+        code = codes.INTERNAL
+    else:
+        code = codes.UNKNOWN
+    return pb.PublishAsyncError(code=code, message=status_of(error)[1])
+
+
+class LiftbridgeService(pb_grpc.APIServicer):
+    def __init__(
+        self, broker: Broker, advertised: Advertised, metrics: Metrics | None = None
+    ) -> None:
+        self.broker = broker
+        self.advertised = advertised
+        self._latency = None if metrics is None else metrics.publish_latency.labels("liftbridge")
+
+    def _observe(self, started: float) -> None:
+        if self._latency is not None:
+            self._latency.observe(time.perf_counter() - started)
+
+    # -- streams ---------------------------------------------------------------------------------
+
+    async def CreateStream(
+        self, request: pb.CreateStreamRequest, context: Context
+    ) -> pb.CreateStreamResponse:
+        async with grpc_errors(context):
+            self.broker.create_stream(request.name, stream_config(request))
+        return pb.CreateStreamResponse()
+
+    async def DeleteStream(
+        self, request: pb.DeleteStreamRequest, context: Context
+    ) -> pb.DeleteStreamResponse:
+        async with grpc_errors(context):
+            await asyncio.to_thread(self.broker.delete_stream, request.name)
+        return pb.DeleteStreamResponse()
+
+    async def PauseStream(
+        self, request: pb.PauseStreamRequest, context: Context
+    ) -> pb.PauseStreamResponse:
+        async with grpc_errors(context):
+            self.broker.pause(request.name, list(request.partitions), request.resumeAll)
+        return pb.PauseStreamResponse()
+
+    async def SetStreamReadonly(
+        self, request: pb.SetStreamReadonlyRequest, context: Context
+    ) -> pb.SetStreamReadonlyResponse:
+        async with grpc_errors(context):
+            self.broker.set_readonly(request.name, list(request.partitions), request.readonly)
+        return pb.SetStreamReadonlyResponse()
+
+    # -- metadata --------------------------------------------------------------------------------
+
+    def _broker_info(self) -> pb.Broker:
+        partitions = sum(len(s.partitions) for s in self.broker.streams.values())
+        return pb.Broker(
+            id=self.advertised.broker_id,
+            host=self.advertised.host,
+            port=self.advertised.port,
+            partitionCount=partitions,
+            leaderCount=partitions,
+        )
+
+    def _stream_metadata(self, name: str) -> pb.StreamMetadata:
+        stream = self.broker.streams.get(name)
+        if stream is None:
+            return pb.StreamMetadata(name=name, error=pb.StreamMetadata.UNKNOWN_STREAM)
+        broker_id = self.advertised.broker_id
+        return pb.StreamMetadata(
+            name=name,
+            subject=stream.subject,
+            creationTimestamp=stream.created_ns,
+            partitions={p.number: partition_metadata(p, broker_id) for p in stream.partitions},
+        )
+
+    async def FetchMetadata(
+        self, request: pb.FetchMetadataRequest, context: Context
+    ) -> pb.FetchMetadataResponse:
+        async with grpc_errors(context):
+            names = list(request.streams) or sorted(self.broker.streams)
+            return pb.FetchMetadataResponse(
+                brokers=[self._broker_info()],
+                streamMetadata=[self._stream_metadata(n) for n in names],
+                groupMetadata=[
+                    pb.ConsumerGroupMetadata(
+                        groupId=g, error=pb.ConsumerGroupMetadata.UNKNOWN_GROUP
+                    )
+                    for g in request.groups
+                ],
+            )
+        raise AssertionError("unreachable")
+
+    async def FetchPartitionMetadata(
+        self, request: pb.FetchPartitionMetadataRequest, context: Context
+    ) -> pb.FetchPartitionMetadataResponse:
+        async with grpc_errors(context):
+            partition = self.broker.partition(request.stream, request.partition)
+            return pb.FetchPartitionMetadataResponse(
+                metadata=partition_metadata(partition, self.advertised.broker_id)
+            )
+        raise AssertionError("unreachable")
+
+    # -- publishing ------------------------------------------------------------------------------
+
+    def _ack(
+        self, request: pb.PublishRequest, offset: int, received: int, committed: int
+    ) -> pb.Ack:
+        subject = self.broker.streams[request.stream].subject
+        return pb.Ack(
+            stream=request.stream,
+            partitionSubject=subject
+            if request.partition == 0
+            else f"{subject}.{request.partition}",
+            msgSubject=subject,
+            offset=offset,
+            ackInbox=request.ackInbox,
+            correlationId=request.correlationId,
+            ackPolicy=request.ackPolicy,
+            receptionTimestamp=received,
+            commitTimestamp=committed,
+        )
+
+    async def Publish(self, request: pb.PublishRequest, context: Context) -> pb.PublishResponse:
+        started = time.perf_counter()
+        async with grpc_errors(context):
+            if not request.stream:
+                raise InvalidArgument("publish needs a stream name")
+            received = time.time_ns()
+            offsets = await self.broker.publish(
+                request.stream,
+                request.partition,
+                [_message(request)],
+                expected_offset=request.expectedOffset if request.expectedOffset >= 0 else None,
+                durable=request.ackPolicy == pb.ALL,
+            )
+            self._observe(started)
+            if request.ackPolicy == pb.NONE:
+                return pb.PublishResponse()
+            ack = self._ack(request, offsets[0], received, time.time_ns())
+            return pb.PublishResponse(ack=ack, correlationId=request.correlationId)
+        raise AssertionError("unreachable")
+
+    async def _publish_run(self, run: Sequence[pb.PublishRequest]) -> list[pb.PublishResponse]:
+        """Append consecutive requests for one partition as one batch; one response each."""
+        first = run[0]
+        started = time.perf_counter()
+        received = time.time_ns()
+        try:
+            if not first.stream:
+                raise InvalidArgument("publish needs a stream name")
+            offsets = await self.broker.publish(
+                first.stream,
+                first.partition,
+                [_message(r) for r in run],
+                expected_offset=first.expectedOffset if first.expectedOffset >= 0 else None,
+                durable=any(r.ackPolicy == pb.ALL for r in run),
+            )
+        except Exception as error:
+            if not isinstance(error, TidelogError | ValueError | TypeError):
+                raise
+            failure = _async_error(error)
+            return [
+                pb.PublishResponse(asyncError=failure, correlationId=r.correlationId) for r in run
+            ]
+        committed = time.time_ns()
+        self._observe(started)
+        return [
+            pb.PublishResponse(
+                ack=self._ack(r, offset, received, committed), correlationId=r.correlationId
+            )
+            for r, offset in zip(run, offsets, strict=True)
+            if r.ackPolicy != pb.NONE
+        ]
+
+    async def _publish_group(self, requests: list[pb.PublishRequest]) -> list[pb.PublishResponse]:
+        responses: list[pb.PublishResponse] = []
+        run: list[pb.PublishRequest] = []
+        for request in requests:
+            same = (
+                run
+                and request.stream == run[0].stream
+                and request.partition == run[0].partition
+                and request.expectedOffset < 0
+                and run[0].expectedOffset < 0
+            )
+            if run and not same:
+                responses += await self._publish_run(run)
+                run = []
+            run.append(request)
+        if run:
+            responses += await self._publish_run(run)
+        return responses
+
+    async def PublishAsync(
+        self, request_iterator: AsyncIterator[pb.PublishRequest], context: Context
+    ) -> AsyncIterator[pb.PublishResponse]:
+        """One response per request with an ack policy other than NONE. Requests that arrive
+        together are appended together (one write per partition), in order."""
+        queue: asyncio.Queue[pb.PublishRequest | None] = asyncio.Queue(maxsize=4 * _ASYNC_BATCH)
+
+        async def pump() -> None:
+            try:
+                async for request in request_iterator:
+                    await queue.put(request)
+            finally:
+                await queue.put(None)
+
+        reader = asyncio.create_task(pump())
+        try:
+            ended = False
+            while not ended:
+                head = await queue.get()
+                if head is None:
+                    break
+                group = [head]
+                while len(group) < _ASYNC_BATCH and not queue.empty():
+                    item = queue.get_nowait()
+                    if item is None:
+                        ended = True
+                        break
+                    group.append(item)
+                async with grpc_errors(context):
+                    for response in await self._publish_group(group):
+                        yield response
+        finally:
+            reader.cancel()
+
+    async def PublishToSubject(
+        self, request: pb.PublishToSubjectRequest, context: Context
+    ) -> pb.PublishToSubjectResponse:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "PublishToSubject needs NATS subjects, which tidelog does not have; publish to a "
+            "stream by name with Publish or PublishAsync",
+        )
+        raise AssertionError("unreachable")
+
+    # -- subscribing -----------------------------------------------------------------------------
+
+    async def Subscribe(
+        self, request: pb.SubscribeRequest, context: Context
+    ) -> AsyncIterator[pb.Message]:
+        if request.consumer.groupId:
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                "consumer groups are not available in this tidelog release; subscribe without "
+                "a consumer",
+            )
+        async with grpc_errors(context):
+            subscription = self.broker.subscribe(
+                request.stream,
+                request.partition,
+                BrokerSubscribe(
+                    start=StartPosition(request.startPosition),
+                    start_offset=request.startOffset,
+                    start_timestamp=request.startTimestamp,
+                    stop=StopPosition(request.stopPosition),
+                    stop_offset=request.stopOffset,
+                    stop_timestamp=request.stopTimestamp,
+                    reverse=request.reverse,
+                ),
+                resume=request.resume,
+            )
+            stream = self.broker.stream(request.stream)
+            subject = stream.subject
+            name, number = request.stream, request.partition
+            yield pb.Message()  # the handshake: the subscription exists
+            async for batch in subscription.batches():
+                for offset, timestamp, key, value, headers in zip(
+                    batch.offsets.tolist(),
+                    batch.timestamps.tolist(),
+                    batch.keys(),
+                    batch.values(),
+                    batch.headers(),
+                    strict=True,
+                ):
+                    yield pb.Message(
+                        offset=offset,
+                        key=key or b"",
+                        value=value,
+                        timestamp=timestamp,
+                        stream=name,
+                        partition=number,
+                        subject=subject,
+                        headers=headers,
+                    )
+
+    # -- cursors ---------------------------------------------------------------------------------
+
+    async def SetCursor(
+        self, request: pb.SetCursorRequest, context: Context
+    ) -> pb.SetCursorResponse:
+        async with grpc_errors(context):
+            await self.broker.cursors.set(
+                request.cursorId, request.stream, request.partition, request.offset
+            )
+        return pb.SetCursorResponse()
+
+    async def FetchCursor(
+        self, request: pb.FetchCursorRequest, context: Context
+    ) -> pb.FetchCursorResponse:
+        async with grpc_errors(context):
+            offset = await self.broker.cursors.fetch(
+                request.cursorId, request.stream, request.partition
+            )
+            return pb.FetchCursorResponse(offset=offset)
+        raise AssertionError("unreachable")
+
+    # -- consumer groups (not available) ---------------------------------------------------------
+
+    async def _no_groups(self, context: Context) -> None:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "consumer groups are not available in this tidelog release",
+        )
+
+    async def JoinConsumerGroup(
+        self, request: pb.JoinConsumerGroupRequest, context: Context
+    ) -> pb.JoinConsumerGroupResponse:
+        await self._no_groups(context)
+        raise AssertionError("unreachable")
+
+    async def LeaveConsumerGroup(
+        self, request: pb.LeaveConsumerGroupRequest, context: Context
+    ) -> pb.LeaveConsumerGroupResponse:
+        await self._no_groups(context)
+        raise AssertionError("unreachable")
+
+    async def FetchConsumerGroupAssignments(
+        self, request: pb.FetchConsumerGroupAssignmentsRequest, context: Context
+    ) -> pb.FetchConsumerGroupAssignmentsResponse:
+        await self._no_groups(context)
+        raise AssertionError("unreachable")
+
+    async def ReportConsumerGroupCoordinator(
+        self, request: pb.ReportConsumerGroupCoordinatorRequest, context: Context
+    ) -> pb.ReportConsumerGroupCoordinatorResponse:
+        await self._no_groups(context)
+        raise AssertionError("unreachable")

@@ -1,0 +1,79 @@
+"""Prometheus metrics, read from the broker's own counters at scrape time.
+
+Per-stream message and byte counters, subscriber counts and partition sizes cost the hot paths
+nothing: the collector walks the partitions when ``/metrics`` is scraped. Only publish latency is
+observed per call (one histogram observation per publish request, not per message).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from tidelog.broker import Broker
+
+PUBLISH_LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0)
+
+
+class BrokerCollector(Collector):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        messages_in = CounterMetricFamily(
+            "tidelog_messages_in", "Messages appended", labels=["stream"]
+        )
+        bytes_in = CounterMetricFamily(
+            "tidelog_bytes_in", "Payload bytes appended", labels=["stream"]
+        )
+        messages_out = CounterMetricFamily(
+            "tidelog_messages_out", "Messages delivered to subscribers", labels=["stream"]
+        )
+        bytes_out = CounterMetricFamily(
+            "tidelog_bytes_out", "Record bytes delivered to subscribers", labels=["stream"]
+        )
+        subscribers = GaugeMetricFamily(
+            "tidelog_subscribers", "Open subscriptions", labels=["stream", "partition"]
+        )
+        size = GaugeMetricFamily(
+            "tidelog_partition_size_bytes", "Record bytes held", labels=["stream", "partition"]
+        )
+        newest = GaugeMetricFamily(
+            "tidelog_partition_newest_offset", "Newest offset", labels=["stream", "partition"]
+        )
+        for name, stream in list(self.broker.streams.items()):
+            stats = [p.stats for p in stream.partitions]
+            messages_in.add_metric([name], sum(s.messages_in for s in stats))
+            bytes_in.add_metric([name], sum(s.bytes_in for s in stats))
+            messages_out.add_metric([name], sum(s.messages_out for s in stats))
+            bytes_out.add_metric([name], sum(s.bytes_out for s in stats))
+            for p in stream.partitions:
+                labels = [name, str(p.number)]
+                subscribers.add_metric(labels, p.subscribers)
+                newest.add_metric(labels, p.newest_offset)
+                if not p.paused and not (p.deleted or p.closed):
+                    size.add_metric(labels, p.log.size_bytes)
+        yield from (messages_in, bytes_in, messages_out, bytes_out, subscribers, size, newest)
+
+
+class Metrics:
+    """The server's registry: broker counters plus the publish latency histogram."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(BrokerCollector(broker))
+        self.publish_latency = Histogram(
+            "tidelog_publish_latency_seconds",
+            "Time from receiving a publish request to acknowledging it",
+            labelnames=["api"],
+            buckets=PUBLISH_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+
+    def serve(self, host: str, port: int) -> int:
+        """Start the /metrics HTTP endpoint in a background thread; return its port."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return int(server.server_port)

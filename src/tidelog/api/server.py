@@ -1,0 +1,140 @@
+"""``tidelog serve``: the broker behind a gRPC server, with health, metrics and graceful shutdown.
+
+Shutdown on SIGTERM or SIGINT: subscriptions are ended (UNAVAILABLE, "shutting down"), the
+server stops accepting calls and gives in-flight ones ``shutdown_grace_s`` to finish (acks for
+publishes already appended go out), then every log is synced and closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Callable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from tidelog._proto.liftbridge import api_pb2_grpc
+from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc
+from tidelog.api.liftbridge import Advertised, LiftbridgeService
+from tidelog.api.metrics import Metrics
+from tidelog.api.settings import ServerSettings
+from tidelog.api.v1 import TidelogService
+from tidelog.broker import Broker
+
+LOG = logging.getLogger("tidelog.server")
+
+MAX_MESSAGE_BYTES = 64 << 20
+"""gRPC frame limit, both ways: room for a 64 MiB message or a large batch."""
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message (and the traceback, if any)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(settings: ServerSettings) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if settings.log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(settings.log_level)
+
+
+class Server:
+    """A running tidelog server; ``await start()``, then ``await stop()``."""
+
+    def __init__(self, settings: ServerSettings) -> None:
+        self.settings = settings
+        self.broker = Broker(settings.broker_config())
+        self.metrics = Metrics(self.broker)
+        self.port = 0
+        self.metrics_port = 0
+        self._grpc: grpc.aio.Server | None = None
+        self._health_servicer = health.HealthServicer()
+
+    async def start(self) -> None:
+        settings = self.settings
+        await self.broker.start()
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        self.port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+        if self.port == 0:
+            raise OSError(f"cannot listen on {settings.host}:{settings.port}")
+        advertised = Advertised(
+            broker_id=self.broker.broker_id,
+            host=settings.advertised_host or settings.host,
+            port=settings.advertised_port or self.port,
+        )
+        api_pb2_grpc.add_APIServicer_to_server(
+            LiftbridgeService(self.broker, advertised, self.metrics), server
+        )
+        tidelog_pb2_grpc.add_TidelogServicer_to_server(
+            TidelogService(self.broker, self.metrics), server
+        )
+        for service in ("", "proto.API", "tidelog.v1.Tidelog"):
+            self._health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health_servicer, server)
+        await server.start()
+        self._grpc = server
+        if settings.metrics_port:
+            self.metrics_port = self.metrics.serve(settings.host, settings.metrics_port)
+        LOG.info(
+            "tidelog listening on %s:%d (data in %s, metrics on %s)",
+            settings.host,
+            self.port,
+            settings.data_dir,
+            f"{settings.host}:{self.metrics_port}/metrics" if self.metrics_port else "off",
+        )
+
+    async def stop(self) -> None:
+        if self._grpc is None:
+            return
+        LOG.info("shutting down: ending subscriptions, finishing in-flight calls")
+        self._health_servicer.enter_graceful_shutdown()
+        self.broker.drain()
+        await self._grpc.stop(self.settings.shutdown_grace_s)
+        await self.broker.close()
+        self._grpc = None
+        LOG.info("stopped; every log synced and closed")
+
+
+async def serve(
+    settings: ServerSettings, *, on_ready: Callable[[Server], None] | None = None
+) -> None:
+    """Run until SIGTERM or SIGINT."""
+    server = Server(settings)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if on_ready is not None:
+        on_ready(server)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()

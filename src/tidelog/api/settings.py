@@ -1,0 +1,94 @@
+"""Server settings: embedded defaults, then a TOML file, then ``TIDELOG_*`` variables, then flags.
+
+Every setting has a default that works out of the box (``tidelog serve`` with nothing else
+listens on 127.0.0.1:9292 with its data in ``./tidelog-data``). ``docs/operations.md`` lists them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from tidelog.broker import BrokerConfig
+from tidelog.log import FlushPolicy, LogConfig
+
+
+class ServerSettings(BaseSettings):
+    """Everything ``tidelog serve`` can be told."""
+
+    model_config = SettingsConfigDict(env_prefix="TIDELOG_", extra="forbid")
+
+    data_dir: Path = Field(Path("./tidelog-data"), description="where streams are stored")
+    host: str = Field("127.0.0.1", description="address the gRPC server binds")
+    port: int = Field(9292, ge=0, le=65535, description="gRPC port (0: pick a free one)")
+    advertised_host: str = Field("", description="host reported in metadata (default: host)")
+    advertised_port: int = Field(0, ge=0, le=65535, description="port in metadata (default: port)")
+    broker_id: str = Field("", description="broker id in metadata (default: kept in data_dir)")
+    metrics_port: int = Field(
+        9293, ge=0, le=65535, description="Prometheus /metrics port on host (0: disabled)"
+    )
+    flush_policy: FlushPolicy = Field(FlushPolicy.INTERVAL, description="always|interval|never")
+    flush_interval_s: float = Field(1.0, gt=0)
+    segment_max_bytes: int = Field(256 << 20, ge=4096)
+    segment_max_age_s: float = Field(168 * 3600.0, gt=0)
+    retention_bytes: int | None = Field(None, ge=0)
+    retention_messages: int | None = Field(None, ge=0)
+    retention_age_s: float | None = Field(168 * 3600.0, gt=0)
+    max_message_bytes: int = Field(256 << 10, ge=1, le=64 << 20)
+    maintenance_interval_s: float = Field(30.0, gt=0)
+    shutdown_grace_s: float = Field(5.0, ge=0, description="time in-flight calls get on SIGTERM")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["text", "json"] = "text"
+
+    def broker_config(self) -> BrokerConfig:
+        return BrokerConfig(
+            data_dir=str(self.data_dir),
+            broker_id=self.broker_id,
+            log=LogConfig(
+                segment_max_bytes=self.segment_max_bytes,
+                segment_max_age_s=self.segment_max_age_s,
+                max_message_bytes=self.max_message_bytes,
+                retention_bytes=self.retention_bytes,
+                retention_messages=self.retention_messages,
+                retention_age_s=self.retention_age_s,
+                flush_policy=self.flush_policy,
+                flush_interval_s=self.flush_interval_s,
+            ),
+            maintenance_interval_s=self.maintenance_interval_s,
+        )
+
+
+def load_settings(config_file: Path | None = None, **flags: Any) -> ServerSettings:
+    """Settings from (lowest to highest precedence) defaults, ``config_file``, environment
+    variables and ``flags`` (None values in ``flags`` are ignored)."""
+    given = {k: v for k, v in flags.items() if v is not None}
+    if config_file is None:
+        return ServerSettings(**given)
+    if not config_file.is_file():
+        raise FileNotFoundError(f"configuration file not found: {config_file}")
+
+    class FromFile(ServerSettings):
+        model_config = SettingsConfigDict(
+            env_prefix="TIDELOG_", extra="forbid", toml_file=config_file
+        )
+
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
+
+    return ServerSettings.model_validate(FromFile(**given).model_dump())

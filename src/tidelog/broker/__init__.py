@@ -1,0 +1,28 @@
+"""The broker: streams of partitioned commit logs, subscriptions, cursors, maintenance."""
+
+from tidelog.broker.broker import Broker
+from tidelog.broker.config import CURSORS_STREAM, BrokerConfig, StreamConfig, validate_stream_name
+from tidelog.broker.partition import Partition
+from tidelog.broker.stream import Stream
+from tidelog.broker.subscription import (
+    StartPosition,
+    StopPosition,
+    SubscribeRequest,
+    SubscriberState,
+    Subscription,
+)
+
+__all__ = [
+    "CURSORS_STREAM",
+    "Broker",
+    "BrokerConfig",
+    "Partition",
+    "StartPosition",
+    "StopPosition",
+    "Stream",
+    "StreamConfig",
+    "SubscribeRequest",
+    "SubscriberState",
+    "Subscription",
+    "validate_stream_name",
+]

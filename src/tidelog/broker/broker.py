@@ -1,0 +1,258 @@
+"""The broker: every stream of one data directory, on one asyncio event loop.
+
+It owns stream lifecycle (create, delete, pause/resume, read-only), publishing with optimistic
+concurrency, subscriptions, cursors, and periodic maintenance (age rolls, retention,
+auto-pause). Structural changes happen on the loop; blocking log work (syncs, retention's file
+deletion, cursor scans) runs in threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from tidelog.broker.config import (
+    CURSORS_STREAM,
+    BrokerConfig,
+    StreamConfig,
+    validate_stream_name,
+)
+from tidelog.broker.cursors import CursorStore
+from tidelog.broker.partition import Partition
+from tidelog.broker.stream import METADATA_FILE, Stream
+from tidelog.broker.subscription import SubscribeRequest, Subscription, resolve
+from tidelog.errors import BrokerClosed, InvalidArgument, StreamExists, StreamNotFound
+from tidelog.log import Message
+
+LOG = logging.getLogger("tidelog.broker")
+
+
+class Broker:
+    """Create with a :class:`BrokerConfig`, then ``await start()`` on the loop that will run it."""
+
+    def __init__(self, config: BrokerConfig | None = None) -> None:
+        self.config = config or BrokerConfig()
+        self.data_dir = Path(self.config.data_dir)
+        self.streams: dict[str, Stream] = {}
+        self.broker_id = ""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._maintenance: asyncio.Task[None] | None = None
+        self._cursors: CursorStore | None = None
+        self._closed = False
+        self.started_ns = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        (self.data_dir / "streams").mkdir(parents=True, exist_ok=True)
+        self.broker_id = self.config.broker_id or self._stored_broker_id()
+        for directory in sorted((self.data_dir / "streams").iterdir()):
+            if (directory / METADATA_FILE).exists():
+                stream = await asyncio.to_thread(
+                    Stream.load, directory, self.config.log, self._loop
+                )
+                self.streams[stream.name] = stream
+                LOG.info("opened stream %s (%d partitions)", stream.name, len(stream.partitions))
+        if CURSORS_STREAM not in self.streams:
+            self._create(
+                CURSORS_STREAM,
+                StreamConfig(partitions=self.config.cursor_partitions),
+                internal=True,
+            )
+        self._cursors = CursorStore(self.streams[CURSORS_STREAM])
+        self._maintenance = asyncio.create_task(self._maintain_forever(), name="maintenance")
+        self.started_ns = time.time_ns()
+
+    def _stored_broker_id(self) -> str:
+        path = self.data_dir / "broker-id"
+        try:
+            stored = path.read_text().strip()
+        except FileNotFoundError:
+            stored = ""
+        if not stored:
+            stored = secrets.token_hex(8)
+            path.write_text(stored + "\n")
+        return stored
+
+    def drain(self) -> None:
+        """End every subscription (they are told the server is shutting down); publishing
+        continues until :meth:`close`."""
+        for stream in self.streams.values():
+            for partition in stream.partitions:
+                partition.draining = True
+                partition.signal.fire()
+
+    async def close(self) -> None:
+        """Stop maintenance, end subscriptions, sync and close every log."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._maintenance
+        for stream in list(self.streams.values()):
+            await asyncio.to_thread(stream.close)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BrokerClosed("the broker is shutting down")
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None, "Broker.start() has not run"
+        return self._loop
+
+    # -- streams ---------------------------------------------------------------------------------
+
+    def stream(self, name: str) -> Stream:
+        self._check_open()
+        try:
+            return self.streams[name]
+        except KeyError:
+            raise StreamNotFound(name) from None
+
+    def partition(self, stream: str, number: int) -> Partition:
+        return self.stream(stream).partition(number)
+
+    def create_stream(self, name: str, config: StreamConfig | None = None) -> Stream:
+        self._check_open()
+        validate_stream_name(name)
+        return self._create(name, config or StreamConfig(), internal=False)
+
+    def _create(self, name: str, config: StreamConfig, *, internal: bool) -> Stream:
+        if internal:
+            validate_stream_name(name, internal=True)
+        if name in self.streams:
+            raise StreamExists(name)
+        directory = self.data_dir / "streams" / name
+        if directory.exists():  # leftovers of a delete interrupted by a crash
+            shutil.rmtree(directory)
+        stream = Stream(name, config, directory, self.config.log, self.loop)
+        stream.save()
+        self.streams[name] = stream
+        LOG.info("created stream %s (%d partitions)", name, config.partitions)
+        return stream
+
+    def delete_stream(self, name: str) -> None:
+        stream = self.stream(name)
+        if name.startswith("__"):
+            raise InvalidArgument(f"stream {name!r} is internal and cannot be deleted")
+        del self.streams[name]
+        stream.delete()
+        LOG.info("deleted stream %s", name)
+
+    def pause(self, name: str, partitions: list[int] | None, resume_all: bool) -> None:
+        stream = self.stream(name)
+        for partition in stream.select(partitions):
+            partition.pause()
+        stream.resume_all = resume_all
+        stream.save()
+
+    def resume(self, partition: Partition) -> None:
+        stream = self.stream(partition.stream)
+        targets = stream.partitions if stream.resume_all else [partition]
+        for p in targets:
+            p.resume()
+        stream.resume_all = False
+        stream.save()
+
+    def set_readonly(self, name: str, partitions: list[int] | None, readonly: bool) -> None:
+        stream = self.stream(name)
+        for partition in stream.select(partitions):
+            partition.set_readonly(readonly)
+        stream.save()
+
+    # -- publishing and subscribing --------------------------------------------------------------
+
+    async def publish(
+        self,
+        stream: str,
+        partition: int,
+        messages: Sequence[bytes | Message],
+        *,
+        expected_offset: int | None = None,
+        durable: bool = False,
+    ) -> range:
+        """Append ``messages`` to one partition; returns their offsets.
+
+        ``expected_offset`` is checked only on streams created with optimistic concurrency.
+        """
+        target_stream = self.stream(stream)
+        target = target_stream.partition(partition)
+        if target.paused and not target.readonly:
+            self.resume(target)
+        if not target_stream.config.optimistic_concurrency:
+            expected_offset = None
+        return await target.publish(messages, expected_offset=expected_offset, durable=durable)
+
+    def subscribe(
+        self,
+        stream: str,
+        partition: int,
+        request: SubscribeRequest,
+        *,
+        resume: bool = False,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+    ) -> Subscription:
+        """Resolve the request and return the subscription; every error is raised here, before
+        anything is sent to the subscriber. Batch limits default to the broker's settings."""
+        target = self.partition(stream, partition)
+        if target.paused and resume:
+            self.resume(target)
+        bounds = resolve(target.log, request)
+        return Subscription(
+            target,
+            bounds,
+            max_messages=max_messages or self.config.subscriber_batch_messages,
+            max_bytes=max_bytes or self.config.subscriber_batch_bytes,
+        )
+
+    # -- cursors ---------------------------------------------------------------------------------
+
+    @property
+    def cursors(self) -> CursorStore:
+        self._check_open()
+        assert self._cursors is not None, "Broker.start() has not run"
+        return self._cursors
+
+    # -- maintenance -----------------------------------------------------------------------------
+
+    async def _maintain_forever(self) -> None:
+        interval = self.config.maintenance_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.maintain()
+            except Exception:  # one bad partition must not stop maintenance for the others
+                LOG.exception("maintenance pass failed")
+
+    async def maintain(self) -> None:
+        """One pass: roll over-age segments, apply retention, pause idle partitions."""
+        now = time.monotonic()
+        for stream in list(self.streams.values()):
+            for partition in stream.partitions:
+                if partition.paused or partition.deleted or partition.closed:
+                    continue
+                deleted = await asyncio.to_thread(partition.log.maintain)
+                if deleted:
+                    LOG.info(
+                        "retention removed %d segments of %s/%d",
+                        len(deleted),
+                        stream.name,
+                        partition.number,
+                    )
+                idle = now - partition.stats.last_activity_monotonic
+                auto_pause = stream.config.auto_pause_s
+                if auto_pause and partition.subscribers == 0 and idle >= auto_pause:
+                    partition.pause()
+                    stream.save()
+                    LOG.info("auto-paused idle partition %s/%d", stream.name, partition.number)

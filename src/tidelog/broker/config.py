@@ -1,0 +1,129 @@
+"""Stream settings (one frozen value per stream, persisted with it) and broker-wide defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+from tidelog.errors import InvalidArgument
+from tidelog.log import FlushPolicy, LogConfig
+from tidelog.log.config import MAX_SEGMENT_BYTES
+
+INTERNAL_PREFIX: Final = "__"
+CURSORS_STREAM: Final = "__cursors"
+_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]{0,248}")
+_INTERNAL_NAME: Final = re.compile(r"__[A-Za-z0-9][A-Za-z0-9._\-]{0,246}")
+MAX_PARTITIONS: Final = 1024
+
+
+def validate_stream_name(name: str, *, internal: bool = False) -> str:
+    """Return ``name`` if it is a valid stream name, else raise :class:`InvalidArgument`.
+
+    Names are 1-249 characters of ASCII letters, digits, ``.``, ``_`` and ``-``, starting with a
+    letter or digit; the ``__`` prefix is reserved for tidelog's internal streams.
+    """
+    if internal:
+        if _INTERNAL_NAME.fullmatch(name):
+            return name
+    elif name.startswith(INTERNAL_PREFIX):
+        raise InvalidArgument(
+            f"stream name {name!r}: the '__' prefix is reserved for internal streams"
+        )
+    elif _NAME.fullmatch(name):
+        return name
+    raise InvalidArgument(
+        f"invalid stream name {name!r}: use 1-249 letters, digits, '.', '_' or '-', "
+        f"starting with a letter or digit"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConfig:
+    """One stream's settings. ``None`` means "the broker default"."""
+
+    partitions: int = 1
+    subject: str = ""
+    group: str = ""
+    retention_bytes: int | None = None
+    retention_messages: int | None = None
+    retention_age_s: float | None = None
+    segment_max_bytes: int | None = None
+    segment_max_age_s: float | None = None
+    max_message_bytes: int | None = None
+    optimistic_concurrency: bool = False
+    auto_pause_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.partitions <= MAX_PARTITIONS:
+            raise InvalidArgument(
+                f"partitions must be between 1 and {MAX_PARTITIONS}, got {self.partitions}"
+            )
+        for name in ("retention_bytes", "retention_messages"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise InvalidArgument(f"{name} must be >= 0, got {value}")
+        for name in ("retention_age_s", "segment_max_age_s", "auto_pause_s"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise InvalidArgument(f"{name} must be positive, got {value}")
+        if self.segment_max_bytes is not None and not (
+            4096 <= self.segment_max_bytes <= MAX_SEGMENT_BYTES
+        ):
+            raise InvalidArgument(
+                f"segment_max_bytes must be between 4096 and {MAX_SEGMENT_BYTES}, "
+                f"got {self.segment_max_bytes}"
+            )
+        if self.max_message_bytes is not None and not 1 <= self.max_message_bytes <= 64 << 20:
+            raise InvalidArgument(
+                f"max_message_bytes must be between 1 and {64 << 20}, got {self.max_message_bytes}"
+            )
+
+    def log_config(self, defaults: LogConfig) -> LogConfig:
+        """The commit-log settings of one partition: these values over the broker's defaults."""
+        return dataclasses.replace(
+            defaults,
+            segment_max_bytes=self.segment_max_bytes or defaults.segment_max_bytes,
+            segment_max_age_s=self.segment_max_age_s or defaults.segment_max_age_s,
+            max_message_bytes=self.max_message_bytes or defaults.max_message_bytes,
+            retention_bytes=(
+                defaults.retention_bytes if self.retention_bytes is None else self.retention_bytes
+            ),
+            retention_messages=(
+                defaults.retention_messages
+                if self.retention_messages is None
+                else self.retention_messages
+            ),
+            retention_age_s=(
+                defaults.retention_age_s if self.retention_age_s is None else self.retention_age_s
+            ),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StreamConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Broker-wide settings the server passes in (see ``tidelog.api.settings`` for the sources)."""
+
+    data_dir: str = "./tidelog-data"
+    broker_id: str = ""
+    """Stable id reported in metadata; empty: generated once, kept in ``<data_dir>/broker-id``."""
+    log: LogConfig = dataclasses.field(default_factory=LogConfig)
+    """Defaults for every partition's commit log."""
+    maintenance_interval_s: float = 30.0
+    """How often retention, age rolls and auto-pause run."""
+    cursor_partitions: int = 1
+    subscriber_batch_messages: int = 1000
+    subscriber_batch_bytes: int = 1 << 20
+
+    @property
+    def flush_policy(self) -> FlushPolicy:
+        return self.log.flush_policy

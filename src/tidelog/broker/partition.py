@@ -1,0 +1,218 @@
+"""One stream partition on the broker: its commit log, its flags, the signal subscribers await.
+
+A partition is *paused* (log closed, nothing held open; a publish or a resuming subscribe opens
+it again), *read-only* (publishes refused, subscribers end once caught up) or neither. Everything
+here runs on the broker's event loop, except the log's own sync work, which runs in threads when
+the flush policy makes an append wait for a sync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidelog.errors import PartitionPaused, PartitionReadonly, StreamDeleted
+from tidelog.log import FlushPolicy, LogConfig, Message, SegmentedLog
+
+
+class CommitSignal:
+    """Wakes every waiter when a partition's high watermark moves, or its state changes.
+
+    Waiters take ``current()`` *before* checking for data and await it only if there was none; a
+    change between the check and the await resolves the future they already hold, so no wake-up
+    is lost. ``fire`` runs on the loop; ``fire_threadsafe`` from any thread.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+        self._future: asyncio.Future[None] = loop.create_future()
+
+    def current(self) -> asyncio.Future[None]:
+        return self._future
+
+    def fire(self) -> None:
+        future, self._future = self._future, self._loop.create_future()
+        if not future.done():
+            future.set_result(None)
+
+    def fire_threadsafe(self) -> None:
+        if threading.get_ident() == self._loop_thread:
+            self.fire()
+        elif not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self.fire)
+
+
+@dataclass(slots=True)
+class PartitionStats:
+    """Counters for metadata and metrics (times in ns since the epoch, 0 = never)."""
+
+    messages_in: int = 0
+    bytes_in: int = 0
+    messages_out: int = 0
+    bytes_out: int = 0
+    first_message_received: int = 0
+    latest_message_received: int = 0
+    first_paused: int = 0
+    latest_paused: int = 0
+    first_readonly: int = 0
+    latest_readonly: int = 0
+    last_activity_monotonic: float = 0.0
+
+
+def _payload_bytes(messages: Sequence[bytes | Message]) -> int:
+    try:
+        return sum(map(len, messages))  # type: ignore[arg-type]
+    except TypeError:
+        return sum(len(m.value) if isinstance(m, Message) else len(m) for m in messages)
+
+
+class Partition:
+    """A partition's log and state; the broker serialises structural changes on its loop."""
+
+    def __init__(
+        self,
+        stream: str,
+        number: int,
+        directory: Path,
+        log_config: LogConfig,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        paused: bool = False,
+        readonly: bool = False,
+    ) -> None:
+        self.stream = stream
+        self.number = number
+        self.directory = directory
+        self.log_config = log_config
+        self.signal = CommitSignal(loop)
+        self.readonly = readonly
+        self.deleted = False
+        self.closed = False
+        self.draining = False
+        """Set when the server shuts down: subscriptions end so in-flight calls can finish."""
+        self.subscribers = 0
+        self.stats = PartitionStats(last_activity_monotonic=time.monotonic())
+        self._log: SegmentedLog | None = None
+        self._paused_offsets = (-1, -1)  # (high watermark, newest) when last paused
+        if paused:
+            # Report the offsets a paused partition holds without keeping its log open.
+            log = SegmentedLog(directory, log_config)
+            self._paused_offsets = (log.high_watermark, log.newest_offset)
+            log.close()
+        else:
+            self._open()
+
+    # -- state -----------------------------------------------------------------------------------
+
+    @property
+    def paused(self) -> bool:
+        return self._log is None
+
+    @property
+    def log(self) -> SegmentedLog:
+        """The open log; raises when the partition is paused or gone."""
+        if self.deleted or self.closed:
+            raise StreamDeleted(f"stream {self.stream!r} was deleted or the broker is closing")
+        if self._log is None:
+            raise PartitionPaused(self.stream, self.number)
+        return self._log
+
+    @property
+    def high_watermark(self) -> int:
+        """The log's high watermark (its value at pause time while paused)."""
+        return self._paused_offsets[0] if self._log is None else self._log.high_watermark
+
+    @property
+    def newest_offset(self) -> int:
+        return self._paused_offsets[1] if self._log is None else self._log.newest_offset
+
+    def _open(self) -> None:
+        log = SegmentedLog(self.directory, self.log_config)
+        log.add_listener(self._on_commit)
+        self._log = log
+
+    def _on_commit(self, high_watermark: int) -> None:
+        self.signal.fire_threadsafe()
+
+    def touch(self) -> None:
+        self.stats.last_activity_monotonic = time.monotonic()
+
+    def pause(self) -> None:
+        """Close the log; subscribers end with ``PartitionPaused``."""
+        if self._log is not None:
+            self._paused_offsets = (self._log.high_watermark, self._log.newest_offset)
+            self._log.close()
+            self._log = None
+            now = time.time_ns()
+            self.stats.first_paused = self.stats.first_paused or now
+            self.stats.latest_paused = now
+        self.signal.fire()
+
+    def resume(self) -> None:
+        if self._log is None and not (self.deleted or self.closed):
+            self._open()
+            self.touch()
+        self.signal.fire()
+
+    def set_readonly(self, readonly: bool) -> None:
+        if readonly and not self.readonly:
+            now = time.time_ns()
+            self.stats.first_readonly = self.stats.first_readonly or now
+            self.stats.latest_readonly = now
+        self.readonly = readonly
+        self.signal.fire()
+
+    # -- publishing ------------------------------------------------------------------------------
+
+    async def publish(
+        self,
+        messages: Sequence[bytes | Message],
+        *,
+        expected_offset: int | None = None,
+        durable: bool = False,
+    ) -> range:
+        """Append ``messages`` as one batch; with ``durable`` also wait until they are synced.
+
+        A paused partition is resumed first. Appends that wait for a sync (flush policy
+        ``always``, or ``durable``) run the sync in a thread, so the loop keeps serving.
+        """
+        if self.readonly:
+            raise PartitionReadonly(self.stream, self.number)
+        if self.paused:
+            self.resume()
+        log = self.log
+        if log.config.flush_policy is FlushPolicy.ALWAYS:
+            offsets = await asyncio.to_thread(log.append, messages, expected_offset=expected_offset)
+        else:
+            offsets = log.append(messages, expected_offset=expected_offset)
+            if durable:
+                await asyncio.to_thread(log.flush)
+        now = time.time_ns()
+        stats = self.stats
+        stats.messages_in += len(offsets)
+        stats.bytes_in += _payload_bytes(messages)
+        stats.first_message_received = stats.first_message_received or now
+        stats.latest_message_received = now
+        self.touch()
+        return offsets
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self.closed = True
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        self.signal.fire()
+
+    def delete(self) -> None:
+        self.deleted = True
+        if self._log is not None:
+            self._log.delete()
+            self._log = None
+        self.signal.fire()

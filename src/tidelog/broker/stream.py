@@ -1,0 +1,117 @@
+"""A stream: a name, its settings and its partitions, persisted as ``stream.json`` beside them.
+
+Layout: ``<data_dir>/streams/<name>/stream.json`` and ``<data_dir>/streams/<name>/<n>/`` (the
+commit log of partition ``n``). The metadata file is replaced atomically on every change, so a
+crash leaves either the old or the new version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from tidelog.broker.config import StreamConfig
+from tidelog.broker.partition import Partition
+from tidelog.errors import PartitionNotFound
+from tidelog.log import LogConfig
+
+METADATA_FILE = "stream.json"
+
+
+class Stream:
+    def __init__(
+        self,
+        name: str,
+        config: StreamConfig,
+        directory: Path,
+        defaults: LogConfig,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        created_ns: int | None = None,
+        flags: dict[str, dict[str, bool]] | None = None,
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.directory = directory
+        self.created_ns = created_ns or time.time_ns()
+        flags = flags or {}
+        log_config = config.log_config(defaults)
+        self.partitions = [
+            Partition(
+                name,
+                n,
+                directory / str(n),
+                log_config,
+                loop,
+                paused=flags.get(str(n), {}).get("paused", False),
+                readonly=flags.get(str(n), {}).get("readonly", False),
+            )
+            for n in range(config.partitions)
+        ]
+        self.resume_all = False
+        """Set by a pause with ``resumeAll``: waking one partition wakes them all."""
+
+    @property
+    def subject(self) -> str:
+        return self.config.subject or self.name
+
+    def partition(self, number: int) -> Partition:
+        if not 0 <= number < len(self.partitions):
+            raise PartitionNotFound(self.name, number, len(self.partitions))
+        return self.partitions[number]
+
+    def select(self, numbers: list[int] | None) -> list[Partition]:
+        """The partitions named (all when ``numbers`` is empty or None)."""
+        if not numbers:
+            return list(self.partitions)
+        return [self.partition(n) for n in numbers]
+
+    # -- persistence -----------------------------------------------------------------------------
+
+    def save(self) -> None:
+        data: dict[str, Any] = {
+            "format": 1,
+            "name": self.name,
+            "created_ns": self.created_ns,
+            "config": self.config.to_json(),
+            "resume_all": self.resume_all,
+            "partitions": {
+                str(p.number): {"paused": p.paused, "readonly": p.readonly} for p in self.partitions
+            },
+        }
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.directory / (METADATA_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.directory / METADATA_FILE)
+
+    @classmethod
+    def load(cls, directory: Path, defaults: LogConfig, loop: asyncio.AbstractEventLoop) -> Stream:
+        data = json.loads((directory / METADATA_FILE).read_text())
+        stream = cls(
+            data["name"],
+            StreamConfig.from_json(data["config"]),
+            directory,
+            defaults,
+            loop,
+            created_ns=data.get("created_ns"),
+            flags=data.get("partitions"),
+        )
+        stream.resume_all = bool(data.get("resume_all", False))
+        return stream
+
+    def close(self) -> None:
+        for partition in self.partitions:
+            partition.close()
+
+    def delete(self) -> None:
+        for partition in self.partitions:
+            partition.delete()
+        shutil.rmtree(self.directory, ignore_errors=True)

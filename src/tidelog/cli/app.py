@@ -1,0 +1,506 @@
+"""``tidelog``: serve, streams, publish, tail, cursors.
+
+People get rich tables and progress bars; scripts get ``--json`` (one object per line for
+``tail``). Every client command takes ``--server host:port`` (env ``TIDELOG_SERVER``). Errors
+from the server are printed as one line, with exit code 1; bad usage exits 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import sys
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from tidelog import __version__
+from tidelog.client import DEFAULT_SERVER, Client, ClientError, Message, ReceivedMessage
+from tidelog.client.models import Start, Stop
+from tidelog.log import FlushPolicy
+
+app = typer.Typer(
+    help="tidelog: a durable, partitioned streaming log.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+stream_app = typer.Typer(help="Create, list, inspect and delete streams.", no_args_is_help=True)
+cursor_app = typer.Typer(help="Read and write consumer cursors.", no_args_is_help=True)
+app.add_typer(stream_app, name="stream")
+app.add_typer(cursor_app, name="cursor")
+
+out = Console()
+err = Console(stderr=True)
+
+ServerOption = Annotated[
+    str,
+    typer.Option("--server", "-s", envvar="TIDELOG_SERVER", help="tidelog server host:port"),
+]
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def connect(server: str) -> Client:
+    return Client(server)
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        out.print(f"tidelog {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=version_callback, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """tidelog: a durable, partitioned streaming log."""
+
+
+# -- serve -----------------------------------------------------------------------------------------
+
+
+@app.command()
+def serve(
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="TOML settings file")
+    ] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="data directory [./tidelog-data]")] = None,
+    host: Annotated[str | None, typer.Option(help="bind address [127.0.0.1]")] = None,
+    port: Annotated[int | None, typer.Option(help="gRPC port [9292]; 0 picks a free one")] = None,
+    advertised_host: Annotated[str | None, typer.Option(help="host reported in metadata")] = None,
+    advertised_port: Annotated[int | None, typer.Option(help="port reported in metadata")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="/metrics port [9293]; 0: off")] = None,
+    flush_policy: Annotated[FlushPolicy | None, typer.Option(help="[interval]")] = None,
+    log_format: Annotated[str | None, typer.Option(help="text or json [text]")] = None,
+    log_level: Annotated[
+        str | None, typer.Option(help="DEBUG, INFO, WARNING, ERROR [INFO]")
+    ] = None,
+) -> None:
+    """Run a tidelog server until SIGTERM or Ctrl-C (settings: flags > TIDELOG_* > --config)."""
+    from pydantic import ValidationError
+
+    from tidelog.api.server import Server, configure_logging
+    from tidelog.api.server import serve as run
+    from tidelog.api.settings import load_settings
+
+    try:
+        settings = load_settings(
+            config,
+            data_dir=data_dir,
+            host=host,
+            port=port,
+            advertised_host=advertised_host,
+            advertised_port=advertised_port,
+            metrics_port=metrics_port,
+            flush_policy=flush_policy,
+            log_format=log_format,
+            log_level=log_level.upper() if log_level else None,
+        )
+    except (ValidationError, FileNotFoundError, ValueError) as error:
+        fail(f"invalid settings: {error}", 2)
+    configure_logging(settings)
+
+    def ready(server: Server) -> None:
+        # A line scripts and tests can wait for (stdout, flushed).
+        print(f"tidelog listening on {settings.host}:{server.port}", flush=True)
+
+    try:
+        asyncio.run(run(settings, on_ready=ready))
+    except OSError as error:
+        fail(f"cannot start: {error}")
+
+
+# -- streams ---------------------------------------------------------------------------------------
+
+
+@stream_app.command("create")
+def stream_create(
+    name: str,
+    server: ServerOption = DEFAULT_SERVER,
+    partitions: Annotated[int, typer.Option("--partitions", "-p", min=1)] = 1,
+    retention_bytes: Annotated[
+        int | None, typer.Option(help="keep at least this many bytes")
+    ] = None,
+    retention_messages: Annotated[int | None, typer.Option(help="keep at least N messages")] = None,
+    retention_age: Annotated[float | None, typer.Option(help="seconds to keep messages")] = None,
+    segment_bytes: Annotated[int | None, typer.Option(help="segment size before rolling")] = None,
+) -> None:
+    """Create a stream."""
+    with guarded(server) as client:
+        client.create_stream(
+            name,
+            partitions=partitions,
+            retention_bytes=retention_bytes,
+            retention_messages=retention_messages,
+            retention_age_s=retention_age,
+            segment_max_bytes=segment_bytes,
+        )
+    out.print(f"created stream [bold]{name}[/bold] with {partitions} partition(s)")
+
+
+@stream_app.command("list")
+def stream_list(
+    server: ServerOption = DEFAULT_SERVER,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per stream")] = False,
+) -> None:
+    """List streams with their partitions' newest offsets."""
+    with guarded(server) as client:
+        streams = client.list_streams()
+    if as_json:
+        for s in streams:
+            print(json.dumps(_stream_json(s)))
+        return
+    table = Table("stream", "partitions", "messages (newest+1)", "paused", "readonly")
+    for s in streams:
+        table.add_row(
+            s.name,
+            str(len(s.partitions)),
+            str(sum(p.newest_offset + 1 for p in s.partitions)),
+            ",".join(str(p.partition) for p in s.partitions if p.paused) or "-",
+            ",".join(str(p.partition) for p in s.partitions if p.readonly) or "-",
+        )
+    out.print(table)
+
+
+def _stream_json(info: Any) -> dict[str, Any]:
+    return {
+        "name": info.name,
+        "subject": info.subject,
+        "created": info.created,
+        "partitions": [
+            {
+                "partition": p.partition,
+                "high_watermark": p.high_watermark,
+                "newest_offset": p.newest_offset,
+                "paused": p.paused,
+                "readonly": p.readonly,
+                "leader": p.leader,
+            }
+            for p in info.partitions
+        ],
+    }
+
+
+@stream_app.command("info")
+def stream_info(
+    name: str,
+    server: ServerOption = DEFAULT_SERVER,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Show one stream's partitions."""
+    with guarded(server) as client:
+        info = client.stream_info(name)
+    if as_json:
+        print(json.dumps(_stream_json(info)))
+        return
+    table = Table(
+        "partition",
+        "high watermark",
+        "newest offset",
+        "paused",
+        "readonly",
+        "leader",
+        title=f"stream {info.name} (subject {info.subject})",
+    )
+    for p in info.partitions:
+        table.add_row(
+            str(p.partition),
+            str(p.high_watermark),
+            str(p.newest_offset),
+            "yes" if p.paused else "no",
+            "yes" if p.readonly else "no",
+            p.leader,
+        )
+    out.print(table)
+
+
+@stream_app.command("delete")
+def stream_delete(name: str, server: ServerOption = DEFAULT_SERVER) -> None:
+    """Delete a stream and all its messages."""
+    with guarded(server) as client:
+        client.delete_stream(name)
+    out.print(f"deleted stream [bold]{name}[/bold]")
+
+
+# -- publish ---------------------------------------------------------------------------------------
+
+
+def _headers(pairs: list[str]) -> dict[str, bytes]:
+    headers = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            fail(f"--header takes name=value, got {pair!r}", 2)
+        headers[name] = value.encode()
+    return headers
+
+
+@app.command()
+def publish(
+    stream: str,
+    value: Annotated[str | None, typer.Argument(help="the message (or use --file)")] = None,
+    server: ServerOption = DEFAULT_SERVER,
+    key: Annotated[str | None, typer.Option("--key", "-k")] = None,
+    partition: Annotated[int | None, typer.Option("--partition", "-p")] = None,
+    header: Annotated[list[str] | None, typer.Option("--header", "-H", help="name=value")] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", "-f", help="one message per line; - = stdin")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print acks as JSON")] = False,
+) -> None:
+    """Publish one message, or every line of a file (with a progress bar)."""
+    headers = _headers(header or [])
+    key_bytes = key.encode() if key is not None else None
+    if (value is None) == (file is None):
+        fail("give either a VALUE or --file", 2)
+    with guarded(server) as client:
+        if value is not None:
+            ack = client.publish(
+                stream, value.encode(), key=key_bytes, headers=headers or None, partition=partition
+            )
+            if as_json:
+                print(
+                    json.dumps(
+                        {"stream": ack.stream, "partition": ack.partition, "offset": ack.offset}
+                    )
+                )
+            else:
+                out.print(f"published to {ack.stream}/{ack.partition} at offset {ack.offset}")
+            return
+        assert file is not None
+        total = _publish_file(client, stream, file, key_bytes, headers, partition)
+        if as_json:
+            print(json.dumps({"stream": stream, "published": total}))
+        else:
+            out.print(f"published {total} messages to {stream}")
+
+
+def _lines(path: Path) -> Iterator[bytes]:
+    source = sys.stdin.buffer if str(path) == "-" else open(path, "rb")  # noqa: SIM115
+    try:
+        for line in source:
+            yield line.rstrip(b"\r\n")
+    finally:
+        if source is not sys.stdin.buffer:
+            source.close()
+
+
+def _publish_file(
+    client: Client,
+    stream: str,
+    path: Path,
+    key: bytes | None,
+    headers: dict[str, bytes],
+    partition: int | None,
+) -> int:
+    if str(path) != "-" and not path.is_file():
+        fail(f"no such file: {path}", 2)
+    size = None if str(path) == "-" else path.stat().st_size
+    plain = key is None and not headers
+    total = 0
+    with Progress(
+        TextColumn("publishing"),
+        BarColumn(),
+        TextColumn("{task.completed:,.0f} B"),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    ) as bar:
+        task = bar.add_task("publish", total=size)
+        batch: list[bytes | Message] = []
+        done_bytes = 0
+        for line in _lines(path):
+            batch.append(line if plain else Message(line, key=key, headers=headers))
+            done_bytes += len(line) + 1
+            if len(batch) == 1000:
+                client.publish_batch(stream, batch, partition=partition)
+                total += len(batch)
+                batch = []
+                bar.update(task, completed=done_bytes)
+        if batch:
+            client.publish_batch(stream, batch, partition=partition)
+            total += len(batch)
+        bar.update(task, completed=done_bytes)
+    return total
+
+
+# -- tail ------------------------------------------------------------------------------------------
+
+
+def parse_from(spec: str) -> Start:
+    """``earliest``, ``latest``, ``new``, ``offset:N`` or ``time:ISO8601``."""
+    if spec in ("earliest", "latest", "new"):
+        return spec  # type: ignore[return-value]
+    kind, sep, rest = spec.partition(":")
+    if sep and kind == "offset" and rest.isdigit():
+        return int(rest)
+    if sep and kind == "time":
+        try:
+            moment = datetime.fromisoformat(rest)
+        except ValueError:
+            fail(f"--from time:{rest}: not an ISO 8601 time (e.g. 2026-11-21T10:00:00+00:00)", 2)
+        return moment if moment.tzinfo else moment.astimezone()
+    fail(f"--from takes earliest, latest, new, offset:N or time:ISO8601, not {spec!r}", 2)
+
+
+def _text(data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(data).decode()
+
+
+def message_json(m: ReceivedMessage) -> str:
+    return json.dumps(
+        {
+            "offset": m.offset,
+            "timestamp": m.timestamp,
+            "key": _text(m.key),
+            "value": _text(m.value),
+            "headers": {k: _text(v) for k, v in m.headers.items()},
+            "partition": m.partition,
+        }
+    )
+
+
+@app.command()
+def tail(
+    stream: str,
+    server: ServerOption = DEFAULT_SERVER,
+    partition: Annotated[int, typer.Option("--partition", "-p")] = 0,
+    start: Annotated[
+        str | None, typer.Option("--from", help="earliest|latest|new|offset:N|time:ISO8601")
+    ] = None,
+    reverse: Annotated[bool, typer.Option("--reverse", "-r", help="newest to oldest")] = False,
+    count: Annotated[int | None, typer.Option("-n", help="stop after N messages", min=0)] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="keep waiting for new messages")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line")] = False,
+) -> None:
+    """Print messages of one partition.
+
+    Without --follow it prints what is there and exits: forward from --from (default: the last
+    -n messages, or everything), or with --reverse newest first. --follow keeps waiting.
+    """
+    if reverse and follow:
+        fail("--reverse reads back to the oldest message and ends; it cannot --follow", 2)
+    with guarded(server) as client:
+        begin: Start
+        stop: Stop = None if follow else "latest"
+        if start is not None:
+            begin = parse_from(start)
+        elif reverse:
+            begin = "latest"
+        elif count is not None and not follow:
+            newest = client.stream_info(stream).partitions[partition].newest_offset
+            begin = max(newest - count + 1, 0)
+        else:
+            begin = "earliest" if not follow else "new"
+        if not follow and not reverse:
+            info = client.stream_info(stream)
+            if partition >= len(info.partitions):
+                fail(f"stream {stream!r} has no partition {partition}")
+            if info.partitions[partition].newest_offset < 0:
+                return  # nothing to print
+        shown = 0
+        try:
+            for m in client.subscribe(
+                stream, partition, start=begin, stop=None if reverse else stop, reverse=reverse
+            ):
+                if count is not None and shown >= count:
+                    break
+                print(message_json(m) if as_json else _human(m), flush=follow)
+                shown += 1
+        except KeyboardInterrupt:
+            pass
+
+
+def _human(m: ReceivedMessage) -> str:
+    key = "" if m.key is None else f" key={_text(m.key)}"
+    headers = "".join(f" {k}={_text(v)}" for k, v in m.headers.items())
+    return (
+        f"{m.offset}\t{m.time.isoformat(timespec='milliseconds')}{key}{headers}\t{_text(m.value)}"
+    )
+
+
+# -- cursors ---------------------------------------------------------------------------------------
+
+
+@cursor_app.command("get")
+def cursor_get(
+    cursor_id: str,
+    stream: str,
+    server: ServerOption = DEFAULT_SERVER,
+    partition: Annotated[int, typer.Option("--partition", "-p")] = 0,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Print a cursor's offset (-1 when it was never set)."""
+    with guarded(server) as client:
+        offset = client.fetch_cursor(cursor_id, stream, partition)
+    if as_json:
+        print(
+            json.dumps(
+                {"cursor": cursor_id, "stream": stream, "partition": partition, "offset": offset}
+            )
+        )
+    else:
+        print(offset)
+
+
+@cursor_app.command("set")
+def cursor_set(
+    cursor_id: str,
+    stream: str,
+    offset: int,
+    server: ServerOption = DEFAULT_SERVER,
+    partition: Annotated[int, typer.Option("--partition", "-p")] = 0,
+) -> None:
+    """Store a cursor's offset."""
+    with guarded(server) as client:
+        client.set_cursor(cursor_id, stream, partition, offset)
+    out.print(f"cursor {cursor_id} on {stream}/{partition} = {offset}")
+
+
+# -- plumbing --------------------------------------------------------------------------------------
+
+
+class guarded:
+    """A client connection that turns server errors into one printed line and exit code 1."""
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self.client: Client | None = None
+
+    def __enter__(self) -> Client:
+        self.client = connect(self.server)
+        return self.client
+
+    def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
+        if self.client is not None:
+            self.client.close()
+        if isinstance(error, ClientError):
+            fail(str(error))
+
+
+def main() -> None:
+    app()

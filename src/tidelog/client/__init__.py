@@ -1,0 +1,42 @@
+"""The tidelog client: :class:`AsyncClient` (asyncio) and :class:`Client` (blocking)."""
+
+from tidelog.client.aio import DEFAULT_SERVER, AsyncClient
+from tidelog.client.errors import (
+    AlreadyExists,
+    ClientError,
+    DataLoss,
+    FailedPrecondition,
+    IncorrectOffset,
+    InvalidArgument,
+    MessageTooLarge,
+    NotFound,
+    PartitionPaused,
+    PartitionReadonly,
+    Unavailable,
+    Unimplemented,
+)
+from tidelog.client.models import Ack, Message, PartitionInfo, ReceivedMessage, StreamInfo
+from tidelog.client.sync import Client
+
+__all__ = [
+    "DEFAULT_SERVER",
+    "Ack",
+    "AlreadyExists",
+    "AsyncClient",
+    "Client",
+    "ClientError",
+    "DataLoss",
+    "FailedPrecondition",
+    "IncorrectOffset",
+    "InvalidArgument",
+    "Message",
+    "MessageTooLarge",
+    "NotFound",
+    "PartitionInfo",
+    "PartitionPaused",
+    "PartitionReadonly",
+    "ReceivedMessage",
+    "StreamInfo",
+    "Unavailable",
+    "Unimplemented",
+]

@@ -1,0 +1,353 @@
+"""``AsyncClient``: the asyncio client for tidelog.
+
+Control calls use the Liftbridge-compatible ``proto.API`` service; publishing batches and
+subscribing use ``tidelog.v1`` (columnar batches, one acknowledgement per batch).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from tidelog import columns
+from tidelog._proto.liftbridge import api_pb2 as pb
+from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
+from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
+from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
+from tidelog.client.errors import InvalidArgument, NotFound, from_rpc_error
+from tidelog.client.models import (
+    Ack,
+    Message,
+    PartitionInfo,
+    ReceivedMessage,
+    Start,
+    Stop,
+    StreamInfo,
+)
+
+DEFAULT_SERVER = "127.0.0.1:9292"
+MAX_FRAME = 64 << 20
+PUBLISH_CHUNK = 1000
+"""``publish_batch`` sends at most this many messages per request."""
+
+
+def _ns(moment: datetime) -> int:
+    return int(moment.timestamp() * 1_000_000_000)
+
+
+def start_fields(start: Start) -> dict[str, Any]:
+    """``SubscribeBatchesRequest`` fields for a start position."""
+    if isinstance(start, datetime):
+        return {"start_position": v1.START_TIMESTAMP, "start_timestamp": _ns(start)}
+    if isinstance(start, bool) or not isinstance(start, int | str):
+        raise InvalidArgument(
+            f"start must be 'earliest', 'latest', 'new', an offset or a time, not {start!r}"
+        )
+    if isinstance(start, int):
+        return {"start_position": v1.START_OFFSET, "start_offset": start}
+    named = {"earliest": v1.START_EARLIEST, "latest": v1.START_LATEST, "new": v1.START_NEW_ONLY}
+    if start not in named:
+        raise InvalidArgument(
+            f"start must be 'earliest', 'latest', 'new', an offset or a time, not {start!r}"
+        )
+    return {"start_position": named[start]}
+
+
+def stop_fields(stop: Stop) -> dict[str, Any]:
+    if stop is None:
+        return {"stop_position": v1.STOP_ON_CANCEL}
+    if isinstance(stop, datetime):
+        return {"stop_position": v1.STOP_TIMESTAMP, "stop_timestamp": _ns(stop)}
+    if stop == "latest":
+        return {"stop_position": v1.STOP_LATEST}
+    if isinstance(stop, int) and not isinstance(stop, bool):
+        return {"stop_position": v1.STOP_OFFSET, "stop_offset": stop}
+    raise InvalidArgument(f"stop must be None, 'latest', an offset or a time, not {stop!r}")
+
+
+class AsyncClient:
+    """A connection to one tidelog server. Use ``async with AsyncClient(...)`` or ``close()``."""
+
+    def __init__(self, server: str = DEFAULT_SERVER) -> None:
+        self.server = server
+        self._channel = grpc.aio.insecure_channel(
+            server,
+            options=[
+                ("grpc.max_receive_message_length", MAX_FRAME),
+                ("grpc.max_send_message_length", MAX_FRAME),
+            ],
+        )
+        self._api = pb_grpc.APIStub(self._channel)
+        self._v1 = v1_grpc.TidelogStub(self._channel)
+        self._partition_counts: dict[str, int] = {}
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    # -- streams ---------------------------------------------------------------------------------
+
+    async def create_stream(
+        self,
+        name: str,
+        *,
+        partitions: int = 1,
+        subject: str | None = None,
+        retention_bytes: int | None = None,
+        retention_messages: int | None = None,
+        retention_age_s: float | None = None,
+        segment_max_bytes: int | None = None,
+        segment_max_age_s: float | None = None,
+        optimistic_concurrency: bool = False,
+    ) -> None:
+        request = pb.CreateStreamRequest(
+            name=name, subject=subject or name, partitions=partitions, replicationFactor=1
+        )
+        if retention_bytes is not None:
+            request.retentionMaxBytes.value = retention_bytes
+        if retention_messages is not None:
+            request.retentionMaxMessages.value = retention_messages
+        if retention_age_s is not None:
+            request.retentionMaxAge.value = int(retention_age_s * 1000)
+        if segment_max_bytes is not None:
+            request.segmentMaxBytes.value = segment_max_bytes
+        if segment_max_age_s is not None:
+            request.segmentMaxAge.value = int(segment_max_age_s * 1000)
+        if optimistic_concurrency:
+            request.optimisticConcurrencyControl.value = True
+        try:
+            await self._api.CreateStream(request)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        self._partition_counts[name] = partitions
+
+    async def delete_stream(self, name: str) -> None:
+        try:
+            await self._api.DeleteStream(pb.DeleteStreamRequest(name=name))
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        self._partition_counts.pop(name, None)
+
+    async def list_streams(self) -> list[StreamInfo]:
+        """Every stream, internal ones (``__cursors``) included, sorted by name."""
+        return await self._metadata([])
+
+    async def stream_info(self, name: str) -> StreamInfo:
+        found = await self._metadata([name])
+        return found[0]
+
+    async def _metadata(self, names: list[str]) -> list[StreamInfo]:
+        try:
+            response = await self._api.FetchMetadata(pb.FetchMetadataRequest(streams=names))
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        infos = []
+        for meta in response.streamMetadata:
+            if meta.error == pb.StreamMetadata.UNKNOWN_STREAM:
+                raise NotFound(f"no such stream: {meta.name!r}")
+            parts = tuple(
+                PartitionInfo(
+                    partition=p.id,
+                    high_watermark=p.highWatermark,
+                    newest_offset=p.newestOffset,
+                    paused=p.paused,
+                    readonly=p.readonly,
+                    leader=p.leader,
+                )
+                for _, p in sorted(meta.partitions.items())
+            )
+            self._partition_counts[meta.name] = len(parts)
+            infos.append(StreamInfo(meta.name, meta.subject, meta.creationTimestamp, parts))
+        return infos
+
+    async def _choose_partition(self, stream: str, key: bytes | None, partition: int | None) -> int:
+        """Explicit partition, else CRC-32 of the key over the partitions, else partition 0."""
+        if partition is not None:
+            return partition
+        if key is None:
+            return 0
+        count = self._partition_counts.get(stream)
+        if count is None:
+            count = len((await self.stream_info(stream)).partitions)
+        return zlib.crc32(key) % count
+
+    # -- publishing ------------------------------------------------------------------------------
+
+    async def publish(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+    ) -> Ack:
+        """Publish one message; returns where it was stored once the server acknowledged it."""
+        number = await self._choose_partition(stream, key, partition)
+        request = v1.PublishBatchRequest(
+            stream=stream,
+            partition=number,
+            messages=columns.pack([value], [key], [dict(headers)] if headers else None),
+            expected_offset=-1,
+        )
+        try:
+            response = await self._v1.PublishBatch(request)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        return Ack(stream, number, response.first_offset)
+
+    async def publish_batch(
+        self,
+        stream: str,
+        messages: Sequence[bytes | Message],
+        *,
+        partition: int | None = None,
+    ) -> list[Ack]:
+        """Publish ``messages`` in order (in requests of up to 1,000); one ack per message.
+
+        With ``partition=None`` every message goes to partition 0, or, when it has a key, to the
+        partition its key hashes to (CRC-32 modulo the partition count).
+        """
+        acks: list[Ack] = []
+        for first in range(0, len(messages), PUBLISH_CHUNK):
+            chunk = messages[first : first + PUBLISH_CHUNK]
+            groups: dict[int, list[bytes | Message]] = {}
+            for m in chunk:
+                key = m.key if isinstance(m, Message) else None
+                number = await self._choose_partition(stream, key, partition)
+                groups.setdefault(number, []).append(m)
+            for number, group in groups.items():
+                acks += await self._publish_chunk(stream, number, group)
+        return acks
+
+    async def _publish_chunk(
+        self, stream: str, partition: int, messages: Sequence[bytes | Message]
+    ) -> list[Ack]:
+        if all(type(m) is bytes for m in messages):
+            packed = columns.pack(messages)  # type: ignore[arg-type]
+        else:
+            msgs = [m if isinstance(m, Message) else Message(m) for m in messages]
+            packed = columns.pack(
+                [m.value for m in msgs],
+                [m.key for m in msgs],
+                [dict(m.headers) for m in msgs],
+            )
+        request = v1.PublishBatchRequest(
+            stream=stream, partition=partition, messages=packed, expected_offset=-1
+        )
+        try:
+            response = await self._v1.PublishBatch(request)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        return [
+            Ack(stream, partition, o)
+            for o in range(response.first_offset, response.first_offset + response.count)
+        ]
+
+    # -- subscribing -----------------------------------------------------------------------------
+
+    async def subscribe_batches(
+        self,
+        stream: str,
+        partition: int = 0,
+        *,
+        start: Start = "new",
+        stop: Stop = None,
+        reverse: bool = False,
+        resume: bool = False,
+        max_messages: int = 0,
+    ) -> AsyncGenerator[v1.RecordBatch, None]:
+        """Raw columnar batches, for throughput (see ``tidelog.columns``)."""
+        request = v1.SubscribeBatchesRequest(
+            stream=stream,
+            partition=partition,
+            reverse=reverse,
+            resume=resume,
+            max_messages=max_messages,
+            **start_fields(start),
+            **stop_fields(stop),
+        )
+        call = self._v1.SubscribeBatches(request)
+        try:
+            async for batch in call:
+                if batch.offsets:
+                    yield batch
+                if batch.end:
+                    return
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        finally:
+            call.cancel()
+
+    async def subscribe(
+        self,
+        stream: str,
+        partition: int = 0,
+        *,
+        start: Start = "new",
+        stop: Stop = None,
+        reverse: bool = False,
+        resume: bool = False,
+    ) -> AsyncIterator[ReceivedMessage]:
+        """Messages from one partition, oldest to newest (or newest to oldest with ``reverse``).
+
+        Without ``stop`` a forward subscription waits for new messages until cancelled; a reverse
+        one ends after the oldest message.
+        """
+        async for batch in self.subscribe_batches(
+            stream, partition, start=start, stop=stop, reverse=reverse, resume=resume
+        ):
+            for message in decode(batch, stream, partition):
+                yield message
+
+    # -- cursors ---------------------------------------------------------------------------------
+
+    async def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
+        request = pb.SetCursorRequest(
+            cursorId=cursor_id, stream=stream, partition=partition, offset=offset
+        )
+        try:
+            await self._api.SetCursor(request)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+
+    async def fetch_cursor(self, cursor_id: str, stream: str, partition: int = 0) -> int:
+        """The stored offset, or -1 when the cursor was never set."""
+        request = pb.FetchCursorRequest(cursorId=cursor_id, stream=stream, partition=partition)
+        try:
+            response = await self._api.FetchCursor(request)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        return int(response.offset)
+
+
+def decode(batch: v1.RecordBatch, stream: str, partition: int) -> list[ReceivedMessage]:
+    """The messages of one columnar batch, in delivery order."""
+    offsets = columns.unpack_int64(batch.offsets).tolist()
+    timestamps = columns.unpack_int64(batch.timestamps).tolist()
+    values, keys, headers = columns.unpack(batch.messages)
+    n = len(values)
+    key_list = keys if keys is not None else [None] * n
+    header_list: list[dict[str, bytes]] = headers if headers is not None else [{}] * n
+    return [
+        ReceivedMessage(o, t, k, v, h, partition, stream)
+        for o, t, k, v, h in zip(offsets, timestamps, key_list, values, header_list, strict=True)
+    ]
+
+
+__all__ = ["AsyncClient", "decode"]

@@ -1,0 +1,107 @@
+"""Client-side errors: one type per kind of failure the server reports.
+
+The server answers every failure with a gRPC status whose message says what to do; the client
+raises the matching type below with that message. ``code`` keeps the raw status code.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from tidelog.errors import TidelogError
+
+
+class ClientError(TidelogError):
+    """A call failed; ``code`` is the gRPC status code."""
+
+    code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
+
+    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class NotFound(ClientError):
+    """Unknown stream or partition (or the stream was deleted meanwhile)."""
+
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class AlreadyExists(ClientError):
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class InvalidArgument(ClientError):
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class MessageTooLarge(ClientError):
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class FailedPrecondition(ClientError):
+    """The partition is paused or read-only, or an expected offset did not match."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class PartitionReadonly(FailedPrecondition):
+    pass
+
+
+class PartitionPaused(FailedPrecondition):
+    pass
+
+
+class IncorrectOffset(FailedPrecondition):
+    pass
+
+
+class Unavailable(ClientError):
+    """The server is unreachable or shutting down; retrying later may succeed."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class DataLoss(ClientError):
+    """The server found stored data damaged (a CRC mismatch) and refused to return it."""
+
+    code = grpc.StatusCode.DATA_LOSS
+
+
+class Unimplemented(ClientError):
+    code = grpc.StatusCode.UNIMPLEMENTED
+
+
+_BY_CODE: dict[grpc.StatusCode, type[ClientError]] = {
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: MessageTooLarge,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.DATA_LOSS: DataLoss,
+    grpc.StatusCode.UNIMPLEMENTED: Unimplemented,
+}
+
+_PRECONDITIONS: tuple[tuple[str, type[FailedPrecondition]], ...] = (
+    ("readonly partition", PartitionReadonly),
+    ("incorrect expected offset", IncorrectOffset),
+    ("is paused", PartitionPaused),
+)
+
+
+def from_rpc_error(error: grpc.RpcError) -> ClientError:
+    """The typed error for a failed call."""
+    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+    details = (error.details() if hasattr(error, "details") else None) or str(code)
+    kind = _BY_CODE.get(code, ClientError)
+    if kind is FailedPrecondition:
+        for marker, sub in _PRECONDITIONS:
+            if marker in details:
+                kind = sub
+                break
+    if code == grpc.StatusCode.UNAVAILABLE and "failed to connect" in details.lower():
+        details = f"cannot reach the tidelog server: {details}"
+    return kind(details, code)

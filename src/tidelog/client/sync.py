@@ -1,0 +1,149 @@
+"""``Client``: the blocking facade over :class:`AsyncClient`.
+
+It runs one private event loop in a daemon thread and hands every call to it, so a blocking
+program (or the CLI) uses exactly the same code path as asyncio programs. Subscriptions cross
+the thread boundary one batch at a time, not one message at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
+from tidelog.client.aio import DEFAULT_SERVER, AsyncClient, decode
+from tidelog.client.models import Ack, Message, ReceivedMessage, Start, Stop, StreamInfo
+
+T = TypeVar("T")
+
+
+class Client:
+    """A blocking connection to one tidelog server; use ``with Client(...)`` or ``close()``."""
+
+    def __init__(self, server: str = DEFAULT_SERVER) -> None:
+        self.server = server
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="tidelog-client", daemon=True
+        )
+        self._thread.start()
+        self._closed = False
+
+        async def connect() -> AsyncClient:
+            return AsyncClient(server)
+
+        self._client = self._run(connect())
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._run(self._client.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        self._loop.close()
+
+    # -- the same calls as AsyncClient, blocking ---------------------------------------------------
+
+    def create_stream(self, name: str, **settings: Any) -> None:
+        self._run(self._client.create_stream(name, **settings))
+
+    def delete_stream(self, name: str) -> None:
+        self._run(self._client.delete_stream(name))
+
+    def list_streams(self) -> list[StreamInfo]:
+        return self._run(self._client.list_streams())
+
+    def stream_info(self, name: str) -> StreamInfo:
+        return self._run(self._client.stream_info(name))
+
+    def publish(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+    ) -> Ack:
+        return self._run(
+            self._client.publish(stream, value, key=key, headers=headers, partition=partition)
+        )
+
+    def publish_batch(
+        self, stream: str, messages: Sequence[bytes | Message], *, partition: int | None = None
+    ) -> list[Ack]:
+        return self._run(self._client.publish_batch(stream, messages, partition=partition))
+
+    def subscribe_batches(
+        self,
+        stream: str,
+        partition: int = 0,
+        *,
+        start: Start = "new",
+        stop: Stop = None,
+        reverse: bool = False,
+        resume: bool = False,
+        max_messages: int = 0,
+    ) -> Iterator[v1.RecordBatch]:
+        batches = self._client.subscribe_batches(
+            stream,
+            partition,
+            start=start,
+            stop=stop,
+            reverse=reverse,
+            resume=resume,
+            max_messages=max_messages,
+        )
+
+        async def step() -> v1.RecordBatch:
+            return await batches.__anext__()
+
+        try:
+            while True:
+                try:
+                    batch = self._run(step())
+                except StopAsyncIteration:
+                    return
+                yield batch
+        finally:
+            if not self._loop.is_closed():
+                self._run(batches.aclose())
+
+    def subscribe(
+        self,
+        stream: str,
+        partition: int = 0,
+        *,
+        start: Start = "new",
+        stop: Stop = None,
+        reverse: bool = False,
+        resume: bool = False,
+    ) -> Iterator[ReceivedMessage]:
+        for batch in self.subscribe_batches(
+            stream, partition, start=start, stop=stop, reverse=reverse, resume=resume
+        ):
+            yield from decode(batch, stream, partition)
+
+    def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
+        self._run(self._client.set_cursor(cursor_id, stream, partition, offset))
+
+    def fetch_cursor(self, cursor_id: str, stream: str, partition: int = 0) -> int:
+        return self._run(self._client.fetch_cursor(cursor_id, stream, partition))
