@@ -102,7 +102,8 @@ def resolve(log: SegmentedLog, request: SubscribeRequest) -> Bounds:
     elif request.stop is StopPosition.LATEST:
         if high_watermark < 0:
             raise StreamEmpty("stream is empty: there is no latest offset to stop at")
-        stop_offset = high_watermark
+        # Reverse reads start at or below the latest already: they run to the oldest.
+        stop_offset = None if request.reverse else high_watermark
     elif request.stop is StopPosition.TIMESTAMP:
         stop_timestamp = request.stop_timestamp
     return (_resolve_reverse if request.reverse else _resolve_forward)(

@@ -1,0 +1,3 @@
+from tidelog.cli.app import main
+
+main()

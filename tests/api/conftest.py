@@ -1,0 +1,18 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.server import ServerProcess
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A fresh ``tidelog serve`` on a free loopback port, stopped (by PID) after the test."""
+    process = ServerProcess(tmp_path / "data").start()
+    try:
+        yield process
+    finally:
+        process.kill()
