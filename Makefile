@@ -1,10 +1,12 @@
-# tidelog: every target installs what it needs first, so a fresh clone needs only `make serve` or `make test`.
+# tidelog: every target installs what it needs first, so a fresh clone needs only `make serve` or
+# `make test`.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PEERS_STAMP := $(VENV)/.peers-installed
 
-.PHONY: install serve test demo bench lint proto clean
+.PHONY: install peers serve test demo bench bench-e2e bench-peers lint proto clean
 
 install: $(STAMP)
 
@@ -12,31 +14,46 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,peers]'
 	touch $(STAMP)
 
-serve: install
-	@echo "make serve: the broker and its gRPC server arrive with issue 3 (the broker); only the commit log exists yet." >&2
-	@exit 2
+# The servers tidelog is compared with (Debian's redis-server and nats-server); the suite runs
+# a smoke test of the peer benchmark harness, so `make test` installs them too.
+peers: $(PEERS_STAMP)
 
-test: install
+$(PEERS_STAMP): $(STAMP)
+	{ command -v redis-server && command -v redis-benchmark \
+	  && { command -v nats-server || test -x /usr/sbin/nats-server; }; } >/dev/null \
+	  || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	       --no-install-recommends redis-server redis-tools nats-server; }
+	touch $@
+
+serve: install
+	$(BIN)/tidelog serve
+
+test: install peers
 	$(BIN)/python -m pytest -q
 
 demo: install
-	@echo "make demo: the end-to-end pipeline needs the broker (issue 3) and the Spark source (issue 6); not built yet." >&2
-	@exit 2
+	$(BIN)/python scripts/demo.py
 
 bench: install
 	$(BIN)/python benchmarks/log_throughput.py
 
+bench-e2e: install peers
+	$(BIN)/python benchmarks/e2e_throughput.py
+
+bench-peers: install peers
+	$(BIN)/python benchmarks/peers.py
+
 lint: install
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff format --check src tests benchmarks scripts
 	$(BIN)/mypy
 
+# Regenerate src/tidelog/_proto from proto/ (tests/test_proto.py fails when it is stale).
 proto: install
-	@echo "make proto: no .proto sources yet; the gRPC contract arrives with issue 3." >&2
-	@exit 2
+	$(BIN)/python scripts/gen_proto.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -224,8 +224,12 @@ class AsyncClient:
         partition its key hashes to (CRC-32 modulo the partition count).
         """
         acks: list[Ack] = []
+        keyed = partition is None and any(isinstance(m, Message) and m.key for m in messages)
         for first in range(0, len(messages), PUBLISH_CHUNK):
             chunk = messages[first : first + PUBLISH_CHUNK]
+            if not keyed:
+                acks += await self._publish_chunk(stream, partition or 0, chunk)
+                continue
             groups: dict[int, list[bytes | Message]] = {}
             for m in chunk:
                 key = m.key if isinstance(m, Message) else None
