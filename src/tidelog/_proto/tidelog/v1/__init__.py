@@ -1,0 +1,1 @@
+"""Generated protobuf/gRPC code. Do not edit: change proto/ and run `make proto`."""
