@@ -1,0 +1,979 @@
+#!/usr/bin/env python3
+"""End-to-end tidelog over loopback (gRPC client <-> ``tidelog serve``), next to Redis and NATS.
+
+The benchmark starts its own ``tidelog serve`` (``python -m tidelog.cli serve``) on a free
+127.0.0.1 port with a fresh temporary data directory, waits for its ready line (bounded), and
+always stops it by PID (SIGTERM, then SIGKILL after a timeout) and removes the directory, also when
+a phase fails. N random payloads of S bytes (default 1,000,000 x 100 B, all distinct, generated
+once by ``peers.make_payloads``) are used by every throughput phase and by the peers.
+
+Phases, each on its own fresh stream of one partition:
+
+- ``publish_batch_msgs_per_s``: ``AsyncClient.publish_batch`` (``tidelog.v1/PublishBatch``) with
+  1,000 messages per call, one call in flight, every ack awaited (ack policy LEADER: committed
+  under the server's flush policy, ``interval`` by default).
+- ``subscribe_batch_msgs_per_s``: catch-up, ``AsyncClient.subscribe_batches`` from EARLIEST to
+  STOP_LATEST over the whole partition; every batch decoded with ``tidelog.client.aio.decode``
+  (one ``ReceivedMessage`` with its value as ``bytes`` per message) and every value's length
+  summed, as the Redis XRANGE reader does.
+- ``subscribe_reverse_msgs_per_s``: the same in reverse, from LATEST to the oldest.
+- ``publish_async_msgs_per_s``: the Liftbridge path, ``proto.API/PublishAsync`` (bidi stream), one
+  ``PublishRequest`` per message with ``ackPolicy=LEADER``, a ``correlationId`` and
+  ``expectedOffset=-1`` (go-liftbridge's default: no offset check), at most
+  ``--publish-async-window`` requests unacknowledged, every response read and checked (no
+  ``asyncError``, offsets in order). Over ``--publish-async-messages`` messages (default 200,000,
+  the first of the N payloads), recorded as ``publish_async_messages``.
+- ``live_latency_p50_ms`` / ``live_latency_p99_ms``: a live subscriber (SubscribeBatches from
+  NEW_ONLY, handshake awaited first) in this process while a publisher in a separate process
+  sends ``--live-rate`` msgs/s (default 10,000) as ``--live-batch`` messages (default 10) per
+  ``PublishBatch`` on an absolute 1 ms clock, calls not waiting for each other (bounded in
+  flight), for ``--live-seconds`` (default 5) after 0.5 s of warm-up that is not counted. Each
+  payload starts with its send time (``time.time_ns()``, little-endian i64) and a sequence number;
+  latency = the subscriber's ``time.time_ns()`` after decoding the batch minus the send time.
+  Percentiles are nearest-rank.
+
+``peers`` runs ``benchmarks/peers.py`` (``measure_redis``, ``measure_nats``) with the same
+payloads after tidelog's server is stopped; ``--skip-peers`` leaves its numbers ``null``.
+``ratios`` compares them with the targets, each with a boolean ``met`` (``false`` when a side was
+not measured). ``details`` holds per-phase counts, seconds, CPU seconds of the client, server and
+(live) publisher processes, and the load average before and after each phase.
+
+Every loop is bounded by count and by ``--timeout`` seconds per phase: on time-out a phase reports
+its partial rate and is named in ``details.timed_out_phases``.
+
+``--profile DIR`` additionally samples the server and this client (and the live publisher) with
+``py-spy record --nonblocking --format raw`` during each tidelog phase and writes collapsed stacks
+plus ``DIR/summary.json`` (top functions by own and inclusive share of CPU samples). Profiled runs
+are slower: compare their numbers with unprofiled runs only.
+
+    python benchmarks/e2e_throughput.py [--messages 1000000] [--size 100] [--skip-peers]
+        [--publish-async-messages 200000] [--publish-async-window 1000] [--live-seconds 5]
+        [--live-rate 10000] [--live-batch 10] [--flush-policy interval] [--timeout 300]
+        [--profile DIR] [--profile-native]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import importlib
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any, cast
+
+import grpc
+
+from tidelog._proto.liftbridge import api_pb2 as pb
+from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
+from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
+from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
+from tidelog.client.aio import AsyncClient, decode
+
+BENCH_DIR = Path(__file__).resolve().parent
+
+DEFAULT_MESSAGES = 1_000_000
+DEFAULT_SIZE = 100
+DEFAULT_ASYNC_MESSAGES = 200_000
+DEFAULT_ASYNC_WINDOW = 1_000
+DEFAULT_TIMEOUT = 300.0  # seconds per phase
+BATCH = 1_000
+READY = "tidelog listening on "
+STARTUP_TIMEOUT = 30.0
+STOP_TIMEOUT = 30.0
+SAFETY = 60.0  # extra seconds a phase may hang past its own deadline before it is aborted
+LIVE_HEADER = 16  # send time (i64) + sequence number (u64) at the start of every live payload
+LIVE_WARMUP_S = 0.5
+LIVE_MAX_IN_FLIGHT = 200
+LIVE_DRAIN_S = 10.0  # how long the subscriber may lag behind the publisher's end
+GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.max_send_message_length", 64 << 20),
+]
+
+STREAM_BATCH = "e2e-batch"
+STREAM_ASYNC = "e2e-async"
+STREAM_LIVE = "e2e-live"
+
+
+def _rate(count: int, seconds: float) -> float:
+    return round(count / seconds, 1) if count > 0 and seconds > 0 else 0.0
+
+
+def _loadavg() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of every thread of ``pid`` so far (Linux ``/proc``)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw.rpartition(")")[2].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile of already sorted values (``q`` in (0, 1])."""
+    if not sorted_values:
+        return None
+    rank = max(math.ceil(q * len(sorted_values)), 1)
+    return sorted_values[rank - 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# The tidelog server
+
+
+class TidelogServer:
+    """``python -m tidelog.cli serve`` on 127.0.0.1, port 0, in a temporary directory.
+
+    A context manager: entering starts it and waits for its ready line on stdout (bounded by
+    ``STARTUP_TIMEOUT``); leaving stops it by PID (SIGTERM, SIGKILL after ``STOP_TIMEOUT``) and
+    removes the directory, whatever happened in between.
+    """
+
+    def __init__(self, flush_policy: str) -> None:
+        self.flush_policy = flush_policy
+        self.directory: Path | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self.pid = 0
+        self.exit_code: int | None = None
+        self._log: Any = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def __enter__(self) -> TidelogServer:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.directory = Path(tempfile.mkdtemp(prefix="e2e-tidelog-"))
+        data = self.directory / "data"
+        # Settings from the flags only: no TIDELOG_* variable from the caller's shell leaks in.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TIDELOG_")}
+        self._log = open(self.directory / "server.log", "wb")  # noqa: SIM115 - closed in stop
+        argv = [
+            sys.executable, "-m", "tidelog.cli", "serve",
+            "--data-dir", str(data), "--host", "127.0.0.1", "--port", "0",
+            "--metrics-port", "0", "--flush-policy", self.flush_policy,
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            env=env,
+            start_new_session=True,  # a Ctrl-C reaches us, and we stop the server by PID
+        )
+        self.pid = self.proc.pid
+        lines: queue.Queue[bytes] = queue.Queue()
+        assert self.proc.stdout is not None
+        stdout = self.proc.stdout
+
+        def drain() -> None:  # ends at EOF, when the server exits
+            for line in stdout:
+                lines.put(line)
+
+        threading.Thread(target=drain, name="tidelog-stdout", daemon=True).start()
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=0.1).decode(errors="replace")
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            if line.startswith(READY):
+                self.port = int(line.strip().rsplit(":", 1)[1])
+                return
+        raise RuntimeError(f"tidelog serve did not become ready: {self.log_tail()}")
+
+    def log_tail(self, limit: int = 2000) -> str:
+        if self.directory is None:
+            return ""
+        try:
+            return (self.directory / "server.log").read_bytes()[-limit:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def cpu_seconds(self) -> float | None:
+        return process_cpu_seconds(self.pid) if self.pid else None
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        try:
+            if proc is not None:
+                if proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(proc.pid, signal.SIGTERM)
+                    try:
+                        proc.wait(timeout=STOP_TIMEOUT)
+                    except subprocess.TimeoutExpired:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(proc.pid, signal.SIGKILL)
+                        proc.wait(timeout=STOP_TIMEOUT)
+                self.exit_code = proc.returncode
+                if proc.stdout is not None:
+                    proc.stdout.close()
+        finally:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+            if self.directory is not None:
+                shutil.rmtree(self.directory, ignore_errors=True)
+                self.directory = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Optional sampling profiles (py-spy)
+
+
+class Profiler:
+    """``py-spy record`` attached to some PIDs for one phase; stopped with SIGINT (it then writes
+    its collapsed stacks). Does nothing when ``directory`` is None."""
+
+    def __init__(self, directory: Path | None, phase: str, native: bool) -> None:
+        self.directory = directory
+        self.phase = phase
+        self.native = native
+        self.running: list[tuple[str, subprocess.Popen[bytes], Path]] = []
+        self.files: dict[str, str] = {}
+
+    def attach(self, name: str, pid: int) -> None:
+        if self.directory is None:
+            return
+        binary = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        out = self.directory / f"{self.phase}-{name}.txt"
+        argv = [binary, "record", "--pid", str(pid), "--rate", "250"]
+        argv += ["--format", "raw", "--output", str(out)]
+        # py-spy cannot unwind native stacks without pausing the process
+        argv.append("--native" if self.native else "--nonblocking")
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        )
+        self.running.append((name, proc, out))
+        time.sleep(0.3)  # let it attach before the phase starts
+
+    def stop(self) -> None:
+        for name, proc, out in self.running:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+            if proc.stderr is not None:
+                proc.stderr.close()
+            if out.exists():
+                self.files[name] = str(out)
+        self.running = []
+
+
+def summarise_collapsed(path: Path, top: int = 15) -> dict[str, Any]:
+    """Top functions of a py-spy raw (collapsed) profile by own and inclusive sample share."""
+    own: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        total += count
+        frames = [_function_of(f) for f in stack.split(";")]
+        frames = [f for f in frames if f]
+        if not frames:
+            continue
+        own[frames[-1]] += count
+        for f in set(frames):
+            inclusive[f] += count
+
+    def share(counter: collections.Counter[str]) -> list[list[Any]]:
+        return [[f, round(100 * c / total, 1)] for f, c in counter.most_common(top)]
+
+    return {"samples": total, "own_pct": share(own), "inclusive_pct": share(inclusive)}
+
+
+def _function_of(frame: str) -> str:
+    """``name (path/to/file.py:123)`` -> ``name (file.py)``; thread frames are dropped."""
+    frame = frame.strip()
+    if frame.startswith(("process ", "thread ")):
+        return ""
+    name, _, where = frame.partition(" (")
+    where = where.rstrip(")").rsplit(":", 1)[0]
+    return f"{name} ({Path(where).name})" if where else name
+
+
+# ---------------------------------------------------------------------------------------------
+# Phases
+
+
+class Phase:
+    """Times one phase: wall clock, CPU seconds of the processes involved, load average."""
+
+    def __init__(
+        self,
+        name: str,
+        server: TidelogServer,
+        details: dict[str, Any],
+        profile_dir: Path | None,
+        native: bool,
+    ) -> None:
+        self.name = name
+        self.server = server
+        self.details = details
+        self.profiler = Profiler(profile_dir, name, native)
+        self.record: dict[str, Any] = {}
+
+    def __enter__(self) -> Phase:
+        self.record["loadavg_before"] = _loadavg()
+        self.profiler.attach("server", self.server.pid)
+        self.profiler.attach("client", os.getpid())
+        self._server_cpu = self.server.cpu_seconds()
+        self._client_cpu = time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        server_cpu = self.server.cpu_seconds()
+        if server_cpu is not None and self._server_cpu is not None:
+            self.record["server_cpu_s"] = round(server_cpu - self._server_cpu, 3)
+        self.record["client_cpu_s"] = round(time.process_time() - self._client_cpu, 3)
+        self.record["loadavg_after"] = _loadavg()
+        self.profiler.stop()
+        if self.profiler.files:
+            self.record["profiles"] = self.profiler.files
+        self.details[self.name] = self.record
+
+
+async def publish_batch_phase(
+    client: AsyncClient, stream: str, payloads: Sequence[bytes], timeout: float
+) -> dict[str, Any]:
+    """``publish_batch`` in calls of ``BATCH`` messages, one in flight, every ack awaited."""
+    n = len(payloads)
+    done = 0
+    last_offset = -1
+    timed_out = False
+    start = time.perf_counter()
+    deadline = start + timeout
+    while done < n:
+        if time.perf_counter() >= deadline:
+            timed_out = True
+            break
+        acks = await client.publish_batch(stream, payloads[done : done + BATCH])
+        done += len(acks)
+        last: Any = acks[-1]
+        last_offset = last if isinstance(last, int) else last.offset  # an Ack or an offset
+    seconds = time.perf_counter() - start
+    if not timed_out and last_offset != n - 1:
+        raise RuntimeError(f"publish_batch: last ack at offset {last_offset}, expected {n - 1}")
+    return {"count": done, "seconds": seconds, "timed_out": timed_out}
+
+
+async def subscribe_phase(
+    client: AsyncClient,
+    stream: str,
+    payloads: Sequence[bytes],
+    expected: int,
+    timeout: float,
+    *,
+    reverse: bool,
+) -> dict[str, Any]:
+    """Catch-up over the whole partition (forward EARLIEST..STOP_LATEST, or reverse LATEST..the
+    oldest), every batch decoded into ``ReceivedMessage`` values."""
+    count = 0
+    nbytes = 0
+    first: Any = None
+    last: Any = None
+    timed_out = False
+    batches = client.subscribe_batches(
+        stream,
+        0,
+        start="latest" if reverse else "earliest",
+        stop=None if reverse else "latest",
+        reverse=reverse,
+    )
+    start = time.perf_counter()
+    deadline = start + timeout
+    try:
+        async for batch in batches:
+            messages = decode(batch, stream, 0)
+            for message in messages:
+                nbytes += len(message.value)
+            if messages:
+                if first is None:
+                    first = messages[0]
+                last = messages[-1]
+            count += len(messages)
+            if count > expected:
+                raise RuntimeError(f"subscribe: {count} messages, more than the {expected} stored")
+            if time.perf_counter() >= deadline:
+                timed_out = True
+                break
+    finally:
+        await batches.aclose()
+    seconds = time.perf_counter() - start
+    if not timed_out:
+        size = len(payloads[0]) if payloads else 0
+        want_first, want_last = (expected - 1, 0) if reverse else (0, expected - 1)
+        if count != expected or nbytes != expected * size:
+            raise RuntimeError(f"subscribe: {count} messages / {nbytes} B, expected {expected}")
+        if expected and (
+            first.offset != want_first
+            or last.offset != want_last
+            or first.value != payloads[want_first]
+            or last.value != payloads[want_last]
+        ):
+            raise RuntimeError("subscribe: first/last message differ from those published")
+    return {"count": count, "seconds": seconds, "timed_out": timed_out}
+
+
+async def publish_async_phase(
+    address: str, stream: str, payloads: Sequence[bytes], window: int, timeout: float
+) -> dict[str, Any]:
+    """``proto.API/PublishAsync``: one request per message (ackPolicy LEADER, a correlationId),
+    at most ``window`` unacknowledged, every response read and checked in order."""
+    n = len(payloads)
+    sent = 0
+    acked = 0
+    waiting = False
+    space = asyncio.Event()
+    timed_out = False
+    last_ack_time = 0.0
+    async with grpc.aio.insecure_channel(address, options=GRPC_OPTIONS) as channel:
+        await asyncio.wait_for(channel.channel_ready(), 10)
+        call = pb_grpc.APIStub(channel).PublishAsync()
+
+        async def read_acks() -> None:
+            nonlocal acked, last_ack_time
+            while acked < n:
+                read = await call.read()
+                if read is grpc.aio.EOF:
+                    return
+                response = cast(pb.PublishResponse, read)
+                if response.HasField("asyncError"):
+                    raise RuntimeError(f"PublishAsync refused message {acked}: {response}")
+                if response.ack.offset != acked:
+                    raise RuntimeError(
+                        f"PublishAsync ack {acked} has offset {response.ack.offset} "
+                        f"(correlationId {response.correlationId!r})"
+                    )
+                acked += 1
+                if waiting and sent - acked < window:
+                    space.set()
+            last_ack_time = time.perf_counter()
+
+        start = time.perf_counter()
+        deadline = start + timeout
+        reader = asyncio.create_task(read_acks())
+        try:
+            for i, payload in enumerate(payloads):
+                if i % BATCH == 0 and time.perf_counter() >= deadline:
+                    timed_out = True
+                    break
+                while sent - acked >= window and not reader.done():
+                    waiting = True
+                    space.clear()
+                    await space.wait()
+                    waiting = False
+                if reader.done():
+                    break
+                await call.write(
+                    pb.PublishRequest(
+                        stream=stream,
+                        value=payload,
+                        ackPolicy=pb.LEADER,
+                        correlationId=str(i),
+                        expectedOffset=-1,  # no check, as go-liftbridge sends by default
+                    )
+                )
+                sent += 1
+            await call.done_writing()
+            if timed_out:  # stop counting at the deadline; drain what is in flight, unmeasured
+                last_ack_time = time.perf_counter()
+                count = acked
+                reader.cancel()
+            else:
+                await asyncio.wait_for(reader, timeout + SAFETY)
+                count = acked
+        finally:
+            if not reader.done():
+                reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                await reader
+            call.cancel()
+    if not timed_out and count != n:
+        raise RuntimeError(f"PublishAsync: {count} acks for {n} messages")
+    return {"count": count, "seconds": last_ack_time - start, "timed_out": timed_out}
+
+
+async def live_phase(
+    server: TidelogServer,
+    stream: str,
+    size: int,
+    rate: int,
+    batch: int,
+    seconds: float,
+    timeout: float,
+    profiler: Profiler,
+) -> dict[str, Any]:
+    """A live subscriber here; a paced publisher in a subprocess (this script, hidden mode)."""
+    planned = int((LIVE_WARMUP_S + seconds) * rate) + batch
+    state: dict[str, Any] = {"received": 0, "latencies": [], "sequences": []}
+    handshake = asyncio.Event()
+    async with grpc.aio.insecure_channel(server.address, options=GRPC_OPTIONS) as channel:
+        call = v1_grpc.TidelogStub(channel).SubscribeBatches(
+            v1.SubscribeBatchesRequest(
+                stream=stream,
+                start_position=v1.START_NEW_ONLY,
+                stop_position=v1.STOP_ON_CANCEL,
+            )
+        )
+
+        async def subscribe() -> None:
+            first = await call.read()
+            if first is grpc.aio.EOF:
+                raise RuntimeError("live subscription ended before its handshake")
+            handshake.set()
+            latencies: list[int] = state["latencies"]
+            sequences: list[int] = state["sequences"]
+            while state["received"] < planned:
+                read = await call.read()
+                if read is grpc.aio.EOF:
+                    return
+                frame = cast(v1.RecordBatch, read)
+                if frame.end:
+                    return
+                messages = decode(frame, stream, 0)
+                now = time.time_ns()
+                for message in messages:
+                    value = message.value
+                    latencies.append(now - int.from_bytes(value[:8], "little"))
+                    sequences.append(int.from_bytes(value[8:16], "little"))
+                state["received"] += len(messages)
+
+        subscriber = asyncio.create_task(subscribe())
+        publisher: asyncio.subprocess.Process | None = None
+        try:
+            await asyncio.wait_for(handshake.wait(), 30)
+            config = {
+                "address": server.address,
+                "stream": stream,
+                "size": size,
+                "rate": rate,
+                "batch": batch,
+                "seconds": seconds,
+                "warmup_seconds": LIVE_WARMUP_S,
+                "timeout": timeout,
+            }
+            publisher = await asyncio.create_subprocess_exec(
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--live-publisher",
+                json.dumps(config),
+                stdout=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
+            profiler.attach("publisher", publisher.pid)
+            publisher_cpu = 0.0
+            out, _ = await asyncio.wait_for(publisher.communicate(), timeout + SAFETY)
+            if publisher.returncode != 0:
+                raise RuntimeError(f"live publisher failed (rc {publisher.returncode})")
+            report = json.loads(out.decode().strip().splitlines()[-1])
+            publisher_cpu = report.get("cpu_s", 0.0)
+            total = report["sent"]
+            drain_deadline = time.monotonic() + LIVE_DRAIN_S
+            while state["received"] < total and time.monotonic() < drain_deadline:
+                if subscriber.done():
+                    subscriber.result()  # raises what failed it
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            if publisher is not None and publisher.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    publisher.kill()
+                await publisher.wait()
+            subscriber.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                await subscriber
+            call.cancel()
+    warmup = report["warmup"]
+    samples = sorted(
+        lat / 1e6
+        for lat, seq in zip(state["latencies"], state["sequences"], strict=True)
+        if seq >= warmup
+    )
+    measured = report["sent"] - warmup
+    return {
+        "p50_ms": None if not samples else round(percentile(samples, 0.50) or 0.0, 3),
+        "p99_ms": None if not samples else round(percentile(samples, 0.99) or 0.0, 3),
+        "max_ms": None if not samples else round(samples[-1], 3),
+        "samples": len(samples),
+        "sent_measured": measured,
+        "missing": measured - len(samples),
+        "publisher": report,
+        "publisher_cpu_s": publisher_cpu,
+    }
+
+
+async def _live_publisher(config: dict[str, Any]) -> dict[str, Any]:
+    """The paced publisher (run in its own process): ``batch`` messages per ``PublishBatch``
+    every ``batch / rate`` seconds on an absolute clock, calls in flight concurrently."""
+    rate, batch = int(config["rate"]), int(config["batch"])
+    interval = batch / rate
+    warmup_batches = round(config["warmup_seconds"] * rate / batch)
+    total_batches = warmup_batches + round(config["seconds"] * rate / batch)
+    filler = os.urandom(max(int(config["size"]) - LIVE_HEADER, 0))
+    stream = config["stream"]
+    in_flight = asyncio.Semaphore(LIVE_MAX_IN_FLIGHT)
+    pending: set[asyncio.Task[Any]] = set()
+    behind_max = 0.0
+    seq = 0
+    timed_out = False
+    async with AsyncClient(config["address"]) as client:
+        await client.stream_info(stream)  # connected before the clock starts
+
+        async def send(values: list[bytes]) -> None:
+            try:
+                await client.publish_batch(stream, values)
+            finally:
+                in_flight.release()
+
+        cpu_start = time.process_time()
+        start = time.perf_counter()
+        deadline = start + float(config["timeout"])
+        measured_start = start
+        for k in range(total_batches):
+            if k == warmup_batches:
+                measured_start = time.perf_counter()
+            target = start + k * interval
+            delay = target - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                behind_max = max(behind_max, -delay)
+            if time.perf_counter() >= deadline:
+                timed_out = True
+                break
+            await in_flight.acquire()
+            now = time.time_ns().to_bytes(8, "little")
+            values = [now + (seq + i).to_bytes(8, "little") + filler for i in range(batch)]
+            seq += batch
+            task = asyncio.create_task(send(values))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+        sending_s = time.perf_counter() - measured_start
+        if pending:
+            await asyncio.wait_for(asyncio.gather(*pending), SAFETY)
+    return {
+        "sent": seq,
+        "warmup": warmup_batches * batch,
+        "measured_seconds": round(sending_s, 3),
+        "achieved_msgs_per_s": _rate(seq - warmup_batches * batch, sending_s),
+        "max_behind_schedule_ms": round(behind_max * 1e3, 3),
+        "cpu_s": round(time.process_time() - cpu_start, 3),
+        "timed_out": timed_out,
+    }
+
+
+async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) -> dict[str, Any]:
+    details: dict[str, Any] = {}
+    results: dict[str, Any] = {}
+    timed_out_phases: list[str] = []
+    profile_dir: Path | None = args.profile
+    native = args.profile_native
+    timeout = args.timeout
+    n = len(payloads)
+    async_payloads = payloads[: args.publish_async_messages]
+    with TidelogServer(args.flush_policy) as server:
+        details["server"] = {"pid": server.pid, "flush_policy": args.flush_policy}
+        async with AsyncClient(server.address) as client:
+            for name in (STREAM_BATCH, STREAM_ASYNC, STREAM_LIVE):
+                await client.create_stream(name)
+
+            def phase(name: str) -> Phase:
+                return Phase(name, server, details, profile_dir, native)
+
+            async with asyncio.timeout(timeout + SAFETY):
+                with phase("publish_batch") as p:
+                    r = await publish_batch_phase(client, STREAM_BATCH, payloads, timeout)
+                    p.record.update(r, method=f"AsyncClient.publish_batch x{BATCH}, 1 in flight")
+            results["publish_batch"] = r
+            stored = r["count"]
+
+            for name, reverse in (("subscribe_batch", False), ("subscribe_reverse", True)):
+                async with asyncio.timeout(timeout + SAFETY):
+                    with phase(name) as p:
+                        r = await subscribe_phase(
+                            client, STREAM_BATCH, payloads, stored, timeout, reverse=reverse
+                        )
+                        p.record.update(r, method="AsyncClient.subscribe_batches + decode")
+                results[name] = r
+
+            async with asyncio.timeout(timeout + 2 * SAFETY):
+                with phase("publish_async") as p:
+                    r = await publish_async_phase(
+                        server.address,
+                        STREAM_ASYNC,
+                        async_payloads,
+                        args.publish_async_window,
+                        timeout,
+                    )
+                    p.record.update(
+                        r,
+                        method="proto.API/PublishAsync, ackPolicy LEADER",
+                        window=args.publish_async_window,
+                    )
+            results["publish_async"] = r
+
+            async with asyncio.timeout(timeout + 2 * SAFETY + LIVE_DRAIN_S):
+                with phase("live") as p:
+                    r = await live_phase(
+                        server,
+                        STREAM_LIVE,
+                        max(args.size, LIVE_HEADER),
+                        args.live_rate,
+                        args.live_batch,
+                        args.live_seconds,
+                        timeout,
+                        p.profiler,
+                    )
+                    p.record.update(r)
+            results["live"] = r
+        server.stop()
+        details["server"]["exit_code"] = server.exit_code
+    for name in ("publish_batch", "subscribe_batch", "subscribe_reverse", "publish_async"):
+        rec = details[name]
+        rec["msgs_per_s"] = _rate(rec["count"], rec["seconds"])
+        rec["seconds"] = round(rec["seconds"], 3)
+        if rec["timed_out"]:
+            timed_out_phases.append(name)
+    if details["live"]["publisher"]["timed_out"]:
+        timed_out_phases.append("live")
+    details["publish_batch"]["messages"] = n
+    details["timed_out_phases"] = timed_out_phases
+    return {"results": results, "details": details}
+
+
+# ---------------------------------------------------------------------------------------------
+# Peers, ratios, environment
+
+
+def _peers() -> ModuleType:
+    if str(BENCH_DIR) not in sys.path:
+        sys.path.insert(0, str(BENCH_DIR))
+    return importlib.import_module("peers")
+
+
+def ratio(value: float | None, base: float | None, target: float, compare: str) -> dict[str, Any]:
+    """``value / base`` (or ``value`` itself when ``base`` is None and compare is "<=")."""
+    measured = value
+    if compare != "<=":
+        measured = value / base if value is not None and base else None
+    met = measured is not None and (measured >= target if compare == ">=" else measured <= target)
+    return {
+        "value": None if measured is None else round(measured, 3),
+        "target": f"{compare} {target:g}",
+        "met": bool(met),
+    }
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _git() -> dict[str, Any]:
+    def run(*argv: str) -> str:
+        out = subprocess.run(
+            ["git", "-C", str(BENCH_DIR), *argv],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+        return out.stdout.strip()
+
+    try:
+        return {"commit": run("rev-parse", "HEAD") or None, "dirty": bool(run("status", "-s"))}
+    except (OSError, subprocess.TimeoutExpired):
+        return {"commit": None, "dirty": None}
+
+
+def environment() -> dict[str, Any]:
+    try:
+        from google.protobuf.internal import api_implementation
+
+        protobuf_impl = api_implementation.Type()
+    except ImportError:
+        protobuf_impl = None
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "tidelog": _version("tidelog"),
+        "grpcio": _version("grpcio"),
+        "protobuf": _version("protobuf"),
+        "protobuf_implementation": protobuf_impl,
+        "numpy": _version("numpy"),
+        "git": _git(),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--live-publisher"]:  # the live phase's publisher process
+        report = asyncio.run(_live_publisher(json.loads(argv[1])))
+        print(json.dumps(report), flush=True)
+        return 0
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--messages", type=int, default=DEFAULT_MESSAGES)
+    parser.add_argument("--size", type=int, default=DEFAULT_SIZE, help="bytes per message")
+    parser.add_argument("--skip-peers", action="store_true", help="do not run Redis and NATS")
+    parser.add_argument(
+        "--publish-async-messages",
+        type=int,
+        default=DEFAULT_ASYNC_MESSAGES,
+        help="messages for the PublishAsync phase (at most --messages; default 200000)",
+    )
+    parser.add_argument("--publish-async-window", type=int, default=DEFAULT_ASYNC_WINDOW)
+    parser.add_argument("--live-seconds", type=float, default=5.0)
+    parser.add_argument("--live-rate", type=int, default=10_000, help="msgs/s")
+    parser.add_argument("--live-batch", type=int, default=10, help="messages per publish")
+    parser.add_argument(
+        "--flush-policy", choices=("always", "interval", "never"), default="interval"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per phase (default 300)"
+    )
+    parser.add_argument("--profile", type=Path, help="py-spy every tidelog phase into this dir")
+    parser.add_argument(
+        "--profile-native", action="store_true", help="py-spy --native (pauses while sampling)"
+    )
+    args = parser.parse_args(argv)
+    if args.messages < 1 or args.size < 1:
+        parser.error("--messages and --size must be positive")
+    if args.publish_async_window < 1 or args.live_rate < 1 or args.live_batch < 1:
+        parser.error("--publish-async-window, --live-rate and --live-batch must be positive")
+    if args.live_seconds <= 0 or args.publish_async_messages < 1:
+        parser.error("--live-seconds and --publish-async-messages must be positive")
+    args.publish_async_messages = min(args.publish_async_messages, args.messages)
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+
+    loadavg_start = _loadavg()
+    started_utc = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    wall_start = time.perf_counter()
+    peers = _peers()
+    payloads = peers.make_payloads(args.messages, args.size)
+    tidelog = asyncio.run(tidelog_phases(args, payloads))
+    results, details = tidelog["results"], tidelog["details"]
+
+    redis: dict[str, Any] | None = None
+    nats: dict[str, Any] | None = None
+    if not args.skip_peers:
+        details["peers_loadavg_before"] = _loadavg()
+        redis = peers.measure_redis(payloads, timeout=args.timeout)
+        nats = peers.measure_nats(payloads, timeout=args.timeout)
+        details["peers_loadavg_after"] = _loadavg()
+        details["peers"] = {"redis": redis, "nats": nats, "versions": peers.versions()}
+
+    def peer(result: dict[str, Any] | None, *keys: str) -> dict[str, Any]:
+        return {k: None if result is None else result.get(k) for k in keys}
+
+    redis_out = peer(redis, "publish_msgs_per_s", "read_msgs_per_s", "c_client_publish_msgs_per_s")
+    nats_out = peer(nats, "publish_msgs_per_s", "read_msgs_per_s")
+    publish_batch = details["publish_batch"]["msgs_per_s"]
+    publish_async = details["publish_async"]["msgs_per_s"]
+    forward = details["subscribe_batch"]["msgs_per_s"]
+    reverse = details["subscribe_reverse"]["msgs_per_s"]
+    live = results["live"]
+
+    out: dict[str, Any] = {
+        "publish_batch_msgs_per_s": publish_batch,
+        "publish_async_msgs_per_s": publish_async,
+        "subscribe_batch_msgs_per_s": forward,
+        "subscribe_reverse_msgs_per_s": reverse,
+        "live_latency_p50_ms": live["p50_ms"],
+        "live_latency_p99_ms": live["p99_ms"],
+        "peers": {"redis": redis_out, "nats": nats_out},
+        "ratios": {
+            "publish_batch_vs_redis_c_client": ratio(
+                publish_batch, redis_out["c_client_publish_msgs_per_s"], 1, ">="
+            ),
+            "subscribe_batch_vs_redis_xrange": ratio(
+                forward, redis_out["read_msgs_per_s"], 3, ">="
+            ),
+            "publish_async_vs_nats_publish": ratio(
+                publish_async, nats_out["publish_msgs_per_s"], 1, ">="
+            ),
+            "reverse_vs_forward_catch_up": ratio(reverse, forward, 0.9, ">="),
+            "live_p99_ms": ratio(live["p99_ms"], None, 5, "<="),
+        },
+        "messages": args.messages,
+        "message_bytes": args.size,
+        "publish_async_messages": args.publish_async_messages,
+        "live": {
+            "rate_msgs_per_s": args.live_rate,
+            "batch": args.live_batch,
+            "seconds": args.live_seconds,
+            "samples": live["samples"],
+        },
+        "peers_skipped": args.skip_peers,
+        "environment": {
+            **environment(),
+            "started_utc": started_utc,
+            "loadavg_start": loadavg_start,
+            "loadavg_end": _loadavg(),
+            "wall_seconds": round(time.perf_counter() - wall_start, 1),
+        },
+        "details": details,
+    }
+    if args.profile is not None:
+        files = [f for f in sorted(args.profile.glob("*.txt")) if f.stat().st_size]
+        summary = {f.stem: summarise_collapsed(f) for f in files}
+        (args.profile / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        out["details"]["profile_dir"] = str(args.profile)
+    json.dump(out, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
