@@ -297,7 +297,13 @@ class LiftbridgeService(pb_grpc.APIServicer):
             if r.ackPolicy != pb.NONE
         ]
 
+    def _checks_offsets(self, stream: str) -> bool:
+        found = self.broker.streams.get(stream)
+        return found is not None and found.config.optimistic_concurrency
+
     async def _publish_group(self, requests: list[pb.PublishRequest]) -> list[pb.PublishResponse]:
+        """Append runs of consecutive requests for one partition together. On streams with
+        optimistic concurrency each request is its own run: each carries its own expectation."""
         responses: list[pb.PublishResponse] = []
         run: list[pb.PublishRequest] = []
         for request in requests:
@@ -305,8 +311,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
                 run
                 and request.stream == run[0].stream
                 and request.partition == run[0].partition
-                and request.expectedOffset < 0
-                and run[0].expectedOffset < 0
+                and not self._checks_offsets(request.stream)
             )
             if run and not same:
                 responses += await self._publish_run(run)

@@ -21,15 +21,13 @@ Context = grpc.aio.ServicerContext[object, object]
 
 def record_batch(batch: MessageBatch) -> v1.RecordBatch:
     """A verified log batch as one columnar frame."""
-    keys = batch.keys()
-    headers = batch.headers()
     return v1.RecordBatch(
         offsets=columns.pack_int64(batch.offsets),
         timestamps=columns.pack_int64(batch.timestamps),
         messages=columns.pack(
             batch.values(),
-            keys if any(k is not None for k in keys) else None,
-            headers if any(headers) else None,
+            batch.keys() if batch.has_keys() else None,
+            batch.headers() if batch.has_headers() else None,
         ),
     )
 

@@ -121,7 +121,7 @@ class BrokerConfig:
     maintenance_interval_s: float = 30.0
     """How often retention, age rolls and auto-pause run."""
     cursor_partitions: int = 1
-    subscriber_batch_messages: int = 1000
+    subscriber_batch_messages: int = 5000
     subscriber_batch_bytes: int = 1 << 20
 
     @property

@@ -6,11 +6,13 @@ subscribing use ``tidelog.v1`` (columnar batches, one acknowledgement per batch)
 
 from __future__ import annotations
 
+import bisect
 import zlib
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from datetime import datetime
-from types import TracebackType
-from typing import Any
+from itertools import accumulate, repeat
+from types import MappingProxyType, TracebackType
+from typing import Any, overload
 
 import grpc
 
@@ -22,6 +24,7 @@ from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 from tidelog.client.errors import InvalidArgument, NotFound, from_rpc_error
 from tidelog.client.models import (
     Ack,
+    Acks,
     Message,
     PartitionInfo,
     ReceivedMessage,
@@ -217,19 +220,25 @@ class AsyncClient:
         messages: Sequence[bytes | Message],
         *,
         partition: int | None = None,
-    ) -> list[Ack]:
+    ) -> Sequence[Ack]:
         """Publish ``messages`` in order (in requests of up to 1,000); one ack per message.
+
+        The acks of each request are a lazy :class:`Acks` sequence (no object per message until
+        one is looked at); the result concatenates them.
 
         With ``partition=None`` every message goes to partition 0, or, when it has a key, to the
         partition its key hashes to (CRC-32 modulo the partition count).
         """
-        acks: list[Ack] = []
         keyed = partition is None and any(isinstance(m, Message) and m.key for m in messages)
+        if not keyed:
+            parts = [
+                await self._publish_chunk(stream, partition or 0, messages[i : i + PUBLISH_CHUNK])
+                for i in range(0, len(messages), PUBLISH_CHUNK)
+            ]
+            return parts[0] if len(parts) == 1 else ChainedAcks(parts)
+        acks: list[Ack] = []
         for first in range(0, len(messages), PUBLISH_CHUNK):
             chunk = messages[first : first + PUBLISH_CHUNK]
-            if not keyed:
-                acks += await self._publish_chunk(stream, partition or 0, chunk)
-                continue
             groups: dict[int, list[bytes | Message]] = {}
             for m in chunk:
                 key = m.key if isinstance(m, Message) else None
@@ -241,7 +250,7 @@ class AsyncClient:
 
     async def _publish_chunk(
         self, stream: str, partition: int, messages: Sequence[bytes | Message]
-    ) -> list[Ack]:
+    ) -> Acks:
         if all(type(m) is bytes for m in messages):
             packed = columns.pack(messages)  # type: ignore[arg-type]
         else:
@@ -258,10 +267,8 @@ class AsyncClient:
             response = await self._v1.PublishBatch(request)
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
-        return [
-            Ack(stream, partition, o)
-            for o in range(response.first_offset, response.first_offset + response.count)
-        ]
+        first = response.first_offset
+        return Acks(stream, partition, range(first, first + response.count))
 
     # -- subscribing -----------------------------------------------------------------------------
 
@@ -346,12 +353,60 @@ def decode(batch: v1.RecordBatch, stream: str, partition: int) -> list[ReceivedM
     timestamps = columns.unpack_int64(batch.timestamps).tolist()
     values, keys, headers = columns.unpack(batch.messages)
     n = len(values)
-    key_list = keys if keys is not None else [None] * n
-    header_list: list[dict[str, bytes]] = headers if headers is not None else [{}] * n
-    return [
-        ReceivedMessage(o, t, k, v, h, partition, stream)
-        for o, t, k, v, h in zip(offsets, timestamps, key_list, values, header_list, strict=True)
-    ]
+    return list(
+        map(
+            _new_message,
+            zip(
+                offsets,
+                timestamps,
+                repeat(None, n) if keys is None else keys,
+                values,
+                repeat(_NO_HEADERS, n) if headers is None else headers,
+                repeat(partition, n),
+                repeat(stream, n),
+                strict=True,
+            ),
+        )
+    )
+
+
+_NO_HEADERS: Mapping[str, bytes] = MappingProxyType({})
+
+
+def _new_message(fields: tuple[Any, ...]) -> ReceivedMessage:
+    return tuple.__new__(ReceivedMessage, fields)
+
+
+class ChainedAcks(Sequence[Ack]):
+    """Acks of several requests, in order."""
+
+    def __init__(self, parts: list[Acks]) -> None:
+        self._parts = parts
+        self._starts = list(accumulate((len(p) for p in parts), initial=0))
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    @overload
+    def __getitem__(self, index: int) -> Ack: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Ack]: ...
+    def __getitem__(self, index: int | slice) -> Ack | Sequence[Ack]:
+        if isinstance(index, slice):
+            return list(self)[index]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("ack index out of range")
+        part = bisect.bisect_right(self._starts, index) - 1
+        return self._parts[part][index - self._starts[part]]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 __all__ = ["AsyncClient", "decode"]

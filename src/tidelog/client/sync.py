@@ -89,7 +89,7 @@ class Client:
 
     def publish_batch(
         self, stream: str, messages: Sequence[bytes | Message], *, partition: int | None = None
-    ) -> list[Ack]:
+    ) -> Sequence[Ack]:
         return self._run(self._client.publish_batch(stream, messages, partition=partition))
 
     def subscribe_batches(

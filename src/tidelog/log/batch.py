@@ -81,6 +81,14 @@ class MessageBatch:
         keylens: npt.NDArray[np.int64] = np.maximum(self._header["keylen"], 0)
         return self.positions + HEADER_SIZE + keylens
 
+    def has_keys(self) -> bool:
+        """Whether any record in the batch has a key."""
+        return self._header is not None and bool((self._header["keylen"] >= 0).any())
+
+    def has_headers(self) -> bool:
+        """Whether any record in the batch has headers."""
+        return self._header is not None and bool(self._header["hcount"].any())
+
     def values(self) -> list[bytes]:
         """Each record's value, in delivery order."""
         if self._header is None:

@@ -53,6 +53,9 @@ HEADER_DTYPE: Final = np.dtype(
 assert HEADER_DTYPE.itemsize == HEADER_SIZE
 
 _HEADER_STRUCT: Final = struct.Struct("<IIqqBBHii")
+_HEADER_TAIL: Final = struct.Struct("<IqqBBHii")  # the header after its CRC field
+_CRC: Final = struct.Struct("<I")
+_SMALL_BATCH: Final = 16
 _NAME_LEN: Final = struct.Struct("<H")
 _VALUE_LEN: Final = struct.Struct("<I")
 _BYTE_RANGE: Final = np.arange(HEADER_SIZE, dtype=np.int64)
@@ -163,6 +166,8 @@ def encode_batch(
         raise MessageTooLarge(int(body_lens[index]), max_message_bytes, index)
 
     sizes = body_lens + HEADER_SIZE
+    if n <= _SMALL_BATCH:
+        return _encode_small(bodies, offsets, sizes, timestamp, vallens, keylens, hcounts)
     header = np.zeros(n, dtype=HEADER_DTYPE)
     header["size"] = sizes
     header["offset"] = offsets
@@ -202,6 +207,30 @@ def encode_batch(
     )
     flat[starts[:, None] + _CRC_BYTES] = crcs.view(np.uint8).reshape(n, 4)
     return EncodedBatch(flat, offsets, sizes, timestamp)
+
+
+def _encode_small(
+    bodies: Sequence[bytes],
+    offsets: Int64Array,
+    sizes: Int64Array,
+    timestamp: int,
+    vallens: Int64Array,
+    keylens: Int64Array | int,
+    hcounts: Int64Array | int,
+) -> EncodedBatch:
+    """The same bytes as the vectorised path, packed record by record: for a handful of records
+    numpy's fixed cost per call outweighs its per-record savings."""
+    n = len(bodies)
+    keys = [keylens] * n if isinstance(keylens, int) else keylens.tolist()
+    counts = [hcounts] * n if isinstance(hcounts, int) else hcounts.tolist()
+    parts: list[bytes] = []
+    for offset, size, vallen, keylen, count, body in zip(
+        offsets.tolist(), sizes.tolist(), vallens.tolist(), keys, counts, bodies, strict=True
+    ):
+        tail = _HEADER_TAIL.pack(size, offset, timestamp, MAGIC, 0, count, keylen, vallen)
+        parts += (_CRC.pack(crc32c(body, crc32c(tail))), tail, body)
+    data = np.frombuffer(b"".join(parts), dtype=np.uint8)
+    return EncodedBatch(data, offsets, sizes, timestamp)
 
 
 def gather_headers(chunk: bytes, positions: Int64Array) -> npt.NDArray[np.void]:
