@@ -26,8 +26,8 @@ Phases, each on its own fresh stream of one partition:
 - ``live_latency_p50_ms`` / ``live_latency_p99_ms``: a live subscriber (SubscribeBatches from
   NEW_ONLY, handshake awaited first) in this process while a publisher in a separate process
   sends ``--live-rate`` msgs/s (default 10,000) as ``--live-batch`` messages (default 10) per
-  ``PublishBatch`` on an absolute 1 ms clock, calls not waiting for each other (bounded in
-  flight), for ``--live-seconds`` (default 5) after 0.5 s of warm-up that is not counted. Each
+  request on one ``PublishStream`` (``AsyncClient.publisher``) on an absolute 1 ms clock,
+  requests not waiting for each other (bounded in flight), for ``--live-seconds`` (default 5) after 0.5 s of warm-up that is not counted. Each
   payload starts with its send time (``time.time_ns()``, little-endian i64) and a sequence number;
   latency = the subscriber's ``time.time_ns()`` after decoding the batch minus the send time.
   Percentiles are nearest-rank.
@@ -650,8 +650,9 @@ async def live_phase(
 
 
 async def _live_publisher(config: dict[str, Any]) -> dict[str, Any]:
-    """The paced publisher (run in its own process): ``batch`` messages per ``PublishBatch``
-    every ``batch / rate`` seconds on an absolute clock, calls in flight concurrently."""
+    """The paced publisher (run in its own process): ``batch`` messages per request on one
+    ``PublishStream`` (``AsyncClient.publisher``) every ``batch / rate`` seconds on an absolute
+    clock, requests in flight concurrently."""
     rate, batch = int(config["rate"]), int(config["batch"])
     interval = batch / rate
     warmup_batches = round(config["warmup_seconds"] * rate / batch)
@@ -663,12 +664,12 @@ async def _live_publisher(config: dict[str, Any]) -> dict[str, Any]:
     behind_max = 0.0
     seq = 0
     timed_out = False
-    async with AsyncClient(config["address"]) as client:
+    async with AsyncClient(config["address"]) as client, client.publisher(stream) as publisher:
         await client.stream_info(stream)  # connected before the clock starts
 
         async def send(values: list[bytes]) -> None:
             try:
-                await client.publish_batch(stream, values)
+                await publisher.publish(values)
             finally:
                 in_flight.release()
 

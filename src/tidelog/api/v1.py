@@ -10,10 +10,10 @@ import grpc
 from tidelog import columns
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
-from tidelog.api.errors import grpc_errors
+from tidelog.api.errors import grpc_errors, status_of
 from tidelog.api.metrics import Metrics
 from tidelog.broker import Broker, StartPosition, StopPosition, SubscribeRequest
-from tidelog.errors import InvalidArgument, ReadonlyEnd, StopReached
+from tidelog.errors import InvalidArgument, ReadonlyEnd, StopReached, TidelogError
 from tidelog.log import Message, MessageBatch
 
 Context = grpc.aio.ServicerContext[object, object]
@@ -37,39 +37,55 @@ class TidelogService(v1_grpc.TidelogServicer):
         self.broker = broker
         self._latency = None if metrics is None else metrics.publish_latency.labels("tidelog.v1")
 
+    async def _publish(self, request: v1.PublishBatchRequest) -> v1.PublishBatchResponse:
+        started = time.perf_counter()
+        if not request.stream:
+            raise InvalidArgument("publish needs a stream name")
+        values, keys, headers = columns.unpack(request.messages)
+        batch: list[bytes | Message]
+        if keys is None and headers is None:
+            batch = list(values)
+        else:
+            batch = [
+                Message(
+                    value,
+                    key=None if keys is None else keys[i],
+                    headers=headers[i] if headers is not None else {},
+                )
+                for i, value in enumerate(values)
+            ]
+        offsets = await self.broker.publish(
+            request.stream,
+            request.partition,
+            batch,
+            expected_offset=request.expected_offset if request.expected_offset >= 0 else None,
+            durable=request.ack_policy == v1.ACK_POLICY_ALL,
+        )
+        if self._latency is not None:
+            self._latency.observe(time.perf_counter() - started)
+        if request.ack_policy == v1.ACK_POLICY_NONE:
+            return v1.PublishBatchResponse()
+        return v1.PublishBatchResponse(first_offset=offsets.start, count=len(offsets))
+
     async def PublishBatch(
         self, request: v1.PublishBatchRequest, context: Context
     ) -> v1.PublishBatchResponse:
-        started = time.perf_counter()
         async with grpc_errors(context):
-            if not request.stream:
-                raise InvalidArgument("publish needs a stream name")
-            values, keys, headers = columns.unpack(request.messages)
-            batch: list[bytes | Message]
-            if keys is None and headers is None:
-                batch = list(values)
-            else:
-                batch = [
-                    Message(
-                        value,
-                        key=None if keys is None else keys[i],
-                        headers=headers[i] if headers is not None else {},
-                    )
-                    for i, value in enumerate(values)
-                ]
-            offsets = await self.broker.publish(
-                request.stream,
-                request.partition,
-                batch,
-                expected_offset=request.expected_offset if request.expected_offset >= 0 else None,
-                durable=request.ack_policy == v1.ACK_POLICY_ALL,
-            )
-            if self._latency is not None:
-                self._latency.observe(time.perf_counter() - started)
-            if request.ack_policy == v1.ACK_POLICY_NONE:
-                return v1.PublishBatchResponse()
-            return v1.PublishBatchResponse(first_offset=offsets.start, count=len(offsets))
+            return await self._publish(request)
         raise AssertionError("unreachable")
+
+    async def PublishStream(
+        self, request_iterator: AsyncIterator[v1.PublishBatchRequest], context: Context
+    ) -> AsyncIterator[v1.PublishBatchResponse]:
+        async for request in request_iterator:
+            try:
+                response = await self._publish(request)
+            except (TidelogError, ValueError, TypeError) as error:
+                code, detail = status_of(error)
+                if isinstance(error, ValueError | TypeError):
+                    code = grpc.StatusCode.INVALID_ARGUMENT
+                response = v1.PublishBatchResponse(error_code=code.value[0], error_message=detail)
+            yield response
 
     async def SubscribeBatches(
         self, request: v1.SubscribeBatchesRequest, context: Context

@@ -6,8 +6,11 @@ subscribing use ``tidelog.v1`` (columnar batches, one acknowledgement per batch)
 
 from __future__ import annotations
 
+import asyncio
 import bisect
+import contextlib
 import zlib
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from itertools import accumulate, repeat
@@ -21,7 +24,14 @@ from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
-from tidelog.client.errors import InvalidArgument, NotFound, from_rpc_error
+from tidelog.client.errors import (
+    ClientError,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+    error_for_number,
+    from_rpc_error,
+)
 from tidelog.client.models import (
     Ack,
     Acks,
@@ -251,15 +261,7 @@ class AsyncClient:
     async def _publish_chunk(
         self, stream: str, partition: int, messages: Sequence[bytes | Message]
     ) -> Acks:
-        if all(type(m) is bytes for m in messages):
-            packed = columns.pack(messages)  # type: ignore[arg-type]
-        else:
-            msgs = [m if isinstance(m, Message) else Message(m) for m in messages]
-            packed = columns.pack(
-                [m.value for m in msgs],
-                [m.key for m in msgs],
-                [dict(m.headers) for m in msgs],
-            )
+        packed = _pack_messages(messages)
         request = v1.PublishBatchRequest(
             stream=stream, partition=partition, messages=packed, expected_offset=-1
         )
@@ -269,6 +271,12 @@ class AsyncClient:
             raise from_rpc_error(error) from None
         first = response.first_offset
         return Acks(stream, partition, range(first, first + response.count))
+
+    def publisher(self, stream: str, partition: int = 0) -> Publisher:
+        """A pipelined publisher for one partition over one long-lived stream (``PublishStream``):
+        use ``async with client.publisher(...) as p`` and ``await p.publish(values)``; many
+        publishes may be in flight at once and are acknowledged in order."""
+        return Publisher(self._v1, stream, partition)
 
     # -- subscribing -----------------------------------------------------------------------------
 
@@ -345,6 +353,96 @@ class AsyncClient:
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
         return int(response.offset)
+
+
+class Publisher:
+    """Publishes batches to one partition over one ``PublishStream`` call, pipelined."""
+
+    def __init__(self, stub: v1_grpc.TidelogStub, stream: str, partition: int) -> None:
+        self._stub = stub
+        self.stream = stream
+        self.partition = partition
+        self._pending: deque[asyncio.Future[Acks]] = deque()
+        self._write_lock = asyncio.Lock()
+        self._call: Any = None
+        self._reader: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Publisher:
+        self._call = self._stub.PublishStream()  # type: ignore[call-arg]
+        self._reader = asyncio.create_task(self._read_acks())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def publish(self, messages: Sequence[bytes | Message]) -> Acks:
+        """Send one batch and wait for its acks (other publishes may be in flight meanwhile)."""
+        return await (await self.send(messages))
+
+    async def send(self, messages: Sequence[bytes | Message]) -> asyncio.Future[Acks]:
+        """Send one batch; the returned future resolves to its acks, or to its error."""
+        if self._call is None:
+            raise RuntimeError("use the publisher inside 'async with'")
+        request = v1.PublishBatchRequest(
+            stream=self.stream,
+            partition=self.partition,
+            messages=_pack_messages(messages),
+            expected_offset=-1,
+        )
+        future: asyncio.Future[Acks] = asyncio.get_running_loop().create_future()
+        async with self._write_lock:
+            self._pending.append(future)
+            try:
+                await self._call.write(request)
+            except grpc.RpcError as error:
+                raise from_rpc_error(error) from None
+        return future
+
+    async def _read_acks(self) -> None:
+        failure: ClientError | None = None
+        try:
+            async for response in self._call:
+                future = self._pending.popleft()
+                if future.done():
+                    continue
+                if response.error_code:
+                    future.set_exception(
+                        error_for_number(response.error_code, response.error_message)
+                    )
+                else:
+                    first = response.first_offset
+                    future.set_result(
+                        Acks(self.stream, self.partition, range(first, first + response.count))
+                    )
+        except grpc.RpcError as error:
+            failure = from_rpc_error(error)
+        finally:
+            while self._pending:
+                future = self._pending.popleft()
+                if not future.done():
+                    future.set_exception(
+                        failure or Unavailable("the publish stream ended before this batch")
+                    )
+
+    async def close(self) -> None:
+        """Wait for every in-flight batch's ack, then end the stream."""
+        if self._call is None:
+            return
+        async with self._write_lock:
+            with contextlib.suppress(grpc.RpcError):
+                await self._call.done_writing()
+        if self._reader is not None:
+            await self._reader
+        self._call = None
+
+
+def _pack_messages(messages: Sequence[bytes | Message]) -> v1.Messages:
+    if all(type(m) is bytes for m in messages):
+        return columns.pack(messages)  # type: ignore[arg-type]
+    msgs = [m if isinstance(m, Message) else Message(m) for m in messages]
+    return columns.pack(
+        [m.value for m in msgs], [m.key for m in msgs], [dict(m.headers) for m in msgs]
+    )
 
 
 def decode(batch: v1.RecordBatch, stream: str, partition: int) -> list[ReceivedMessage]:

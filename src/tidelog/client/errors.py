@@ -96,6 +96,16 @@ def from_rpc_error(error: grpc.RpcError) -> ClientError:
     """The typed error for a failed call."""
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     details = (error.details() if hasattr(error, "details") else None) or str(code)
+    return error_for(code, details)
+
+
+def error_for_number(number: int, details: str) -> ClientError:
+    """The typed error for a status code given as its number (as in ``PublishBatchResponse``)."""
+    code = next((c for c in grpc.StatusCode if c.value[0] == number), grpc.StatusCode.UNKNOWN)
+    return error_for(code, details)
+
+
+def error_for(code: grpc.StatusCode, details: str) -> ClientError:
     kind = _BY_CODE.get(code, ClientError)
     if kind is FailedPrecondition:
         for marker, sub in _PRECONDITIONS:

@@ -231,18 +231,25 @@ class PublishBatchResponse(_message.Message):
 
     FIRST_OFFSET_FIELD_NUMBER: _builtins.int
     COUNT_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     first_offset: _builtins.int
     """Offsets first_offset .. first_offset + count - 1 were assigned, in order."""
     count: _builtins.int
+    error_code: _builtins.int
+    """PublishStream only: the gRPC status code (non-zero) and message of a batch that failed."""
+    error_message: _builtins.str
     def __init__(
         self,
         *,
         first_offset: _builtins.int = ...,
         count: _builtins.int = ...,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "first_offset", b"first_offset"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "error_code", b"error_code", "error_message", b"error_message", "first_offset", b"first_offset"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -39,6 +39,11 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.PublishBatchRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.PublishBatchResponse.FromString,
                 _registered_method=True)
+        self.PublishStream = channel.stream_stream(
+                '/tidelog.v1.Tidelog/PublishStream',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.PublishBatchRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.PublishBatchResponse.FromString,
+                _registered_method=True)
         self.SubscribeBatches = channel.unary_stream(
                 '/tidelog.v1.Tidelog/SubscribeBatches',
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.SubscribeBatchesRequest.SerializeToString,
@@ -56,6 +61,15 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PublishStream(self, request_iterator, context):
+        """Publish batches over one long-lived stream: one response per request, in request order. A
+        batch that fails is answered with its error in the response and the stream stays open.
+        Costs far less per batch than unary calls, so small batches at a high rate stay cheap.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SubscribeBatches(self, request, context):
         """Stream a partition in batches, forward or in reverse, with Liftbridge's start/stop positions.
         """
@@ -68,6 +82,11 @@ def add_TidelogServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'PublishBatch': grpc.unary_unary_rpc_method_handler(
                     servicer.PublishBatch,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.PublishBatchRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.PublishBatchResponse.SerializeToString,
+            ),
+            'PublishStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PublishStream,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.PublishBatchRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.PublishBatchResponse.SerializeToString,
             ),
@@ -102,6 +121,33 @@ class Tidelog:
             request,
             target,
             '/tidelog.v1.Tidelog/PublishBatch',
+            tidelog_dot_v1_dot_tidelog__pb2.PublishBatchRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.PublishBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PublishStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tidelog.v1.Tidelog/PublishStream',
             tidelog_dot_v1_dot_tidelog__pb2.PublishBatchRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.PublishBatchResponse.FromString,
             options,

@@ -42,6 +42,11 @@ class TidelogStub:
     def __new__(cls, channel: _aio.Channel) -> TidelogAsyncStub: ...
     PublishBatch: _grpc.UnaryUnaryMultiCallable[_tidelog_pb2.PublishBatchRequest, _tidelog_pb2.PublishBatchResponse]
     """Append a batch to one partition: one write, one acknowledgement for the whole batch."""
+    PublishStream: _grpc.StreamStreamMultiCallable[_tidelog_pb2.PublishBatchRequest, _tidelog_pb2.PublishBatchResponse]
+    """Publish batches over one long-lived stream: one response per request, in request order. A
+    batch that fails is answered with its error in the response and the stream stays open.
+    Costs far less per batch than unary calls, so small batches at a high rate stay cheap.
+    """
     SubscribeBatches: _grpc.UnaryStreamMultiCallable[_tidelog_pb2.SubscribeBatchesRequest, _tidelog_pb2.RecordBatch]
     """Stream a partition in batches, forward or in reverse, with Liftbridge's start/stop positions."""
 
@@ -50,6 +55,11 @@ class TidelogAsyncStub(TidelogStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     PublishBatch: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.PublishBatchRequest, _tidelog_pb2.PublishBatchResponse]  # type: ignore[assignment]
     """Append a batch to one partition: one write, one acknowledgement for the whole batch."""
+    PublishStream: _aio.StreamStreamMultiCallable[_tidelog_pb2.PublishBatchRequest, _tidelog_pb2.PublishBatchResponse]  # type: ignore[assignment]
+    """Publish batches over one long-lived stream: one response per request, in request order. A
+    batch that fails is answered with its error in the response and the stream stays open.
+    Costs far less per batch than unary calls, so small batches at a high rate stay cheap.
+    """
     SubscribeBatches: _aio.UnaryStreamMultiCallable[_tidelog_pb2.SubscribeBatchesRequest, _tidelog_pb2.RecordBatch]  # type: ignore[assignment]
     """Stream a partition in batches, forward or in reverse, with Liftbridge's start/stop positions."""
 
@@ -61,6 +71,17 @@ class TidelogServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_tidelog_pb2.PublishBatchResponse, _abc.Awaitable[_tidelog_pb2.PublishBatchResponse]]:
         """Append a batch to one partition: one write, one acknowledgement for the whole batch."""
+
+    @_abc_1.abstractmethod
+    def PublishStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_tidelog_pb2.PublishBatchRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_tidelog_pb2.PublishBatchResponse], _abc.AsyncIterator[_tidelog_pb2.PublishBatchResponse]]:
+        """Publish batches over one long-lived stream: one response per request, in request order. A
+        batch that fails is answered with its error in the response and the stream stays open.
+        Costs far less per batch than unary calls, so small batches at a high rate stay cheap.
+        """
 
     @_abc_1.abstractmethod
     def SubscribeBatches(
