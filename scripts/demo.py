@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from tidelog import Client, Message
+from tidelog import Client
 
 READY = "tidelog listening on "
 

@@ -111,6 +111,20 @@ def rewrite_imports(text: str, roots: list[str]) -> str:
     )
 
 
+PRIVATE_POOL_ROOTS = ("liftbridge",)
+"""Protos whose package (`proto`, Liftbridge's) other libraries register too: a Liftbridge client
+such as gufo-liftbridge in the same process would collide in protobuf's default descriptor pool,
+so their descriptors go into a pool of their own. The wire bytes are unchanged."""
+
+
+def private_pool(text: str) -> str:
+    return text.replace(
+        "DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(",
+        "_POOL = _descriptor_pool.DescriptorPool()  # private: see scripts/gen_proto.py\n"
+        "DESCRIPTOR = _POOL.AddSerializedFile(",
+    )
+
+
 def generate() -> dict[str, bytes]:
     """Generate everything in a scratch directory; return {relative posix path: content}."""
     protos = find_protos()
@@ -125,8 +139,10 @@ def generate() -> dict[str, bytes]:
             if not path.is_file():
                 continue
             rel = path.relative_to(scratch)
-            text = path.read_text(encoding="utf-8")
-            files[rel.as_posix()] = rewrite_imports(text, roots).encode("utf-8")
+            text = rewrite_imports(path.read_text(encoding="utf-8"), roots)
+            if rel.parts[0] in PRIVATE_POOL_ROOTS and rel.name.endswith("_pb2.py"):
+                text = private_pool(text)
+            files[rel.as_posix()] = text.encode("utf-8")
             for parent in rel.parents:
                 if parent != Path("."):
                     files.setdefault((parent / "__init__.py").as_posix(), INIT_TEXT.encode())

@@ -68,6 +68,8 @@ def unpack(
         )
     values = _split(columns.values, value_sizes)
     keys: list[bytes | None] | None = None
+    if columns.keys and not columns.key_sizes:
+        raise ValueError("malformed batch: keys were sent without key_sizes")
     if columns.key_sizes:
         if len(columns.key_sizes) != 4 * n:
             raise ValueError(f"malformed batch: key_sizes must hold {n} i32 entries")

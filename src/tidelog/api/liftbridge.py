@@ -109,6 +109,11 @@ def partition_metadata(partition: Partition, broker_id: str) -> pb.PartitionMeta
     )
 
 
+def _check_ack_policy(policy: int) -> None:
+    if policy not in (pb.LEADER, pb.ALL, pb.NONE):
+        raise InvalidArgument(f"unknown ackPolicy {policy}: use LEADER (0), ALL (1) or NONE (2)")
+
+
 def _message(request: pb.PublishRequest) -> bytes | Message:
     if not request.key and not request.headers:
         return request.value
@@ -250,6 +255,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
         async with grpc_errors(context):
             if not request.stream:
                 raise InvalidArgument("publish needs a stream name")
+            _check_ack_policy(request.ackPolicy)
             received = time.time_ns()
             offsets = await self.broker.publish(
                 request.stream,
@@ -307,6 +313,19 @@ class LiftbridgeService(pb_grpc.APIServicer):
         responses: list[pb.PublishResponse] = []
         run: list[pb.PublishRequest] = []
         for request in requests:
+            if request.ackPolicy not in (pb.LEADER, pb.ALL, pb.NONE):
+                if run:
+                    responses += await self._publish_run(run)
+                    run = []
+                try:
+                    _check_ack_policy(request.ackPolicy)
+                except InvalidArgument as error:
+                    responses.append(
+                        pb.PublishResponse(
+                            asyncError=_async_error(error), correlationId=request.correlationId
+                        )
+                    )
+                continue
             same = (
                 run
                 and request.stream == run[0].stream
@@ -327,11 +346,14 @@ class LiftbridgeService(pb_grpc.APIServicer):
         """One response per request with an ack policy other than NONE. Requests that arrive
         together are appended together (one write per partition), in order."""
         queue: asyncio.Queue[pb.PublishRequest | None] = asyncio.Queue(maxsize=4 * _ASYNC_BATCH)
+        broken: list[BaseException] = []
 
         async def pump() -> None:
             try:
                 async for request in request_iterator:
                     await queue.put(request)
+            except Exception as error:  # an unparsable frame ends the call
+                broken.append(error)
             finally:
                 await queue.put(None)
 
@@ -352,6 +374,14 @@ class LiftbridgeService(pb_grpc.APIServicer):
                 async with grpc_errors(context):
                     for response in await self._publish_group(group):
                         yield response
+            if broken:
+                error = broken[0]
+                detail = str(error) if isinstance(error, TidelogError) else repr(error)
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"malformed PublishAsync request; the requests before it were published: "
+                    f"{detail}",
+                )
         finally:
             reader.cancel()
 

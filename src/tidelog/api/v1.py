@@ -41,6 +41,8 @@ class TidelogService(v1_grpc.TidelogServicer):
         started = time.perf_counter()
         if not request.stream:
             raise InvalidArgument("publish needs a stream name")
+        if request.ack_policy not in (v1.ACK_POLICY_LEADER, v1.ACK_POLICY_ALL, v1.ACK_POLICY_NONE):
+            raise InvalidArgument(f"unknown ack_policy {request.ack_policy}")
         values, keys, headers = columns.unpack(request.messages)
         batch: list[bytes | Message]
         if keys is None and headers is None:

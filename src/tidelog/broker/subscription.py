@@ -21,6 +21,7 @@ State table (events on the left, ``RESUMING`` / ``LIVE``):
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -247,7 +248,9 @@ class Subscription:
                     self.state = SubscriberState.DONE
                     raise ReadonlyEnd("end of readonly partition")
                 self.state = SubscriberState.LIVE
-                await woken
+                # The future is shared by every waiter: shield it, so that cancelling this
+                # subscriber (a client going away) does not cancel it for the others.
+                await asyncio.shield(woken)
         finally:
             partition.subscribers -= 1
             if self.state is not SubscriberState.DONE:

@@ -22,7 +22,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from tidelog import __version__
-from tidelog.client import DEFAULT_SERVER, Client, ClientError, Message, ReceivedMessage
+from tidelog.client import (
+    DEFAULT_SERVER,
+    Client,
+    ClientError,
+    InvalidArgument,
+    Message,
+    ReceivedMessage,
+)
 from tidelog.client.models import Start, Stop
 from tidelog.log import FlushPolicy
 
@@ -36,8 +43,9 @@ cursor_app = typer.Typer(help="Read and write consumer cursors.", no_args_is_hel
 app.add_typer(stream_app, name="stream")
 app.add_typer(cursor_app, name="cursor")
 
-out = Console()
-err = Console(stderr=True)
+# soft_wrap: never break a line at the terminal width (messages stay one line in pipes and logs).
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 ServerOption = Annotated[
     str,
@@ -404,35 +412,40 @@ def tail(
     """
     if reverse and follow:
         fail("--reverse reads back to the oldest message and ends; it cannot --follow", 2)
+    begin: Start | None = parse_from(start) if start is not None else None
     with guarded(server) as client:
-        begin: Start
-        stop: Stop = None if follow else "latest"
-        if start is not None:
-            begin = parse_from(start)
-        elif reverse:
-            begin = "latest"
-        elif count is not None and not follow:
-            newest = client.stream_info(stream).partitions[partition].newest_offset
-            begin = max(newest - count + 1, 0)
-        else:
-            begin = "earliest" if not follow else "new"
+        if count == 0:
+            return
+        info = client.stream_info(stream)
+        if not 0 <= partition < len(info.partitions):
+            fail(f"stream {stream!r} has no partition {partition}")
+        newest = info.partitions[partition].newest_offset
+        if begin is None:
+            if reverse:
+                begin = "latest"
+            elif follow:
+                begin = "new"
+            else:
+                begin = 0 if count is None else max(newest - count + 1, 0)
+        stop: Stop = None
         if not follow and not reverse:
-            info = client.stream_info(stream)
-            if partition >= len(info.partitions):
-                fail(f"stream {stream!r} has no partition {partition}")
-            if info.partitions[partition].newest_offset < 0:
-                return  # nothing to print
+            # Print what is there now and exit: nothing when the start lies past the newest.
+            if newest < 0 or begin == "new" or (isinstance(begin, int) and begin > newest):
+                return
+            stop = newest
         shown = 0
         try:
-            for m in client.subscribe(
-                stream, partition, start=begin, stop=None if reverse else stop, reverse=reverse
-            ):
-                if count is not None and shown >= count:
-                    break
+            for m in client.subscribe(stream, partition, start=begin, stop=stop, reverse=reverse):
                 print(message_json(m) if as_json else _human(m), flush=follow)
                 shown += 1
+                if count is not None and shown >= count:
+                    break
         except KeyboardInterrupt:
             pass
+        except InvalidArgument as error:
+            if follow or "before the start offset" not in str(error):
+                raise
+            # A time after the newest message, without --follow: nothing to print.
 
 
 def _human(m: ReceivedMessage) -> str:

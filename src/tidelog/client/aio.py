@@ -147,7 +147,7 @@ class AsyncClient:
             await self._api.CreateStream(request)
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
-        self._partition_counts[name] = partitions
+        self._partition_counts[name] = max(partitions, 1)  # the server reads 0 as 1
 
     async def delete_stream(self, name: str) -> None:
         try:
@@ -249,13 +249,17 @@ class AsyncClient:
         acks: list[Ack] = []
         for first in range(0, len(messages), PUBLISH_CHUNK):
             chunk = messages[first : first + PUBLISH_CHUNK]
-            groups: dict[int, list[bytes | Message]] = {}
-            for m in chunk:
+            groups: dict[int, list[int]] = {}
+            for i, m in enumerate(chunk):
                 key = m.key if isinstance(m, Message) else None
                 number = await self._choose_partition(stream, key, partition)
-                groups.setdefault(number, []).append(m)
-            for number, group in groups.items():
-                acks += await self._publish_chunk(stream, number, group)
+                groups.setdefault(number, []).append(i)
+            placed: list[Ack | None] = [None] * len(chunk)
+            for number, indexes in groups.items():
+                group_acks = await self._publish_chunk(stream, number, [chunk[i] for i in indexes])
+                for i, ack in zip(indexes, group_acks, strict=True):
+                    placed[i] = ack
+            acks += [a for a in placed if a is not None]
         return acks
 
     async def _publish_chunk(

@@ -8,6 +8,7 @@ the thread boundary one batch at a time, not one message at a time.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from types import TracebackType
@@ -38,7 +39,15 @@ class Client:
         self._client = self._run(connect())
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            # Interrupted here (Ctrl-C) or failed: make sure the coroutine is no longer running
+            # on the loop before anything else is handed to it.
+            future.cancel()
+            concurrent.futures.wait([future], timeout=5)
+            raise
 
     def __enter__(self) -> Client:
         return self
