@@ -162,7 +162,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
         self, request: pb.DeleteStreamRequest, context: Context
     ) -> pb.DeleteStreamResponse:
         async with grpc_errors(context):
-            await asyncio.to_thread(self.broker.delete_stream, request.name)
+            await self.broker.delete_stream(request.name)
         return pb.DeleteStreamResponse()
 
     async def PauseStream(
@@ -289,9 +289,18 @@ class LiftbridgeService(pb_grpc.APIServicer):
         except Exception as error:
             if not isinstance(error, TidelogError | ValueError | TypeError):
                 raise
+            if len(run) > 1:
+                # Nothing of the run was written (appends are all or nothing): publish each
+                # request alone, so only the bad one fails.
+                responses: list[pb.PublishResponse] = []
+                for request in run:
+                    responses += await self._publish_run([request])
+                return responses
             failure = _async_error(error)
             return [
-                pb.PublishResponse(asyncError=failure, correlationId=r.correlationId) for r in run
+                pb.PublishResponse(asyncError=failure, correlationId=r.correlationId)
+                for r in run
+                if r.ackPolicy != pb.NONE
             ]
         committed = time.time_ns()
         self._observe(started)

@@ -13,10 +13,19 @@ from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 from tidelog.api.errors import grpc_errors, status_of
 from tidelog.api.metrics import Metrics
 from tidelog.broker import Broker, StartPosition, StopPosition, SubscribeRequest
+from tidelog.broker.subscription import EndReason
 from tidelog.errors import InvalidArgument, ReadonlyEnd, StopReached, TidelogError
 from tidelog.log import Message, MessageBatch
 
 Context = grpc.aio.ServicerContext[object, object]
+
+
+_END_REASONS = {
+    EndReason.STOP: v1.END_REASON_STOP,
+    EndReason.OLDEST: v1.END_REASON_OLDEST,
+    EndReason.READONLY: v1.END_REASON_READONLY,
+    None: v1.END_REASON_NONE,
+}
 
 
 def record_batch(batch: MessageBatch) -> v1.RecordBatch:
@@ -113,11 +122,6 @@ class TidelogService(v1_grpc.TidelogServicer):
             try:
                 async for batch in subscription.batches():
                     yield record_batch(batch)
-            except StopReached:
-                yield v1.RecordBatch(end=v1.END_REASON_STOP)
-                return
-            except ReadonlyEnd:
-                yield v1.RecordBatch(end=v1.END_REASON_READONLY)
-                return
-            bounded = request.stop_position != v1.STOP_ON_CANCEL
-            yield v1.RecordBatch(end=v1.END_REASON_STOP if bounded else v1.END_REASON_OLDEST)
+            except (StopReached, ReadonlyEnd):
+                pass  # ended by itself: the reason is on the subscription
+            yield v1.RecordBatch(end=_END_REASONS[subscription.end_reason])

@@ -141,12 +141,16 @@ class Broker:
         LOG.info("created stream %s (%d partitions)", name, config.partitions)
         return stream
 
-    def delete_stream(self, name: str) -> None:
+    async def delete_stream(self, name: str) -> None:
+        """Remove the stream at once (on the loop); close and delete its files in a thread."""
         stream = self.stream(name)
         if name.startswith("__"):
             raise InvalidArgument(f"stream {name!r} is internal and cannot be deleted")
         del self.streams[name]
-        stream.delete()
+        for partition in stream.partitions:
+            partition.deleted = True
+            partition.signal.fire()
+        await asyncio.to_thread(stream.delete)
         LOG.info("deleted stream %s", name)
 
     def pause(self, name: str, partitions: list[int] | None, resume_all: bool) -> None:

@@ -16,6 +16,7 @@ import struct
 import zlib
 from typing import Final
 
+from tidelog.broker.partition import Partition
 from tidelog.broker.stream import Stream
 from tidelog.errors import InvalidArgument
 from tidelog.log import Message, SegmentedLog
@@ -28,18 +29,23 @@ def cursor_key(cursor_id: str, stream: str, partition: int) -> bytes:
     return f"{cursor_id},{stream},{partition}".encode()
 
 
-def _scan_backwards(log: SegmentedLog, key: bytes) -> int:
+def _scan_backwards(log: SegmentedLog, key: bytes) -> tuple[int, int]:
+    """(offset of the newest record for ``key``, its value), or (-1, -1) when there is none."""
     for batch in log.reverse_reader():
-        for found, value in zip(batch.keys(), batch.values(), strict=True):
+        for record_offset, found, value in zip(
+            batch.offsets.tolist(), batch.keys(), batch.values(), strict=True
+        ):
             if found == key and len(value) == _VALUE.size:
-                return int(_VALUE.unpack(value)[0])
-    return NO_CURSOR
+                return record_offset, int(_VALUE.unpack(value)[0])
+    return -1, NO_CURSOR
 
 
 class CursorStore:
     def __init__(self, stream: Stream) -> None:
         self.stream = stream
-        self._cache: dict[bytes, int] = {}
+        # key -> (offset of the record that stored it, value): concurrent sets finish their
+        # syncs in any order, and the record appended last must win, as it does after a restart.
+        self._cache: dict[bytes, tuple[int, int]] = {}
 
     def _partition_for(self, key: bytes) -> int:
         return zlib.crc32(key) % len(self.stream.partitions)
@@ -55,18 +61,27 @@ class CursorStore:
         self._check(cursor_id, stream)
         key = cursor_key(cursor_id, stream, partition)
         target = self.stream.partition(self._partition_for(key))
-        await target.publish([Message(_VALUE.pack(offset), key=key)], durable=True)
-        self._cache[key] = offset
+        if target.paused:
+            self._resume(target)
+        stored = await target.publish([Message(_VALUE.pack(offset), key=key)], durable=True)
+        known = self._cache.get(key)
+        if known is None or known[0] < stored.start:
+            self._cache[key] = (stored.start, offset)
 
     async def fetch(self, cursor_id: str, stream: str, partition: int) -> int:
         self._check(cursor_id, stream)
         key = cursor_key(cursor_id, stream, partition)
         cached = self._cache.get(key)
         if cached is not None:
-            return cached
+            return cached[1]
         target = self.stream.partition(self._partition_for(key))
         if target.paused:
-            target.resume()
-        offset = await asyncio.to_thread(_scan_backwards, target.log, key)
-        self._cache.setdefault(key, offset)
-        return self._cache[key]
+            self._resume(target)
+        position, offset = await asyncio.to_thread(_scan_backwards, target.log, key)
+        # A set that finished during the scan is newer than anything the scan found.
+        self._cache.setdefault(key, (position, offset))
+        return self._cache[key][1]
+
+    def _resume(self, partition: Partition) -> None:
+        partition.resume()
+        self.stream.save()

@@ -114,6 +114,11 @@ class Partition:
         return self._log is None
 
     @property
+    def current_log(self) -> SegmentedLog | None:
+        """The open log object, or None while paused (each resume opens a new one)."""
+        return self._log
+
+    @property
     def log(self) -> SegmentedLog:
         """The open log; raises when the partition is paused or gone."""
         if self.deleted or self.closed:
@@ -151,13 +156,13 @@ class Partition:
             now = time.time_ns()
             self.stats.first_paused = self.stats.first_paused or now
             self.stats.latest_paused = now
-        self.signal.fire()
+        self.signal.fire_threadsafe()
 
     def resume(self) -> None:
         if self._log is None and not (self.deleted or self.closed):
             self._open()
             self.touch()
-        self.signal.fire()
+        self.signal.fire_threadsafe()
 
     def set_readonly(self, readonly: bool) -> None:
         if readonly and not self.readonly:
@@ -165,7 +170,7 @@ class Partition:
             self.stats.first_readonly = self.stats.first_readonly or now
             self.stats.latest_readonly = now
         self.readonly = readonly
-        self.signal.fire()
+        self.signal.fire_threadsafe()
 
     # -- publishing ------------------------------------------------------------------------------
 
@@ -208,11 +213,11 @@ class Partition:
         if self._log is not None:
             self._log.close()
             self._log = None
-        self.signal.fire()
+        self.signal.fire_threadsafe()
 
     def delete(self) -> None:
         self.deleted = True
         if self._log is not None:
             self._log.delete()
             self._log = None
-        self.signal.fire()
+        self.signal.fire_threadsafe()

@@ -59,6 +59,17 @@ class StopPosition(enum.IntEnum):
     TIMESTAMP = 3
 
 
+class EndReason(enum.Enum):
+    """Why a subscription ended by itself."""
+
+    STOP = "stop"
+    """its stop bound was delivered (forward) or reached (reverse)"""
+    OLDEST = "oldest"
+    """a reverse read passed the oldest retained record"""
+    READONLY = "readonly"
+    """a read-only partition was delivered to its end"""
+
+
 class SubscriberState(enum.Enum):
     RESUMING = "resuming"
     LIVE = "live"
@@ -85,7 +96,8 @@ class Bounds:
     stop_timestamp: int | None
     reverse: bool
     empty: bool = False
-    """Nothing can ever be delivered (a reverse read of nothing): end after the handshake."""
+    """Nothing can ever be delivered: end right after the handshake (forward with the stop
+    signal, reverse with a clean end)."""
 
 
 def resolve(log: SegmentedLog, request: SubscribeRequest) -> Bounds:
@@ -100,11 +112,11 @@ def resolve(log: SegmentedLog, request: SubscribeRequest) -> Bounds:
     stop_timestamp: int | None = None
     if request.stop is StopPosition.OFFSET:
         stop_offset = request.stop_offset
-    elif request.stop is StopPosition.LATEST:
+    elif request.stop is StopPosition.LATEST and not request.reverse:
         if high_watermark < 0:
             raise StreamEmpty("stream is empty: there is no latest offset to stop at")
-        # Reverse reads start at or below the latest already: they run to the oldest.
-        stop_offset = None if request.reverse else high_watermark
+        stop_offset = high_watermark
+    # (Reverse reads start at or below the latest already: STOP_LATEST runs them to the oldest.)
     elif request.stop is StopPosition.TIMESTAMP:
         stop_timestamp = request.stop_timestamp
     return (_resolve_reverse if request.reverse else _resolve_forward)(
@@ -132,6 +144,9 @@ def _resolve_forward(
         found = log.offset_at_or_after_timestamp(request.start_timestamp)
         offset = high_watermark + 1 if found is None else found
     if stop_offset is not None and stop_offset < offset:
+        if request.stop is StopPosition.LATEST:
+            # Nothing lies between a start past the latest message and the latest message.
+            return Bounds(offset, stop_offset, None, reverse=False, empty=True)
         raise InvalidArgument(
             f"stop offset {stop_offset} is before the start offset {offset}; a forward "
             f"subscription needs stop >= start"
@@ -183,9 +198,13 @@ class Subscription:
         self._max_messages = max_messages
         self._max_bytes = max_bytes
         self._end_at_readonly = stops_on_cancel and bounds.stop_offset is None
+        self.end_reason: EndReason | None = None
         log = partition.log
-        self._reader: ForwardReader | ReverseReader
-        if bounds.reverse:
+        self._log = log  # a pause closes it; a resume opens another: this subscription is over
+        self._reader: ForwardReader | ReverseReader | None
+        if bounds.empty:
+            self._reader = None
+        elif bounds.reverse:
             self._reader = log.reverse_reader(
                 bounds.start_offset,
                 stop_offset=bounds.stop_offset,
@@ -206,7 +225,7 @@ class Subscription:
             )
         if partition.draining:
             raise BrokerClosed("the server is shutting down; subscribe again once it is back")
-        if partition.paused:
+        if partition.paused or partition.current_log is not self._log:
             raise PartitionPaused(partition.stream, partition.number)
 
     async def batches(self) -> AsyncIterator[MessageBatch]:
@@ -218,9 +237,14 @@ class Subscription:
         partition = self.partition
         partition.subscribers += 1
         try:
-            if self.bounds.empty:
-                return
             reader = self._reader
+            if reader is None:
+                self.state = SubscriberState.DONE
+                if self.bounds.reverse:
+                    self.end_reason = EndReason.OLDEST
+                    return
+                self.end_reason = EndReason.STOP
+                raise StopReached("stop offset reached")
             while True:
                 self._check_partition()
                 woken = partition.signal.current()
@@ -238,7 +262,11 @@ class Subscription:
                 if reader.done:
                     self.state = SubscriberState.DONE
                     if self.bounds.reverse:
+                        # Older records left undelivered means a stop bound ended the read.
+                        below = reader.next_offset >= partition.log.oldest_offset
+                        self.end_reason = EndReason.STOP if below else EndReason.OLDEST
                         return
+                    self.end_reason = EndReason.STOP
                     raise StopReached("stop offset reached")
                 if (
                     self._end_at_readonly
@@ -246,6 +274,7 @@ class Subscription:
                     and reader.next_offset > partition.log.high_watermark
                 ):
                     self.state = SubscriberState.DONE
+                    self.end_reason = EndReason.READONLY
                     raise ReadonlyEnd("end of readonly partition")
                 self.state = SubscriberState.LIVE
                 # The future is shared by every waiter: shield it, so that cancelling this

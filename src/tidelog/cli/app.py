@@ -26,7 +26,6 @@ from tidelog.client import (
     DEFAULT_SERVER,
     Client,
     ClientError,
-    InvalidArgument,
     Message,
     ReceivedMessage,
 )
@@ -432,7 +431,7 @@ def tail(
             # Print what is there now and exit: nothing when the start lies past the newest.
             if newest < 0 or begin == "new" or (isinstance(begin, int) and begin > newest):
                 return
-            stop = newest
+            stop = "latest"
         shown = 0
         try:
             for m in client.subscribe(stream, partition, start=begin, stop=stop, reverse=reverse):
@@ -442,10 +441,6 @@ def tail(
                     break
         except KeyboardInterrupt:
             pass
-        except InvalidArgument as error:
-            if follow or "before the start offset" not in str(error):
-                raise
-            # A time after the newest message, without --follow: nothing to print.
 
 
 def _human(m: ReceivedMessage) -> str:

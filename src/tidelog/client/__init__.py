@@ -12,6 +12,7 @@ from tidelog.client.errors import (
     NotFound,
     PartitionPaused,
     PartitionReadonly,
+    StreamEmpty,
     Unavailable,
     Unimplemented,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "PartitionPaused",
     "PartitionReadonly",
     "ReceivedMessage",
+    "StreamEmpty",
     "StreamInfo",
     "Unavailable",
     "Unimplemented",

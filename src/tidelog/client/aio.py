@@ -284,7 +284,7 @@ class AsyncClient:
 
     # -- subscribing -----------------------------------------------------------------------------
 
-    async def subscribe_batches(
+    async def open_subscription(
         self,
         stream: str,
         partition: int = 0,
@@ -295,7 +295,8 @@ class AsyncClient:
         resume: bool = False,
         max_messages: int = 0,
     ) -> AsyncGenerator[v1.RecordBatch, None]:
-        """Raw columnar batches, for throughput (see ``tidelog.columns``)."""
+        """Open a subscription now (the server's handshake is awaited, so errors raise here and
+        ``start="new"`` means new from this call on); iterate the result for the batches."""
         request = v1.SubscribeBatchesRequest(
             stream=stream,
             partition=partition,
@@ -307,15 +308,41 @@ class AsyncClient:
         )
         call = self._v1.SubscribeBatches(request)
         try:
-            async for batch in call:
-                if batch.offsets:
-                    yield batch
-                if batch.end:
-                    return
+            handshake = await call.read()
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
-        finally:
             call.cancel()
+            raise from_rpc_error(error) from None
+        if not isinstance(handshake, v1.RecordBatch):  # grpc.aio.EOF
+            raise Unavailable("the server ended the subscription before it started")
+        return _batches(call, handshake)
+
+    async def subscribe_batches(
+        self,
+        stream: str,
+        partition: int = 0,
+        *,
+        start: Start = "new",
+        stop: Stop = None,
+        reverse: bool = False,
+        resume: bool = False,
+        max_messages: int = 0,
+    ) -> AsyncGenerator[v1.RecordBatch, None]:
+        """Raw columnar batches, for throughput (see ``tidelog.columns``). Lazy: the
+        subscription opens at the first iteration (``open_subscription`` opens it at once)."""
+        batches = await self.open_subscription(
+            stream,
+            partition,
+            start=start,
+            stop=stop,
+            reverse=reverse,
+            resume=resume,
+            max_messages=max_messages,
+        )
+        try:
+            async for batch in batches:
+                yield batch
+        finally:
+            await batches.aclose()
 
     async def subscribe(
         self,
@@ -357,6 +384,22 @@ class AsyncClient:
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
         return int(response.offset)
+
+
+async def _batches(call: Any, first: v1.RecordBatch) -> AsyncGenerator[v1.RecordBatch, None]:
+    """The frames of an open subscription call, from ``first``, until its end frame."""
+    try:
+        batch: object = first
+        while isinstance(batch, v1.RecordBatch):  # until grpc.aio.EOF
+            if batch.offsets:
+                yield batch
+            if batch.end:
+                return
+            batch = await call.read()
+    except grpc.RpcError as error:
+        raise from_rpc_error(error) from None
+    finally:
+        call.cancel()
 
 
 class Publisher:

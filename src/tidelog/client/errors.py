@@ -40,6 +40,12 @@ class MessageTooLarge(ClientError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+class StreamEmpty(ClientError):
+    """A subscription asked to stop at the latest offset of a partition that holds nothing."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 class FailedPrecondition(ClientError):
     """The partition is paused or read-only, or an expected offset did not match."""
 
@@ -107,6 +113,8 @@ def error_for_number(number: int, details: str) -> ClientError:
 
 def error_for(code: grpc.StatusCode, details: str) -> ClientError:
     kind = _BY_CODE.get(code, ClientError)
+    if kind is MessageTooLarge and "stream is empty" in details:
+        kind = StreamEmpty
     if kind is FailedPrecondition:
         for marker, sub in _PRECONDITIONS:
             if marker in details:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Coroutine, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -112,16 +112,22 @@ class Client:
         resume: bool = False,
         max_messages: int = 0,
     ) -> Iterator[v1.RecordBatch]:
-        batches = self._client.subscribe_batches(
-            stream,
-            partition,
-            start=start,
-            stop=stop,
-            reverse=reverse,
-            resume=resume,
-            max_messages=max_messages,
+        """Columnar batches. The subscription is open when this returns (errors raise here, and
+        ``start="new"`` means new from this call on)."""
+        batches = self._run(
+            self._client.open_subscription(
+                stream,
+                partition,
+                start=start,
+                stop=stop,
+                reverse=reverse,
+                resume=resume,
+                max_messages=max_messages,
+            )
         )
+        return self._iterate(batches)
 
+    def _iterate(self, batches: AsyncGenerator[v1.RecordBatch, None]) -> Iterator[v1.RecordBatch]:
         async def step() -> v1.RecordBatch:
             return await batches.__anext__()
 
@@ -146,10 +152,11 @@ class Client:
         reverse: bool = False,
         resume: bool = False,
     ) -> Iterator[ReceivedMessage]:
-        for batch in self.subscribe_batches(
+        """Messages, one at a time (see ``AsyncClient.subscribe``); open when this returns."""
+        batches = self.subscribe_batches(
             stream, partition, start=start, stop=stop, reverse=reverse, resume=resume
-        ):
-            yield from decode(batch, stream, partition)
+        )
+        return (m for batch in batches for m in decode(batch, stream, partition))
 
     def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
         self._run(self._client.set_cursor(cursor_id, stream, partition, offset))
