@@ -1,4 +1,5 @@
-"""A real ``tidelog serve`` process for tests: free loopback port, own data dir, cleaned up by PID."""
+"""A real ``tidelog serve`` process for tests: a free loopback port, its own data dir, killed
+by PID."""
 
 from __future__ import annotations
 
@@ -38,11 +39,18 @@ class ServerProcess:
         env.pop("TIDELOG_SERVER", None)
         self.process = subprocess.Popen(
             [
-                sys.executable, "-m", "tidelog.cli", "serve",
-                "--data-dir", str(self.data_dir),
-                "--host", "127.0.0.1",
-                "--port", "0",
-                "--metrics-port", "0",
+                sys.executable,
+                "-m",
+                "tidelog.cli",
+                "serve",
+                "--data-dir",
+                str(self.data_dir),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--metrics-port",
+                "0",
                 *self.extra,
             ],
             stdout=subprocess.PIPE,
@@ -51,7 +59,9 @@ class ServerProcess:
             env=env,
         )
         assert self.process.stderr is not None
-        threading.Thread(target=self._drain_stderr, args=(self.process.stderr,), daemon=True).start()
+        threading.Thread(
+            target=self._drain_stderr, args=(self.process.stderr,), daemon=True
+        ).start()
         deadline = time.monotonic() + timeout
         assert self.process.stdout is not None
         while time.monotonic() < deadline:

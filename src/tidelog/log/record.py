@@ -255,7 +255,9 @@ def verify_records(
     Raises :class:`CorruptRecord` naming the first bad record; the caller never sees its bytes.
     """
     if len(positions) and (
-        int(sizes.min()) < HEADER_SIZE or int(positions[-1] + sizes[-1]) > len(chunk)
+        int(sizes.min()) < HEADER_SIZE
+        or int(positions.min()) < 0
+        or int((positions + sizes).max()) > len(chunk)
     ):
         raise CorruptRecord(
             segment, chunk_position, "index entries point outside the segment file (short read)"

@@ -33,6 +33,7 @@ _SCAN_CHUNK: Final = 8 * 1024 * 1024
 _MAX_RECORD: Final = 64 * 1024 * 1024 + 1024 * 1024
 _ENTRY: Final = struct.Struct("<IqII")
 _SIZE_FIELD: Final = struct.Struct("<I")
+_RECORD_START: Final = struct.Struct("<IIqq")  # crc, size, offset, timestamp
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,8 @@ class RecoveredSegment:
     base_offset: int
     count: int
     size: int
+    verified: bool
+    """Every index entry was checked; False after the O(1) check of a trusted segment."""
 
 
 @dataclass(slots=True)
@@ -112,6 +115,16 @@ def _quick_check(directory: Path, base: int, log_size: int, previous_offset: int
         and last[0] >= first[0]
         and last[2] + last[3] == log_size
     )
+    if ok:
+        # The last entry carries the offset and time the next segment is checked against: it
+        # must agree with the record it points at.
+        with open(log_path(directory, base), "rb") as f:
+            f.seek(last[2])
+            header = f.read(HEADER_SIZE)
+        if len(header) < HEADER_SIZE:
+            return None
+        _crc, size, offset, timestamp = _RECORD_START.unpack_from(header)
+        ok = (size, offset, timestamp) == (last[3], base + last[0], last[1])
     return index_size // ENTRY_SIZE if ok else None
 
 
@@ -134,7 +147,7 @@ def valid_prefix(
     return n if bool(ok.all()) else int(np.argmin(ok))
 
 
-def _scan_file(
+def scan_file(
     path: Path, start: int, log_size: int, previous_offset: int, previous_timestamp: int
 ) -> tuple[list[ScannedRecord], int]:
     """Intact records from byte ``start`` of ``path`` and the position where the intact run ends."""
@@ -168,6 +181,17 @@ def _scan_file(
     return found, position
 
 
+def index_entries(records: list[ScannedRecord], base: int) -> IndexArray:
+    """Index entries for scanned records of the segment with base offset ``base``."""
+    entries = np.empty(len(records), dtype=INDEX_DTYPE)
+    if records:
+        entries["rel"] = [r.offset - base for r in records]
+        entries["timestamp"] = [r.timestamp for r in records]
+        entries["position"] = [r.position for r in records]
+        entries["size"] = [r.size for r in records]
+    return entries
+
+
 def recover(directory: Path, recovery_point: int) -> tuple[list[RecoveredSegment], RecoveryReport]:
     """Check and repair every segment in ``directory``; return what the log now holds."""
     report = RecoveryReport()
@@ -186,11 +210,26 @@ def recover(directory: Path, recovery_point: int) -> tuple[list[RecoveredSegment
                         f.seek((count - 1) * ENTRY_SIZE)
                         rel, timestamp, _, _ = _ENTRY.unpack(f.read(ENTRY_SIZE))
                     previous_offset, previous_timestamp = base + rel, timestamp
-                kept.append(RecoveredSegment(base, count, log_size))
+                kept.append(RecoveredSegment(base, count, log_size, verified=False))
                 continue
 
         stored = read_index_file(ipath)
         good = valid_prefix(stored, log_size, base, previous_offset, previous_timestamp)
+        if 0 < good < int(np.count_nonzero(stored["size"])):
+            # Entry `good` disagrees with the one before it: either may be the damaged one (an
+            # entry is only checked against its predecessor), so trust neither; the scan below
+            # re-reads their records from the file.
+            good -= 1
+        # An index whose whole chain is consistent but ends past the file: the file lost records
+        # it once held (a truncated segment), even if it now ends on a record boundary.
+        listed = int(np.count_nonzero(stored["size"]))
+        chain = valid_prefix(stored[:listed], 2**62, base, previous_offset, previous_timestamp)
+        lost_tail = (
+            following is not None
+            and listed > 0
+            and chain == listed
+            and int(stored["position"][listed - 1]) + int(stored["size"][listed - 1]) > log_size
+        )
         trusted_rel = recovery_point - base
         good = min(good, int(np.searchsorted(stored["rel"][:good], trusted_rel, side="right")))
         trusted = stored[:good]
@@ -199,22 +238,18 @@ def recover(directory: Path, recovery_point: int) -> tuple[list[RecoveredSegment
             previous_offset = base + int(trusted["rel"][-1])
             previous_timestamp = int(trusted["timestamp"][-1])
         scan_from_offset = max(previous_offset, base - 1)
-        scanned, end = _scan_file(lpath, start, log_size, scan_from_offset, previous_timestamp)
+        scanned, end = scan_file(lpath, start, log_size, scan_from_offset, previous_timestamp)
         report.scanned_records += len(scanned)
-        entries = np.empty(good + len(scanned), dtype=INDEX_DTYPE)
-        entries[:good] = trusted
+        entries = np.concatenate((trusted, index_entries(scanned, base)))
         if scanned:
-            entries["rel"][good:] = [r.offset - base for r in scanned]
-            entries["timestamp"][good:] = [r.timestamp for r in scanned]
-            entries["position"][good:] = [r.position for r in scanned]
-            entries["size"][good:] = [r.size for r in scanned]
             previous_offset, previous_timestamp = scanned[-1].offset, scanned[-1].timestamp
         if len(entries) != len(stored) or not np.array_equal(entries, stored[: len(entries)]):
             write_index_file(ipath, entries)
             report.rebuilt_indexes.append(base)
-        kept.append(RecoveredSegment(base, len(entries), end))
-        if end < log_size:
-            os.truncate(lpath, end)
+        kept.append(RecoveredSegment(base, len(entries), end, verified=True))
+        if end < log_size or lost_tail:
+            if end < log_size:
+                os.truncate(lpath, end)
             report.truncated.append((base, log_size - end))
             LOG.warning(
                 "%s: cut %d bytes of torn or damaged records at byte %d (after offset %d)",

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tidelog.log.index import INDEX_DTYPE, Index, IndexArray
+from tidelog.errors import LogError
+from tidelog.log.index import INDEX_DTYPE, Index, IndexArray, write_index_file
 from tidelog.log.record import EncodedBatch, Int64Array
 
 
@@ -48,8 +49,11 @@ class Segment:
         size: int,
         active: bool,
         preallocate_bytes: int,
+        verified: bool = True,
     ) -> None:
         self.base_offset = base_offset
+        self.verified = verified
+        """Every index entry was checked against the others (see ``SegmentedLog._checked``)."""
         self.log_path = log_path(directory, base_offset)
         self.index_path = index_path(directory, base_offset)
         self.name = self.log_path.name
@@ -142,6 +146,8 @@ class Segment:
 
     def append(self, batch: EncodedBatch) -> None:
         """Write ``batch`` at the end of the file and index it."""
+        if not self.active:
+            raise LogError(f"segment {self.name} is sealed; only the active segment appends")
         n = len(batch.sizes)
         entries = np.empty(n, dtype=INDEX_DTYPE)
         entries["rel"] = batch.offsets - self.base_offset
@@ -159,6 +165,13 @@ class Segment:
             raise
         self.index.append(entries)
         self.size = int(ends[-1])
+
+    def replace_index(self, entries: IndexArray) -> None:
+        """Swap in a rebuilt index (sealed segments only): file rewritten, then remapped."""
+        assert not self.active, "only a sealed segment's index is replaced"
+        self.index.close()
+        write_index_file(self.index_path, entries)
+        self.index = Index(self.index_path, len(entries), writable=False, preallocate_bytes=0)
 
     def sync(self) -> None:
         """Force the segment's records to stable storage."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import fcntl
+import logging
 import os
 import shutil
 import threading
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tidelog.errors import IncorrectOffset, LogClosed, LogLocked, OffsetOutOfRange
+from tidelog.errors import CorruptRecord, IncorrectOffset, LogClosed, LogLocked, OffsetOutOfRange
 from tidelog.log.batch import MessageBatch
 from tidelog.log.config import FlushPolicy, LogConfig
 from tidelog.log.flush import DEFAULT_FLUSHER, Flusher
@@ -32,12 +33,17 @@ from tidelog.log.reader import ForwardReader, ReverseReader
 from tidelog.log.record import Message, encode_batch, verify_records
 from tidelog.log.recovery import (
     RecoveryReport,
+    index_entries,
     read_recovery_point,
     recover,
+    scan_file,
+    valid_prefix,
     write_recovery_point,
 )
 from tidelog.log.retention import SegmentSummary, expired_prefix
 from tidelog.log.segment import Segment
+
+LOG = logging.getLogger("tidelog.log")
 
 
 class SegmentedLog:
@@ -86,6 +92,7 @@ class SegmentedLog:
                 size=r.size,
                 active=i == len(recovered) - 1,
                 preallocate_bytes=preallocate,
+                verified=r.verified,
             )
             for i, r in enumerate(recovered)
         ]
@@ -394,6 +401,7 @@ class SegmentedLog:
             for segment in self._segments:
                 newest = segment.newest_timestamp
                 if newest is not None and newest >= timestamp:
+                    segment = self._checked(segment)
                     slot = segment.slot_at_or_after_timestamp(timestamp)
                     offset = segment.base_offset + int(segment.index.entries["rel"][slot])
                     return offset if offset <= self._high_watermark else None
@@ -405,6 +413,7 @@ class SegmentedLog:
             for segment in reversed(self._segments):
                 oldest = segment.oldest_timestamp
                 if oldest is not None and oldest <= timestamp:
+                    segment = self._checked(segment)
                     slot = segment.slot_at_or_before_timestamp(timestamp)
                     offset = segment.base_offset + int(segment.index.entries["rel"][slot])
                     # Past the high watermark, the newest committed record is older still.
@@ -434,6 +443,41 @@ class SegmentedLog:
             self, start_offset, stop_offset=stop_offset, stop_timestamp=stop_timestamp
         )
 
+    def _checked(self, segment: Segment) -> Segment:
+        """``segment``, once its whole index has been checked (lock held).
+
+        Segments trusted at open got an O(1) check only; the first lookup in one validates every
+        entry (one numpy pass). A damaged index is rebuilt from the segment file, whose records
+        are CRC-checked; if the file is damaged too, reads from the segment raise CorruptRecord
+        rather than skip records.
+        """
+        if segment.verified:
+            return segment
+        entries = segment.index.entries
+        good = valid_prefix(
+            entries, segment.size, segment.base_offset, segment.base_offset - 1, -(2**63)
+        )
+        if good < len(entries):
+            records, end = scan_file(
+                segment.log_path, 0, segment.size, segment.base_offset - 1, -(2**63)
+            )
+            if end < segment.size:
+                raise CorruptRecord(
+                    segment.name,
+                    end,
+                    f"its index is damaged at entry {good} and the file cannot be read past "
+                    f"byte {end} to rebuild it",
+                )
+            segment.replace_index(index_entries(records, segment.base_offset))
+            LOG.warning(
+                "%s: index damaged at entry %d; rebuilt it from the file (%d records)",
+                segment.index_path,
+                good,
+                len(records),
+            )
+        segment.verified = True
+        return segment
+
     def read_forward(
         self, start: int, last: int, max_messages: int, max_bytes: int
     ) -> tuple[MessageBatch, int, int]:
@@ -451,7 +495,7 @@ class SegmentedLog:
                 return MessageBatch.empty(), hw, hw_timestamp
             k = max(bisect.bisect_right(self._bases, start) - 1, 0)
             while k < len(self._segments):
-                segment = self._segments[k]
+                segment = self._checked(self._segments[k])
                 slot = segment.slot_at_or_after(start)
                 if slot < segment.count:
                     break
@@ -496,7 +540,7 @@ class SegmentedLog:
                 return MessageBatch.empty()
             k = bisect.bisect_right(self._bases, top) - 1
             while k >= 0:
-                segment = self._segments[k]
+                segment = self._checked(self._segments[k])
                 slot = segment.slot_at_or_before(top)
                 if slot >= 0:
                     break
