@@ -28,9 +28,9 @@ Phases, each on its own fresh stream of one partition:
   sends ``--live-rate`` msgs/s (default 10,000) as ``--live-batch`` messages (default 10) per
   request on one ``PublishStream`` (``AsyncClient.publisher``) on an absolute 1 ms clock,
   requests not waiting for each other (bounded in flight), for ``--live-seconds`` (default 5)
-  after 0.5 s of warm-up that is not counted. Each payload starts with its send time (``time.time_ns()``, little-endian i64) and a sequence number;
-  latency = the subscriber's ``time.time_ns()`` after decoding the batch minus the send time.
-  Percentiles are nearest-rank.
+  after 0.5 s of warm-up that is not counted. Each payload starts with its send time
+  (``time.time_ns()``, little-endian i64) and a sequence number; latency = the subscriber's
+  ``time.time_ns()`` after decoding the batch minus the send time. Percentiles are nearest-rank.
 
 ``peers`` runs ``benchmarks/peers.py`` (``measure_redis``, ``measure_nats``) with the same
 payloads after tidelog's server is stopped; ``--skip-peers`` leaves its numbers ``null``.
