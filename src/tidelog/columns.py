@@ -31,6 +31,16 @@ def pack(
     n = len(values)
     sizes = np.fromiter(map(len, values), dtype=_U32, count=n)
     columns = v1.Messages(values=b"".join(values), value_sizes=sizes.tobytes())
+    _add_keys_and_headers(columns, n, keys, headers)
+    return columns
+
+
+def _add_keys_and_headers(
+    columns: v1.Messages,
+    n: int,
+    keys: Sequence[bytes | None] | None,
+    headers: Sequence[Mapping[str, bytes]] | None,
+) -> None:
     if keys is not None and any(k is not None for k in keys):
         columns.keys = b"".join(k for k in keys if k)
         columns.key_sizes = np.fromiter(
@@ -41,7 +51,39 @@ def pack(
             v1.HeaderList(headers=[v1.Header(name=k, value=v) for k, v in h.items()])
             for h in headers
         )
+
+
+def pack_at(
+    data: bytes,
+    starts: npt.NDArray[np.int64],
+    sizes: npt.NDArray[np.int64],
+    keys: Sequence[bytes | None] | None = None,
+    headers: Sequence[Mapping[str, bytes]] | None = None,
+) -> v1.Messages:
+    """Columns whose values stay where they are in ``data`` (``value_positions``)."""
+    columns = v1.Messages(
+        values=data,
+        value_sizes=sizes.astype(_U32).tobytes(),
+        value_positions=starts.astype(_U32).tobytes(),
+    )
+    _add_keys_and_headers(columns, len(sizes), keys, headers)
     return columns
+
+
+def plain_values(columns: v1.Messages) -> tuple[bytes, npt.NDArray[np.int64]] | None:
+    """The values buffer and sizes of a batch without keys or headers (None if it has some);
+    ``ValueError`` if the sizes do not fit the buffer."""
+    if columns.keys or columns.key_sizes or len(columns.headers) or columns.value_positions:
+        return None
+    if len(columns.value_sizes) % 4:
+        raise ValueError("malformed batch: value_sizes is not a whole number of u32 entries")
+    sizes = np.frombuffer(columns.value_sizes, dtype=_U32).astype(np.int64)
+    if int(sizes.sum()) != len(columns.values):
+        raise ValueError(
+            f"malformed batch: value sizes add up to {int(sizes.sum())} bytes but "
+            f"{len(columns.values)} bytes of values were sent"
+        )
+    return columns.values, sizes
 
 
 def _split(blob: bytes, sizes: npt.NDArray[np.int64]) -> list[bytes]:
@@ -61,12 +103,23 @@ def unpack(
         raise ValueError("malformed batch: value_sizes is not a whole number of u32 entries")
     value_sizes = np.frombuffer(columns.value_sizes, dtype=_U32).astype(np.int64)
     n = len(value_sizes)
-    if int(value_sizes.sum()) != len(columns.values):
+    if columns.value_positions:
+        if len(columns.value_positions) != 4 * n:
+            raise ValueError(f"malformed batch: value_positions must hold {n} u32 entries")
+        starts = np.frombuffer(columns.value_positions, dtype=_U32).astype(np.int64)
+        if n and int((starts + value_sizes).max()) > len(columns.values):
+            raise ValueError("malformed batch: a value position points past the values sent")
+        blob = columns.values
+        values = [
+            blob[a:b] for a, b in zip(starts.tolist(), (starts + value_sizes).tolist(), strict=True)
+        ]
+    elif int(value_sizes.sum()) != len(columns.values):
         raise ValueError(
             f"malformed batch: value sizes add up to {int(value_sizes.sum())} bytes but "
             f"{len(columns.values)} bytes of values were sent"
         )
-    values = _split(columns.values, value_sizes)
+    else:
+        values = _split(columns.values, value_sizes)
     keys: list[bytes | None] | None = None
     if columns.keys and not columns.key_sizes:
         raise ValueError("malformed batch: keys were sent without key_sizes")

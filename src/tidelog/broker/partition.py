@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tidelog.errors import PartitionPaused, PartitionReadonly, StreamDeleted
 from tidelog.log import FlushPolicy, LogConfig, Message, SegmentedLog
+from tidelog.log.record import PackedValues
 
 
 class CommitSignal:
@@ -65,6 +66,8 @@ class PartitionStats:
 
 
 def _payload_bytes(messages: Sequence[bytes | Message]) -> int:
+    if isinstance(messages, PackedValues):
+        return len(messages.blob)
     try:
         return sum(map(len, messages))  # type: ignore[arg-type]
     except TypeError:

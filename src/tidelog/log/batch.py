@@ -89,6 +89,12 @@ class MessageBatch:
         """Whether any record in the batch has headers."""
         return self._header is not None and bool(self._header["hcount"].any())
 
+    def value_spans(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Where each value starts in ``data`` and its length, in delivery order."""
+        if self._header is None:
+            return _EMPTY_I64, _EMPTY_I64
+        return self._starts(), self._header["vallen"].astype(np.int64)
+
     def values(self) -> list[bytes]:
         """Each record's value, in delivery order."""
         if self._header is None:

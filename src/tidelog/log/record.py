@@ -25,7 +25,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Final, cast
+from typing import Final, cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -102,6 +102,44 @@ def _encode_headers(headers: Mapping[str, bytes]) -> bytes:
     return b"".join(parts)
 
 
+class PackedValues(Sequence[bytes]):
+    """Plain values (no keys, no headers) carried as one buffer and their sizes.
+
+    What a batch arrives as over the wire: appending it skips splitting the buffer into one
+    object per value and joining them again.
+    """
+
+    __slots__ = ("_starts", "blob", "sizes")
+
+    def __init__(self, blob: bytes, sizes: Int64Array) -> None:
+        if int(sizes.sum()) != len(blob):
+            raise ValueError(f"value sizes add up to {int(sizes.sum())}, not {len(blob)} bytes")
+        self.blob = blob
+        self.sizes = sizes
+        self._starts: list[int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def split(self) -> list[bytes]:
+        ends = np.cumsum(self.sizes)
+        blob = self.blob
+        return [blob[a:b] for a, b in zip((ends - self.sizes).tolist(), ends.tolist(), strict=True)]
+
+    @overload
+    def __getitem__(self, index: int) -> bytes: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[bytes]: ...
+    def __getitem__(self, index: int | slice) -> bytes | list[bytes]:
+        if isinstance(index, slice):
+            return self.split()[index]
+        if self._starts is None:
+            self._starts = [0, *np.cumsum(self.sizes).tolist()]
+        if index < 0:
+            index += len(self)
+        return self.blob[self._starts[index] : self._starts[index + 1]]
+
+
 def _bodies(
     messages: Sequence[bytes | Message],
 ) -> tuple[Sequence[bytes], Int64Array, Int64Array | int, Int64Array | int]:
@@ -109,6 +147,8 @@ def _bodies(
 
     Plain byte strings (or any bytes-like values) take the fast path: their body is the value.
     """
+    if isinstance(messages, PackedValues):
+        return messages, messages.sizes.astype(np.int64), -1, 0
     n = len(messages)
     try:
         vallens = np.fromiter(map(len, cast(Sequence[bytes], messages)), dtype=np.int64, count=n)
@@ -177,7 +217,7 @@ def encode_batch(
     header["keylen"] = keylens
     header["vallen"] = vallens
     try:
-        joined = b"".join(bodies)
+        joined = bodies.blob if isinstance(bodies, PackedValues) else b"".join(bodies)
     except TypeError:
         for i, m in enumerate(bodies):
             _as_message(m, i)
@@ -197,7 +237,7 @@ def encode_batch(
         heads = header.tobytes()
         parts: list[bytes] = [b""] * (2 * n)
         parts[0::2] = [heads[i : i + HEADER_SIZE] for i in range(0, HEADER_SIZE * n, HEADER_SIZE)]
-        parts[1::2] = bodies
+        parts[1::2] = bodies.split() if isinstance(bodies, PackedValues) else bodies
         flat = np.frombuffer(bytearray(b"".join(parts)), dtype=np.uint8)
     view = flat.data
     crcs = np.fromiter(

@@ -10,6 +10,7 @@ side builds or parses one protobuf message per record. A batch of n messages car
   keys         all keys back to back (absent when no message has a key)
   key_sizes    n little-endian int32: each key's length, -1 for no key (empty: no keys at all)
   headers      one HeaderList per message, in order (empty: no message has headers)
+  value_positions  optional: where each value starts in `values` (see Messages)
 """
 
 from collections import abc as _abc
@@ -167,10 +168,16 @@ class Messages(_message.Message):
     KEYS_FIELD_NUMBER: _builtins.int
     KEY_SIZES_FIELD_NUMBER: _builtins.int
     HEADERS_FIELD_NUMBER: _builtins.int
+    VALUE_POSITIONS_FIELD_NUMBER: _builtins.int
     values: _builtins.bytes
     value_sizes: _builtins.bytes
     keys: _builtins.bytes
     key_sizes: _builtins.bytes
+    value_positions: _builtins.bytes
+    """Optional, n little-endian uint32: where each value starts in `values`. When present the
+    values need not lie back to back (the server sends stored records as they are on disk and
+    points at their values, instead of copying every value out).
+    """
     @_builtins.property
     def headers(self) -> _containers.RepeatedCompositeFieldContainer[Global___HeaderList]: ...
     def __init__(
@@ -181,10 +188,11 @@ class Messages(_message.Message):
         keys: _builtins.bytes = ...,
         key_sizes: _builtins.bytes = ...,
         headers: _abc.Iterable[Global___HeaderList] | None = ...,
+        value_positions: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["headers", b"headers", "key_sizes", b"key_sizes", "keys", b"keys", "value_sizes", b"value_sizes", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["headers", b"headers", "key_sizes", b"key_sizes", "keys", b"keys", "value_positions", b"value_positions", "value_sizes", b"value_sizes", "values", b"values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -10,6 +10,7 @@ side builds or parses one protobuf message per record. A batch of n messages car
   keys         all keys back to back (absent when no message has a key)
   key_sizes    n little-endian int32: each key's length, -1 for no key (empty: no keys at all)
   headers      one HeaderList per message, in order (empty: no message has headers)
+  value_positions  optional: where each value starts in `values` (see Messages)
 """
 
 from collections import abc as _abc
