@@ -12,6 +12,8 @@ Phases, each on its own fresh stream of one partition:
 - ``publish_batch_msgs_per_s``: ``AsyncClient.publish_batch`` (``tidelog.v1/PublishBatch``) with
   1,000 messages per call, one call in flight, every ack awaited (ack policy LEADER: committed
   under the server's flush policy, ``interval`` by default).
+- ``publish_pipelined_msgs_per_s``: the same batches through ``AsyncClient.publisher`` (one
+  ``tidelog.v1/PublishStream``), up to 4 batches in flight so client and server work overlap.
 - ``subscribe_batch_msgs_per_s``: catch-up, ``AsyncClient.subscribe_batches`` from EARLIEST to
   STOP_LATEST over the whole partition; every batch decoded with ``tidelog.client.aio.decode``
   (one ``ReceivedMessage`` with its value as ``bytes`` per message) and every value's length
@@ -107,6 +109,8 @@ GRPC_OPTIONS = [
 ]
 
 STREAM_BATCH = "e2e-batch"
+STREAM_PIPELINED = "e2e-pipelined"
+PIPELINE_WINDOW = 4
 STREAM_ASYNC = "e2e-async"
 STREAM_LIVE = "e2e-live"
 
@@ -401,6 +405,36 @@ async def publish_batch_phase(
     if not timed_out and last_offset != n - 1:
         raise RuntimeError(f"publish_batch: last ack at offset {last_offset}, expected {n - 1}")
     return {"count": done, "seconds": seconds, "timed_out": timed_out}
+
+
+async def publish_pipelined_phase(
+    client: AsyncClient, stream: str, payloads: Sequence[bytes], window: int, timeout: float
+) -> dict[str, Any]:
+    """``AsyncClient.publisher`` (one ``PublishStream``): batches of ``BATCH`` messages, up to
+    ``window`` in flight, every ack awaited; client and server work overlap."""
+    n = len(payloads)
+    sent = 0
+    last_offset = -1
+    timed_out = False
+    start = time.perf_counter()
+    deadline = start + timeout
+    async with client.publisher(stream) as publisher:
+        pending: collections.deque[asyncio.Future[Any]] = collections.deque()
+        while sent < n or pending:
+            if sent < n and len(pending) < window and time.perf_counter() < deadline:
+                pending.append(await publisher.send(payloads[sent : sent + BATCH]))
+                sent += len(payloads[sent : sent + BATCH])
+                continue
+            if sent < n and time.perf_counter() >= deadline:
+                timed_out = True
+            if not pending:
+                break
+            acks = await pending.popleft()
+            last_offset = acks[-1].offset
+    seconds = time.perf_counter() - start
+    if not timed_out and last_offset != n - 1:
+        raise RuntimeError(f"publish_pipelined: last ack at offset {last_offset}, not {n - 1}")
+    return {"count": last_offset + 1, "seconds": seconds, "timed_out": timed_out}
 
 
 async def subscribe_phase(
@@ -722,7 +756,7 @@ async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) ->
     with TidelogServer(args.flush_policy) as server:
         details["server"] = {"pid": server.pid, "flush_policy": args.flush_policy}
         async with AsyncClient(server.address) as client:
-            for name in (STREAM_BATCH, STREAM_ASYNC, STREAM_LIVE):
+            for name in (STREAM_BATCH, STREAM_PIPELINED, STREAM_ASYNC, STREAM_LIVE):
                 await client.create_stream(name)
 
             def phase(name: str) -> Phase:
@@ -734,6 +768,17 @@ async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) ->
                     p.record.update(r, method=f"AsyncClient.publish_batch x{BATCH}, 1 in flight")
             results["publish_batch"] = r
             stored = r["count"]
+
+            async with asyncio.timeout(timeout + SAFETY):
+                with phase("publish_pipelined") as p:
+                    r = await publish_pipelined_phase(
+                        client, STREAM_PIPELINED, payloads, PIPELINE_WINDOW, timeout
+                    )
+                    p.record.update(
+                        r,
+                        method=f"AsyncClient.publisher x{BATCH}, {PIPELINE_WINDOW} in flight",
+                    )
+            results["publish_pipelined"] = r
 
             for name, reverse in (("subscribe_batch", False), ("subscribe_reverse", True)):
                 async with asyncio.timeout(timeout + SAFETY):
@@ -776,7 +821,13 @@ async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) ->
             results["live"] = r
         server.stop()
         details["server"]["exit_code"] = server.exit_code
-    for name in ("publish_batch", "subscribe_batch", "subscribe_reverse", "publish_async"):
+    for name in (
+        "publish_batch",
+        "publish_pipelined",
+        "subscribe_batch",
+        "subscribe_reverse",
+        "publish_async",
+    ):
         rec = details[name]
         rec["msgs_per_s"] = _rate(rec["count"], rec["seconds"])
         rec["seconds"] = round(rec["seconds"], 3)
@@ -921,6 +972,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     redis_out = peer(redis, "publish_msgs_per_s", "read_msgs_per_s", "c_client_publish_msgs_per_s")
     nats_out = peer(nats, "publish_msgs_per_s", "read_msgs_per_s")
     publish_batch = details["publish_batch"]["msgs_per_s"]
+    publish_pipelined = details["publish_pipelined"]["msgs_per_s"]
     publish_async = details["publish_async"]["msgs_per_s"]
     forward = details["subscribe_batch"]["msgs_per_s"]
     reverse = details["subscribe_reverse"]["msgs_per_s"]
@@ -928,6 +980,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     out: dict[str, Any] = {
         "publish_batch_msgs_per_s": publish_batch,
+        "publish_pipelined_msgs_per_s": publish_pipelined,
         "publish_async_msgs_per_s": publish_async,
         "subscribe_batch_msgs_per_s": forward,
         "subscribe_reverse_msgs_per_s": reverse,
@@ -937,6 +990,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ratios": {
             "publish_batch_vs_redis_c_client": ratio(
                 publish_batch, redis_out["c_client_publish_msgs_per_s"], 1, ">="
+            ),
+            "publish_pipelined_vs_redis_c_client": ratio(
+                publish_pipelined, redis_out["c_client_publish_msgs_per_s"], 1, ">="
             ),
             "subscribe_batch_vs_redis_xrange": ratio(
                 forward, redis_out["read_msgs_per_s"], 3, ">="
