@@ -97,11 +97,7 @@ class SegmentedLog:
             for i, r in enumerate(recovered)
         ]
         if not self._segments:
-            self._segments.append(
-                Segment(
-                    self.directory, 0, count=0, size=0, active=True, preallocate_bytes=preallocate
-                )
-            )
+            self._segments.append(self._new_segment(0))
         self._bases = [s.base_offset for s in self._segments]
         newest = max(
             (s.newest_offset for s in self._segments if s.count),
@@ -272,32 +268,25 @@ class SegmentedLog:
         naming after ``append_at`` leaves a gap at a segment start)."""
         empty = self._segments.pop()
         empty.delete()
-        self._segments.append(
-            Segment(
-                self.directory,
-                base,
-                count=0,
-                size=0,
-                active=True,
-                preallocate_bytes=self.config.index_preallocate_bytes,
-            )
-        )
+        self._segments.append(self._new_segment(base))
         self._bases[-1] = base
+
+    def _new_segment(self, base: int) -> Segment:
+        """A new, empty active segment with base offset ``base``."""
+        return Segment(
+            self.directory,
+            base,
+            count=0,
+            size=0,
+            active=True,
+            preallocate_bytes=self.config.index_preallocate_bytes,
+        )
 
     def _roll_locked(self, base: int) -> None:
         old = self._active
         old.seal()
         self._unsynced_sealed.append(old)
-        self._segments.append(
-            Segment(
-                self.directory,
-                base,
-                count=0,
-                size=0,
-                active=True,
-                preallocate_bytes=self.config.index_preallocate_bytes,
-            )
-        )
+        self._segments.append(self._new_segment(base))
         self._bases.append(base)
 
     def roll(self) -> None:
