@@ -501,15 +501,15 @@ class SegmentedLog:
             ends = positions + sizes - first_position
             keep = max(int(np.searchsorted(ends, max_bytes, side="right")), 1)
             data = segment.read(first_position, int(ends[keep - 1]))
-            name, base = segment.name, segment.base_offset
-        entries = entries[:keep]
+            name, offsets = segment.name, segment.offsets_of(entries)
+        entries, offsets = entries[:keep], offsets[:keep]
         positions = positions[:keep] - first_position
         sizes = sizes[:keep]
         header = verify_records(
             data,
             positions,
             sizes,
-            entries["rel"].astype(np.int64) + base,
+            offsets,
             entries["timestamp"],
             name,
             first_position,
@@ -546,13 +546,13 @@ class SegmentedLog:
             positions = entries["position"].astype(np.int64)
             first_position = int(positions[0])
             data = segment.read(first_position, int(positions[-1] + sizes[-1]) - first_position)
-            name, base = segment.name, segment.base_offset
+            name, offsets = segment.name, segment.offsets_of(entries)
         positions -= first_position
         header = verify_records(
             data,
             positions,
             sizes,
-            entries["rel"].astype(np.int64) + base,
+            offsets,
             entries["timestamp"],
             name,
             first_position,
