@@ -73,7 +73,6 @@ class Server:
 
     async def start(self) -> None:
         settings = self.settings
-        await self.broker.start()
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -81,9 +80,16 @@ class Server:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        self.port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+        try:
+            self.port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+        except RuntimeError:
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"cannot listen on {settings.host}:{settings.port}")
+            raise OSError(
+                f"cannot listen on {settings.host}:{settings.port}: the address is in use or "
+                f"not available here; choose another --host/--port"
+            )
+        await self.broker.start()
         advertised = Advertised(
             broker_id=self.broker.broker_id,
             host=settings.advertised_host or settings.host,

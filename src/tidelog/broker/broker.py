@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import os
 import secrets
 import shutil
 import time
@@ -27,7 +29,13 @@ from tidelog.broker.cursors import CursorStore
 from tidelog.broker.partition import Partition
 from tidelog.broker.stream import METADATA_FILE, Stream
 from tidelog.broker.subscription import SubscribeRequest, Subscription, resolve
-from tidelog.errors import BrokerClosed, InvalidArgument, StreamExists, StreamNotFound
+from tidelog.errors import (
+    BrokerClosed,
+    InvalidArgument,
+    LogLocked,
+    StreamExists,
+    StreamNotFound,
+)
 from tidelog.log import Message
 
 LOG = logging.getLogger("tidelog.broker")
@@ -45,6 +53,7 @@ class Broker:
         self._maintenance: asyncio.Task[None] | None = None
         self._cursors: CursorStore | None = None
         self._closed = False
+        self._lock_fd: int | None = None
         self.started_ns = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -52,6 +61,7 @@ class Broker:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         (self.data_dir / "streams").mkdir(parents=True, exist_ok=True)
+        self._lock_data_dir()
         self.broker_id = self.config.broker_id or self._stored_broker_id()
         for directory in sorted((self.data_dir / "streams").iterdir()):
             if (directory / METADATA_FILE).exists():
@@ -69,6 +79,19 @@ class Broker:
         self._cursors = CursorStore(self.streams[CURSORS_STREAM])
         self._maintenance = asyncio.create_task(self._maintain_forever(), name="maintenance")
         self.started_ns = time.time_ns()
+
+    def _lock_data_dir(self) -> None:
+        """One broker per data directory (each log also locks its own directory)."""
+        fd = os.open(self.data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LogLocked(
+                f"data directory {self.data_dir} is in use by another tidelog server; stop it "
+                f"or choose another --data-dir"
+            ) from None
+        self._lock_fd = fd
 
     def _stored_broker_id(self) -> str:
         path = self.data_dir / "broker-id"
@@ -100,6 +123,9 @@ class Broker:
                 await self._maintenance
         for stream in list(self.streams.values()):
             await asyncio.to_thread(stream.close)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def _check_open(self) -> None:
         if self._closed:

@@ -30,6 +30,7 @@ from tidelog.client import (
     ReceivedMessage,
 )
 from tidelog.client.models import Start, Stop
+from tidelog.errors import LogLocked
 from tidelog.log import FlushPolicy
 
 app = typer.Typer(
@@ -129,7 +130,7 @@ def serve(
 
     try:
         asyncio.run(run(settings, on_ready=ready))
-    except OSError as error:
+    except (OSError, LogLocked) as error:
         fail(f"cannot start: {error}")
 
 
