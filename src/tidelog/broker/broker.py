@@ -77,6 +77,7 @@ class Broker:
                 internal=True,
             )
         self._cursors = CursorStore(self.streams[CURSORS_STREAM])
+        await asyncio.to_thread(self._cursors.restore)
         self._maintenance = asyncio.create_task(self._maintain_forever(), name="maintenance")
         self.started_ns = time.time_ns()
 
@@ -121,6 +122,8 @@ class Broker:
             self._maintenance.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._maintenance
+        if self._cursors is not None:
+            await self._cursors.save()
         for stream in list(self.streams.values()):
             await asyncio.to_thread(stream.close)
         if self._lock_fd is not None:
@@ -266,8 +269,11 @@ class Broker:
                 LOG.exception("maintenance pass failed")
 
     async def maintain(self) -> None:
-        """One pass: roll over-age segments, apply retention, pause idle partitions."""
+        """One pass: roll over-age segments, apply retention, pause idle partitions, snapshot
+        the cursor indexes."""
         now = time.monotonic()
+        if self._cursors is not None:
+            await self._cursors.save()
         for stream in list(self.streams.values()):
             for partition in stream.partitions:
                 if partition.paused or partition.deleted or partition.closed:
