@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PEERS_STAMP := $(VENV)/.peers-installed
 
-.PHONY: install peers serve test demo bench bench-e2e bench-peers lint proto clean
+.PHONY: install peers serve test demo bench bench-e2e bench-peers bench-cursors lint proto clean
 
 install: $(STAMP)
 
@@ -45,6 +45,9 @@ bench-e2e: install peers
 
 bench-peers: install peers
 	$(BIN)/python benchmarks/peers.py
+
+bench-cursors: install
+	$(BIN)/python benchmarks/cursor_fetch.py --plot docs/cursor_fetch.png
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks scripts
