@@ -21,9 +21,7 @@ import json
 import os
 import platform
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,8 +34,8 @@ from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog.broker.cursor_index import VALUE
 from tidelog.log import LogConfig, Message, SegmentedLog
+from tidelog.process import ServerProcess
 
-READY = "tidelog listening on "
 CURSORS = 1000
 STREAM = "orders"
 PRESENT = "consumer-0"
@@ -48,56 +46,14 @@ def key_of(cursor: str) -> bytes:
     return f"{cursor},{STREAM},0".encode()
 
 
-class Server:
-    """``tidelog serve`` on a free loopback port; stopped by PID (SIGTERM, then SIGKILL)."""
-
-    def __init__(self, data: Path) -> None:
-        started = time.perf_counter()
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tidelog.cli",
-                "serve",
-                "--data-dir",
-                str(data),
-                "--port",
-                "0",
-                "--metrics-port",
-                "0",
-                "--log-level",
-                "WARNING",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline()
-            if line.startswith(READY):
-                self.address = line.strip().removeprefix(READY)
-                self.startup_s = time.perf_counter() - started
-                return
-            if not line and self.process.poll() is not None:
-                break
-        self.process.kill()
-        raise RuntimeError("tidelog serve did not start")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+def start_server(data: Path) -> ServerProcess:
+    return ServerProcess(data, "--log-level", "WARNING").start(timeout=600)
 
 
 def write_updates(data: Path, updates: int) -> int:
     """N cursor records in __cursors partition 0; returns the present cursor's value (0: it is
     written once, first, with the record's position as its value)."""
-    Server(data).stop()  # creates the stream layout and __cursors
+    start_server(data).stop()  # creates the stream layout and __cursors
     log = SegmentedLog(data / "streams" / "__cursors" / "0", LogConfig())
     try:
         batch: list[bytes | Message] = []
@@ -196,9 +152,9 @@ def main() -> None:
         for n in sizes:
             data = root / str(n)
             present_value = write_updates(data, n)
-            first = Server(data)  # replays the partition once, snapshots the index on stop
+            first = start_server(data)  # replays the partition once, snapshots the index on stop
             first.stop()
-            cold = Server(data)
+            cold = start_server(data)
             try:
                 result["present_p50_ms"].append(
                     round(fetch_p50_ms(cold.address, PRESENT, args.fetches, present_value), 4)

@@ -12,48 +12,18 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
+import shutil
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 from tidelog import Client
+from tidelog.process import ServerProcess
 
-READY = "tidelog listening on "
 
-
-def start_server(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tidelog.cli",
-            "serve",
-            "--data-dir",
-            str(data_dir),
-            "--port",
-            "0",
-            "--metrics-port",
-            "0",
-            "--log-level",
-            "WARNING",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if line.startswith(READY):
-            return process, line.strip().removeprefix(READY)
-        if not line and process.poll() is not None:
-            break
-    process.kill()
-    raise SystemExit("demo: the server did not start")
+def start_server(data_dir: Path) -> ServerProcess:
+    return ServerProcess(data_dir, "--log-level", "WARNING").start()
 
 
 def step(text: str) -> None:
@@ -62,8 +32,9 @@ def step(text: str) -> None:
 
 def main() -> int:
     data_dir = Path(tempfile.mkdtemp(prefix="tidelog-demo-"))
-    process, address = start_server(data_dir)
-    print(f"server {address} (pid {process.pid}), data in {data_dir}")
+    server = start_server(data_dir)
+    address = server.address
+    print(f"server {address} (pid {server.pid}), data in {data_dir}")
     try:
         with Client(address) as client:
             step("create stream 'orders' with 2 partitions")
@@ -122,9 +93,9 @@ def main() -> int:
             print(f"cursor billing = {client.fetch_cursor('billing', 'orders', 0)}")
 
         step("crash: SIGKILL the server, start it again on the same data")
-        process.send_signal(signal.SIGKILL)
-        process.wait(10)
-        process, address = start_server(data_dir)
+        server.kill()
+        server = start_server(data_dir)
+        address = server.address
         with Client(address) as client:
             info = client.stream_info("orders")
             print(f"after restart: partition 0 newest offset {info.partitions[0].newest_offset}")
@@ -140,13 +111,8 @@ def main() -> int:
         print("\ndemo passed")
         return 0
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        subprocess.run(["rm", "-rf", str(data_dir)], check=False)
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

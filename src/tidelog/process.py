@@ -1,0 +1,106 @@
+"""``tidelog serve`` as a child process on a free loopback port: for tests, benchmarks and the
+demo, which all need a real server they start, wait for, and stop by PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+READY = "tidelog listening on "
+
+
+class ServerProcess:
+    """``start()`` launches ``python -m tidelog.cli serve`` and waits for its ready line."""
+
+    def __init__(self, data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.extra = list(extra)
+        self.env = env
+        self.process: subprocess.Popen[str] | None = None
+        self.port = 0
+        self.startup_s = 0.0
+        """Seconds from launch to the ready line."""
+        self.stderr_lines: list[str] = []
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self, timeout: float = 30.0) -> ServerProcess:
+        started = time.perf_counter()
+        env = {**os.environ, **(self.env or {})}
+        env.pop("TIDELOG_SERVER", None)
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tidelog.cli",
+                "serve",
+                "--data-dir",
+                str(self.data_dir),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--metrics-port",
+                "0",
+                *self.extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert self.process.stderr is not None
+        threading.Thread(
+            target=self._drain_stderr, args=(self.process.stderr,), daemon=True
+        ).start()
+        deadline = time.monotonic() + timeout
+        assert self.process.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if line.startswith(READY):
+                self.port = int(line.strip().rsplit(":", 1)[1])
+                self.startup_s = time.perf_counter() - started
+                return self
+            if not line and self.process.poll() is not None:
+                break
+        self.kill()
+        raise RuntimeError(
+            "tidelog serve did not become ready:\n" + "".join(self.stderr_lines[-40:])
+        )
+
+    def _drain_stderr(self, stream: object) -> None:
+        for line in stream:  # type: ignore[attr-defined]
+            self.stderr_lines.append(line)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM (graceful shutdown), then SIGKILL if it has not exited in ``timeout``."""
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else 0
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, no shutdown work at all."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def restart(self) -> ServerProcess:
+        self.stop()
+        return self.start()
