@@ -82,12 +82,14 @@ def test_create_and_its_refusals(api: pb_grpc.APIStub, client: tidelog.Client) -
         pb.CreateStreamRequest(name=fresh(), replicationFactor=3),
         pb.CreateStreamRequest(name=fresh(), partitions=-1),
     ]
-    compact = pb.CreateStreamRequest(name=fresh())
-    compact.compactEnabled.value = True
     encrypted = pb.CreateStreamRequest(name=fresh())
     encrypted.encryption.value = True
-    for request in [*invalid, compact, encrypted]:
+    for request in [*invalid, encrypted]:
         assert status(api.CreateStream, request) is grpc.StatusCode.INVALID_ARGUMENT, request
+    compacted = pb.CreateStreamRequest(name=fresh())  # compaction is available
+    compacted.compactEnabled.value = True
+    api.CreateStream(compacted)
+    assert compacted.name in {s.name for s in client.list_streams()}
     with pytest.raises(InvalidArgument):
         client.create_stream("bad name")
     for factor in (-1, 0, 1):

@@ -62,8 +62,6 @@ def stream_config(request: pb.CreateStreamRequest) -> StreamConfig:
         )
     if request.HasField("minIsr") and request.minIsr.value > 1:
         raise InvalidArgument(f"minIsr {request.minIsr.value} exceeds the cluster size of 1")
-    if request.HasField("compactEnabled") and request.compactEnabled.value:
-        raise InvalidArgument("compaction is not available in this tidelog release")
     if request.HasField("encryption") and request.encryption.value:
         raise InvalidArgument("encryption at rest is not available in this tidelog release")
     has = request.HasField
@@ -82,6 +80,7 @@ def stream_config(request: pb.CreateStreamRequest) -> StreamConfig:
             has("optimisticConcurrencyControl") and request.optimisticConcurrencyControl.value
         ),
         auto_pause_s=_ms(request.autoPauseTime, has("autoPauseTime")),
+        compact=has("compactEnabled") and request.compactEnabled.value,
     )
 
 

@@ -73,7 +73,7 @@ class Broker:
         if CURSORS_STREAM not in self.streams:
             self._create(
                 CURSORS_STREAM,
-                StreamConfig(partitions=self.config.cursor_partitions),
+                StreamConfig(partitions=self.config.cursor_partitions, compact=True),
                 internal=True,
             )
         self._cursors = CursorStore(self.streams[CURSORS_STREAM])
@@ -279,6 +279,8 @@ class Broker:
                 if partition.paused or partition.deleted or partition.closed:
                     continue
                 deleted = await asyncio.to_thread(partition.log.maintain)
+                if stream.config.compact:
+                    await asyncio.to_thread(partition.log.compact)
                 if deleted:
                     LOG.info(
                         "retention removed %d segments of %s/%d",

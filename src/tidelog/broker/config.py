@@ -54,6 +54,8 @@ class StreamConfig:
     max_message_bytes: int | None = None
     optimistic_concurrency: bool = False
     auto_pause_s: float | None = None
+    compact: bool = False
+    """Keep only the latest record per key in sealed segments (maintenance compacts them)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.partitions <= MAX_PARTITIONS:

@@ -148,6 +148,7 @@ def stream_create(
     retention_messages: Annotated[int | None, typer.Option(help="keep at least N messages")] = None,
     retention_age: Annotated[float | None, typer.Option(help="seconds to keep messages")] = None,
     segment_bytes: Annotated[int | None, typer.Option(help="segment size before rolling")] = None,
+    compact: Annotated[bool, typer.Option(help="keep only the latest message per key")] = False,
 ) -> None:
     """Create a stream."""
     with guarded(server) as client:
@@ -158,6 +159,7 @@ def stream_create(
             retention_messages=retention_messages,
             retention_age_s=retention_age,
             segment_max_bytes=segment_bytes,
+            compact=compact,
         )
     out.print(f"created stream [bold]{name}[/bold] with {partitions} partition(s)")
 

@@ -127,6 +127,7 @@ class AsyncClient:
         segment_max_bytes: int | None = None,
         segment_max_age_s: float | None = None,
         optimistic_concurrency: bool = False,
+        compact: bool = False,
     ) -> None:
         request = pb.CreateStreamRequest(
             name=name, subject=subject or name, partitions=partitions, replicationFactor=1
@@ -143,6 +144,8 @@ class AsyncClient:
             request.segmentMaxAge.value = int(segment_max_age_s * 1000)
         if optimistic_concurrency:
             request.optimisticConcurrencyControl.value = True
+        if compact:
+            request.compactEnabled.value = True
         try:
             await self._api.CreateStream(request)
         except grpc.RpcError as error:

@@ -22,6 +22,7 @@ from typing import Final
 
 import numpy as np
 
+from tidelog.log.compaction import finish_swaps
 from tidelog.log.index import ENTRY_SIZE, INDEX_DTYPE, IndexArray, read_index_file, write_index_file
 from tidelog.log.record import HEADER_SIZE, ScannedRecord, scan_records
 from tidelog.log.segment import index_path, log_path
@@ -195,6 +196,8 @@ def index_entries(records: list[ScannedRecord], base: int) -> IndexArray:
 def recover(directory: Path, recovery_point: int) -> tuple[list[RecoveredSegment], RecoveryReport]:
     """Check and repair every segment in ``directory``; return what the log now holds."""
     report = RecoveryReport()
+    for action in finish_swaps(directory):  # an interrupted compaction: done or undone
+        LOG.warning("%s: %s", directory, action)
     bases = segment_bases(directory)
     kept: list[RecoveredSegment] = []
     previous_offset, previous_timestamp = -1, np.iinfo(np.int64).min

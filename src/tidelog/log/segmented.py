@@ -27,6 +27,15 @@ import numpy as np
 
 from tidelog.errors import CorruptRecord, IncorrectOffset, LogClosed, LogLocked, OffsetOutOfRange
 from tidelog.log.batch import MessageBatch
+from tidelog.log.compaction import (
+    CompactionReport,
+    Step,
+    finish_swaps,
+    keep_mask,
+    latest_offsets,
+    swap_in,
+    write_cleaned,
+)
 from tidelog.log.config import FlushPolicy, LogConfig
 from tidelog.log.flush import DEFAULT_FLUSHER, Flusher
 from tidelog.log.reader import ForwardReader, ReverseReader
@@ -41,7 +50,7 @@ from tidelog.log.recovery import (
     write_recovery_point,
 )
 from tidelog.log.retention import SegmentSummary, expired_prefix
-from tidelog.log.segment import Segment
+from tidelog.log.segment import Segment, segment_name
 
 LOG = logging.getLogger("tidelog.log")
 
@@ -559,6 +568,80 @@ class SegmentedLog:
         )
         return MessageBatch(data, positions, sizes, header).reversed()
 
+    def compact(self, *, step: Step | None = None) -> CompactionReport:
+        """Rewrite sealed segments keeping the latest record per key (see ``compaction.py``).
+
+        Records without a key and everything at or above the high watermark stay. The heavy
+        work (reading, deciding, writing ``.cleaned`` files) happens outside the log's lock, so
+        appends and reads go on; only the file swap takes it. ``step`` is for fault-injection
+        tests.
+        """
+        report = CompactionReport()
+        with self._lock:
+            self._check_open()
+            high_watermark = self._high_watermark
+            sealed = [s for s in self._segments[:-1] if s.count]
+        if not sealed or high_watermark < 0:
+            return report
+        latest = latest_offsets(self.forward_reader(0, stop_offset=high_watermark))
+        for segment in sealed:
+            with self._lock:
+                if self._closed or segment not in self._segments:
+                    continue
+                self._checked(segment)
+                entries = segment.entries(0, segment.count)
+                data = segment.read(0, segment.size)
+            positions = entries["position"].astype(np.int64)
+            sizes = entries["size"].astype(np.int64)
+            header = verify_records(
+                data,
+                positions,
+                sizes,
+                segment.offsets_of(entries),
+                entries["timestamp"],
+                segment.name,
+                0,
+            )
+            batch = MessageBatch(data, positions, sizes, header)
+            keep = keep_mask(batch.offsets.tolist(), batch.keys(), latest, high_watermark)
+            if bool(keep.all()):
+                continue
+            name = segment_name(segment.base_offset)
+            _, _, new_entries, new_size = write_cleaned(self.directory, name, data, entries, keep)
+            with self._sync_lock, self._lock:
+                if self._closed or segment not in self._segments:
+                    finish_swaps(self.directory)  # discards the .cleaned files
+                    continue
+                position = self._segments.index(segment)
+                segment.close()
+                try:
+                    swap_in(self.directory, name, step)
+                except BaseException:
+                    # The files are mid-swap: only recovery (reopening) may touch them now.
+                    self._abandon_locked()
+                    raise
+                self._segments[position] = Segment(
+                    self.directory,
+                    segment.base_offset,
+                    count=len(new_entries),
+                    size=new_size,
+                    active=False,
+                    preallocate_bytes=self.config.index_preallocate_bytes,
+                )
+                self._unsynced_sealed = [s for s in self._unsynced_sealed if s is not segment]
+            report.segments_rewritten += 1
+            report.records_removed += int((~keep).sum())
+            report.bytes_removed += segment.size - new_size
+        if report.segments_rewritten:
+            LOG.info(
+                "%s: compaction removed %d records (%d bytes) from %d segments",
+                self.directory,
+                report.records_removed,
+                report.bytes_removed,
+                report.segments_rewritten,
+            )
+        return report
+
     def verify(self) -> int:
         """Read and CRC-check every committed record; return how many there are.
 
@@ -611,6 +694,16 @@ class SegmentedLog:
                 segment.close()
             self._committed.notify_all()
             os.close(self._lock_file)
+
+    def _abandon_locked(self) -> None:
+        """Close without syncing or writing anything (both locks held)."""
+        self._oldest_at_close = self._next_offset
+        self._closed = True
+        self._flusher.unregister(self)
+        for segment in self._segments:
+            segment.close()
+        self._committed.notify_all()
+        os.close(self._lock_file)
 
     def delete(self) -> None:
         """Close the log and remove its directory."""
