@@ -99,7 +99,8 @@ class Server:
             LiftbridgeService(self.broker, advertised, self.metrics), server
         )
         tidelog_pb2_grpc.add_TidelogServicer_to_server(
-            TidelogService(self.broker, self.metrics), server
+            TidelogService(self.broker, self.metrics, read_delay_s=settings.test_read_delay_s),
+            server,
         )
         for service in ("", "proto.API", "tidelog.v1.Tidelog"):
             self._health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)

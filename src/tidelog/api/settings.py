@@ -45,6 +45,9 @@ class ServerSettings(BaseSettings):
     max_message_bytes: int = Field(256 << 10, ge=1, le=64 << 20)
     maintenance_interval_s: float = Field(30.0, gt=0)
     shutdown_grace_s: float = Field(5.0, ge=0, description="time in-flight calls get on SIGTERM")
+    test_read_delay_s: float = Field(
+        0.0, ge=0, description="testing only: delay between reading and sending a Consume batch"
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["text", "json"] = "text"
 

@@ -10,12 +10,14 @@ import grpc
 from tidelog import columns
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
+from tidelog.api.consume import ConsumeSession
 from tidelog.api.errors import grpc_errors, status_of
+from tidelog.api.frames import record_batch
 from tidelog.api.metrics import Metrics
 from tidelog.broker import Broker, StartPosition, StopPosition, SubscribeRequest
 from tidelog.broker.subscription import EndReason
 from tidelog.errors import InvalidArgument, ReadonlyEnd, StopReached, TidelogError
-from tidelog.log import Message, MessageBatch
+from tidelog.log import Message
 from tidelog.log.record import PackedValues
 
 Context = grpc.aio.ServicerContext[object, object]
@@ -29,26 +31,12 @@ _END_REASONS = {
 }
 
 
-def record_batch(batch: MessageBatch) -> v1.RecordBatch:
-    """A verified log batch as one columnar frame: the stored bytes as read, values pointed at."""
-    starts, sizes = batch.value_spans()
-    return v1.RecordBatch(
-        offsets=columns.pack_int64(batch.offsets),
-        timestamps=columns.pack_int64(batch.timestamps),
-        # The records travel as read from disk, with their values pointed at: no copy per value.
-        messages=columns.pack_at(
-            batch.data,
-            starts,
-            sizes,
-            batch.keys() if batch.has_keys() else None,
-            batch.headers() if batch.has_headers() else None,
-        ),
-    )
-
-
 class TidelogService(v1_grpc.TidelogServicer):
-    def __init__(self, broker: Broker, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, broker: Broker, metrics: Metrics | None = None, *, read_delay_s: float = 0.0
+    ) -> None:
         self.broker = broker
+        self._read_delay_s = read_delay_s
         self._latency = None if metrics is None else metrics.publish_latency.labels("tidelog.v1")
 
     async def _publish(self, request: v1.PublishBatchRequest) -> v1.PublishBatchResponse:
@@ -131,3 +119,11 @@ class TidelogService(v1_grpc.TidelogServicer):
             except (StopReached, ReadonlyEnd):
                 pass  # ended by itself: the reason is on the subscription
             yield v1.RecordBatch(end=_END_REASONS[subscription.end_reason])
+
+    async def Consume(
+        self, request_iterator: AsyncIterator[v1.ConsumeRequest], context: Context
+    ) -> AsyncIterator[v1.ConsumeBatch]:
+        session = ConsumeSession(self.broker, self._read_delay_s)
+        async with grpc_errors(context):
+            async for batch in session.run(request_iterator):
+                yield batch

@@ -24,6 +24,7 @@ from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
+from tidelog.client.consumer import Consumer
 from tidelog.client.errors import (
     ClientError,
     InvalidArgument,
@@ -278,6 +279,30 @@ class AsyncClient:
             raise from_rpc_error(error) from None
         first = response.first_offset
         return Acks(stream, partition, range(first, first + response.count))
+
+    def consumer(
+        self,
+        stream: str,
+        partition: int = 0,
+        *,
+        start: Start = "new",
+        reverse: bool = False,
+        prefetch: int = 1000,
+        name: str = "consumer",
+    ) -> Consumer:
+        """A consumer with prefetch, flow permits and safe seeking (``tidelog.v1/Consume``):
+        ``async with client.consumer(...) as c``, then ``await c.receive(timeout=...)``,
+        ``await c.seek(offset=...)``, ``await c.commit()`` (cursor ``name``)."""
+        return Consumer(
+            self._v1,
+            self,
+            stream,
+            partition,
+            start=start,
+            reverse=reverse,
+            prefetch=prefetch,
+            name=name,
+        )
 
     def publisher(self, stream: str, partition: int = 0) -> Publisher:
         """A pipelined publisher for one partition over one long-lived stream (``PublishStream``):

@@ -11,11 +11,13 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import AsyncGenerator, Coroutine, Iterator, Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog.client.aio import DEFAULT_SERVER, AsyncClient, decode
+from tidelog.client.consumer import Consumer
 from tidelog.client.models import Ack, Message, ReceivedMessage, Start, Stop, StreamInfo
 
 T = TypeVar("T")
@@ -163,3 +165,56 @@ class Client:
 
     def fetch_cursor(self, cursor_id: str, stream: str, partition: int = 0) -> int:
         return self._run(self._client.fetch_cursor(cursor_id, stream, partition))
+
+    def consumer(
+        self,
+        stream: str,
+        partition: int = 0,
+        *,
+        start: Start = "new",
+        reverse: bool = False,
+        prefetch: int = 1000,
+        name: str = "consumer",
+    ) -> SyncConsumer:
+        """The blocking form of ``AsyncClient.consumer``; open when this returns."""
+        consumer = self._client.consumer(
+            stream, partition, start=start, reverse=reverse, prefetch=prefetch, name=name
+        )
+        self._run(consumer.__aenter__())
+        return SyncConsumer(self, consumer)
+
+
+class SyncConsumer:
+    """``receive``, ``seek``, ``commit`` and ``close`` of a :class:`Consumer`, blocking."""
+
+    def __init__(self, client: Client, consumer: Consumer) -> None:
+        self._client = client
+        self._consumer = consumer
+
+    @property
+    def last_offset(self) -> int | None:
+        return self._consumer.last_offset
+
+    def receive(self, timeout: float | None = None) -> ReceivedMessage | None:
+        return self._client._run(self._consumer.receive(timeout))
+
+    def seek(
+        self,
+        offset: int | None = None,
+        *,
+        timestamp: datetime | None = None,
+        to: Literal["earliest", "latest"] | None = None,
+    ) -> None:
+        self._client._run(self._consumer.seek(offset, timestamp=timestamp, to=to))
+
+    def commit(self) -> None:
+        self._client._run(self._consumer.commit())
+
+    def close(self) -> None:
+        self._client._run(self._consumer.close())
+
+    def __enter__(self) -> SyncConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -24,35 +24,43 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18tidelog/v1/tidelog.proto\x12\ntidelog.v1\"%\n\x06Header\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"1\n\nHeaderList\x12#\n\x07headers\x18\x01 \x03(\x0b\x32\x12.tidelog.v1.Header\"\x92\x01\n\x08Messages\x12\x0e\n\x06values\x18\x01 \x01(\x0c\x12\x13\n\x0bvalue_sizes\x18\x02 \x01(\x0c\x12\x0c\n\x04keys\x18\x03 \x01(\x0c\x12\x11\n\tkey_sizes\x18\x04 \x01(\x0c\x12\'\n\x07headers\x18\x05 \x03(\x0b\x32\x16.tidelog.v1.HeaderList\x12\x17\n\x0fvalue_positions\x18\x06 \x01(\x0c\"\xa4\x01\n\x13PublishBatchRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12&\n\x08messages\x18\x03 \x01(\x0b\x32\x14.tidelog.v1.Messages\x12)\n\nack_policy\x18\x04 \x01(\x0e\x32\x15.tidelog.v1.AckPolicy\x12\x17\n\x0f\x65xpected_offset\x18\x05 \x01(\x03\"f\n\x14PublishBatchResponse\x12\x14\n\x0c\x66irst_offset\x18\x01 \x01(\x03\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\x12\x12\n\nerror_code\x18\x03 \x01(\x05\x12\x15\n\rerror_message\x18\x04 \x01(\t\"\xc6\x02\n\x17SubscribeBatchesRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x31\n\x0estart_position\x18\x03 \x01(\x0e\x32\x19.tidelog.v1.StartPosition\x12\x14\n\x0cstart_offset\x18\x04 \x01(\x03\x12\x17\n\x0fstart_timestamp\x18\x05 \x01(\x03\x12/\n\rstop_position\x18\x06 \x01(\x0e\x32\x18.tidelog.v1.StopPosition\x12\x13\n\x0bstop_offset\x18\x07 \x01(\x03\x12\x16\n\x0estop_timestamp\x18\x08 \x01(\x03\x12\x0f\n\x07reverse\x18\t \x01(\x08\x12\x0e\n\x06resume\x18\n \x01(\x08\x12\x14\n\x0cmax_messages\x18\x0b \x01(\r\x12\x11\n\tmax_bytes\x18\x0c \x01(\r\"~\n\x0bRecordBatch\x12\x0f\n\x07offsets\x18\x01 \x01(\x0c\x12\x12\n\ntimestamps\x18\x02 \x01(\x0c\x12&\n\x08messages\x18\x03 \x01(\x0b\x32\x14.tidelog.v1.Messages\x12\"\n\x03\x65nd\x18\x04 \x01(\x0e\x32\x15.tidelog.v1.EndReason*K\n\tAckPolicy\x12\x15\n\x11\x41\x43K_POLICY_LEADER\x10\x00\x12\x12\n\x0e\x41\x43K_POLICY_ALL\x10\x01\x12\x13\n\x0f\x41\x43K_POLICY_NONE\x10\x02*p\n\rStartPosition\x12\x12\n\x0eSTART_NEW_ONLY\x10\x00\x12\x10\n\x0cSTART_OFFSET\x10\x01\x12\x12\n\x0eSTART_EARLIEST\x10\x02\x12\x10\n\x0cSTART_LATEST\x10\x03\x12\x13\n\x0fSTART_TIMESTAMP\x10\x04*X\n\x0cStopPosition\x12\x12\n\x0eSTOP_ON_CANCEL\x10\x00\x12\x0f\n\x0bSTOP_OFFSET\x10\x01\x12\x0f\n\x0bSTOP_LATEST\x10\x02\x12\x12\n\x0eSTOP_TIMESTAMP\x10\x03*e\n\tEndReason\x12\x13\n\x0f\x45ND_REASON_NONE\x10\x00\x12\x13\n\x0f\x45ND_REASON_STOP\x10\x01\x12\x15\n\x11\x45ND_REASON_OLDEST\x10\x02\x12\x17\n\x13\x45ND_REASON_READONLY\x10\x03\x32\x88\x02\n\x07Tidelog\x12Q\n\x0cPublishBatch\x12\x1f.tidelog.v1.PublishBatchRequest\x1a .tidelog.v1.PublishBatchResponse\x12V\n\rPublishStream\x12\x1f.tidelog.v1.PublishBatchRequest\x1a .tidelog.v1.PublishBatchResponse(\x01\x30\x01\x12R\n\x10SubscribeBatches\x12#.tidelog.v1.SubscribeBatchesRequest\x1a\x17.tidelog.v1.RecordBatch0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18tidelog/v1/tidelog.proto\x12\ntidelog.v1\"\xba\x01\n\x0c\x43onsumeStart\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x31\n\x0estart_position\x18\x03 \x01(\x0e\x32\x19.tidelog.v1.StartPosition\x12\x14\n\x0cstart_offset\x18\x04 \x01(\x03\x12\x17\n\x0fstart_timestamp\x18\x05 \x01(\x03\x12\x0f\n\x07reverse\x18\x06 \x01(\x08\x12\x14\n\x0cmax_messages\x18\x07 \x01(\r\"v\n\x04Seek\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12+\n\x08position\x18\x02 \x01(\x0e\x32\x19.tidelog.v1.StartPosition\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\ttimestamp\x18\x04 \x01(\x03\x12\x0f\n\x07permits\x18\x05 \x01(\r\"x\n\x0e\x43onsumeRequest\x12)\n\x05start\x18\x01 \x01(\x0b\x32\x18.tidelog.v1.ConsumeStartH\x00\x12\x11\n\x07permits\x18\x02 \x01(\rH\x00\x12 \n\x04seek\x18\x03 \x01(\x0b\x32\x10.tidelog.v1.SeekH\x00\x42\x06\n\x04kind\"E\n\x0c\x43onsumeBatch\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12&\n\x05\x62\x61tch\x18\x02 \x01(\x0b\x32\x17.tidelog.v1.RecordBatch\"%\n\x06Header\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"1\n\nHeaderList\x12#\n\x07headers\x18\x01 \x03(\x0b\x32\x12.tidelog.v1.Header\"\x92\x01\n\x08Messages\x12\x0e\n\x06values\x18\x01 \x01(\x0c\x12\x13\n\x0bvalue_sizes\x18\x02 \x01(\x0c\x12\x0c\n\x04keys\x18\x03 \x01(\x0c\x12\x11\n\tkey_sizes\x18\x04 \x01(\x0c\x12\'\n\x07headers\x18\x05 \x03(\x0b\x32\x16.tidelog.v1.HeaderList\x12\x17\n\x0fvalue_positions\x18\x06 \x01(\x0c\"\xa4\x01\n\x13PublishBatchRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12&\n\x08messages\x18\x03 \x01(\x0b\x32\x14.tidelog.v1.Messages\x12)\n\nack_policy\x18\x04 \x01(\x0e\x32\x15.tidelog.v1.AckPolicy\x12\x17\n\x0f\x65xpected_offset\x18\x05 \x01(\x03\"f\n\x14PublishBatchResponse\x12\x14\n\x0c\x66irst_offset\x18\x01 \x01(\x03\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\x12\x12\n\nerror_code\x18\x03 \x01(\x05\x12\x15\n\rerror_message\x18\x04 \x01(\t\"\xc6\x02\n\x17SubscribeBatchesRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x31\n\x0estart_position\x18\x03 \x01(\x0e\x32\x19.tidelog.v1.StartPosition\x12\x14\n\x0cstart_offset\x18\x04 \x01(\x03\x12\x17\n\x0fstart_timestamp\x18\x05 \x01(\x03\x12/\n\rstop_position\x18\x06 \x01(\x0e\x32\x18.tidelog.v1.StopPosition\x12\x13\n\x0bstop_offset\x18\x07 \x01(\x03\x12\x16\n\x0estop_timestamp\x18\x08 \x01(\x03\x12\x0f\n\x07reverse\x18\t \x01(\x08\x12\x0e\n\x06resume\x18\n \x01(\x08\x12\x14\n\x0cmax_messages\x18\x0b \x01(\r\x12\x11\n\tmax_bytes\x18\x0c \x01(\r\"~\n\x0bRecordBatch\x12\x0f\n\x07offsets\x18\x01 \x01(\x0c\x12\x12\n\ntimestamps\x18\x02 \x01(\x0c\x12&\n\x08messages\x18\x03 \x01(\x0b\x32\x14.tidelog.v1.Messages\x12\"\n\x03\x65nd\x18\x04 \x01(\x0e\x32\x15.tidelog.v1.EndReason*K\n\tAckPolicy\x12\x15\n\x11\x41\x43K_POLICY_LEADER\x10\x00\x12\x12\n\x0e\x41\x43K_POLICY_ALL\x10\x01\x12\x13\n\x0f\x41\x43K_POLICY_NONE\x10\x02*p\n\rStartPosition\x12\x12\n\x0eSTART_NEW_ONLY\x10\x00\x12\x10\n\x0cSTART_OFFSET\x10\x01\x12\x12\n\x0eSTART_EARLIEST\x10\x02\x12\x10\n\x0cSTART_LATEST\x10\x03\x12\x13\n\x0fSTART_TIMESTAMP\x10\x04*X\n\x0cStopPosition\x12\x12\n\x0eSTOP_ON_CANCEL\x10\x00\x12\x0f\n\x0bSTOP_OFFSET\x10\x01\x12\x0f\n\x0bSTOP_LATEST\x10\x02\x12\x12\n\x0eSTOP_TIMESTAMP\x10\x03*e\n\tEndReason\x12\x13\n\x0f\x45ND_REASON_NONE\x10\x00\x12\x13\n\x0f\x45ND_REASON_STOP\x10\x01\x12\x15\n\x11\x45ND_REASON_OLDEST\x10\x02\x12\x17\n\x13\x45ND_REASON_READONLY\x10\x03\x32\xcd\x02\n\x07Tidelog\x12Q\n\x0cPublishBatch\x12\x1f.tidelog.v1.PublishBatchRequest\x1a .tidelog.v1.PublishBatchResponse\x12V\n\rPublishStream\x12\x1f.tidelog.v1.PublishBatchRequest\x1a .tidelog.v1.PublishBatchResponse(\x01\x30\x01\x12R\n\x10SubscribeBatches\x12#.tidelog.v1.SubscribeBatchesRequest\x1a\x17.tidelog.v1.RecordBatch0\x01\x12\x43\n\x07\x43onsume\x12\x1a.tidelog.v1.ConsumeRequest\x1a\x18.tidelog.v1.ConsumeBatch(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tidelog._proto.tidelog.v1.tidelog_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ACKPOLICY']._serialized_start=1007
-  _globals['_ACKPOLICY']._serialized_end=1082
-  _globals['_STARTPOSITION']._serialized_start=1084
-  _globals['_STARTPOSITION']._serialized_end=1196
-  _globals['_STOPPOSITION']._serialized_start=1198
-  _globals['_STOPPOSITION']._serialized_end=1286
-  _globals['_ENDREASON']._serialized_start=1288
-  _globals['_ENDREASON']._serialized_end=1389
-  _globals['_HEADER']._serialized_start=40
-  _globals['_HEADER']._serialized_end=77
-  _globals['_HEADERLIST']._serialized_start=79
-  _globals['_HEADERLIST']._serialized_end=128
-  _globals['_MESSAGES']._serialized_start=131
-  _globals['_MESSAGES']._serialized_end=277
-  _globals['_PUBLISHBATCHREQUEST']._serialized_start=280
-  _globals['_PUBLISHBATCHREQUEST']._serialized_end=444
-  _globals['_PUBLISHBATCHRESPONSE']._serialized_start=446
-  _globals['_PUBLISHBATCHRESPONSE']._serialized_end=548
-  _globals['_SUBSCRIBEBATCHESREQUEST']._serialized_start=551
-  _globals['_SUBSCRIBEBATCHESREQUEST']._serialized_end=877
-  _globals['_RECORDBATCH']._serialized_start=879
-  _globals['_RECORDBATCH']._serialized_end=1005
-  _globals['_TIDELOG']._serialized_start=1392
-  _globals['_TIDELOG']._serialized_end=1656
+  _globals['_ACKPOLICY']._serialized_start=1509
+  _globals['_ACKPOLICY']._serialized_end=1584
+  _globals['_STARTPOSITION']._serialized_start=1586
+  _globals['_STARTPOSITION']._serialized_end=1698
+  _globals['_STOPPOSITION']._serialized_start=1700
+  _globals['_STOPPOSITION']._serialized_end=1788
+  _globals['_ENDREASON']._serialized_start=1790
+  _globals['_ENDREASON']._serialized_end=1891
+  _globals['_CONSUMESTART']._serialized_start=41
+  _globals['_CONSUMESTART']._serialized_end=227
+  _globals['_SEEK']._serialized_start=229
+  _globals['_SEEK']._serialized_end=347
+  _globals['_CONSUMEREQUEST']._serialized_start=349
+  _globals['_CONSUMEREQUEST']._serialized_end=469
+  _globals['_CONSUMEBATCH']._serialized_start=471
+  _globals['_CONSUMEBATCH']._serialized_end=540
+  _globals['_HEADER']._serialized_start=542
+  _globals['_HEADER']._serialized_end=579
+  _globals['_HEADERLIST']._serialized_start=581
+  _globals['_HEADERLIST']._serialized_end=630
+  _globals['_MESSAGES']._serialized_start=633
+  _globals['_MESSAGES']._serialized_end=779
+  _globals['_PUBLISHBATCHREQUEST']._serialized_start=782
+  _globals['_PUBLISHBATCHREQUEST']._serialized_end=946
+  _globals['_PUBLISHBATCHRESPONSE']._serialized_start=948
+  _globals['_PUBLISHBATCHRESPONSE']._serialized_end=1050
+  _globals['_SUBSCRIBEBATCHESREQUEST']._serialized_start=1053
+  _globals['_SUBSCRIBEBATCHESREQUEST']._serialized_end=1379
+  _globals['_RECORDBATCH']._serialized_start=1381
+  _globals['_RECORDBATCH']._serialized_end=1507
+  _globals['_TIDELOG']._serialized_start=1894
+  _globals['_TIDELOG']._serialized_end=2227
 # @@protoc_insertion_point(module_scope)

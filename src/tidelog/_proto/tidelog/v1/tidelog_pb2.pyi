@@ -118,6 +118,130 @@ END_REASON_READONLY: EndReason.ValueType  # 3
 Global___EndReason: _TypeAlias = EndReason  # noqa: Y015
 
 @_typing.final
+class ConsumeStart(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    START_POSITION_FIELD_NUMBER: _builtins.int
+    START_OFFSET_FIELD_NUMBER: _builtins.int
+    START_TIMESTAMP_FIELD_NUMBER: _builtins.int
+    REVERSE_FIELD_NUMBER: _builtins.int
+    MAX_MESSAGES_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    partition: _builtins.int
+    start_position: Global___StartPosition.ValueType
+    start_offset: _builtins.int
+    start_timestamp: _builtins.int
+    reverse: _builtins.bool
+    max_messages: _builtins.int
+    """Upper bound per batch; 0 = the server's default."""
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        start_position: Global___StartPosition.ValueType = ...,
+        start_offset: _builtins.int = ...,
+        start_timestamp: _builtins.int = ...,
+        reverse: _builtins.bool = ...,
+        max_messages: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_messages", b"max_messages", "partition", b"partition", "reverse", b"reverse", "start_offset", b"start_offset", "start_position", b"start_position", "start_timestamp", b"start_timestamp", "stream", b"stream"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConsumeStart: _TypeAlias = ConsumeStart  # noqa: Y015
+
+@_typing.final
+class Seek(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPOCH_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_FIELD_NUMBER: _builtins.int
+    PERMITS_FIELD_NUMBER: _builtins.int
+    epoch: _builtins.int
+    """Must be higher than every epoch sent before; a lower or equal one is ignored."""
+    position: Global___StartPosition.ValueType
+    offset: _builtins.int
+    timestamp: _builtins.int
+    permits: _builtins.int
+    """The consumer's permits after the seek (what it granted before is forgotten)."""
+    def __init__(
+        self,
+        *,
+        epoch: _builtins.int = ...,
+        position: Global___StartPosition.ValueType = ...,
+        offset: _builtins.int = ...,
+        timestamp: _builtins.int = ...,
+        permits: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "offset", b"offset", "permits", b"permits", "position", b"position", "timestamp", b"timestamp"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Seek: _TypeAlias = Seek  # noqa: Y015
+
+@_typing.final
+class ConsumeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FIELD_NUMBER: _builtins.int
+    PERMITS_FIELD_NUMBER: _builtins.int
+    SEEK_FIELD_NUMBER: _builtins.int
+    permits: _builtins.int
+    """More messages the consumer is ready to take."""
+    @_builtins.property
+    def start(self) -> Global___ConsumeStart: ...
+    @_builtins.property
+    def seek(self) -> Global___Seek: ...
+    def __init__(
+        self,
+        *,
+        start: Global___ConsumeStart | None = ...,
+        permits: _builtins.int = ...,
+        seek: Global___Seek | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "permits", b"permits", "seek", b"seek", "start", b"start"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "permits", b"permits", "seek", b"seek", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["start", "permits", "seek"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___ConsumeRequest: _TypeAlias = ConsumeRequest  # noqa: Y015
+
+@_typing.final
+class ConsumeBatch(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPOCH_FIELD_NUMBER: _builtins.int
+    BATCH_FIELD_NUMBER: _builtins.int
+    epoch: _builtins.int
+    @_builtins.property
+    def batch(self) -> Global___RecordBatch: ...
+    def __init__(
+        self,
+        *,
+        epoch: _builtins.int = ...,
+        batch: Global___RecordBatch | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "epoch", b"epoch"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConsumeBatch: _TypeAlias = ConsumeBatch  # noqa: Y015
+
+@_typing.final
 class Header(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

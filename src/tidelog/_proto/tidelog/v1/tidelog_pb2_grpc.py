@@ -49,6 +49,11 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.SubscribeBatchesRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.RecordBatch.FromString,
                 _registered_method=True)
+        self.Consume = channel.stream_stream(
+                '/tidelog.v1.Tidelog/Consume',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ConsumeRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ConsumeBatch.FromString,
+                _registered_method=True)
 
 
 class TidelogServicer:
@@ -77,6 +82,16 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Consume(self, request_iterator, context):
+        """A consumer with flow control and seeking. The client opens with `start`, grants permits
+        (messages it is ready to take) and may `seek` at any moment with a higher epoch; every batch
+        carries the epoch its records were read under, so the client can drop what was read before
+        its latest seek.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TidelogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -94,6 +109,11 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.SubscribeBatches,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.SubscribeBatchesRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.RecordBatch.SerializeToString,
+            ),
+            'Consume': grpc.stream_stream_rpc_method_handler(
+                    servicer.Consume,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ConsumeRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.ConsumeBatch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -177,6 +197,33 @@ class Tidelog:
             '/tidelog.v1.Tidelog/SubscribeBatches',
             tidelog_dot_v1_dot_tidelog__pb2.SubscribeBatchesRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.RecordBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Consume(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tidelog.v1.Tidelog/Consume',
+            tidelog_dot_v1_dot_tidelog__pb2.ConsumeRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.ConsumeBatch.FromString,
             options,
             channel_credentials,
             insecure,

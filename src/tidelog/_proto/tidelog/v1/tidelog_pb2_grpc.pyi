@@ -50,6 +50,12 @@ class TidelogStub:
     """
     SubscribeBatches: _grpc.UnaryStreamMultiCallable[_tidelog_pb2.SubscribeBatchesRequest, _tidelog_pb2.RecordBatch]
     """Stream a partition in batches, forward or in reverse, with Liftbridge's start/stop positions."""
+    Consume: _grpc.StreamStreamMultiCallable[_tidelog_pb2.ConsumeRequest, _tidelog_pb2.ConsumeBatch]
+    """A consumer with flow control and seeking. The client opens with `start`, grants permits
+    (messages it is ready to take) and may `seek` at any moment with a higher epoch; every batch
+    carries the epoch its records were read under, so the client can drop what was read before
+    its latest seek.
+    """
 
 @_typing.type_check_only
 class TidelogAsyncStub(TidelogStub):
@@ -63,6 +69,12 @@ class TidelogAsyncStub(TidelogStub):
     """
     SubscribeBatches: _aio.UnaryStreamMultiCallable[_tidelog_pb2.SubscribeBatchesRequest, _tidelog_pb2.RecordBatch]  # type: ignore[assignment]
     """Stream a partition in batches, forward or in reverse, with Liftbridge's start/stop positions."""
+    Consume: _aio.StreamStreamMultiCallable[_tidelog_pb2.ConsumeRequest, _tidelog_pb2.ConsumeBatch]  # type: ignore[assignment]
+    """A consumer with flow control and seeking. The client opens with `start`, grants permits
+    (messages it is ready to take) and may `seek` at any moment with a higher epoch; every batch
+    carries the epoch its records were read under, so the client can drop what was read before
+    its latest seek.
+    """
 
 class TidelogServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -91,5 +103,17 @@ class TidelogServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_tidelog_pb2.RecordBatch], _abc.AsyncIterator[_tidelog_pb2.RecordBatch]]:
         """Stream a partition in batches, forward or in reverse, with Liftbridge's start/stop positions."""
+
+    @_abc_1.abstractmethod
+    def Consume(
+        self,
+        request_iterator: _MaybeAsyncIterator[_tidelog_pb2.ConsumeRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_tidelog_pb2.ConsumeBatch], _abc.AsyncIterator[_tidelog_pb2.ConsumeBatch]]:
+        """A consumer with flow control and seeking. The client opens with `start`, grants permits
+        (messages it is ready to take) and may `seek` at any moment with a higher epoch; every batch
+        carries the epoch its records were read under, so the client can drop what was read before
+        its latest seek.
+        """
 
 def add_TidelogServicer_to_server(servicer: TidelogServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
