@@ -138,5 +138,17 @@ class StreamEmpty(BrokerError):
     """A subscription asked to stop at the latest offset of a partition that holds nothing."""
 
 
+class FailedPrecondition(BrokerError):
+    """The request does not fit the current state (a consumer group's members or epoch)."""
+
+
+class GroupNotFound(BrokerError):
+    """No consumer group of that id exists."""
+
+
+class Fenced(BrokerError):
+    """A group subscriber was replaced by one with a newer epoch."""
+
+
 class BrokerClosed(BrokerError):
     """The broker is shutting down."""

@@ -803,7 +803,11 @@ def test_empty_and_extreme_values_are_answered(fuzz: Fuzz) -> None:
         ("/proto.API/SetCursor", pb.SetCursorRequest(stream="fz-edge"), "INVALID_ARGUMENT"),
         ("/proto.API/FetchCursor", pb.FetchCursorRequest(cursorId="c"), "INVALID_ARGUMENT"),
         ("/proto.API/PublishToSubject", pb.PublishToSubjectRequest(subject="s"), "UNIMPLEMENTED"),
-        ("/proto.API/JoinConsumerGroup", pb.JoinConsumerGroupRequest(groupId="g"), "UNIMPLEMENTED"),
+        (
+            "/proto.API/JoinConsumerGroup",
+            pb.JoinConsumerGroupRequest(groupId="g"),
+            "INVALID_ARGUMENT",
+        ),
         (
             "/tidelog.v1.Tidelog/PublishBatch",
             v1.PublishBatchRequest(stream="fz-edge", messages=v1.Messages(value_sizes=b"\x01")),

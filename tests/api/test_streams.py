@@ -272,10 +272,6 @@ def test_cursors(api: pb_grpc.APIStub, client: tidelog.Client) -> None:
 def test_unimplemented_rpcs(api: pb_grpc.APIStub) -> None:
     calls = [
         (api.PublishToSubject, pb.PublishToSubjectRequest(subject="s", value=b"x")),
-        (api.JoinConsumerGroup, pb.JoinConsumerGroupRequest(groupId="g", consumerId="c")),
-        (api.LeaveConsumerGroup, pb.LeaveConsumerGroupRequest(groupId="g", consumerId="c")),
-        (api.FetchConsumerGroupAssignments, pb.FetchConsumerGroupAssignmentsRequest(groupId="g")),
-        (api.ReportConsumerGroupCoordinator, pb.ReportConsumerGroupCoordinatorRequest(groupId="g")),
     ]
     for call, request in calls:
         with pytest.raises(grpc.RpcError) as raised:

@@ -473,14 +473,18 @@ def test_a_subscription_that_waits_for_an_offset_gets_exactly_it(fx: Fixture) ->
         call.cancel()
 
 
-def test_consumer_groups_are_unimplemented_on_subscribe(fx: Fixture) -> None:
+def test_a_group_subscription_needs_a_consumer_id_and_a_known_group(fx: Fixture) -> None:
     model = dense(fx)
-    request = pb.SubscribeRequest(
-        stream=model.stream, startPosition=pb.EARLIEST, consumer=pb.Consumer(groupId="g")
-    )
-    with pytest.raises(grpc.RpcError) as raised:
-        next(fx.api.Subscribe(request, timeout=DEADLINE_S))
-    assert raised.value.code() is grpc.StatusCode.UNIMPLEMENTED
+    for consumer, code in (
+        (pb.Consumer(groupId="g"), grpc.StatusCode.INVALID_ARGUMENT),
+        (pb.Consumer(groupId="never-joined", consumerId="c"), grpc.StatusCode.NOT_FOUND),
+    ):
+        request = pb.SubscribeRequest(
+            stream=model.stream, startPosition=pb.EARLIEST, consumer=consumer
+        )
+        with pytest.raises(grpc.RpcError) as raised:
+            next(fx.api.Subscribe(request, timeout=DEADLINE_S))
+        assert raised.value.code() is code
 
 
 V1_ENDS = [

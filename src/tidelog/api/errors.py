@@ -17,6 +17,9 @@ import grpc
 from tidelog.errors import (
     BrokerClosed,
     CorruptRecord,
+    FailedPrecondition,
+    Fenced,
+    GroupNotFound,
     IncorrectOffset,
     InvalidArgument,
     LogClosed,
@@ -39,6 +42,9 @@ LOG = logging.getLogger("tidelog.api")
 
 STATUS: Final[tuple[tuple[type[Exception], grpc.StatusCode], ...]] = (
     (StreamNotFound, grpc.StatusCode.NOT_FOUND),
+    (GroupNotFound, grpc.StatusCode.NOT_FOUND),
+    (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    (Fenced, grpc.StatusCode.FAILED_PRECONDITION),
     (PartitionNotFound, grpc.StatusCode.NOT_FOUND),
     (StreamDeleted, grpc.StatusCode.NOT_FOUND),
     (StreamExists, grpc.StatusCode.ALREADY_EXISTS),

@@ -5,7 +5,7 @@ Behaviour follows Liftbridge where it is sound; where tidelog chooses differentl
 fire-and-forget without a deadline), a start offset beyond the newest waits for that offset
 instead of acting like NEW_ONLY, a reverse subscription ends with OK after the oldest message
 instead of UNKNOWN "EOF", no `subject`/`reply` headers are injected into stored messages, and
-RPCs that need NATS or consumer groups answer UNIMPLEMENTED.
+``PublishToSubject`` (it needs NATS) answers UNIMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -202,6 +202,16 @@ class LiftbridgeService(pb_grpc.APIServicer):
             partitions={p.number: partition_metadata(p, broker_id) for p in stream.partitions},
         )
 
+    def _group_metadata(self, group_id: str) -> pb.ConsumerGroupMetadata:
+        group = self.broker.groups.groups.get(group_id)
+        if group is None:
+            return pb.ConsumerGroupMetadata(
+                groupId=group_id, error=pb.ConsumerGroupMetadata.UNKNOWN_GROUP
+            )
+        return pb.ConsumerGroupMetadata(
+            groupId=group_id, coordinator=self.advertised.broker_id, epoch=group.epoch
+        )
+
     async def FetchMetadata(
         self, request: pb.FetchMetadataRequest, context: Context
     ) -> pb.FetchMetadataResponse:
@@ -210,12 +220,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
             return pb.FetchMetadataResponse(
                 brokers=[self._broker_info()],
                 streamMetadata=[self._stream_metadata(n) for n in names],
-                groupMetadata=[
-                    pb.ConsumerGroupMetadata(
-                        groupId=g, error=pb.ConsumerGroupMetadata.UNKNOWN_GROUP
-                    )
-                    for g in request.groups
-                ],
+                groupMetadata=[self._group_metadata(g) for g in request.groups],
             )
         raise AssertionError("unreachable")
 
@@ -408,12 +413,14 @@ class LiftbridgeService(pb_grpc.APIServicer):
     async def Subscribe(
         self, request: pb.SubscribeRequest, context: Context
     ) -> AsyncIterator[pb.Message]:
-        if request.consumer.groupId:
-            await context.abort(
-                grpc.StatusCode.UNIMPLEMENTED,
-                "consumer groups are not available in this tidelog release; subscribe without "
-                "a consumer",
-            )
+        consumer = request.consumer
+        group = None
+        if consumer.groupId:
+            if not consumer.consumerId:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, "a group subscription needs a consumerId"
+                )
+            group = (consumer.groupId, consumer.consumerId, consumer.groupEpoch)
         async with grpc_errors(context):
             subscription = self.broker.subscribe(
                 request.stream,
@@ -428,6 +435,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
                     reverse=request.reverse,
                 ),
                 resume=request.resume,
+                group=group,
             )
             stream = self.broker.stream(request.stream)
             subject = stream.subject
@@ -474,34 +482,50 @@ class LiftbridgeService(pb_grpc.APIServicer):
             return pb.FetchCursorResponse(offset=offset)
         raise AssertionError("unreachable")
 
-    # -- consumer groups (not available) ---------------------------------------------------------
-
-    async def _no_groups(self, context: Context) -> None:
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED,
-            "consumer groups are not available in this tidelog release",
-        )
+    # -- consumer groups -------------------------------------------------------------------------
 
     async def JoinConsumerGroup(
         self, request: pb.JoinConsumerGroupRequest, context: Context
     ) -> pb.JoinConsumerGroupResponse:
-        await self._no_groups(context)
+        async with grpc_errors(context):
+            groups = self.broker.groups
+            epoch = groups.join(request.groupId, request.consumerId, list(request.streams))
+            return pb.JoinConsumerGroupResponse(
+                coordinator=self.advertised.broker_id,
+                epoch=epoch,
+                consumerTimeout=int(groups.consumer_timeout_s * 1e9),
+                coordinatorTimeout=int(groups.coordinator_timeout_s * 1e9),
+            )
         raise AssertionError("unreachable")
 
     async def LeaveConsumerGroup(
         self, request: pb.LeaveConsumerGroupRequest, context: Context
     ) -> pb.LeaveConsumerGroupResponse:
-        await self._no_groups(context)
-        raise AssertionError("unreachable")
+        async with grpc_errors(context):
+            self.broker.groups.leave(request.groupId, request.consumerId)
+        return pb.LeaveConsumerGroupResponse()
 
     async def FetchConsumerGroupAssignments(
         self, request: pb.FetchConsumerGroupAssignmentsRequest, context: Context
     ) -> pb.FetchConsumerGroupAssignmentsResponse:
-        await self._no_groups(context)
+        async with grpc_errors(context):
+            epoch, assigned = self.broker.groups.fetch_assignments(
+                request.groupId, request.consumerId, request.epoch
+            )
+            return pb.FetchConsumerGroupAssignmentsResponse(
+                epoch=epoch,
+                assignments=[
+                    pb.PartitionAssignment(stream=stream, partitions=partitions)
+                    for stream, partitions in sorted(assigned.items())
+                ],
+            )
         raise AssertionError("unreachable")
 
     async def ReportConsumerGroupCoordinator(
         self, request: pb.ReportConsumerGroupCoordinatorRequest, context: Context
     ) -> pb.ReportConsumerGroupCoordinatorResponse:
-        await self._no_groups(context)
-        raise AssertionError("unreachable")
+        async with grpc_errors(context):
+            self.broker.groups.report_coordinator(
+                request.groupId, request.consumerId, request.epoch
+            )
+        return pb.ReportConsumerGroupCoordinatorResponse()

@@ -26,6 +26,7 @@ from tidelog.broker.config import (
     validate_stream_name,
 )
 from tidelog.broker.cursors import CursorStore
+from tidelog.broker.groups import GroupCoordinator
 from tidelog.broker.partition import Partition
 from tidelog.broker.stream import METADATA_FILE, Stream
 from tidelog.broker.subscription import SubscribeRequest, Subscription, resolve
@@ -52,6 +53,7 @@ class Broker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._maintenance: asyncio.Task[None] | None = None
         self._cursors: CursorStore | None = None
+        self.groups = GroupCoordinator(lambda name: len(self.stream(name).partitions))
         self._closed = False
         self._lock_fd: int | None = None
         self.started_ns = 0
@@ -235,6 +237,7 @@ class Broker:
         resume: bool = False,
         max_messages: int | None = None,
         max_bytes: int | None = None,
+        group: tuple[str, str, int] | None = None,
     ) -> Subscription:
         """Resolve the request and return the subscription; every error is raised here, before
         anything is sent to the subscriber. Batch limits default to the broker's settings."""
@@ -242,12 +245,18 @@ class Broker:
         if target.paused and resume:
             self.resume(target)
         bounds = resolve(target.log, request)
-        return Subscription(
+        subscription = Subscription(
             target,
             bounds,
             max_messages=max_messages or self.config.subscriber_batch_messages,
             max_bytes=max_bytes or self.config.subscriber_batch_bytes,
         )
+        if group is not None:  # (group id, consumer id, group epoch)
+            group_id, consumer_id, epoch = group
+            subscription.on_close = self.groups.admit(
+                group_id, consumer_id, epoch, stream, partition, subscription.fence
+            )
+        return subscription
 
     # -- cursors ---------------------------------------------------------------------------------
 
@@ -272,6 +281,7 @@ class Broker:
         """One pass: roll over-age segments, apply retention, pause idle partitions, snapshot
         the cursor indexes."""
         now = time.monotonic()
+        self.groups.expire()
         if self._cursors is not None:
             await self._cursors.save()
         for stream in list(self.streams.values()):

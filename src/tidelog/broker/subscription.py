@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from tidelog.broker.partition import Partition
 from tidelog.errors import (
     BrokerClosed,
+    Fenced,
     InvalidArgument,
     LogClosed,
     PartitionPaused,
@@ -199,6 +200,9 @@ class Subscription:
         self._max_bytes = max_bytes
         self._end_at_readonly = stops_on_cancel and bounds.stop_offset is None
         self.end_reason: EndReason | None = None
+        self.fenced = False
+        self.on_close: Callable[[], None] | None = None
+        """Called once when the subscription ends (a consumer group deregisters it)."""
         log = partition.log
         self._log = log  # a pause closes it; a resume opens another: this subscription is over
         self._reader: ForwardReader | ReverseReader | None
@@ -217,7 +221,14 @@ class Subscription:
                 stop_timestamp=bounds.stop_timestamp,
             )
 
+    def fence(self) -> None:
+        """End this subscription: a group subscriber with a newer epoch took the partition."""
+        self.fenced = True
+        self.partition.signal.fire_threadsafe()
+
     def _check_partition(self) -> None:
+        if self.fenced:
+            raise Fenced("a consumer-group subscriber with a newer epoch took this partition over")
         partition = self.partition
         if partition.deleted or partition.closed:
             raise StreamDeleted(
@@ -284,3 +295,5 @@ class Subscription:
             partition.subscribers -= 1
             if self.state is not SubscriberState.DONE:
                 self.state = SubscriberState.DONE
+            if self.on_close is not None:
+                self.on_close()

@@ -8,7 +8,7 @@ the thread boundary one batch at a time, not one message at a time.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextlib
 import threading
 from collections.abc import AsyncGenerator, Coroutine, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -41,14 +41,30 @@ class Client:
         self._client = self._run(connect())
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        tasks: list[asyncio.Task[T]] = []
+
+        async def run() -> T:
+            task = asyncio.ensure_future(coroutine)
+            tasks.append(task)
+            return await task
+
+        future = asyncio.run_coroutine_threadsafe(run(), self._loop)
         try:
             return future.result()
         except BaseException:
-            # Interrupted here (Ctrl-C) or failed: make sure the coroutine is no longer running
-            # on the loop before anything else is handed to it.
+            # Interrupted here (Ctrl-C) or failed: make sure the coroutine has really stopped
+            # running on the loop (a cancelled future is "done" before its task is) before
+            # anything else is handed to the loop.
             future.cancel()
-            concurrent.futures.wait([future], timeout=5)
+            if tasks and not self._loop.is_closed():
+
+                async def settle() -> None:
+                    tasks[0].cancel()
+                    with contextlib.suppress(BaseException):
+                        await tasks[0]
+
+                with contextlib.suppress(Exception):
+                    asyncio.run_coroutine_threadsafe(settle(), self._loop).result(timeout=5)
             raise
 
     def __enter__(self) -> Client:
