@@ -107,3 +107,29 @@ def test_the_index_survives_a_copy_of_the_data_directory(tmp_path: Path) -> None
     set_many(tmp_path / "a", {"x": 3})
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     assert fetch_all(tmp_path / "b", ["x"]) == {"x": 3}
+
+
+def test_many_cursors_across_three_cursor_partitions_survive_compaction_and_restart(
+    tmp_path: Path,
+) -> None:
+    config = broker_config(tmp_path, cursor_partitions=3)
+
+    async def write() -> None:
+        async with running(config) as broker:
+            assert len(broker.stream(CURSORS_STREAM).partitions) == 3
+            for round_no in range(5):
+                for i in range(40):
+                    await broker.cursors.set(f"c{i}", "orders", i % 2, round_no * 100 + i)
+            for partition in broker.stream(CURSORS_STREAM).partitions:
+                partition.log.roll()
+            await broker.maintain()  # compacts __cursors and snapshots the indexes
+
+    async def read() -> dict[tuple[str, int], int]:
+        async with running(config) as broker:
+            return {
+                (f"c{i}", i % 2): await broker.cursors.fetch(f"c{i}", "orders", i % 2)
+                for i in range(40)
+            }
+
+    asyncio.run(write())
+    assert asyncio.run(read()) == {(f"c{i}", i % 2): 400 + i for i in range(40)}

@@ -44,6 +44,9 @@ class ServerSettings(BaseSettings):
     retention_age_s: float | None = Field(168 * 3600.0, gt=0)
     max_message_bytes: int = Field(256 << 10, ge=1, le=64 << 20)
     maintenance_interval_s: float = Field(30.0, gt=0)
+    cursor_partitions: int = Field(
+        1, ge=1, le=64, description="partitions of __cursors when it is first created"
+    )
     shutdown_grace_s: float = Field(5.0, ge=0, description="time in-flight calls get on SIGTERM")
     test_read_delay_s: float = Field(
         0.0, ge=0, description="testing only: delay between reading and sending a Consume batch"
@@ -66,6 +69,7 @@ class ServerSettings(BaseSettings):
                 flush_interval_s=self.flush_interval_s,
             ),
             maintenance_interval_s=self.maintenance_interval_s,
+            cursor_partitions=self.cursor_partitions,
         )
 
 
