@@ -112,12 +112,12 @@ def swap_in(directory: Path, name: str, step: Step | None = None) -> None:
     os.replace(directory / f"{name}.log{CLEANED}", directory / f"{name}.log{SWAP}")
     at("log renamed to .swap")
     os.replace(directory / f"{name}.index{CLEANED}", directory / f"{name}.index{SWAP}")
-    _sync_dir(directory)
+    sync_dir(directory)
     at("committed")
     os.replace(directory / f"{name}.log{SWAP}", log)
     at("log swapped")
     os.replace(directory / f"{name}.index{SWAP}", index)
-    _sync_dir(directory)
+    sync_dir(directory)
 
 
 def finish_swaps(directory: Path) -> list[str]:
@@ -137,11 +137,12 @@ def finish_swaps(directory: Path) -> list[str]:
         log_swap.unlink()  # its index never reached .swap: the swap was not committed
         done.append(f"discarded {log_swap.name}")
     if done:
-        _sync_dir(directory)
+        sync_dir(directory)
     return done
 
 
-def _sync_dir(directory: Path) -> None:
+def sync_dir(directory: Path) -> None:
+    """fsync a directory, so that file creations, renames and removals in it are durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -34,6 +34,7 @@ from tidelog.log.compaction import (
     keep_mask,
     latest_offsets,
     swap_in,
+    sync_dir,
     write_cleaned,
 )
 from tidelog.log.config import FlushPolicy, LogConfig
@@ -354,7 +355,7 @@ class SegmentedLog:
             if active is not None:
                 active.sync()
             if sealed:
-                _fsync_dir(self.directory)
+                sync_dir(self.directory)
                 write_recovery_point(self.directory, max(s.newest_offset for s in sealed))
             with self._lock:
                 self._synced = max(self._synced, target)
@@ -618,7 +619,7 @@ class SegmentedLog:
                     swap_in(self.directory, name, step)
                 except BaseException:
                     # The files are mid-swap: only recovery (reopening) may touch them now.
-                    self._abandon_locked()
+                    self._abandon_locked(self._next_offset)
                     raise
                 self._segments[position] = Segment(
                     self.directory,
@@ -688,16 +689,16 @@ class SegmentedLog:
                 if segment.active or segment in self._unsynced_sealed:
                     segment.sync_all()
             self._active.seal()
-            _fsync_dir(self.directory)
+            sync_dir(self.directory)
             write_recovery_point(self.directory, self._next_offset - 1)
             for segment in self._segments:
                 segment.close()
             self._committed.notify_all()
             os.close(self._lock_file)
 
-    def _abandon_locked(self) -> None:
+    def _abandon_locked(self, oldest_offset: int) -> None:
         """Close without syncing or writing anything (both locks held)."""
-        self._oldest_at_close = self._next_offset
+        self._oldest_at_close = oldest_offset
         self._closed = True
         self._flusher.unregister(self)
         for segment in self._segments:
@@ -709,13 +710,7 @@ class SegmentedLog:
         """Close the log and remove its directory."""
         with self._sync_lock, self._lock:
             if not self._closed:
-                self._oldest_at_close = self._oldest_offset_locked()
-                self._closed = True
-                self._flusher.unregister(self)
-                for segment in self._segments:
-                    segment.close()
-                self._committed.notify_all()
-                os.close(self._lock_file)
+                self._abandon_locked(self._oldest_offset_locked())
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def __enter__(self) -> SegmentedLog:
@@ -726,14 +721,6 @@ class SegmentedLog:
 
     def __repr__(self) -> str:
         return f"SegmentedLog({str(self.directory)!r}, segments={len(self._segments)})"
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def open_log(directory: str | os.PathLike[str], config: LogConfig | None = None) -> SegmentedLog:
