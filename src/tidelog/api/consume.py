@@ -20,10 +20,7 @@ from tidelog.api.frames import record_batch
 from tidelog.broker import Broker, Partition, StartPosition, StopPosition, SubscribeRequest
 from tidelog.broker.subscription import resolve
 from tidelog.errors import (
-    BrokerClosed,
     InvalidArgument,
-    PartitionPaused,
-    StreamDeleted,
     TidelogError,
 )
 from tidelog.log import ForwardReader, ReverseReader
@@ -116,7 +113,7 @@ class ConsumeSession:
                     raise self.failure
                 if self.ended:
                     return
-                _check(partition)
+                partition.check_serving()
                 reader = self.reader
                 woken = partition.signal.current()
                 if self.permits <= 0 or reader is None or reader.done:
@@ -148,12 +145,3 @@ class ConsumeSession:
             reader_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader_task
-
-
-def _check(partition: Partition) -> None:
-    if partition.deleted or partition.closed:
-        raise StreamDeleted(f"stream {partition.stream!r} was deleted or the broker is closing")
-    if partition.draining:
-        raise BrokerClosed("the server is shutting down; consume again once it is back")
-    if partition.paused:
-        raise PartitionPaused(partition.stream, partition.number)

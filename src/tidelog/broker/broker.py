@@ -78,7 +78,7 @@ class Broker:
                 StreamConfig(partitions=self.config.cursor_partitions, compact=True),
                 internal=True,
             )
-        self._cursors = CursorStore(self.streams[CURSORS_STREAM])
+        self._cursors = CursorStore(self.streams[CURSORS_STREAM], self.resume)
         await asyncio.to_thread(self._cursors.restore)
         self._maintenance = asyncio.create_task(self._maintain_forever(), name="maintenance")
         self.started_ns = time.time_ns()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
+from collections.abc import Callable
 from typing import Final
 
 from tidelog.broker.cursor_index import VALUE, CursorIndex, write_snapshot
@@ -29,8 +30,10 @@ def cursor_key(cursor_id: str, stream: str, partition: int) -> bytes:
 
 
 class CursorStore:
-    def __init__(self, stream: Stream) -> None:
+    def __init__(self, stream: Stream, resume: Callable[[Partition], None]) -> None:
         self.stream = stream
+        self._resume = resume
+        """The broker's resume (honours ``resume_all``, saves the stream's metadata)."""
         self._indexes: dict[int, CursorIndex] = {}
         self._in_flight = 0
 
@@ -91,7 +94,3 @@ class CursorStore:
         key = cursor_key(cursor_id, stream, partition)
         found = self._indexes[self._partition_for(key)].get(key)
         return NO_CURSOR if found is None else found
-
-    def _resume(self, partition: Partition) -> None:
-        partition.resume()
-        self.stream.save()

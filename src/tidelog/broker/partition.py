@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidelog.errors import PartitionPaused, PartitionReadonly, StreamDeleted
+from tidelog.errors import BrokerClosed, PartitionPaused, PartitionReadonly, StreamDeleted
 from tidelog.log import FlushPolicy, LogConfig, Message, SegmentedLog
 from tidelog.log.record import PackedValues
 
@@ -138,6 +138,18 @@ class Partition:
     @property
     def newest_offset(self) -> int:
         return self._paused_offsets[1] if self._log is None else self._log.newest_offset
+
+    def check_serving(self) -> None:
+        """Raise what a reader of this partition must end with: deleted (or the broker
+        closing), the server draining, or paused."""
+        if self.deleted or self.closed:
+            raise StreamDeleted(
+                f"stream {self.stream!r} was deleted or the broker is shutting down"
+            )
+        if self.draining:
+            raise BrokerClosed("the server is shutting down; read again once it is back")
+        if self._log is None:
+            raise PartitionPaused(self.stream, self.number)
 
     def _open(self) -> None:
         log = SegmentedLog(self.directory, self.log_config)

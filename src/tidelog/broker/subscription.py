@@ -28,14 +28,12 @@ from dataclasses import dataclass
 
 from tidelog.broker.partition import Partition
 from tidelog.errors import (
-    BrokerClosed,
     Fenced,
     InvalidArgument,
     LogClosed,
     PartitionPaused,
     ReadonlyEnd,
     StopReached,
-    StreamDeleted,
     StreamEmpty,
 )
 from tidelog.log import ForwardReader, MessageBatch, ReverseReader, SegmentedLog
@@ -230,13 +228,8 @@ class Subscription:
         if self.fenced:
             raise Fenced("a consumer-group subscriber with a newer epoch took this partition over")
         partition = self.partition
-        if partition.deleted or partition.closed:
-            raise StreamDeleted(
-                f"stream {partition.stream!r} was deleted or the broker is shutting down"
-            )
-        if partition.draining:
-            raise BrokerClosed("the server is shutting down; subscribe again once it is back")
-        if partition.paused or partition.current_log is not self._log:
+        partition.check_serving()
+        if partition.current_log is not self._log:  # paused and resumed since we started
             raise PartitionPaused(partition.stream, partition.number)
 
     async def batches(self) -> AsyncIterator[MessageBatch]:

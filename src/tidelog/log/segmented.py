@@ -39,6 +39,7 @@ from tidelog.log.compaction import (
 )
 from tidelog.log.config import FlushPolicy, LogConfig
 from tidelog.log.flush import DEFAULT_FLUSHER, Flusher
+from tidelog.log.index import IndexArray
 from tidelog.log.reader import ForwardReader, ReverseReader
 from tidelog.log.record import Message, encode_batch, verify_records
 from tidelog.log.recovery import (
@@ -511,20 +512,8 @@ class SegmentedLog:
             ends = positions + sizes - first_position
             keep = max(int(np.searchsorted(ends, max_bytes, side="right")), 1)
             data = segment.read(first_position, int(ends[keep - 1]))
-            name, offsets = segment.name, segment.offsets_of(entries)
-        entries, offsets = entries[:keep], offsets[:keep]
-        positions = positions[:keep] - first_position
-        sizes = sizes[:keep]
-        header = verify_records(
-            data,
-            positions,
-            sizes,
-            offsets,
-            entries["timestamp"],
-            name,
-            first_position,
-        )
-        return MessageBatch(data, positions, sizes, header), hw, hw_timestamp
+        batch = _verified(segment, data, entries[:keep], first_position)
+        return batch, hw, hw_timestamp
 
     def read_backward(
         self, top: int, lowest: int, max_messages: int, max_bytes: int
@@ -556,18 +545,7 @@ class SegmentedLog:
             positions = entries["position"].astype(np.int64)
             first_position = int(positions[0])
             data = segment.read(first_position, int(positions[-1] + sizes[-1]) - first_position)
-            name, offsets = segment.name, segment.offsets_of(entries)
-        positions -= first_position
-        header = verify_records(
-            data,
-            positions,
-            sizes,
-            offsets,
-            entries["timestamp"],
-            name,
-            first_position,
-        )
-        return MessageBatch(data, positions, sizes, header).reversed()
+        return _verified(segment, data, entries, first_position).reversed()
 
     def compact(self, *, step: Step | None = None) -> CompactionReport:
         """Rewrite sealed segments keeping the latest record per key (see ``compaction.py``).
@@ -721,6 +699,25 @@ class SegmentedLog:
 
     def __repr__(self) -> str:
         return f"SegmentedLog({str(self.directory)!r}, segments={len(self._segments)})"
+
+
+def _verified(
+    segment: Segment, data: bytes, entries: IndexArray, first_position: int
+) -> MessageBatch:
+    """The records ``entries`` describe, read as ``data`` from ``first_position`` of
+    ``segment``, checked against their CRCs and index entries (no lock needed: all in hand)."""
+    positions = entries["position"].astype(np.int64) - first_position
+    sizes = entries["size"].astype(np.int64)
+    header = verify_records(
+        data,
+        positions,
+        sizes,
+        segment.offsets_of(entries),
+        entries["timestamp"],
+        segment.name,
+        first_position,
+    )
+    return MessageBatch(data, positions, sizes, header)
 
 
 def open_log(directory: str | os.PathLike[str], config: LogConfig | None = None) -> SegmentedLog:
