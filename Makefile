@@ -14,7 +14,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,peers]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,peers,spark]'
 	touch $(STAMP)
 
 # The servers tidelog is compared with (Debian's redis-server and nats-server); the suite runs

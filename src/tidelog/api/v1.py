@@ -14,6 +14,7 @@ from tidelog.api.consume import ConsumeSession
 from tidelog.api.errors import grpc_errors, status_of
 from tidelog.api.frames import record_batch
 from tidelog.api.metrics import Metrics
+from tidelog.api.views import ViewService
 from tidelog.broker import Broker, StartPosition, StopPosition, SubscribeRequest
 from tidelog.broker.subscription import EndReason
 from tidelog.errors import InvalidArgument, ReadonlyEnd, StopReached, TidelogError
@@ -31,7 +32,7 @@ _END_REASONS = {
 }
 
 
-class TidelogService(v1_grpc.TidelogServicer):
+class TidelogService(ViewService, v1_grpc.TidelogServicer):
     def __init__(
         self, broker: Broker, metrics: Metrics | None = None, *, read_delay_s: float = 0.0
     ) -> None:

@@ -29,6 +29,25 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _ViewKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ViewKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ViewKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    VIEW_KIND_TABLE: _ViewKind.ValueType  # 0
+    """The latest value per key. A record with a key and an empty value deletes the key."""
+    VIEW_KIND_WINDOW: _ViewKind.ValueType  # 1
+    """Every value per key, indexed by fixed time windows of window_size_ms."""
+
+class ViewKind(_ViewKind, metaclass=_ViewKindEnumTypeWrapper): ...
+
+VIEW_KIND_TABLE: ViewKind.ValueType  # 0
+"""The latest value per key. A record with a key and an empty value deletes the key."""
+VIEW_KIND_WINDOW: ViewKind.ValueType  # 1
+"""Every value per key, indexed by fixed time windows of window_size_ms."""
+Global___ViewKind: _TypeAlias = ViewKind  # noqa: Y015
+
 class _AckPolicy:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -116,6 +135,406 @@ END_REASON_OLDEST: EndReason.ValueType  # 2
 END_REASON_READONLY: EndReason.ValueType  # 3
 """The partition is read-only and every message was delivered."""
 Global___EndReason: _TypeAlias = EndReason  # noqa: Y015
+
+@_typing.final
+class ViewSpec(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    WINDOW_SIZE_MS_FIELD_NUMBER: _builtins.int
+    RETENTION_MS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """[A-Za-z0-9_.-]{1,64}"""
+    kind: Global___ViewKind.ValueType
+    window_size_ms: _builtins.int
+    """Window views: the window length in milliseconds (> 0)."""
+    retention_ms: _builtins.int
+    """Window views: windows that ended more than this long before the newest record are dropped;
+    0 keeps every window.
+    """
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        kind: Global___ViewKind.ValueType = ...,
+        window_size_ms: _builtins.int = ...,
+        retention_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "name", b"name", "retention_ms", b"retention_ms", "window_size_ms", b"window_size_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ViewSpec: _TypeAlias = ViewSpec  # noqa: Y015
+
+@_typing.final
+class DeclareViewRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    VIEW_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    @_builtins.property
+    def view(self) -> Global___ViewSpec: ...
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+        view: Global___ViewSpec | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["view", b"view"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["stream", b"stream", "view", b"view"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeclareViewRequest: _TypeAlias = DeclareViewRequest  # noqa: Y015
+
+@_typing.final
+class DeclareViewResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeclareViewResponse: _TypeAlias = DeclareViewResponse  # noqa: Y015
+
+@_typing.final
+class DropViewRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "stream", b"stream"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DropViewRequest: _TypeAlias = DropViewRequest  # noqa: Y015
+
+@_typing.final
+class DropViewResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DropViewResponse: _TypeAlias = DropViewResponse  # noqa: Y015
+
+@_typing.final
+class ListViewsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["stream", b"stream"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListViewsRequest: _TypeAlias = ListViewsRequest  # noqa: Y015
+
+@_typing.final
+class ViewStatus(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPEC_FIELD_NUMBER: _builtins.int
+    APPLIED_OFFSETS_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    entries: _builtins.int
+    """Approximate number of entries across partitions."""
+    @_builtins.property
+    def spec(self) -> Global___ViewSpec: ...
+    @_builtins.property
+    def applied_offsets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Per partition, in partition order: the next offset the view will apply."""
+
+    def __init__(
+        self,
+        *,
+        spec: Global___ViewSpec | None = ...,
+        applied_offsets: _abc.Iterable[_builtins.int] | None = ...,
+        entries: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_offsets", b"applied_offsets", "entries", b"entries", "spec", b"spec"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ViewStatus: _TypeAlias = ViewStatus  # noqa: Y015
+
+@_typing.final
+class ListViewsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VIEWS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def views(self) -> _containers.RepeatedCompositeFieldContainer[Global___ViewStatus]: ...
+    def __init__(
+        self,
+        *,
+        views: _abc.Iterable[Global___ViewStatus] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["views", b"views"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListViewsResponse: _TypeAlias = ListViewsResponse  # noqa: Y015
+
+@_typing.final
+class ViewEntry(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_NS_FIELD_NUMBER: _builtins.int
+    WINDOW_START_MS_FIELD_NUMBER: _builtins.int
+    key: _builtins.bytes
+    value: _builtins.bytes
+    partition: _builtins.int
+    offset: _builtins.int
+    """The record the value came from."""
+    timestamp_ns: _builtins.int
+    """Its broker timestamp, ns since the Unix epoch."""
+    window_start_ms: _builtins.int
+    """Window views: the start of the window holding it, ms since the Unix epoch."""
+    def __init__(
+        self,
+        *,
+        key: _builtins.bytes = ...,
+        value: _builtins.bytes = ...,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        timestamp_ns: _builtins.int = ...,
+        window_start_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "offset", b"offset", "partition", b"partition", "timestamp_ns", b"timestamp_ns", "value", b"value", "window_start_ms", b"window_start_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ViewEntry: _TypeAlias = ViewEntry  # noqa: Y015
+
+@_typing.final
+class ViewGetRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    VIEW_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    view: _builtins.str
+    key: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+        view: _builtins.str = ...,
+        key: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "stream", b"stream", "view", b"view"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ViewGetRequest: _TypeAlias = ViewGetRequest  # noqa: Y015
+
+@_typing.final
+class ViewGetResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FOUND_FIELD_NUMBER: _builtins.int
+    ENTRY_FIELD_NUMBER: _builtins.int
+    found: _builtins.bool
+    @_builtins.property
+    def entry(self) -> Global___ViewEntry: ...
+    def __init__(
+        self,
+        *,
+        found: _builtins.bool = ...,
+        entry: Global___ViewEntry | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry", "found", b"found"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ViewGetResponse: _TypeAlias = ViewGetResponse  # noqa: Y015
+
+@_typing.final
+class ViewRangeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    VIEW_FIELD_NUMBER: _builtins.int
+    FROM_KEY_FIELD_NUMBER: _builtins.int
+    TO_KEY_FIELD_NUMBER: _builtins.int
+    REVERSE_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    view: _builtins.str
+    from_key: _builtins.bytes
+    """Inclusive bounds; an absent bound leaves the range open at that end."""
+    to_key: _builtins.bytes
+    reverse: _builtins.bool
+    limit: _builtins.int
+    """At most this many entries; 0 = the server's default (1000)."""
+    partition: _builtins.int
+    """Only this partition; absent = every partition, merged in key order."""
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+        view: _builtins.str = ...,
+        from_key: _builtins.bytes | None = ...,
+        to_key: _builtins.bytes | None = ...,
+        reverse: _builtins.bool = ...,
+        limit: _builtins.int = ...,
+        partition: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_from_key", b"_from_key", "_partition", b"_partition", "_to_key", b"_to_key", "from_key", b"from_key", "partition", b"partition", "to_key", b"to_key"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_from_key", b"_from_key", "_partition", b"_partition", "_to_key", b"_to_key", "from_key", b"from_key", "limit", b"limit", "partition", b"partition", "reverse", b"reverse", "stream", b"stream", "to_key", b"to_key", "view", b"view"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__from_key: _TypeAlias = _typing.Literal["from_key"]  # noqa: Y015
+    _WhichOneofArgType__from_key: _TypeAlias = _typing.Literal["_from_key", b"_from_key"]  # noqa: Y015
+    _WhichOneofReturnType__partition: _TypeAlias = _typing.Literal["partition"]  # noqa: Y015
+    _WhichOneofArgType__partition: _TypeAlias = _typing.Literal["_partition", b"_partition"]  # noqa: Y015
+    _WhichOneofReturnType__to_key: _TypeAlias = _typing.Literal["to_key"]  # noqa: Y015
+    _WhichOneofArgType__to_key: _TypeAlias = _typing.Literal["_to_key", b"_to_key"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__from_key) -> _WhichOneofReturnType__from_key | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__partition) -> _WhichOneofReturnType__partition | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__to_key) -> _WhichOneofReturnType__to_key | None: ...
+
+Global___ViewRangeRequest: _TypeAlias = ViewRangeRequest  # noqa: Y015
+
+@_typing.final
+class ViewRangeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___ViewEntry]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___ViewEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ViewRangeResponse: _TypeAlias = ViewRangeResponse  # noqa: Y015
+
+@_typing.final
+class WindowFetchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    VIEW_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    TIME_FROM_MS_FIELD_NUMBER: _builtins.int
+    TIME_TO_MS_FIELD_NUMBER: _builtins.int
+    BACKWARD_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    view: _builtins.str
+    key: _builtins.bytes
+    time_from_ms: _builtins.int
+    """Inclusive bounds on the record timestamps, in ms since the Unix epoch; absent = open."""
+    time_to_ms: _builtins.int
+    backward: _builtins.bool
+    """Newest first."""
+    limit: _builtins.int
+    """At most this many entries; 0 = the server's default (1000)."""
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+        view: _builtins.str = ...,
+        key: _builtins.bytes = ...,
+        time_from_ms: _builtins.int | None = ...,
+        time_to_ms: _builtins.int | None = ...,
+        backward: _builtins.bool = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_time_from_ms", b"_time_from_ms", "_time_to_ms", b"_time_to_ms", "time_from_ms", b"time_from_ms", "time_to_ms", b"time_to_ms"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_time_from_ms", b"_time_from_ms", "_time_to_ms", b"_time_to_ms", "backward", b"backward", "key", b"key", "limit", b"limit", "stream", b"stream", "time_from_ms", b"time_from_ms", "time_to_ms", b"time_to_ms", "view", b"view"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__time_from_ms: _TypeAlias = _typing.Literal["time_from_ms"]  # noqa: Y015
+    _WhichOneofArgType__time_from_ms: _TypeAlias = _typing.Literal["_time_from_ms", b"_time_from_ms"]  # noqa: Y015
+    _WhichOneofReturnType__time_to_ms: _TypeAlias = _typing.Literal["time_to_ms"]  # noqa: Y015
+    _WhichOneofArgType__time_to_ms: _TypeAlias = _typing.Literal["_time_to_ms", b"_time_to_ms"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__time_from_ms) -> _WhichOneofReturnType__time_from_ms | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__time_to_ms) -> _WhichOneofReturnType__time_to_ms | None: ...
+
+Global___WindowFetchRequest: _TypeAlias = WindowFetchRequest  # noqa: Y015
+
+@_typing.final
+class WindowFetchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___ViewEntry]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___ViewEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WindowFetchResponse: _TypeAlias = WindowFetchResponse  # noqa: Y015
 
 @_typing.final
 class ConsumeStart(_message.Message):
@@ -331,6 +750,8 @@ class PublishBatchRequest(_message.Message):
     MESSAGES_FIELD_NUMBER: _builtins.int
     ACK_POLICY_FIELD_NUMBER: _builtins.int
     EXPECTED_OFFSET_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_SEQUENCE_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     partition: _builtins.int
     ack_policy: Global___AckPolicy.ValueType
@@ -338,6 +759,14 @@ class PublishBatchRequest(_message.Message):
     """With optimistic concurrency enabled on the stream: the offset the first message must get.
     -1 (or any negative value) skips the check.
     """
+    producer_id: _builtins.str
+    """Idempotent publishing: a producer names itself and numbers its batches. A batch whose
+    sequence is not above the highest one the partition has stored for this producer is not
+    appended again; the response says so (`duplicate`) and carries the stored batch's offsets
+    when it was the latest one. A batch with a producer id is appended atomically: after a
+    crash either all of its records are in the log or none are. Empty = no producer.
+    """
+    producer_sequence: _builtins.int
     @_builtins.property
     def messages(self) -> Global___Messages: ...
     def __init__(
@@ -348,10 +777,12 @@ class PublishBatchRequest(_message.Message):
         messages: Global___Messages | None = ...,
         ack_policy: Global___AckPolicy.ValueType = ...,
         expected_offset: _builtins.int = ...,
+        producer_id: _builtins.str = ...,
+        producer_sequence: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_policy", b"ack_policy", "expected_offset", b"expected_offset", "messages", b"messages", "partition", b"partition", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_policy", b"ack_policy", "expected_offset", b"expected_offset", "messages", b"messages", "partition", b"partition", "producer_id", b"producer_id", "producer_sequence", b"producer_sequence", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -365,12 +796,15 @@ class PublishBatchResponse(_message.Message):
     COUNT_FIELD_NUMBER: _builtins.int
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    DUPLICATE_FIELD_NUMBER: _builtins.int
     first_offset: _builtins.int
     """Offsets first_offset .. first_offset + count - 1 were assigned, in order."""
     count: _builtins.int
     error_code: _builtins.int
     """PublishStream only: the gRPC status code (non-zero) and message of a batch that failed."""
     error_message: _builtins.str
+    duplicate: _builtins.bool
+    """The batch was a duplicate of one already stored for its producer, and was not appended."""
     def __init__(
         self,
         *,
@@ -378,10 +812,11 @@ class PublishBatchResponse(_message.Message):
         count: _builtins.int = ...,
         error_code: _builtins.int = ...,
         error_message: _builtins.str = ...,
+        duplicate: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "error_code", b"error_code", "error_message", b"error_message", "first_offset", b"first_offset"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "duplicate", b"duplicate", "error_code", b"error_code", "error_message", b"error_message", "first_offset", b"first_offset"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -54,6 +54,36 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ConsumeRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ConsumeBatch.FromString,
                 _registered_method=True)
+        self.DeclareView = channel.unary_unary(
+                '/tidelog.v1.Tidelog/DeclareView',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DeclareViewRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DeclareViewResponse.FromString,
+                _registered_method=True)
+        self.DropView = channel.unary_unary(
+                '/tidelog.v1.Tidelog/DropView',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DropViewRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DropViewResponse.FromString,
+                _registered_method=True)
+        self.ListViews = channel.unary_unary(
+                '/tidelog.v1.Tidelog/ListViews',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ListViewsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ListViewsResponse.FromString,
+                _registered_method=True)
+        self.ViewGet = channel.unary_unary(
+                '/tidelog.v1.Tidelog/ViewGet',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ViewGetRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ViewGetResponse.FromString,
+                _registered_method=True)
+        self.ViewRange = channel.unary_unary(
+                '/tidelog.v1.Tidelog/ViewRange',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ViewRangeRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ViewRangeResponse.FromString,
+                _registered_method=True)
+        self.WindowFetch = channel.unary_unary(
+                '/tidelog.v1.Tidelog/WindowFetch',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.WindowFetchRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.WindowFetchResponse.FromString,
+                _registered_method=True)
 
 
 class TidelogServicer:
@@ -92,6 +122,48 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeclareView(self, request, context):
+        """Materialised views (tables and window indexes) maintained over a stream as it is appended.
+        Declaring a view builds it from the stream's oldest retained record onward.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DropView(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListViews(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ViewGet(self, request, context):
+        """The latest value of one key in a table view.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ViewRange(self, request, context):
+        """A key range of a table view, forward (ascending keys) or reverse (descending), with a limit.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WindowFetch(self, request, context):
+        """Values of one key in a window view whose timestamps lie in a time range, oldest first or
+        (backward) newest first, with a limit: "the last N values of K in [t0, t1]".
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TidelogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -114,6 +186,36 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.Consume,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ConsumeRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.ConsumeBatch.SerializeToString,
+            ),
+            'DeclareView': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeclareView,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DeclareViewRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.DeclareViewResponse.SerializeToString,
+            ),
+            'DropView': grpc.unary_unary_rpc_method_handler(
+                    servicer.DropView,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DropViewRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.DropViewResponse.SerializeToString,
+            ),
+            'ListViews': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListViews,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ListViewsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.ListViewsResponse.SerializeToString,
+            ),
+            'ViewGet': grpc.unary_unary_rpc_method_handler(
+                    servicer.ViewGet,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ViewGetRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.ViewGetResponse.SerializeToString,
+            ),
+            'ViewRange': grpc.unary_unary_rpc_method_handler(
+                    servicer.ViewRange,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ViewRangeRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.ViewRangeResponse.SerializeToString,
+            ),
+            'WindowFetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.WindowFetch,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.WindowFetchRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.WindowFetchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -224,6 +326,168 @@ class Tidelog:
             '/tidelog.v1.Tidelog/Consume',
             tidelog_dot_v1_dot_tidelog__pb2.ConsumeRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.ConsumeBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeclareView(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/DeclareView',
+            tidelog_dot_v1_dot_tidelog__pb2.DeclareViewRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.DeclareViewResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DropView(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/DropView',
+            tidelog_dot_v1_dot_tidelog__pb2.DropViewRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.DropViewResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListViews(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/ListViews',
+            tidelog_dot_v1_dot_tidelog__pb2.ListViewsRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.ListViewsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ViewGet(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/ViewGet',
+            tidelog_dot_v1_dot_tidelog__pb2.ViewGetRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.ViewGetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ViewRange(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/ViewRange',
+            tidelog_dot_v1_dot_tidelog__pb2.ViewRangeRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.ViewRangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WindowFetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/WindowFetch',
+            tidelog_dot_v1_dot_tidelog__pb2.WindowFetchRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.WindowFetchResponse.FromString,
             options,
             channel_credentials,
             insecure,

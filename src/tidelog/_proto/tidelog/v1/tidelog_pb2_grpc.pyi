@@ -56,6 +56,20 @@ class TidelogStub:
     carries the epoch its records were read under, so the client can drop what was read before
     its latest seek.
     """
+    DeclareView: _grpc.UnaryUnaryMultiCallable[_tidelog_pb2.DeclareViewRequest, _tidelog_pb2.DeclareViewResponse]
+    """Materialised views (tables and window indexes) maintained over a stream as it is appended.
+    Declaring a view builds it from the stream's oldest retained record onward.
+    """
+    DropView: _grpc.UnaryUnaryMultiCallable[_tidelog_pb2.DropViewRequest, _tidelog_pb2.DropViewResponse]
+    ListViews: _grpc.UnaryUnaryMultiCallable[_tidelog_pb2.ListViewsRequest, _tidelog_pb2.ListViewsResponse]
+    ViewGet: _grpc.UnaryUnaryMultiCallable[_tidelog_pb2.ViewGetRequest, _tidelog_pb2.ViewGetResponse]
+    """The latest value of one key in a table view."""
+    ViewRange: _grpc.UnaryUnaryMultiCallable[_tidelog_pb2.ViewRangeRequest, _tidelog_pb2.ViewRangeResponse]
+    """A key range of a table view, forward (ascending keys) or reverse (descending), with a limit."""
+    WindowFetch: _grpc.UnaryUnaryMultiCallable[_tidelog_pb2.WindowFetchRequest, _tidelog_pb2.WindowFetchResponse]
+    """Values of one key in a window view whose timestamps lie in a time range, oldest first or
+    (backward) newest first, with a limit: "the last N values of K in [t0, t1]".
+    """
 
 @_typing.type_check_only
 class TidelogAsyncStub(TidelogStub):
@@ -74,6 +88,20 @@ class TidelogAsyncStub(TidelogStub):
     (messages it is ready to take) and may `seek` at any moment with a higher epoch; every batch
     carries the epoch its records were read under, so the client can drop what was read before
     its latest seek.
+    """
+    DeclareView: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.DeclareViewRequest, _tidelog_pb2.DeclareViewResponse]  # type: ignore[assignment]
+    """Materialised views (tables and window indexes) maintained over a stream as it is appended.
+    Declaring a view builds it from the stream's oldest retained record onward.
+    """
+    DropView: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.DropViewRequest, _tidelog_pb2.DropViewResponse]  # type: ignore[assignment]
+    ListViews: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.ListViewsRequest, _tidelog_pb2.ListViewsResponse]  # type: ignore[assignment]
+    ViewGet: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.ViewGetRequest, _tidelog_pb2.ViewGetResponse]  # type: ignore[assignment]
+    """The latest value of one key in a table view."""
+    ViewRange: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.ViewRangeRequest, _tidelog_pb2.ViewRangeResponse]  # type: ignore[assignment]
+    """A key range of a table view, forward (ascending keys) or reverse (descending), with a limit."""
+    WindowFetch: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.WindowFetchRequest, _tidelog_pb2.WindowFetchResponse]  # type: ignore[assignment]
+    """Values of one key in a window view whose timestamps lie in a time range, oldest first or
+    (backward) newest first, with a limit: "the last N values of K in [t0, t1]".
     """
 
 class TidelogServicer(metaclass=_abc_1.ABCMeta):
@@ -114,6 +142,56 @@ class TidelogServicer(metaclass=_abc_1.ABCMeta):
         (messages it is ready to take) and may `seek` at any moment with a higher epoch; every batch
         carries the epoch its records were read under, so the client can drop what was read before
         its latest seek.
+        """
+
+    @_abc_1.abstractmethod
+    def DeclareView(
+        self,
+        request: _tidelog_pb2.DeclareViewRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tidelog_pb2.DeclareViewResponse, _abc.Awaitable[_tidelog_pb2.DeclareViewResponse]]:
+        """Materialised views (tables and window indexes) maintained over a stream as it is appended.
+        Declaring a view builds it from the stream's oldest retained record onward.
+        """
+
+    @_abc_1.abstractmethod
+    def DropView(
+        self,
+        request: _tidelog_pb2.DropViewRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tidelog_pb2.DropViewResponse, _abc.Awaitable[_tidelog_pb2.DropViewResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListViews(
+        self,
+        request: _tidelog_pb2.ListViewsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tidelog_pb2.ListViewsResponse, _abc.Awaitable[_tidelog_pb2.ListViewsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ViewGet(
+        self,
+        request: _tidelog_pb2.ViewGetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tidelog_pb2.ViewGetResponse, _abc.Awaitable[_tidelog_pb2.ViewGetResponse]]:
+        """The latest value of one key in a table view."""
+
+    @_abc_1.abstractmethod
+    def ViewRange(
+        self,
+        request: _tidelog_pb2.ViewRangeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tidelog_pb2.ViewRangeResponse, _abc.Awaitable[_tidelog_pb2.ViewRangeResponse]]:
+        """A key range of a table view, forward (ascending keys) or reverse (descending), with a limit."""
+
+    @_abc_1.abstractmethod
+    def WindowFetch(
+        self,
+        request: _tidelog_pb2.WindowFetchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tidelog_pb2.WindowFetchResponse, _abc.Awaitable[_tidelog_pb2.WindowFetchResponse]]:
+        """Values of one key in a window view whose timestamps lie in a time range, oldest first or
+        (backward) newest first, with a limit: "the last N values of K in [t0, t1]".
         """
 
 def add_TidelogServicer_to_server(servicer: TidelogServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
