@@ -6,13 +6,14 @@ Entry points: :class:`SegmentedLog` (or :func:`open_log`) with a :class:`LogConf
 
 from tidelog.log.batch import MessageBatch
 from tidelog.log.config import FlushPolicy, LogConfig
-from tidelog.log.contract import CommitLog, Reader
+from tidelog.log.contract import AppendGuard, CommitLog, Reader
 from tidelog.log.reader import ForwardReader, ReverseReader
 from tidelog.log.record import Message, Record
 from tidelog.log.recovery import RecoveryReport
 from tidelog.log.segmented import SegmentedLog, open_log
 
 __all__ = [
+    "AppendGuard",
     "CommitLog",
     "FlushPolicy",
     "ForwardReader",

@@ -41,6 +41,21 @@ class Reader(Protocol):
         ...
 
 
+class AppendGuard(Protocol):
+    """A caller's check and bookkeeping run under the log's lock around one append, so that no
+    other append can come between the check, the write and the record of it (the broker's
+    producer table uses it to append a producer's batch at most once)."""
+
+    def check(self, next_offset: int) -> None:
+        """Before anything is written: raise to write nothing (the exception reaches the
+        appender). ``next_offset`` is the offset the batch's first message would get."""
+        ...
+
+    def written(self, offsets: range) -> None:
+        """After the whole batch is written (not necessarily committed yet); must not raise."""
+        ...
+
+
 class CommitLog(Protocol):
     """An append-only, segmented, durable sequence of records."""
 
@@ -65,12 +80,14 @@ class CommitLog(Protocol):
         """The newest committed offset (-1 while none is): readers see offsets <= this."""
         ...
 
-    def append(self, messages: Sequence[bytes | Message]) -> range:
+    def append(self, messages: Sequence[bytes | Message], *, atomic: bool = False) -> range:
         """Append ``messages`` as one batch (one write) and return the offsets they received.
 
         All or nothing: a message over ``max_messages_bytes`` raises ``MessageTooLarge`` and nothing
         is written. Returns once the batch is committed under the flush policy. An empty sequence
-        returns an empty range.
+        returns an empty range. A batch never spans segments and is never visible to readers in
+        part. ``atomic`` also makes it all or nothing across a crash: recovery keeps all of its
+        records or none (without it, a torn write keeps the records written before the tear).
         """
         ...
 

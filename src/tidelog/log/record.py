@@ -7,14 +7,17 @@ One record, little-endian (``docs/format.md`` has the byte table)::
     8  offset    i64   absolute offset
     16 timestamp i64   broker time, ns since the Unix epoch
     24 magic     u8    format version, 1
-    25 attrs     u8    reserved, 0
+    25 attrs     u8    bit 0 (CONTINUES): set on every record of an atomic batch but its last;
+                       bits 1-7 reserved, 0
     26 hcount    u16   number of headers
     28 keylen    i32   key length, -1 for no key
     32 vallen    i32   value length
     36 key, value, then hcount headers: u16 name length, UTF-8 name, u32 value length, value
 
 Invariants: ``size == 36 + max(keylen, 0) + vallen + len(headers)``; the CRC covers the offset, so a
-record copied to the wrong place fails its check. Everything here works on whole batches: header
+record copied to the wrong place fails its check. A record with CONTINUES set is followed, in the
+same segment, by the rest of its batch; a log whose newest record has it set holds a torn batch
+(recovery cuts it, see ``recovery.py``). Everything here works on whole batches: header
 fields are packed and gathered with numpy, and the only per-record Python work is one CRC call and,
 when decoding, one slice per field that is asked for.
 """
@@ -35,6 +38,8 @@ from tidelog.errors import CorruptRecord, MessageTooLarge
 
 MAGIC: Final = 1
 HEADER_SIZE: Final = 36
+CONTINUES: Final = 0x01
+"""``attrs`` bit: more records of the same atomic batch follow this one."""
 NO_HEADERS: Final[Mapping[str, bytes]] = MappingProxyType({})
 
 HEADER_DTYPE: Final = np.dtype(
@@ -186,8 +191,14 @@ def encode_batch(
     offsets: Int64Array,
     timestamp: int,
     max_message_bytes: int,
+    *,
+    atomic: bool = False,
 ) -> EncodedBatch:
     """Encode ``messages`` as records with the given offsets and one broker timestamp.
+
+    ``atomic`` sets CONTINUES on every record but the last, so recovery can tell a torn batch;
+    without it every record's ``attrs`` is 0 (the bytes are exactly those of format version 1
+    before the flag existed).
 
     Raises :class:`MessageTooLarge` (naming the message and both sizes) or ``TypeError`` before
     anything is built. The work is vectorised: headers are packed as one numpy array, records are
@@ -207,12 +218,14 @@ def encode_batch(
 
     sizes = body_lens + HEADER_SIZE
     if n <= _SMALL_BATCH:
-        return _encode_small(bodies, offsets, sizes, timestamp, vallens, keylens, hcounts)
+        return _encode_small(bodies, offsets, sizes, timestamp, vallens, keylens, hcounts, atomic)
     header = np.zeros(n, dtype=HEADER_DTYPE)
     header["size"] = sizes
     header["offset"] = offsets
     header["timestamp"] = timestamp
     header["magic"] = MAGIC
+    if atomic:
+        header["attrs"][:-1] = CONTINUES
     header["hcount"] = hcounts
     header["keylen"] = keylens
     header["vallen"] = vallens
@@ -257,17 +270,26 @@ def _encode_small(
     vallens: Int64Array,
     keylens: Int64Array | int,
     hcounts: Int64Array | int,
+    atomic: bool,
 ) -> EncodedBatch:
     """The same bytes as the vectorised path, packed record by record: for a handful of records
     numpy's fixed cost per call outweighs its per-record savings."""
     n = len(bodies)
     keys = [keylens] * n if isinstance(keylens, int) else keylens.tolist()
     counts = [hcounts] * n if isinstance(hcounts, int) else hcounts.tolist()
+    attrs = [CONTINUES] * (n - 1) + [0] if atomic and n else [0] * n
     parts: list[bytes] = []
-    for offset, size, vallen, keylen, count, body in zip(
-        offsets.tolist(), sizes.tolist(), vallens.tolist(), keys, counts, bodies, strict=True
+    for offset, size, vallen, keylen, count, body, attr in zip(
+        offsets.tolist(),
+        sizes.tolist(),
+        vallens.tolist(),
+        keys,
+        counts,
+        bodies,
+        attrs,
+        strict=True,
     ):
-        tail = _HEADER_TAIL.pack(size, offset, timestamp, MAGIC, 0, count, keylen, vallen)
+        tail = _HEADER_TAIL.pack(size, offset, timestamp, MAGIC, attr, count, keylen, vallen)
         parts += (_CRC.pack(crc32c(body, crc32c(tail))), tail, body)
     data = np.frombuffer(b"".join(parts), dtype=np.uint8)
     return EncodedBatch(data, offsets, sizes, timestamp)
@@ -358,6 +380,8 @@ class ScannedRecord:
     timestamp: int
     position: int
     size: int
+    continues: bool = False
+    """CONTINUES is set: the record is not the last of its atomic batch."""
 
 
 def scan_records(
@@ -374,7 +398,7 @@ def scan_records(
     end = len(data)
     view = memoryview(data)
     while at + HEADER_SIZE <= end:
-        crc, size, offset, timestamp, magic, _attrs, hcount, keylen, vallen = (
+        crc, size, offset, timestamp, magic, attrs, hcount, keylen, vallen = (
             _HEADER_STRUCT.unpack_from(data, at)
         )
         body = max(keylen, 0) + vallen
@@ -391,7 +415,7 @@ def scan_records(
             or crc32c(view[at + 4 : at + size]) != crc
         ):
             break
-        found.append(ScannedRecord(offset, timestamp, at, size))
+        found.append(ScannedRecord(offset, timestamp, at, size, bool(attrs & CONTINUES)))
         previous_offset, previous_timestamp = offset, timestamp
         at += size
     return found, at

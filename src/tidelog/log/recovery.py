@@ -9,6 +9,15 @@ recovery point is kept, then the file is scanned from the end of that prefix, ve
 record's framing and CRC-32C, and the index is rebuilt from what is found. The first record that
 is incomplete or damaged marks the cut: the file is truncated there and every later segment is
 removed, so the log stays a gap-free prefix of what was written and nothing after a tear appears.
+
+Atomic batches. A batch appended with ``atomic=True`` has CONTINUES set on every record but its
+last, and never spans segments. Once the tail is found, if the newest record left has CONTINUES
+set, the batch it belongs to was torn: the log is cut back to the end of the newest record
+without it (the start of that batch). Only records recovery scanned above the recovery point are
+ever cut this way. Everything at or below the recovery point was synced by a roll or a clean
+close, which only ever happen between batches; a CONTINUES record there whose batch end is
+missing lost it to compaction (which keeps records, not batches), not to a crash, and stays.
+Trusted segments therefore need no attrs check beyond their O(1) one.
 """
 
 from __future__ import annotations
@@ -44,6 +53,22 @@ class RecoveredSegment:
     size: int
     verified: bool
     """Every index entry was checked; False after the O(1) check of a trusted segment."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Tail:
+    """The newest segment holding records, as the record-by-record pass left it."""
+
+    slot: int
+    """Its place in the list of kept segments."""
+    base: int
+    entries: IndexArray
+    trusted: int
+    """How many leading ``entries`` came from the stored index (at or below the recovery point)."""
+    scanned: list[ScannedRecord]
+    """The records after those, read from the file."""
+    start: int
+    """Where the scan began: the end of the trusted entries."""
 
 
 @dataclass(slots=True)
@@ -161,7 +186,8 @@ def scan_file(
             chunk = f.read(min(want, log_size - position))
             records, end = scan_records(chunk, 0, previous_offset, previous_timestamp)
             found += [
-                ScannedRecord(r.offset, r.timestamp, r.position + position, r.size) for r in records
+                ScannedRecord(r.offset, r.timestamp, r.position + position, r.size, r.continues)
+                for r in records
             ]
             if records:
                 previous_offset, previous_timestamp = records[-1].offset, records[-1].timestamp
@@ -200,6 +226,7 @@ def recover(directory: Path, recovery_point: int) -> tuple[list[RecoveredSegment
         LOG.warning("%s: %s", directory, action)
     bases = segment_bases(directory)
     kept: list[RecoveredSegment] = []
+    tail: _Tail | None = None
     previous_offset, previous_timestamp = -1, np.iinfo(np.int64).min
     for k, base in enumerate(bases):
         lpath, ipath = log_path(directory, base), index_path(directory, base)
@@ -213,6 +240,7 @@ def recover(directory: Path, recovery_point: int) -> tuple[list[RecoveredSegment
                         f.seek((count - 1) * ENTRY_SIZE)
                         rel, timestamp, _, _ = _ENTRY.unpack(f.read(ENTRY_SIZE))
                     previous_offset, previous_timestamp = base + rel, timestamp
+                    tail = None  # trusted: never cut (see the module docstring)
                 kept.append(RecoveredSegment(base, count, log_size, verified=False))
                 continue
 
@@ -250,6 +278,8 @@ def recover(directory: Path, recovery_point: int) -> tuple[list[RecoveredSegment
             write_index_file(ipath, entries)
             report.rebuilt_indexes.append(base)
         kept.append(RecoveredSegment(base, len(entries), end, verified=True))
+        if len(entries):
+            tail = _Tail(len(kept) - 1, base, entries, good, scanned, start)
         if end < log_size or lost_tail:
             if end < log_size:
                 os.truncate(lpath, end)
@@ -272,4 +302,50 @@ def recover(directory: Path, recovery_point: int) -> tuple[list[RecoveredSegment
                     len(bases) - k - 1,
                 )
             break
+    if tail is not None:
+        kept = _cut_torn_batch(directory, kept, tail, recovery_point, report)
     return kept, report
+
+
+def _cut_torn_batch(
+    directory: Path,
+    kept: list[RecoveredSegment],
+    tail: _Tail,
+    recovery_point: int,
+    report: RecoveryReport,
+) -> list[RecoveredSegment]:
+    """``kept`` with an atomic batch torn at the log's tail removed (files cut to match)."""
+    scanned = tail.scanned
+    if not scanned or not scanned[-1].continues:
+        return kept
+    whole = len(scanned)
+    while whole and scanned[whole - 1].continues:
+        whole -= 1
+    if scanned[whole].offset <= recovery_point:
+        return kept  # synced whole; its end went to compaction (see the module docstring)
+    cut = scanned[whole - 1].position + scanned[whole - 1].size if whole else tail.start
+    count = tail.trusted + whole
+    lpath = log_path(directory, tail.base)
+    size = kept[tail.slot].size
+    os.truncate(lpath, cut)
+    write_index_file(index_path(directory, tail.base), tail.entries[:count])
+    if tail.base not in report.rebuilt_indexes:
+        report.rebuilt_indexes.append(tail.base)
+    if report.truncated and report.truncated[-1][0] == tail.base:
+        report.truncated[-1] = (tail.base, report.truncated[-1][1] + size - cut)
+    else:
+        report.truncated.append((tail.base, size - cut))
+    LOG.warning(
+        "%s: cut an atomic batch torn by a crash: %d records (offsets %d..%d, %d bytes) at byte %d",
+        lpath,
+        len(scanned) - whole,
+        scanned[whole].offset,
+        scanned[-1].offset,
+        size - cut,
+        cut,
+    )
+    for later in kept[tail.slot + 1 :]:  # empty segments (the tail is the newest with records)
+        log_path(directory, later.base_offset).unlink(missing_ok=True)
+        index_path(directory, later.base_offset).unlink(missing_ok=True)
+        report.dropped_segments.append(later.base_offset)
+    return [*kept[: tail.slot], RecoveredSegment(tail.base, count, cut, verified=True)]

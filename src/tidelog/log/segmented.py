@@ -38,6 +38,7 @@ from tidelog.log.compaction import (
     write_cleaned,
 )
 from tidelog.log.config import FlushPolicy, LogConfig
+from tidelog.log.contract import AppendGuard
 from tidelog.log.flush import DEFAULT_FLUSHER, Flusher
 from tidelog.log.index import IndexArray
 from tidelog.log.reader import ForwardReader, ReverseReader
@@ -185,6 +186,8 @@ class SegmentedLog:
         *,
         timestamp: int | None = None,
         expected_offset: int | None = None,
+        atomic: bool = False,
+        guard: AppendGuard | None = None,
     ) -> range:
         """Append ``messages`` with dense offsets; see ``CommitLog.append``.
 
@@ -192,6 +195,9 @@ class SegmentedLog:
         log's newest timestamp if it is older, so timestamps never decrease.
         ``expected_offset`` (optimistic concurrency): append only if the first message would get
         exactly this offset, else raise ``IncorrectOffset`` and write nothing.
+        ``atomic``: flag the records (CONTINUES) so that recovery keeps all of them or none.
+        ``guard``: its ``check`` runs under the log's lock before ``expected_offset`` is checked,
+        its ``written`` under the same lock hold once the batch is written.
         """
         if not messages:
             with self._lock:
@@ -199,11 +205,16 @@ class SegmentedLog:
                 return range(self._next_offset, self._next_offset)
         with self._lock:
             first = self._next_offset
+            if guard is not None:
+                self._check_open()
+                guard.check(first)
             if expected_offset is not None and expected_offset != first:
                 self._check_open()
                 raise IncorrectOffset(expected_offset, first)
             offsets = np.arange(first, first + len(messages), dtype=np.int64)
-            rolled = self._append_locked(messages, offsets, timestamp)
+            rolled = self._append_locked(messages, offsets, timestamp, atomic=atomic)
+            if guard is not None:
+                guard.written(range(first, first + len(messages)))
         self._after_append(first + len(messages) - 1, rolled)
         return range(first, first + len(messages))
 
@@ -234,12 +245,19 @@ class SegmentedLog:
         self._after_append(int(chosen[-1]), rolled)
 
     def _append_locked(
-        self, messages: Sequence[bytes | Message], offsets: np.ndarray, timestamp: int | None
+        self,
+        messages: Sequence[bytes | Message],
+        offsets: np.ndarray,
+        timestamp: int | None,
+        *,
+        atomic: bool = False,
     ) -> bool:
         self._check_open()
         now = self._clock() if timestamp is None else timestamp
         stamp = max(now, self._last_timestamp)
-        batch = encode_batch(messages, offsets, stamp, self.config.max_message_bytes)
+        batch = encode_batch(messages, offsets, stamp, self.config.max_message_bytes, atomic=atomic)
+        # A roll happens before the batch is written, never inside it: a batch (an atomic one
+        # included) always lies whole in one segment.
         rolled = self._roll_if_needed(len(batch.data), stamp, int(offsets[0]), int(offsets[-1]))
         self._active.append(batch)
         newest = int(offsets[-1])
