@@ -214,3 +214,23 @@ def test_reopen_keeps_duplicate_order_and_retention(window_backend: Any) -> None
     assert [e[1] for e in store.all()] == [1500, 2000, 2000]  # swept on open
     with pytest.raises(StoreLayoutMismatch, match="retain_duplicates"):
         window_backend.reopen(store, retain_duplicates=False)
+
+
+@pytest.mark.parametrize("time_range", [(5, 5), (0, 5), (5, 10), (4, 6)])
+def test_duplicates_at_the_time_bounds(window_backend: Any, time_range: Any) -> None:
+    """Windows just outside the range on both sides make both directions seek; every duplicate
+    at the bound must survive the seek."""
+    store = window_backend(retain_duplicates=True)
+    for key in (b"j", b"k", b"l"):
+        fill(store, [(key, t, key + str(i).encode()) for i, t in enumerate([0, 5, 5, 5, 10, -1])])
+    tf, tt = time_range
+    expected = sorted(
+        (k, t, k + str(i).encode())
+        for k in (b"j", b"k", b"l")
+        for i, t in enumerate([0, 5, 5, 5, 10, -1])
+        if tf <= t <= tt
+    )
+    assert forward_and_backward(store, "fetch_all", "backward_fetch_all", tf, tt) == expected
+    assert forward_and_backward(store, "fetch", "backward_fetch", b"k", tf, tt) == [
+        e for e in expected if e[0] == b"k"
+    ]

@@ -159,7 +159,8 @@ class WindowStore(_Lifecycle, Protocol):
     keep their insertion order (RocksDB: also across close and reopen); a None value is ignored,
     as in Kafka.
 
-    Retention (``retention_ms`` set): *observed* is the greatest window start ever put; a window
+    Retention (``retention_ms`` set): *observed* is the greatest window start ever passed to
+    ``put`` (a None put counts, as in Kafka; a put into an expired window cannot raise it); a window
     whose start is ``<= observed - retention_ms`` is expired. Expired windows are never returned,
     are removed from storage, and a put into one is dropped.
     """

@@ -51,13 +51,20 @@ class InMemoryWindowStore(WindowQueries, StoreBase):
         check_time("window_start", window_start)
         if window_start < self._oldest_live():
             return
+        # Every put advances observed time, even one that stores nothing (as in Kafka).
+        advanced = self._observed is None or window_start > self._observed
+        if advanced:
+            self._observed = window_start
+        if value is not None or not self._retain_duplicates:
+            self._store_entry(key, value, window_start)
+        if advanced and self._by_time is not None:
+            self._expire()
+
+    def _store_entry(self, key: bytes, value: bytes | None, window_start: int) -> None:
+        seq = 0
         if self._retain_duplicates:
-            if value is None:
-                return
             seq = self._next_seq
             self._next_seq += 1
-        else:
-            seq = 0
         entry = (key, window_start, seq)
         if value is None:
             if self._data.pop(entry, None) is not None and self._by_time is not None:
@@ -66,9 +73,6 @@ class InMemoryWindowStore(WindowQueries, StoreBase):
         self._data[entry] = value
         if self._by_time is not None:
             self._by_time.add((window_start, key, seq))
-            if self._observed is None or window_start > self._observed:
-                self._observed = window_start
-                self._expire()
 
     def _expire(self) -> None:
         assert self._by_time is not None

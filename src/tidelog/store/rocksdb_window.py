@@ -142,31 +142,35 @@ class RocksDBWindowStore(WindowQueries, RocksStoreBase):
         if window_start < self._oldest_live():
             return
         batch = self._batch()
-        meta, index = self._handles[_META], self._handles[_BY_TIME]
+        if value is not None or not self._retain_duplicates:
+            self._add_write(batch, key, value, window_start)
+        # Every put advances observed time, even one that stores nothing (as in Kafka).
+        if self._observed is None or window_start > self._observed:
+            self._observed = window_start
+            batch.put(_OBSERVED, encode_time(window_start), self._handles[_META])
+            if self._retention_ms is not None:
+                self._sweep(batch)
+        self._write(batch)
+
+    def _add_write(
+        self, batch: WriteBatch, key: bytes, value: bytes | None, window_start: int
+    ) -> None:
+        seq = 0
         if self._retain_duplicates:
-            if value is None:
-                return
             seq = self._next_seq
             self._next_seq += 1
-            batch.put(_NEXT_SEQ, encode_time(self._next_seq), meta)
-        else:
-            seq = 0
+            batch.put(_NEXT_SEQ, encode_time(self._next_seq), self._handles[_META])
         data_key = encode_composite((key, window_start, seq))
         index_key = _time_index_key(key, window_start, seq)
+        index = self._handles[_BY_TIME]
         if value is None:
             batch.delete(data_key)
             batch.delete(index_key, index)
-        else:
-            batch.put(data_key, value)
-            batch.put(index_key, b"", index)
-            if self._oldest_indexed is None or window_start < self._oldest_indexed:
-                self._oldest_indexed = window_start
-            if self._observed is None or window_start > self._observed:
-                self._observed = window_start
-                batch.put(_OBSERVED, encode_time(window_start), meta)
-                if self._retention_ms is not None:
-                    self._sweep(batch)
-        self._write(batch)
+            return
+        batch.put(data_key, value)
+        batch.put(index_key, b"", index)
+        if self._oldest_indexed is None or window_start < self._oldest_indexed:
+            self._oldest_indexed = window_start
 
     def _scan(
         self,
