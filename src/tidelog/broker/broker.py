@@ -28,6 +28,7 @@ from tidelog.broker.config import (
 from tidelog.broker.cursors import CursorStore
 from tidelog.broker.groups import GroupCoordinator
 from tidelog.broker.partition import Partition
+from tidelog.broker.producers import Published, check_headers, validate_producer
 from tidelog.broker.stream import METADATA_FILE, Stream
 from tidelog.broker.subscription import SubscribeRequest, Subscription, resolve
 from tidelog.errors import (
@@ -220,6 +221,7 @@ class Broker:
 
         ``expected_offset`` is checked only on streams created with optimistic concurrency.
         """
+        check_headers(messages)
         target_stream = self.stream(stream)
         target = target_stream.partition(partition)
         if target.paused and not target.readonly:
@@ -227,6 +229,35 @@ class Broker:
         if not target_stream.config.optimistic_concurrency:
             expected_offset = None
         return await target.publish(messages, expected_offset=expected_offset, durable=durable)
+
+    async def publish_idempotent(
+        self,
+        stream: str,
+        partition: int,
+        messages: Sequence[bytes | Message],
+        producer_id: str,
+        sequence: int,
+        *,
+        expected_offset: int | None = None,
+        durable: bool = False,
+    ) -> Published:
+        """Publish batch ``sequence`` of producer ``producer_id`` to one partition: appended
+        atomically, or not at all when the partition holds it (or a later one) already — then
+        ``duplicate`` is set (see ``producers.py``). The duplicate check comes first, so a retry
+        of a publish that got through is a duplicate, never an incorrect expected offset."""
+        validate_producer(producer_id, sequence)
+        if not messages:
+            raise InvalidArgument("an idempotent publish needs at least one message")
+        check_headers(messages)
+        target_stream = self.stream(stream)
+        target = target_stream.partition(partition)
+        if target.paused and not target.readonly:
+            self.resume(target)
+        if not target_stream.config.optimistic_concurrency:
+            expected_offset = None
+        return await target.publish_idempotent(
+            messages, producer_id, sequence, expected_offset=expected_offset, durable=durable
+        )
 
     def subscribe(
         self,
@@ -291,6 +322,7 @@ class Broker:
                 deleted = await asyncio.to_thread(partition.log.maintain)
                 if stream.config.compact:
                     await asyncio.to_thread(partition.log.compact)
+                await asyncio.to_thread(partition.save_producers)
                 if deleted:
                     LOG.info(
                         "retention removed %d segments of %s/%d",

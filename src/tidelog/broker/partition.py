@@ -15,6 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidelog.broker.producers import (
+    DuplicateBatch,
+    ProducerTable,
+    Published,
+    with_producer_header,
+)
 from tidelog.errors import BrokerClosed, PartitionPaused, PartitionReadonly, StreamDeleted
 from tidelog.log import FlushPolicy, LogConfig, Message, SegmentedLog
 from tidelog.log.record import PackedValues
@@ -101,6 +107,7 @@ class Partition:
         self.subscribers = 0
         self.stats = PartitionStats(last_activity_monotonic=time.monotonic())
         self._log: SegmentedLog | None = None
+        self._producers: ProducerTable | None = None
         self._paused_offsets = (-1, -1)  # (high watermark, newest) when last paused
         if paused:
             # Report the offsets a paused partition holds without keeping its log open.
@@ -153,8 +160,19 @@ class Partition:
 
     def _open(self) -> None:
         log = SegmentedLog(self.directory, self.log_config)
+        try:
+            self._producers = ProducerTable.restore(log, self.directory)
+        except BaseException:
+            log.close()
+            raise
         log.add_listener(self._on_commit)
         self._log = log
+
+    def save_producers(self) -> None:
+        """Snapshot the producer table if it changed (a no-op while paused or closed)."""
+        log, producers = self._log, self._producers
+        if log is not None and producers is not None and not (self.deleted or self.closed):
+            producers.save(log, self.directory)
 
     def _on_commit(self, high_watermark: int) -> None:
         self.signal.fire_threadsafe()
@@ -166,6 +184,7 @@ class Partition:
         """Close the log; subscribers end with ``PartitionPaused``."""
         if self._log is not None:
             self._paused_offsets = (self._log.high_watermark, self._log.newest_offset)
+            self.save_producers()
             self._log.close()
             self._log = None
             now = time.time_ns()
@@ -212,18 +231,66 @@ class Partition:
             offsets = log.append(messages, expected_offset=expected_offset)
             if durable:
                 await asyncio.to_thread(log.flush)
+        self._count_in(messages, len(offsets))
+        return offsets
+
+    async def publish_idempotent(
+        self,
+        messages: Sequence[bytes | Message],
+        producer_id: str,
+        sequence: int,
+        *,
+        expected_offset: int | None = None,
+        durable: bool = False,
+    ) -> Published:
+        """Append ``messages`` atomically as batch ``sequence`` of ``producer_id``, unless the
+        partition already holds that batch or a later one (see ``producers.py``).
+
+        A duplicate is answered once the stored batch is committed (and, with ``durable``,
+        synced), as its first publish would have been.
+        """
+        if self.readonly:
+            raise PartitionReadonly(self.stream, self.number)
+        if self.paused:
+            self.resume()
+        log = self.log
+        assert self._producers is not None  # restored whenever the log is open
+        batch = with_producer_header(messages, producer_id, sequence)
+        guard = self._producers.guard(producer_id, sequence)
+        always = log.config.flush_policy is FlushPolicy.ALWAYS
+        try:
+            if always:
+                offsets = await asyncio.to_thread(
+                    log.append, batch, expected_offset=expected_offset, atomic=True, guard=guard
+                )
+            else:
+                offsets = log.append(
+                    batch, expected_offset=expected_offset, atomic=True, guard=guard
+                )
+        except DuplicateBatch as duplicate:
+            if always or durable:
+                await asyncio.to_thread(log.flush)
+            self.touch()
+            stored = duplicate.stored
+            return Published(range(0) if stored is None else stored.offsets, duplicate=True)
+        if durable and not always:
+            await asyncio.to_thread(log.flush)
+        self._count_in(messages, len(offsets))
+        return Published(offsets)
+
+    def _count_in(self, messages: Sequence[bytes | Message], count: int) -> None:
         now = time.time_ns()
         stats = self.stats
-        stats.messages_in += len(offsets)
+        stats.messages_in += count
         stats.bytes_in += _payload_bytes(messages)
         stats.first_message_received = stats.first_message_received or now
         stats.latest_message_received = now
         self.touch()
-        return offsets
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     def close(self) -> None:
+        self.save_producers()
         self.closed = True
         if self._log is not None:
             self._log.close()

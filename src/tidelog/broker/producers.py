@@ -1,0 +1,266 @@
+"""The producer table of one partition: what makes publishing idempotent.
+
+A producer names itself (``producer_id``) and numbers its batches (``sequence``, >= 0, gaps
+allowed). For each producer id the table holds the highest sequence stored and that batch's
+offsets. A batch whose sequence is not above the stored one is a duplicate: it is not appended,
+and when its sequence equals the stored one the caller gets the stored batch's offsets.
+
+Theory of operation. The check and the update run under the partition log's lock (an
+``AppendGuard``): ``check`` before anything is written, ``written`` once the batch is, so two
+publishes of the same (producer, sequence) cannot both append, whatever threads they run on.
+A producer's batch is appended atomically (``atomic=True``) and its last record carries the
+reserved header ``__producer`` = (sequence, count, producer id), so the table can always be
+rebuilt from the log itself: it is exactly what the log says.
+
+Persistence, as for the cursor index: a snapshot (``producers.json`` in the partition's
+directory, written atomically on close, pause and by maintenance) records the offset it covers;
+at open the table is that snapshot plus the ``__producer`` headers of the records after it. A
+missing or unreadable snapshot, or one that claims records the log no longer has (its tail was
+cut by recovery), means a rebuild from the whole log. Retention and compaction remove records,
+so a producer's deduplication window is bounded by retention (as in Kafka): once a producer's
+last batch is gone from the log, a rebuild forgets the producer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from tidelog.errors import InvalidArgument
+from tidelog.log import Message, SegmentedLog
+from tidelog.log.record import PackedValues
+
+LOG = logging.getLogger("tidelog.broker.producers")
+
+PRODUCER_HEADER: Final = "__producer"
+SNAPSHOT_FILE: Final = "producers.json"
+MAX_PRODUCER_ID_BYTES: Final = 255
+_VALUE: Final = struct.Struct("<qI")  # sequence, count; then the producer id (UTF-8)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatch:
+    """A producer's latest stored batch: its sequence and offsets."""
+
+    sequence: int
+    first_offset: int
+    count: int
+
+    @property
+    def offsets(self) -> range:
+        return range(self.first_offset, self.first_offset + self.count)
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """The outcome of an idempotent publish: the offsets the batch got, or, for a duplicate,
+    those of the stored batch with the same sequence (empty for an older sequence)."""
+
+    offsets: range
+    duplicate: bool = False
+
+
+class DuplicateBatch(Exception):
+    """Raised by the guard (and caught by the partition): the batch is not appended.
+
+    ``stored`` is the producer's latest batch when the sequence equals its sequence, else None.
+    """
+
+    def __init__(self, producer_id: str, sequence: int, stored: StoredBatch | None) -> None:
+        self.stored = stored
+        super().__init__(f"producer {producer_id!r} batch {sequence} is a duplicate")
+
+
+def validate_producer(producer_id: str, sequence: int) -> None:
+    """Raise :class:`InvalidArgument` unless (producer_id, sequence) can name a batch."""
+    if not producer_id:
+        raise InvalidArgument("producer_id must not be empty when a producer sequence is given")
+    size = len(producer_id.encode())
+    if size > MAX_PRODUCER_ID_BYTES:
+        raise InvalidArgument(
+            f"producer_id is {size} bytes (UTF-8); the limit is {MAX_PRODUCER_ID_BYTES}"
+        )
+    if sequence < 0:
+        raise InvalidArgument(f"producer_sequence must be >= 0, got {sequence}")
+
+
+def check_headers(messages: Sequence[bytes | Message]) -> None:
+    """Refuse a published batch that sets the reserved ``__producer`` header itself."""
+    if isinstance(messages, PackedValues):
+        return
+    for i, m in enumerate(messages):
+        if isinstance(m, Message) and m.headers and PRODUCER_HEADER in m.headers:
+            raise InvalidArgument(
+                f"message {i} of the batch has a header named {PRODUCER_HEADER!r}: header names "
+                f"starting '__' are reserved for tidelog (use publish_batch's producer_id and "
+                f"producer_sequence for idempotent publishing)"
+            )
+
+
+def encode_producer(producer_id: str, sequence: int, count: int) -> bytes:
+    return _VALUE.pack(sequence, count) + producer_id.encode()
+
+
+def decode_producer(value: bytes) -> tuple[str, int, int] | None:
+    """(producer id, sequence, count) from a ``__producer`` value; None if it is malformed."""
+    if len(value) <= _VALUE.size:
+        return None
+    sequence, count = _VALUE.unpack_from(value)
+    try:
+        producer_id = value[_VALUE.size :].decode()
+    except UnicodeDecodeError:
+        return None
+    if sequence < 0 or count < 1:
+        return None
+    return producer_id, sequence, count
+
+
+def with_producer_header(
+    messages: Sequence[bytes | Message], producer_id: str, sequence: int
+) -> list[bytes | Message]:
+    """``messages`` with the ``__producer`` header added to the last one."""
+    items: list[bytes | Message] = (
+        list(messages.split()) if isinstance(messages, PackedValues) else list(messages)
+    )
+    last = items[-1]
+    if not isinstance(last, Message):
+        last = Message(bytes(last))
+    headers: Mapping[str, bytes] = {
+        **last.headers,
+        PRODUCER_HEADER: encode_producer(producer_id, sequence, len(items)),
+    }
+    items[-1] = Message(last.value, key=last.key, headers=headers)
+    return items
+
+
+class ProducerTable:
+    """producer id -> its latest stored batch, for one partition. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, StoredBatch] = {}
+        self.replayed = 0
+        """Records read from the log by the last restore (0 when the snapshot was current)."""
+        self._saved_covered = -1
+        self._dirty = False
+
+    def get(self, producer_id: str) -> StoredBatch | None:
+        with self._lock:
+            return self._entries.get(producer_id)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def apply(self, producer_id: str, batch: StoredBatch) -> None:
+        """Take one stored batch into account (one with a lower sequence changes nothing)."""
+        with self._lock:
+            known = self._entries.get(producer_id)
+            if known is None or known.sequence < batch.sequence:
+                self._entries[producer_id] = batch
+                self._dirty = True
+
+    def guard(self, producer_id: str, sequence: int) -> ProducerGuard:
+        return ProducerGuard(self, producer_id, sequence)
+
+    # -- persistence -----------------------------------------------------------------------------
+
+    @classmethod
+    def restore(cls, log: SegmentedLog, directory: Path) -> ProducerTable:
+        """The table of ``log``: its snapshot in ``directory`` plus the records after it."""
+        table, covered = cls._load(directory, log.newest_offset)
+        for batch in log.forward_reader(covered + 1):
+            table.replayed += len(batch)
+            if not batch.has_headers():
+                continue
+            for offset, headers in zip(batch.offsets.tolist(), batch.headers(), strict=True):
+                value = headers.get(PRODUCER_HEADER)
+                found = None if value is None else decode_producer(value)
+                if found is not None:
+                    producer_id, sequence, count = found
+                    table.apply(producer_id, StoredBatch(sequence, offset - count + 1, count))
+        return table
+
+    @classmethod
+    def _load(cls, directory: Path, newest_offset: int) -> tuple[ProducerTable, int]:
+        table = cls()
+        path = directory / SNAPSHOT_FILE
+        try:
+            data = json.loads(path.read_text())
+            covered = int(data["covered"])
+            entries = {
+                str(p): StoredBatch(int(s), int(f), int(c)) for p, s, f, c in data["producers"]
+            }
+        except FileNotFoundError:
+            return table, -1
+        except (ValueError, KeyError, TypeError) as error:
+            LOG.warning(
+                "%s: unreadable producer snapshot (%s); rebuilding from the log", path, error
+            )
+            return table, -1
+        ahead = max((b.offsets.stop - 1 for b in entries.values()), default=-1)
+        if max(covered, ahead) > newest_offset:
+            LOG.warning(
+                "%s: snapshot covers offset %d but the log ends at %d; rebuilding from the log",
+                path,
+                max(covered, ahead),
+                newest_offset,
+            )
+            return table, -1
+        table._entries = entries
+        table._saved_covered = covered
+        return table, covered
+
+    def snapshot(self, newest_offset: int) -> dict[str, object] | None:
+        """The snapshot covering ``newest_offset`` (read from the log *before* this call), or
+        None if nothing changed since the last one."""
+        with self._lock:
+            if not self._dirty and newest_offset == self._saved_covered:
+                return None
+            self._dirty = False
+            self._saved_covered = newest_offset
+            producers = [[p, b.sequence, b.first_offset, b.count] for p, b in self._entries.items()]
+        return {"format": 1, "covered": newest_offset, "producers": producers}
+
+    def save(self, log: SegmentedLog, directory: Path) -> None:
+        """Write the snapshot if anything changed (the log must be open)."""
+        data = self.snapshot(log.newest_offset)
+        if data is not None:
+            write_snapshot(directory, data)
+
+
+class ProducerGuard:
+    """The ``AppendGuard`` of one producer's batch (runs under the log's lock)."""
+
+    __slots__ = ("producer_id", "sequence", "table")
+
+    def __init__(self, table: ProducerTable, producer_id: str, sequence: int) -> None:
+        self.table = table
+        self.producer_id = producer_id
+        self.sequence = sequence
+
+    def check(self, next_offset: int) -> None:
+        known = self.table.get(self.producer_id)
+        if known is not None and self.sequence <= known.sequence:
+            stored = known if self.sequence == known.sequence else None
+            raise DuplicateBatch(self.producer_id, self.sequence, stored)
+
+    def written(self, offsets: range) -> None:
+        self.table.apply(self.producer_id, StoredBatch(self.sequence, offsets.start, len(offsets)))
+
+
+def write_snapshot(directory: Path, data: dict[str, object]) -> None:
+    """Replace the partition's producer snapshot atomically (temp file, fsync, rename)."""
+    tmp = directory / (SNAPSHOT_FILE + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, directory / SNAPSHOT_FILE)
