@@ -228,12 +228,34 @@ class AsyncClient:
             raise from_rpc_error(error) from None
         return Ack(stream, number, response.first_offset)
 
+    @overload
     async def publish_batch(
         self,
         stream: str,
         messages: Sequence[bytes | Message],
         *,
         partition: int | None = None,
+        producer_id: None = None,
+        producer_sequence: None = None,
+    ) -> Sequence[Ack]: ...
+    @overload
+    async def publish_batch(
+        self,
+        stream: str,
+        messages: Sequence[bytes | Message],
+        *,
+        partition: int | None = None,
+        producer_id: str,
+        producer_sequence: int,
+    ) -> Acks: ...
+    async def publish_batch(
+        self,
+        stream: str,
+        messages: Sequence[bytes | Message],
+        *,
+        partition: int | None = None,
+        producer_id: str | None = None,
+        producer_sequence: int | None = None,
     ) -> Sequence[Ack]:
         """Publish ``messages`` in order (in requests of up to 1,000); one ack per message.
 
@@ -242,7 +264,19 @@ class AsyncClient:
 
         With ``partition=None`` every message goes to partition 0, or, when it has a key, to the
         partition its key hashes to (CRC-32 modulo the partition count).
+
+        Idempotent, atomic publishing: give both ``producer_id`` and ``producer_sequence`` (see
+        ``docs/api.md``). The batch then goes to one partition in one request, whatever its
+        length, and is stored whole or not at all; the result is one :class:`Acks` whose
+        ``duplicate`` says the partition held this batch already (its acks are then those of the
+        stored batch, or empty when the sequence was below the producer's latest).
         """
+        if (producer_id is None) != (producer_sequence is None):
+            raise InvalidArgument("give both producer_id and producer_sequence, or neither")
+        if producer_id is not None and producer_sequence is not None:
+            return await self._publish_idempotent(
+                stream, messages, partition, producer_id, producer_sequence
+            )
         keyed = partition is None and any(isinstance(m, Message) and m.key for m in messages)
         if not keyed:
             parts = [
@@ -265,6 +299,52 @@ class AsyncClient:
                     placed[i] = ack
             acks += [a for a in placed if a is not None]
         return acks
+
+    async def _publish_idempotent(
+        self,
+        stream: str,
+        messages: Sequence[bytes | Message],
+        partition: int | None,
+        producer_id: str,
+        producer_sequence: int,
+    ) -> Acks:
+        if not messages:
+            raise InvalidArgument("an idempotent batch needs at least one message")
+        numbers = {
+            await self._choose_partition(
+                stream, m.key if isinstance(m, Message) else None, partition
+            )
+            for m in messages
+        }
+        if len(numbers) > 1:
+            raise InvalidArgument(
+                f"an idempotent batch is stored in one partition, but these keys hash to "
+                f"partitions {sorted(numbers)}; pass partition= or publish one batch per partition"
+            )
+        (number,) = numbers
+        request = v1.PublishBatchRequest(
+            stream=stream,
+            partition=number,
+            messages=_pack_messages(messages),
+            expected_offset=-1,
+            producer_id=producer_id,
+            producer_sequence=producer_sequence,
+        )
+        size = request.ByteSize()
+        if size > MAX_FRAME:
+            raise InvalidArgument(
+                f"an idempotent batch is sent in one request, and this one is {size} bytes, over "
+                f"the {MAX_FRAME}-byte limit of a request; split it into batches with sequences "
+                f"of their own"
+            )
+        try:
+            response = await self._v1.PublishBatch(request)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        first = response.first_offset
+        return Acks(
+            stream, number, range(first, first + response.count), duplicate=response.duplicate
+        )
 
     async def _publish_chunk(
         self, stream: str, partition: int, messages: Sequence[bytes | Message]
