@@ -60,18 +60,36 @@ class TidelogService(ViewService, v1_grpc.TidelogServicer):
                 )
                 for i, value in enumerate(values)
             ]
-        offsets = await self.broker.publish(
-            request.stream,
-            request.partition,
-            batch,
-            expected_offset=request.expected_offset if request.expected_offset >= 0 else None,
-            durable=request.ack_policy == v1.ACK_POLICY_ALL,
-        )
+        expected_offset = request.expected_offset if request.expected_offset >= 0 else None
+        durable = request.ack_policy == v1.ACK_POLICY_ALL
+        duplicate = False
+        if request.producer_id or request.producer_sequence:
+            # NONE too: an unacknowledged batch with a producer id is still deduplicated.
+            published = await self.broker.publish_idempotent(
+                request.stream,
+                request.partition,
+                batch,
+                request.producer_id,
+                request.producer_sequence,
+                expected_offset=expected_offset,
+                durable=durable,
+            )
+            offsets, duplicate = published.offsets, published.duplicate
+        else:
+            offsets = await self.broker.publish(
+                request.stream,
+                request.partition,
+                batch,
+                expected_offset=expected_offset,
+                durable=durable,
+            )
         if self._latency is not None:
             self._latency.observe(time.perf_counter() - started)
         if request.ack_policy == v1.ACK_POLICY_NONE:
             return v1.PublishBatchResponse()
-        return v1.PublishBatchResponse(first_offset=offsets.start, count=len(offsets))
+        return v1.PublishBatchResponse(
+            first_offset=offsets.start, count=len(offsets), duplicate=duplicate
+        )
 
     async def PublishBatch(
         self, request: v1.PublishBatchRequest, context: Context

@@ -25,6 +25,7 @@ from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 from tidelog.client.consumer import Consumer
+from tidelog.client.views import View, ViewCalls
 from tidelog.client.errors import (
     ClientError,
     InvalidArgument,
@@ -84,7 +85,7 @@ def stop_fields(stop: Stop) -> dict[str, Any]:
     raise InvalidArgument(f"stop must be None, 'latest', an offset or a time, not {stop!r}")
 
 
-class AsyncClient:
+class AsyncClient(ViewCalls):
     """A connection to one tidelog server. Use ``async with AsyncClient(...)`` or ``close()``."""
 
     def __init__(self, server: str = DEFAULT_SERVER) -> None:
@@ -129,7 +130,9 @@ class AsyncClient:
         segment_max_age_s: float | None = None,
         optimistic_concurrency: bool = False,
         compact: bool = False,
+        views: Sequence[View] = (),
     ) -> None:
+        """Create a stream, then declare ``views`` on it (tables and window indexes)."""
         request = pb.CreateStreamRequest(
             name=name, subject=subject or name, partitions=partitions, replicationFactor=1
         )
@@ -152,6 +155,8 @@ class AsyncClient:
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
         self._partition_counts[name] = max(partitions, 1)  # the server reads 0 as 1
+        for view in views:
+            await self.declare_view(name, view)
 
     async def delete_stream(self, name: str) -> None:
         try:

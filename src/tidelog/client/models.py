@@ -52,14 +52,22 @@ class Ack:
 
 
 class Acks(Sequence[Ack]):
-    """The acks of a published batch: consecutive offsets of one partition, built on access."""
+    """The acks of a published batch: consecutive offsets of one partition, built on access.
 
-    __slots__ = ("offsets", "partition", "stream")
+    ``duplicate`` (idempotent publishing only): the partition held this producer's batch
+    already and nothing was appended; the acks are the stored batch's, or none when the
+    sequence was below the producer's latest.
+    """
 
-    def __init__(self, stream: str, partition: int, offsets: range) -> None:
+    __slots__ = ("duplicate", "offsets", "partition", "stream")
+
+    def __init__(
+        self, stream: str, partition: int, offsets: range, *, duplicate: bool = False
+    ) -> None:
         self.stream = stream
         self.partition = partition
         self.offsets = offsets
+        self.duplicate = duplicate
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -88,7 +96,10 @@ class Acks(Sequence[Ack]):
         return hash((self.stream, self.partition, self.offsets))
 
     def __repr__(self) -> str:
-        return f"Acks({self.stream!r}, partition={self.partition}, offsets={self.offsets})"
+        duplicate = ", duplicate=True" if self.duplicate else ""
+        return (
+            f"Acks({self.stream!r}, partition={self.partition}, offsets={self.offsets}{duplicate})"
+        )
 
 
 @dataclass(frozen=True, slots=True)

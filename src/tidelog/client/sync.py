@@ -13,12 +13,13 @@ import threading
 from collections.abc import AsyncGenerator, Coroutine, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog.client.aio import DEFAULT_SERVER, AsyncClient, decode
 from tidelog.client.consumer import Consumer
-from tidelog.client.models import Ack, Message, ReceivedMessage, Start, Stop, StreamInfo
+from tidelog.client.errors import InvalidArgument
+from tidelog.client.models import Ack, Acks, Message, ReceivedMessage, Start, Stop, StreamInfo
 
 T = TypeVar("T")
 
@@ -114,10 +115,50 @@ class Client:
             self._client.publish(stream, value, key=key, headers=headers, partition=partition)
         )
 
+    @overload
     def publish_batch(
-        self, stream: str, messages: Sequence[bytes | Message], *, partition: int | None = None
+        self,
+        stream: str,
+        messages: Sequence[bytes | Message],
+        *,
+        partition: int | None = None,
+        producer_id: None = None,
+        producer_sequence: None = None,
+    ) -> Sequence[Ack]: ...
+    @overload
+    def publish_batch(
+        self,
+        stream: str,
+        messages: Sequence[bytes | Message],
+        *,
+        partition: int | None = None,
+        producer_id: str,
+        producer_sequence: int,
+    ) -> Acks: ...
+    def publish_batch(
+        self,
+        stream: str,
+        messages: Sequence[bytes | Message],
+        *,
+        partition: int | None = None,
+        producer_id: str | None = None,
+        producer_sequence: int | None = None,
     ) -> Sequence[Ack]:
-        return self._run(self._client.publish_batch(stream, messages, partition=partition))
+        """See ``AsyncClient.publish_batch`` (idempotent with ``producer_id`` and
+        ``producer_sequence``: one request, an ``Acks`` with ``duplicate``)."""
+        if producer_id is None and producer_sequence is None:
+            return self._run(self._client.publish_batch(stream, messages, partition=partition))
+        if producer_id is None or producer_sequence is None:
+            raise InvalidArgument("give both producer_id and producer_sequence, or neither")
+        return self._run(
+            self._client.publish_batch(
+                stream,
+                messages,
+                partition=partition,
+                producer_id=producer_id,
+                producer_sequence=producer_sequence,
+            )
+        )
 
     def subscribe_batches(
         self,
