@@ -152,3 +152,27 @@ class Fenced(BrokerError):
 
 class BrokerClosed(BrokerError):
     """The broker is shutting down."""
+
+
+class ViewNotFound(BrokerError):
+    """The stream has no materialised view of that name."""
+
+    def __init__(self, stream: str, view: str) -> None:
+        self.stream = stream
+        self.view = view
+        super().__init__(
+            f"no such view: stream {stream!r} has no view {view!r}; declare it first "
+            f"(tidelog view declare) or list the stream's views"
+        )
+
+
+class ViewExists(BrokerError):
+    """A view of that name already exists on the stream with a different definition."""
+
+    def __init__(self, stream: str, view: str) -> None:
+        self.stream = stream
+        self.view = view
+        super().__init__(
+            f"view already exists: stream {stream!r} has a view {view!r} with another "
+            f"definition; drop it first or choose another name"
+        )

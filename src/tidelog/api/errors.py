@@ -36,6 +36,8 @@ from tidelog.errors import (
     StreamExists,
     StreamNotFound,
     TidelogError,
+    ViewExists,
+    ViewNotFound,
 )
 
 LOG = logging.getLogger("tidelog.api")
@@ -43,6 +45,8 @@ LOG = logging.getLogger("tidelog.api")
 STATUS: Final[tuple[tuple[type[Exception], grpc.StatusCode], ...]] = (
     (StreamNotFound, grpc.StatusCode.NOT_FOUND),
     (GroupNotFound, grpc.StatusCode.NOT_FOUND),
+    (ViewNotFound, grpc.StatusCode.NOT_FOUND),
+    (ViewExists, grpc.StatusCode.ALREADY_EXISTS),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (Fenced, grpc.StatusCode.FAILED_PRECONDITION),
     (PartitionNotFound, grpc.StatusCode.NOT_FOUND),

@@ -11,6 +11,8 @@ from tidelog.broker.subscription import (
     SubscriberState,
     Subscription,
 )
+from tidelog.broker.view_set import StreamViews
+from tidelog.broker.views import ViewEntry, ViewKind, ViewSpec
 
 __all__ = [
     "CURSORS_STREAM",
@@ -21,8 +23,12 @@ __all__ = [
     "StopPosition",
     "Stream",
     "StreamConfig",
+    "StreamViews",
     "SubscribeRequest",
     "SubscriberState",
     "Subscription",
+    "ViewEntry",
+    "ViewKind",
+    "ViewSpec",
     "validate_stream_name",
 ]

@@ -31,6 +31,8 @@ from tidelog.broker.partition import Partition
 from tidelog.broker.producers import Published, check_headers, validate_producer
 from tidelog.broker.stream import METADATA_FILE, Stream
 from tidelog.broker.subscription import SubscribeRequest, Subscription, resolve
+from tidelog.broker.view_set import StreamViews
+from tidelog.broker.views import ViewSpec
 from tidelog.errors import (
     BrokerClosed,
     InvalidArgument,
@@ -72,6 +74,7 @@ class Broker:
                     Stream.load, directory, self.config.log, self._loop
                 )
                 self.streams[stream.name] = stream
+                stream.views.start()
                 LOG.info("opened stream %s (%d partitions)", stream.name, len(stream.partitions))
         if CURSORS_STREAM not in self.streams:
             self._create(
@@ -128,6 +131,7 @@ class Broker:
         if self._cursors is not None:
             await self._cursors.save()
         for stream in list(self.streams.values()):
+            await stream.views.close()
             await asyncio.to_thread(stream.close)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -182,6 +186,7 @@ class Broker:
         for partition in stream.partitions:
             partition.deleted = True
             partition.signal.fire()
+        await stream.views.close()
         await asyncio.to_thread(stream.delete)
         LOG.info("deleted stream %s", name)
 
@@ -289,6 +294,26 @@ class Broker:
             )
         return subscription
 
+    # -- materialised views ----------------------------------------------------------------------
+
+    async def declare_view(self, stream: str, spec: ViewSpec) -> None:
+        """Add a view to ``stream`` (idempotent for an identical definition); it is built from
+        the stream's oldest retained record and then follows every append."""
+        target = self.stream(stream)
+        if stream.startswith("__"):
+            raise InvalidArgument(f"stream {stream!r} is internal and takes no views")
+        if await target.views.declare(spec):
+            await asyncio.to_thread(target.save)
+
+    async def drop_view(self, stream: str, name: str) -> None:
+        target = self.stream(stream)
+        await target.views.drop(name)
+        await asyncio.to_thread(target.save)
+
+    def views(self, stream: str) -> StreamViews:
+        """The views of ``stream``, for queries."""
+        return self.stream(stream).views
+
     # -- cursors ---------------------------------------------------------------------------------
 
     @property
@@ -310,12 +335,13 @@ class Broker:
 
     async def maintain(self) -> None:
         """One pass: roll over-age segments, apply retention, pause idle partitions, snapshot
-        the cursor indexes."""
+        the cursor indexes, checkpoint the views."""
         now = time.monotonic()
         self.groups.expire()
         if self._cursors is not None:
             await self._cursors.save()
         for stream in list(self.streams.values()):
+            await stream.views.checkpoint()
             for partition in stream.partitions:
                 if partition.paused or partition.deleted or partition.closed:
                     continue

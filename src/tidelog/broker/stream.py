@@ -1,8 +1,9 @@
 """A stream: a name, its settings and its partitions, persisted as ``stream.json`` beside them.
 
-Layout: ``<data_dir>/streams/<name>/stream.json`` and ``<data_dir>/streams/<name>/<n>/`` (the
-commit log of partition ``n``). The metadata file is replaced atomically on every change, so a
-crash leaves either the old or the new version.
+Layout: ``<data_dir>/streams/<name>/stream.json``, ``<data_dir>/streams/<name>/<n>/`` (the
+commit log of partition ``n``) and ``<data_dir>/streams/<name>/views/`` (materialised views).
+The metadata file is replaced atomically on every change, so a crash leaves either the old or
+the new version.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 
 from tidelog.broker.config import StreamConfig
 from tidelog.broker.partition import Partition
+from tidelog.broker.view_set import StreamViews
+from tidelog.broker.views import ViewSpec
 from tidelog.errors import PartitionNotFound
 from tidelog.log import LogConfig
 
@@ -55,6 +58,7 @@ class Stream:
         ]
         self.resume_all = False
         """Set by a pause with ``resumeAll``: waking one partition wakes them all."""
+        self.views = StreamViews(name, directory, self.partitions)
 
     @property
     def subject(self) -> str:
@@ -80,6 +84,7 @@ class Stream:
             "created_ns": self.created_ns,
             "config": self.config.to_json(),
             "resume_all": self.resume_all,
+            "views": [spec.to_json() for spec in self.views.specs.values()],
             "partitions": {
                 str(p.number): {"paused": p.paused, "readonly": p.readonly} for p in self.partitions
             },
@@ -105,6 +110,7 @@ class Stream:
             flags=data.get("partitions"),
         )
         stream.resume_all = bool(data.get("resume_all", False))
+        stream.views.open([ViewSpec.from_json(v) for v in data.get("views", [])])
         return stream
 
     def close(self) -> None:

@@ -149,8 +149,18 @@ def stream_create(
     retention_age: Annotated[float | None, typer.Option(help="seconds to keep messages")] = None,
     segment_bytes: Annotated[int | None, typer.Option(help="segment size before rolling")] = None,
     compact: Annotated[bool, typer.Option(help="keep only the latest message per key")] = False,
+    view: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--view",
+            help="declare a view: NAME (table), NAME:WINDOW_MS or NAME:WINDOW_MS:RETENTION_MS",
+        ),
+    ] = None,
 ) -> None:
-    """Create a stream."""
+    """Create a stream (with --view, also its materialised views)."""
+    from tidelog.cli.views import parse_view
+
+    views = [parse_view(spec) for spec in view or []]
     with guarded(server) as client:
         client.create_stream(
             name,
@@ -160,6 +170,7 @@ def stream_create(
             retention_age_s=retention_age,
             segment_max_bytes=segment_bytes,
             compact=compact,
+            views=views,
         )
     out.print(f"created stream [bold]{name}[/bold] with {partitions} partition(s)")
 
@@ -515,3 +526,7 @@ class guarded:
 
 def main() -> None:
     app()
+
+
+# The view and query commands register themselves on ``app`` (they use the helpers above).
+from tidelog.cli import views as _views  # noqa: E402, F401

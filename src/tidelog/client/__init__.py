@@ -18,6 +18,7 @@ from tidelog.client.errors import (
 )
 from tidelog.client.models import Ack, Message, PartitionInfo, ReceivedMessage, StreamInfo
 from tidelog.client.sync import Client
+from tidelog.client.views import View, ViewEntry, ViewStatus
 
 __all__ = [
     "DEFAULT_SERVER",
@@ -41,4 +42,7 @@ __all__ = [
     "StreamInfo",
     "Unavailable",
     "Unimplemented",
+    "View",
+    "ViewEntry",
+    "ViewStatus",
 ]

@@ -25,7 +25,6 @@ from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 from tidelog.client.consumer import Consumer
-from tidelog.client.views import View, ViewCalls
 from tidelog.client.errors import (
     ClientError,
     InvalidArgument,
@@ -44,6 +43,7 @@ from tidelog.client.models import (
     Stop,
     StreamInfo,
 )
+from tidelog.client.views import View, ViewCalls
 
 DEFAULT_SERVER = "127.0.0.1:9292"
 MAX_FRAME = 64 << 20

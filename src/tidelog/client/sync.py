@@ -20,11 +20,12 @@ from tidelog.client.aio import DEFAULT_SERVER, AsyncClient, decode
 from tidelog.client.consumer import Consumer
 from tidelog.client.errors import InvalidArgument
 from tidelog.client.models import Ack, Acks, Message, ReceivedMessage, Start, Stop, StreamInfo
+from tidelog.client.views import SyncViewCalls, ViewCalls
 
 T = TypeVar("T")
 
 
-class Client:
+class Client(SyncViewCalls):
     """A blocking connection to one tidelog server; use ``with Client(...)`` or ``close()``."""
 
     def __init__(self, server: str = DEFAULT_SERVER) -> None:
@@ -216,6 +217,9 @@ class Client:
             stream, partition, start=start, stop=stop, reverse=reverse, resume=resume
         )
         return (m for batch in batches for m in decode(batch, stream, partition))
+
+    def _view_calls(self) -> ViewCalls:
+        return self._client
 
     def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
         self._run(self._client.set_cursor(cursor_id, stream, partition, offset))
