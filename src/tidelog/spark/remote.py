@@ -1,0 +1,196 @@
+"""What the data source asks the broker, over gRPC through :class:`tidelog.client.Client`.
+
+Driver side (planning): partition bounds ``[oldest, next)`` and timestamp lookups. Executor side:
+:func:`read_range`, the frames of exactly the offsets ``[start, stop)`` of one partition. Every
+caller opens its own connection with :func:`connect` and closes it: a connection never crosses
+a process boundary (Spark pickles readers to executors).
+
+Lookups use subscriptions that end by themselves, so none ever waits for new records:
+- the oldest retained offset: a reverse subscription from ``EARLIEST`` (one record);
+- the last offset with a timestamp at or before t: a reverse subscription from ``TIMESTAMP t``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+
+import numpy as np
+
+from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
+from tidelog.client import Client, InvalidArgument, NotFound, StreamInfo, Unavailable
+from tidelog.spark.errors import OffsetsLost, UnknownStream
+from tidelog.spark.planning import PartitionBounds
+
+LOG = logging.getLogger("tidelog.spark")
+
+FRAME_MESSAGES = 10_000
+"""Records per frame asked of the server (it also caps frames at its byte limit)."""
+
+
+def connect(servers: Sequence[str]) -> Client:
+    """A client for the first of ``servers`` that answers (servers of one cluster are
+    interchangeable for reading); raises ``Unavailable`` naming all when none does."""
+    failures = []
+    for server in servers:
+        client = Client(server)
+        try:
+            client.list_streams()
+        except Unavailable as error:
+            client.close()
+            failures.append(f"{server}: {error}")
+            continue
+        return client
+    raise Unavailable("no tidelog server answered (option 'servers'): " + "; ".join(failures))
+
+
+def stream_info(client: Client, stream: str) -> StreamInfo:
+    try:
+        return client.stream_info(stream)
+    except NotFound:
+        names = sorted(s.name for s in client.list_streams() if not s.name.startswith("__"))
+        raise UnknownStream(
+            f"no stream {stream!r} on {client.server} (option 'stream'); streams there: "
+            f"{', '.join(names) or 'none'}"
+        ) from None
+
+
+def oldest_offset(client: Client, stream: str, partition: int) -> int | None:
+    """The oldest retained offset; ``None`` when the partition holds no record."""
+    frames = client.subscribe_batches(
+        stream, partition, start="earliest", reverse=True, max_messages=1
+    )
+    try:
+        for frame in frames:
+            return int.from_bytes(frame.offsets[:8], "little", signed=True)
+    finally:
+        _close(frames)
+    return None
+
+
+def _close(frames: Iterator[v1.RecordBatch]) -> None:
+    """End a subscription early (the client's iterators are generators)."""
+    close = getattr(frames, "close", None)
+    if close is not None:
+        close()
+
+
+def bounds(client: Client, stream: str, partitions: Sequence[int]) -> dict[int, PartitionBounds]:
+    """``[oldest, next)`` of each partition, committed records only."""
+    info = {p.partition: p for p in stream_info(client, stream).partitions}
+    found = {}
+    for partition in partitions:
+        next_offset = info[partition].high_watermark + 1
+        oldest = oldest_offset(client, stream, partition) if next_offset > 0 else None
+        found[partition] = PartitionBounds(
+            partition, next_offset if oldest is None else min(oldest, next_offset), next_offset
+        )
+    return found
+
+
+def last_at_or_before(client: Client, stream: str, partition: int, nanos: int) -> int | None:
+    """The last committed offset whose timestamp is at or before ``nanos`` (ns since the
+    epoch), or ``None`` when every record is younger.
+
+    The client takes a ``datetime`` (µs, converted through a float), so the subscription starts
+    a little later than ``nanos`` and the frames' own ns timestamps decide exactly."""
+    if nanos < 0:
+        return None
+    moment = datetime.fromtimestamp((nanos // 1000 + 2) / 1e6, UTC)
+    frames = client.subscribe_batches(
+        stream, partition, start=moment, reverse=True, max_messages=1000
+    )
+    try:
+        for frame in frames:
+            timestamps = np.frombuffer(frame.timestamps, dtype="<i8")
+            hits = np.flatnonzero(timestamps <= nanos)  # descending: the first hit is the last
+            if hits.size:
+                offsets = np.frombuffer(frame.offsets, dtype="<i8")
+                return int(offsets[hits[0]])
+    finally:
+        _close(frames)
+    return None
+
+
+def first_at_or_after(client: Client, bounds: PartitionBounds, stream: str, ms: int) -> int:
+    """The first offset whose timestamp is at or after ``ms`` (ms since the epoch): the next
+    offset when none is."""
+    before = last_at_or_before(client, stream, bounds.partition, ms * 1_000_000 - 1)
+    return bounds.oldest if before is None else max(before + 1, bounds.oldest)
+
+
+def end_before(client: Client, bounds: PartitionBounds, stream: str, ms: int) -> int:
+    """The exclusive end offset of the records with a timestamp before ``ms``."""
+    before = last_at_or_before(client, stream, bounds.partition, ms * 1_000_000 - 1)
+    return bounds.oldest if before is None else min(before + 1, bounds.next)
+
+
+def read_range(
+    client: Client,
+    stream: str,
+    partition: int,
+    start: int,
+    stop: int,
+    *,
+    reverse: bool = False,
+    fail_on_data_loss: bool = True,
+) -> Iterator[v1.RecordBatch]:
+    """The frames holding exactly the committed records of offsets ``[start, stop)``, oldest
+    first (``reverse``: newest first). Offsets below the oldest retained one are lost to
+    retention: :class:`OffsetsLost` with ``fail_on_data_loss``, else a warning in the log and
+    the rest of the range. Gaps (compaction) are not losses."""
+    if stop <= start:
+        return
+    if reverse:
+        frames = _subscribe(client, stream, partition, start, stop, reverse=True)
+    else:
+        frames = _subscribe(client, stream, partition, start, stop, reverse=False)
+    lowest = None
+    try:
+        for frame in frames or ():
+            if not reverse and lowest is None:
+                lowest = int.from_bytes(frame.offsets[:8], "little", signed=True)
+                if lowest > start:
+                    _check_loss(client, stream, partition, start, stop, fail_on_data_loss)
+            elif reverse:
+                lowest = int.from_bytes(frame.offsets[-8:], "little", signed=True)
+            yield frame
+    finally:
+        if frames is not None:
+            _close(frames)
+    if (reverse and (lowest is None or lowest > start)) or (not reverse and lowest is None):
+        _check_loss(client, stream, partition, start, stop, fail_on_data_loss)
+
+
+def _subscribe(
+    client: Client, stream: str, partition: int, start: int, stop: int, *, reverse: bool
+) -> Iterator[v1.RecordBatch] | None:
+    """The subscription for ``[start, stop)``; ``None`` when retention removed all of it
+    (the server refuses a stop below the retained start)."""
+    first, last = (stop - 1, start) if reverse else (start, stop - 1)
+    try:
+        return client.subscribe_batches(
+            stream, partition, start=first, stop=last, reverse=reverse, max_messages=FRAME_MESSAGES
+        )
+    except InvalidArgument:
+        oldest = oldest_offset(client, stream, partition)
+        if oldest is not None and oldest > start:
+            return None  # the caller reports the loss
+        raise
+
+
+def _check_loss(
+    client: Client, stream: str, partition: int, start: int, stop: int, fail: bool
+) -> None:
+    oldest = oldest_offset(client, stream, partition)
+    if oldest is not None and oldest <= start:
+        return  # a gap, not a loss
+    lost_to = stop if oldest is None else min(oldest, stop)
+    message = (
+        f"offsets {start}..{lost_to - 1} of {stream!r} partition {partition} were removed by "
+        f"retention before this query read them"
+    )
+    if fail:
+        raise OffsetsLost(message + "; set option failOnDataLoss=false to skip them with a warning")
+    LOG.warning("%s; skipped (failOnDataLoss=false)", message)

@@ -1,0 +1,84 @@
+"""One local SparkSession for every Spark test (session-scoped: starting one costs ~10 s), and a
+tidelog server per module. Shared with the sink's tests: keep both fixtures general.
+
+Spark tests are marked ``spark`` and skipped only when no ``java`` is on PATH.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.server import ServerProcess
+
+from tidelog.client import Client
+
+JAVA = shutil.which("java")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if JAVA is not None:
+        return
+    skip = pytest.mark.skip(reason="Spark needs a Java runtime: no 'java' on PATH")
+    for item in items:
+        if item.get_closest_marker("spark") is not None:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A ``local[2]`` SparkSession with the ``tidelog`` format registered (docs/spark.md:
+    settings from the research notes: no UI, 2 shuffle partitions, filter pushdown on)."""
+    # Workers must run this interpreter (with pyarrow and tidelog), and bind to loopback.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    root = str(Path(__file__).resolve().parents[2])
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    from pyspark.sql import SparkSession
+
+    from tidelog.spark import TidelogDataSource
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("tidelog-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(TidelogDataSource)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A ``tidelog serve`` on a free loopback port for the module, stopped by PID afterwards.
+    Maintenance (retention) runs every 50 ms so tests can watch it remove records."""
+    process = ServerProcess(
+        tmp_path_factory.mktemp("tidelog") / "data",
+        env={"TIDELOG_MAINTENANCE_INTERVAL_S": "0.05"},
+    ).start()
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+@pytest.fixture(scope="module")
+def client(server: ServerProcess) -> Iterator[Client]:
+    with Client(server.address) as connection:
+        yield connection
