@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PEERS_STAMP := $(VENV)/.peers-installed
 
-.PHONY: install peers serve test demo bench bench-e2e bench-peers bench-cursors lint proto clean
+.PHONY: install peers serve test demo demo-broker bench bench-e2e bench-peers bench-cursors bench-windows bench-spark java lint proto clean
 
 install: $(STAMP)
 
@@ -28,14 +28,25 @@ $(PEERS_STAMP): $(STAMP)
 	       --no-install-recommends redis-server redis-tools nats-server; }
 	touch $@
 
+# PySpark (the Spark source and sink, the demo pipeline) needs a JVM, Java 17 or newer: Debian's
+# headless JRE when none is on PATH.
+java:
+	command -v java >/dev/null \
+	  || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	       --no-install-recommends openjdk-17-jre-headless; }
+
 serve: install
 	$(BIN)/tidelog serve
 
-test: install peers
+test: install peers java
 	$(BIN)/python -m pytest -q
 
-demo: install
+demo: install java
 	$(BIN)/python scripts/demo.py
+
+# The broker alone end to end (publish, catch-up, reverse, live, cursor, kill -9, restart).
+demo-broker: install
+	$(BIN)/python scripts/broker_demo.py
 
 bench: install
 	$(BIN)/python benchmarks/log_throughput.py
@@ -49,9 +60,15 @@ bench-peers: install peers
 bench-cursors: install
 	$(BIN)/python benchmarks/cursor_fetch.py --plot docs/cursor_fetch.png
 
+bench-windows: install
+	$(BIN)/python benchmarks/window_fetch.py
+
+bench-spark: install java
+	$(BIN)/python benchmarks/spark_read.py
+
 lint: install
-	$(BIN)/ruff check src tests benchmarks scripts
-	$(BIN)/ruff format --check src tests benchmarks scripts
+	$(BIN)/ruff check src tests benchmarks scripts jobs
+	$(BIN)/ruff format --check src tests benchmarks scripts jobs
 	$(BIN)/mypy
 
 # Regenerate src/tidelog/_proto from proto/ (tests/test_proto.py fails when it is stale).

@@ -1,120 +1,282 @@
 #!/usr/bin/env python3
-"""``make demo``: the broker end to end on this machine, in about ten seconds.
+"""``make demo``: tidelog's main pipeline end to end — trace spans through Spark, exactly once.
 
-Starts ``tidelog serve`` on a free loopback port with a temporary data directory, creates a
-stream, publishes 100,000 orders in batches, reads them back forward (catch-up) and backward
-(the newest ten), follows live messages, stores a cursor, kills the server with SIGKILL, starts
-it again on the same data and checks that every acknowledged message came back. Prints what it
-does; exits non-zero if any check fails. The Spark pipeline joins this demo when it exists.
+1. Uses the tidelog broker on the embedded defaults (127.0.0.1:9292): one already running
+   (``make serve``), or one it starts itself (data in ``./tidelog-data``) and stops at the end.
+   ``--server HOST:PORT`` names another broker, which must be running.
+2. (Re)creates the streams ``spans`` (2 partitions, with a window view ``recent`` keyed by
+   ``<service>:<status>``) and ``spans.stats`` (with a table view ``latest``).
+3. Publishes synthetic trace spans (service, trace id, span id, duration, status, timestamp).
+4. Runs the Spark Structured Streaming job ``jobs/span_stats.py`` in local mode: per service and
+   minute, count, errors, p50 and p99 duration, into ``spans.stats`` exactly once.
+5. Shows the latest statistics, read from ``spans.stats`` in reverse; checks that the counts add
+   up to the spans published (no span lost or counted twice); and asks for the last 10 error
+   traces of one service in the last 5 minutes with a backward query of the window view.
+
+Exit codes: 0 done and checked, 1 a check failed or the pipeline failed, 2 Java is missing,
+3 no broker could be reached or started.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
-import tempfile
-import threading
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from tidelog import Client
-from tidelog.process import ServerProcess
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from jobs.span_stats import SPANS, STATS  # noqa: E402
+
+from tidelog import Client  # noqa: E402
+from tidelog.client import ClientError, Message, View  # noqa: E402
+from tidelog.process import ServerProcess  # noqa: E402
+
+DEFAULT_SERVER = "127.0.0.1:9292"
+SERVICES = ("checkout", "payments", "search", "catalog", "auth")
+ERROR_RATES = (0.04, 0.02, 0.01, 0.005, 0.03)
+MEDIAN_MS = (120.0, 80.0, 35.0, 20.0, 10.0)
+WINDOW_VIEW = "recent"
+TABLE_VIEW = "latest"
+console = Console()
 
 
-def start_server(data_dir: Path) -> ServerProcess:
-    return ServerProcess(data_dir, "--log-level", "WARNING").start()
+def fail(message: str, code: int) -> int:
+    console.print(f"[red]error:[/red] {message}")
+    return code
 
 
-def step(text: str) -> None:
-    print(f"\n== {text}", flush=True)
-
-
-def main() -> int:
-    data_dir = Path(tempfile.mkdtemp(prefix="tidelog-demo-"))
-    server = start_server(data_dir)
-    address = server.address
-    print(f"server {address} (pid {server.pid}), data in {data_dir}")
+def broker_answers(address: str) -> bool:
     try:
         with Client(address) as client:
-            step("create stream 'orders' with 2 partitions")
-            client.create_stream("orders", partitions=2)
+            client.list_streams()
+        return True
+    except ClientError:
+        return False
 
-            step("publish 100,000 orders to partition 0 in batches of 1,000")
-            started = time.perf_counter()
-            orders = [json.dumps({"order": i, "amount": i % 97}).encode() for i in range(100_000)]
-            acks = client.publish_batch("orders", orders, partition=0)
-            elapsed = time.perf_counter() - started
-            print(
-                f"{len(acks):,} acks, offsets {acks[0].offset}..{acks[-1].offset}, "
-                f"{len(acks) / elapsed:,.0f} msgs/s"
-            )
-            client.publish(
-                "orders",
-                b'{"order": "vip"}',
-                key=b"customer-7",
-                headers={"source": b"demo"},
-                partition=1,
-            )
 
-            step("catch up: read partition 0 from the earliest offset to the latest")
-            started = time.perf_counter()
-            seen = sum(1 for _ in client.subscribe("orders", 0, start="earliest", stop="latest"))
-            print(f"read {seen:,} messages in {time.perf_counter() - started:.2f} s")
-            assert seen == len(orders)
+def generate_spans(count: int, minutes: int, seed: int = 7) -> list[Message]:
+    """``count`` spans spread over the last ``minutes`` minutes, keyed ``<service>:<status>``."""
+    rng = np.random.default_rng(seed)
+    services = rng.integers(0, len(SERVICES), count)
+    errors = rng.random(count) < np.take(ERROR_RATES, services)
+    durations = np.take(MEDIAN_MS, services) * rng.lognormal(0.0, 0.6, count)
+    durations[errors] *= 3  # failures are slow
+    now_ms = int(time.time() * 1000)
+    starts = np.sort(rng.integers(now_ms - minutes * 60_000, now_ms, count))
+    traces = rng.integers(0, 1 << 63, count // 4 + 1)
+    messages = []
+    for i in range(count):
+        service = SERVICES[services[i]]
+        status = "error" if errors[i] else "ok"
+        span = {
+            "service": service,
+            "trace_id": f"{traces[i // 4]:016x}",
+            "span_id": f"{i:08x}",
+            "duration_ms": round(float(durations[i]), 3),
+            "status": status,
+            "ts_ms": int(starts[i]),
+        }
+        messages.append(Message(json.dumps(span).encode(), key=f"{service}:{status}".encode()))
+    return messages
 
-            step("reverse: the newest three orders, newest first")
-            for i, m in enumerate(client.subscribe("orders", 0, start="latest", reverse=True)):
-                print(f"  offset {m.offset}: {m.value.decode()}")
-                if i == 2:
-                    break
 
-            step("live: a follower receives messages as they are published")
-            received: list[int] = []
+def prepare_streams(client: Client) -> None:
+    existing = {s.name for s in client.list_streams()}
+    for name in (SPANS, STATS):
+        if name in existing:
+            client.delete_stream(name)
+    client.create_stream(SPANS, partitions=2, views=[View.window(WINDOW_VIEW, 60_000)])
+    client.create_stream(STATS, views=[View.table(TABLE_VIEW)])
 
-            def follow() -> None:
-                with Client(address) as follower:
-                    for m in follower.subscribe("orders", 0, start="new"):
-                        received.append(m.offset)
-                        if len(received) == 5:
-                            return
 
-            thread = threading.Thread(target=follow)
-            thread.start()
-            time.sleep(0.5)
-            for n in range(5):
-                client.publish("orders", f"live {n}".encode(), partition=0)
-            thread.join(10)
-            print(f"follower got offsets {received}")
-            assert len(received) == 5
+def publish(client: Client, spans: list[Message]) -> None:
+    with Progress(
+        TextColumn("publishing spans"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        task = progress.add_task("publish", total=len(spans))
+        for start in range(0, len(spans), 5000):
+            chunk = spans[start : start + 5000]
+            client.publish_batch(SPANS, chunk, partition=(start // 5000) % 2)
+            progress.advance(task, len(chunk))
 
-            step("cursor: remember where consumer 'billing' stopped")
-            client.set_cursor("billing", "orders", 0, acks[-1].offset)
-            print(f"cursor billing = {client.fetch_cursor('billing', 'orders', 0)}")
 
-        step("crash: SIGKILL the server, start it again on the same data")
-        server.kill()
-        server = start_server(data_dir)
-        address = server.address
+def spark_session() -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("tidelog-demo")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def run_pipeline(servers: str, checkpoint: Path, total: int) -> None:
+    from jobs import span_stats
+
+    with console.status("starting Spark (local mode, 2 cores)"):
+        spark = spark_session()
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    query = span_stats.start(spark, servers, str(checkpoint), max_offsets_per_trigger=50_000)
+    with Progress(
+        TextColumn("spark: spans aggregated"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        task = progress.add_task("spark", total=total)
+        seen: set[int] = set()
+        done = 0
+        while query.isActive:
+            for report in query.recentProgress:
+                batch = int(report["batchId"])
+                if batch not in seen:
+                    seen.add(batch)
+                    done += int(report["numInputRows"])
+            progress.update(task, completed=min(done, total))
+            time.sleep(0.2)
+        for report in query.recentProgress:
+            if int(report["batchId"]) not in seen:
+                done += int(report["numInputRows"])
+        progress.update(task, completed=min(done, total))
+    error = query.exception()
+    if error is not None:
+        raise RuntimeError(f"the Spark query failed: {error}")
+
+
+def show_results(client: Client, published: list[Message]) -> bool:
+    ok = True
+    newest = []
+    for message in client.subscribe(STATS, start="latest", reverse=True):
+        newest.append(json.loads(message.value))
+        if len(newest) == 12:
+            break
+    table = Table(
+        "service", "minute (UTC)", "spans", "errors", "p50 ms", "p99 ms",
+        title=f"latest statistics, read from {STATS} newest first",
+    )  # fmt: skip
+    for row in newest:
+        table.add_row(
+            row["service"],
+            row["minute"],
+            str(row["count"]),
+            str(row["errors"]),
+            f"{row['p50_ms']:.1f}",
+            f"{row['p99_ms']:.1f}",
+        )
+    console.print(table)
+
+    latest = client.view_range(STATS, TABLE_VIEW, limit=100_000)
+    counted = sum(json.loads(e.value)["count"] for e in latest)
+    errors = sum(json.loads(e.value)["errors"] for e in latest)
+    published_errors = sum(m.key is not None and m.key.endswith(b":error") for m in published)
+    if counted == len(published) and errors == published_errors:
+        console.print(
+            f"[green]exactly once:[/green] {counted:,} spans and {errors:,} errors counted over "
+            f"{len(latest)} (service, minute) rows = {len(published):,} spans published"
+        )
+    else:
+        ok = False
+        console.print(
+            f"[red]counts do not add up:[/red] {counted:,} spans / {errors:,} errors counted, "
+            f"{len(published):,} / {published_errors:,} published"
+        )
+
+    now_ms = int(time.time() * 1000)
+    service = SERVICES[0]
+    started = time.perf_counter()
+    last = client.last_values(
+        SPANS, WINDOW_VIEW, f"{service}:error".encode(), 10, now_ms - 5 * 60_000, now_ms
+    )
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    traces = Table(
+        "published at", "trace id", "span id", "duration ms",
+        title=f"last 10 error traces of {service} in the last 5 minutes "
+        f"(one backward query, {elapsed_ms:.1f} ms)",
+    )  # fmt: skip
+    for entry in last:
+        span = json.loads(entry.value)
+        traces.add_row(
+            entry.time.strftime("%H:%M:%S.%f")[:-3],
+            span["trace_id"],
+            span["span_id"],
+            f"{span['duration_ms']:.1f}",
+        )
+    console.print(traces)
+    expected = [m for m in published if m.key == f"{service}:error".encode()][-10:][::-1]
+    if [e.value for e in last] != [m.value for m in expected]:
+        ok = False
+        console.print("[red]the backward query did not return the newest 10 error spans[/red]")
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="tidelog's span pipeline, end to end")
+    parser.add_argument("--spans", type=int, default=200_000, help="spans to generate")
+    parser.add_argument("--minutes", type=int, default=10, help="event-time span of the data")
+    parser.add_argument("--server", help="use this running broker (host:port)")
+    parser.add_argument("--data-dir", default="tidelog-data", help="for a broker started here")
+    args = parser.parse_args(argv)
+
+    if shutil.which("java") is None:
+        return fail(
+            "Java 17 or newer is needed to run Spark and none is on PATH; `make java` installs "
+            "Debian's openjdk-17-jre-headless",
+            2,
+        )
+    server: ServerProcess | None = None
+    address = args.server or DEFAULT_SERVER
+    if args.server is not None:
+        if not broker_answers(address):
+            return fail(f"no tidelog broker answers at {address}; start one with `make serve`", 3)
+    elif broker_answers(address):
+        console.print(f"using the tidelog broker already running at {address}")
+    else:
+        with console.status(f"starting a tidelog broker on {address}"):
+            try:
+                server = ServerProcess(Path(args.data_dir), "--port", "9292").start()
+            except RuntimeError as error:
+                return fail(f"could not start a tidelog broker on {address}: {error}", 3)
+        console.print(f"started a tidelog broker at {address} (pid {server.pid})")
+    checkpoint = Path(args.data_dir).resolve().parent / ".demo-checkpoints" / "span-stats"
+    try:
         with Client(address) as client:
-            info = client.stream_info("orders")
-            print(f"after restart: partition 0 newest offset {info.partitions[0].newest_offset}")
-            values = [
-                m.value
-                for m in client.subscribe("orders", 0, start="earliest", stop=len(orders) - 1)
-            ]
-            assert values == orders, "acknowledged messages differ after the crash"
-            assert client.fetch_cursor("billing", "orders", 0) == acks[-1].offset
-            key_message = next(client.subscribe("orders", 1, start="earliest", stop="latest"))
-            assert key_message.key == b"customer-7" and key_message.headers == {"source": b"demo"}
-            print("every acknowledged message, key, header and cursor came back")
-        print("\ndemo passed")
-        return 0
+            prepare_streams(client)
+            spans = generate_spans(args.spans, args.minutes)
+            publish(client, spans)
+            started = time.perf_counter()
+            run_pipeline(address, checkpoint, len(spans))
+            console.print(f"pipeline done in {time.perf_counter() - started:.1f} s")
+            return 0 if show_results(client, spans) else 1
+    except (ClientError, RuntimeError) as error:
+        return fail(str(error), 1)
     finally:
-        server.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        if server is not None:
+            server.stop()
 
 
 if __name__ == "__main__":
-    os.environ.pop("TIDELOG_SERVER", None)
-    raise SystemExit(main())
+    sys.exit(main())
