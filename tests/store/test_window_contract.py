@@ -234,3 +234,39 @@ def test_duplicates_at_the_time_bounds(window_backend: Any, time_range: Any) -> 
     assert forward_and_backward(store, "fetch", "backward_fetch", b"k", tf, tt) == [
         e for e in expected if e[0] == b"k"
     ]
+
+
+@pytest.mark.parametrize("duplicates", [False, True])
+def test_put_all_equals_the_puts_one_by_one(window_backend: Any, duplicates: bool) -> None:
+    entries = [
+        (b"a", b"1", 0),
+        (b"a", b"2", 0),
+        (b"b", b"3", 20),
+        (b"a", None, 0),
+        (b"c", b"4", 250),
+        (b"b", b"5", 100),  # expired by then (observed 250, retention 200)
+        (b"d", b"6", 300),
+    ]
+    one_by_one = window_backend(retention_ms=200, retain_duplicates=duplicates)
+    for key, value, start in entries:
+        one_by_one.put(key, value, start)
+    at_once = window_backend(retention_ms=200, retain_duplicates=duplicates)
+    at_once.put_all(entries)
+    assert list(at_once.all()) == list(one_by_one.all())
+    assert list(at_once.backward_all()) == list(one_by_one.backward_all())
+
+
+def test_a_window_written_with_the_sweep_that_follows_it_is_swept_later(
+    window_backend: Any,
+) -> None:
+    """A put that moves observed time far ahead sweeps everything stored; the window it writes
+    itself must still be swept once it expires (storage, not only reads)."""
+    store = window_backend(retention_ms=100, retain_duplicates=True)
+    store.put(b"a", b"old", 0)
+    store.put(b"b", b"far", 1000)  # sweeps 0; stores 1000
+    store.put(b"c", b"further", 5000)  # must sweep 1000
+    assert list(store.all()) == [(b"c", 5000, b"further")]
+    assert store.approximate_num_entries() <= 2
+    store.put_all([(b"d", b"x", 9000), (b"e", b"y", 9001)])
+    store.put(b"f", b"z", 20000)
+    assert list(store.all()) == [(b"f", 20000, b"z")]

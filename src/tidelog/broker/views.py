@@ -250,13 +250,15 @@ class PartitionView:
         assert windows is not None
         size = self.spec.window_size_ms
         uncertain = self._uncertain_until
+        entries: list[tuple[bytes, bytes | None, int]] = []
         for key, value, offset, timestamp in zip(keys, values, offsets, timestamps, strict=True):
             if key is None:
                 continue
             start = window_start(timestamp, size)
             if uncertain is not None and offset <= uncertain and self._has(key, start, offset):
                 continue
-            windows.put(key, STORED.pack(offset, timestamp) + value, start)
+            entries.append((key, STORED.pack(offset, timestamp) + value, start))
+        windows.put_all(entries)  # one write batch per log batch
 
     def _has(self, key: bytes, start: int, offset: int) -> bool:
         """Whether the window index holds ``offset`` (or a later record) in (key, start)."""

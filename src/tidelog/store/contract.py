@@ -170,6 +170,11 @@ class WindowStore(_Lifecycle, Protocol):
         None and expired windows)."""
         ...
 
+    def put_all(self, entries: Iterable[tuple[bytes, bytes | None, int]]) -> None:
+        """``put(key, value, window_start)`` for each entry, in order, as one write (RocksDB: one
+        atomic write batch). The result equals the puts made one by one."""
+        ...
+
     def fetch(
         self, key: bytes, time_from: int | None, time_to: int | None
     ) -> StoreIterator[WindowEntry]:

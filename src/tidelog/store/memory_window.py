@@ -8,6 +8,8 @@ the observed time pops them off its front, O(log M) per expired entry, never sca
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sortedcontainers import SortedDict, SortedList  # type: ignore[import-untyped]
 
 from tidelog.store._base import (
@@ -46,6 +48,10 @@ class InMemoryWindowStore(WindowQueries, StoreBase):
     def _oldest_live(self) -> int:
         return oldest_live(self._retention_ms, self._observed)
 
+    def put_all(self, entries: Iterable[tuple[bytes, bytes | None, int]]) -> None:
+        for key, value, window_start in entries:
+            self.put(key, value, window_start)
+
     def put(self, key: bytes, value: bytes | None, window_start: int) -> None:
         self._check_open()
         check_time("window_start", window_start)
@@ -70,9 +76,9 @@ class InMemoryWindowStore(WindowQueries, StoreBase):
             if self._data.pop(entry, None) is not None and self._by_time is not None:
                 self._by_time.discard((window_start, key, seq))
             return
+        if self._by_time is not None and entry not in self._data:
+            self._by_time.add((window_start, key, seq))  # once per entry, however often replaced
         self._data[entry] = value
-        if self._by_time is not None:
-            self._by_time.add((window_start, key, seq))
 
     def _expire(self) -> None:
         assert self._by_time is not None

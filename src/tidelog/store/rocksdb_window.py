@@ -22,6 +22,7 @@ once on open).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from rocksdict import WriteBatch
@@ -117,8 +118,20 @@ class RocksDBWindowStore(WindowQueries, RocksStoreBase):
     def _oldest_live(self) -> int:
         return oldest_live(self._retention_ms, self._observed)
 
-    def _sweep(self, batch: WriteBatch) -> None:
-        """Add to ``batch`` the deletion of every expired entry (front of ``by_time``)."""
+    def _sweep(self, batch: WriteBatch, pending: int | None = None) -> None:
+        """Add to ``batch`` the deletion of every expired entry (front of ``by_time``).
+
+        ``pending``: the oldest window start ``batch`` itself writes into; the sweep reads the
+        database, which does not hold the batch yet, so that start is folded into
+        ``_oldest_indexed`` here, or a later sweep would never look at it.
+        """
+        self._sweep_stored(batch)
+        if pending is None or pending < self._oldest_live():
+            return
+        if self._oldest_indexed is None or pending < self._oldest_indexed:
+            self._oldest_indexed = pending
+
+    def _sweep_stored(self, batch: WriteBatch) -> None:
         live_from = self._oldest_live()
         if self._oldest_indexed is None or self._oldest_indexed >= live_from:
             return
@@ -149,17 +162,52 @@ class RocksDBWindowStore(WindowQueries, RocksStoreBase):
             self._observed = window_start
             batch.put(_OBSERVED, encode_time(window_start), self._handles[_META])
             if self._retention_ms is not None:
-                self._sweep(batch)
+                self._sweep(batch, window_start if value is not None else None)
+        self._write(batch)
+
+    def put_all(self, entries: Iterable[tuple[bytes, bytes | None, int]]) -> None:
+        self._check_open()
+        batch = self._batch()
+        advanced = False
+        added: int | None = None  # the oldest window start this batch writes a value into
+        first_seq = self._next_seq
+        for key, value, window_start in entries:
+            check_time("window_start", window_start)
+            if window_start < self._oldest_live():
+                continue
+            if value is not None or not self._retain_duplicates:
+                self._add_write(batch, key, value, window_start, save_seq=False)
+                if value is not None and (added is None or window_start < added):
+                    added = window_start
+            if self._observed is None or window_start > self._observed:
+                self._observed = window_start
+                advanced = True
+        if self._retain_duplicates and self._next_seq != first_seq:
+            batch.put(_NEXT_SEQ, encode_time(self._next_seq), self._handles[_META])
+        if advanced:
+            assert self._observed is not None
+            batch.put(_OBSERVED, encode_time(self._observed), self._handles[_META])
+            if self._retention_ms is not None:
+                self._sweep(batch, added)
         self._write(batch)
 
     def _add_write(
-        self, batch: WriteBatch, key: bytes, value: bytes | None, window_start: int
+        self,
+        batch: WriteBatch,
+        key: bytes,
+        value: bytes | None,
+        window_start: int,
+        *,
+        save_seq: bool = True,
     ) -> None:
+        """Add one entry to ``batch``; ``save_seq=False`` leaves persisting the sequence counter
+        to the caller (once per batch)."""
         seq = 0
         if self._retain_duplicates:
             seq = self._next_seq
             self._next_seq += 1
-            batch.put(_NEXT_SEQ, encode_time(self._next_seq), self._handles[_META])
+            if save_seq:
+                batch.put(_NEXT_SEQ, encode_time(self._next_seq), self._handles[_META])
         data_key = encode_composite((key, window_start, seq))
         index_key = _time_index_key(key, window_start, seq)
         index = self._handles[_BY_TIME]
