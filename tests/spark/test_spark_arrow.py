@@ -82,7 +82,7 @@ def test_offsets_timestamps_keys_with_nulls_and_headers() -> None:
         ],
         "headers": [
             [{"key": "x", "value": b"1"}, {"key": "y", "value": b"\x00"}],
-            [],
+            None,  # no headers: null, as in Spark's Kafka source
             [{"key": "z", "value": b""}],
         ],
     }
@@ -92,7 +92,7 @@ def test_offsets_timestamps_keys_with_nulls_and_headers() -> None:
 def test_no_keys_and_no_headers() -> None:
     batch = record_batch(frame([0, 1], [5, 6], columns.pack([b"x", b"yz"])), "t", 0)
     assert batch.column("key").null_count == 2
-    assert batch.column("headers").to_pylist() == [[], []]
+    assert batch.column("headers").to_pylist() == [None, None]
     assert batch.column("value").to_pylist() == [b"x", b"yz"]
     batch.validate(full=True)
 

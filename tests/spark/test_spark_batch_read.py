@@ -75,7 +75,8 @@ def test_reads_every_record_with_every_column(
     for row in rows:
         m = sent[(row.partition, row.offset)]
         assert (row.key, row.value, row.stream) == (m.key, m.value, STREAM)
-        assert [(h.key, h.value) for h in row.headers] == list(m.headers.items())
+        assert [(h.key, h.value) for h in row.headers or []] == list(m.headers.items())
+        assert (row.headers is None) == (not m.headers)
         micros = row.timestamp.timestamp() * 1_000_000
         assert abs(micros - m.timestamp // 1000) < 2  # µs; the float above rounds
 
