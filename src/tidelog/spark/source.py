@@ -130,14 +130,16 @@ class TidelogDataSource(DataSource):
         return TidelogStreamReader(self.read_options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        raise NotImplementedError(
-            "writing to tidelog from Spark is not available yet (the sink is a separate issue)"
-        )
+        """The exactly-once sink (``tidelog.spark.sink``); ``overwrite`` is refused."""
+        from tidelog.spark.sink import batch_writer
+
+        return batch_writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        raise NotImplementedError(
-            "writing to tidelog from Spark is not available yet (the sink is a separate issue)"
-        )
+        """The exactly-once streaming sink (``tidelog.spark.sink``)."""
+        from tidelog.spark.sink import stream_writer
+
+        return stream_writer(self.options, schema, overwrite)
 
 
 def _planning_with_pushdown() -> bool:
