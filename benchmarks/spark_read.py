@@ -154,6 +154,12 @@ def main() -> None:
             if rows != args.messages or size != args.messages * args.size:
                 raise RuntimeError(f"{name} counted {rows} rows / {size} bytes")
 
+        # The sink's number (benchmarks/spark_stream_sink.py): a streaming tidelog -> tidelog
+        # copy of the same stream through the exactly-once sink.
+        from spark_stream_sink import streaming_copy
+
+        sink = streaming_copy(spark, server.address, "bench", args.messages, work / "sink-cp")
+
         tidelog_rate = args.messages / tidelog_s
         parquet_rate = args.messages / parquet_s
         print(
@@ -164,8 +170,7 @@ def main() -> None:
                     "ratio": round(tidelog_rate / parquet_rate, 3),
                     "target_ratio": 0.5,
                     "met": tidelog_rate / parquet_rate >= 0.5,
-                    # The sink's benchmark (Spark writing to tidelog) adds its number here.
-                    "streaming_rows_per_s": None,
+                    "streaming_rows_per_s": sink["streaming_rows_per_s"],
                     "settings": {
                         "messages": args.messages,
                         "size": args.size,
@@ -181,6 +186,7 @@ def main() -> None:
                         "parquet_seconds": [round(t, 3) for t in parquet_times],
                         "publish_seconds": round(publish_s, 2),
                         "parquet_write_seconds": round(parquet_write_s, 2),
+                        "streaming_seconds": sink["streaming_seconds"],
                         "parquet_bytes": sum(f.stat().st_size for f in parquet.rglob("*.parquet")),
                     },
                 },

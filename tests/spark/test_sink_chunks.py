@@ -320,3 +320,19 @@ def test_a_record_over_the_byte_bound_travels_alone() -> None:
 def test_empty_batches_make_no_chunks() -> None:
     box = outbox()
     assert chunk_all(box, [values_batch([]), values_batch([])]) == []
+
+
+def test_headers_in_a_later_batch_line_up_with_their_records() -> None:
+    kind = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    box = outbox(InputColumns("value", headers="headers"), partitions=1)
+    chunks = chunk_all(
+        box,
+        [
+            values_batch([b"a", b"b"], headers=pa.array([[], None], kind)),
+            values_batch([b"c", b"d"], headers=pa.array([[{"key": "h", "value": b"1"}], []], kind)),
+            values_batch([b"e"], headers=pa.array([None], kind)),
+        ],
+    )
+    assert len(chunks) == 1
+    assert chunks[0].headers == [{}, {}, {"h": b"1"}, {}, {}]
+    assert chunks[0].size == 5 + 2

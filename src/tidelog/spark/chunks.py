@@ -133,8 +133,9 @@ def rows(batch: pa.RecordBatch, columns: InputColumns, partition_count: int, tas
         keys = key.to_pylist()
         sizes += _lengths(key)
     headers: list[dict[str, bytes]] | None = None
-    if columns.headers is not None:
-        headers = [header_map(h) for h in batch.column(columns.headers).to_pylist()]
+    listed = None if columns.headers is None else batch.column(columns.headers)
+    if listed is not None and len(listed.flatten()):  # all null or empty (a copy): no work
+        headers = [header_map(h) for h in listed.to_pylist()]
         sizes += np.fromiter(
             (sum(len(k) + len(v) for k, v in h.items()) for h in headers), np.int64, count=n
         )
@@ -209,11 +210,11 @@ class _Pending:
     partition: int
     batch_id: int
     with_keys: bool
-    with_headers: bool
     next_index: int = 0
     values: list[bytes] = field(default_factory=list)
     keys: list[bytes | None] = field(default_factory=list)
-    headers: list[dict[str, bytes]] = field(default_factory=list)
+    headers: list[dict[str, bytes]] | None = None
+    """``None`` until a record with headers comes (batches without any skip the work)."""
     size: int = 0
 
     def close(self) -> Chunk:
@@ -222,11 +223,11 @@ class _Pending:
             sequence(self.batch_id, self.next_index),
             self.values,
             self.keys if self.with_keys else None,
-            self.headers if self.with_headers else None,
+            self.headers,
             self.size,
         )
         self.next_index += 1
-        self.values, self.keys, self.headers, self.size = [], [], [], 0
+        self.values, self.keys, self.headers, self.size = [], [], None, 0
         return chunk
 
 
@@ -281,7 +282,7 @@ class Outbox:
         pending = self._pending.get(partition)
         if pending is None:
             pending = self._pending[partition] = _Pending(
-                partition, self.batch_id, found.keys is not None, found.headers is not None
+                partition, self.batch_id, found.keys is not None
             )
         if index is None:
             values, keys, headers, sizes = found.values, found.keys, found.headers, found.sizes
@@ -304,7 +305,11 @@ class Outbox:
                 if keys is not None:
                     pending.keys.extend(keys[start:stop])
                 if headers is not None:
+                    if pending.headers is None:
+                        pending.headers = [{} for _ in range(len(pending.values) - take)]
                     pending.headers.extend(headers[start:stop])
+                elif pending.headers is not None:
+                    pending.headers.extend({} for _ in range(take))
                 pending.size += int(totals[take - 1])
                 start = stop
             if start < n:  # the rest does not fit: this chunk is full
