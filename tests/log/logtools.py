@@ -143,11 +143,18 @@ def flip_bit(path: Path, position: int, bit: int) -> None:
         f.write(bytes([byte ^ (1 << bit)]))
 
 
+DAMAGED_OPENED: list[SegmentedLog] = []
+"""Logs opened by :func:`open_damaged`; tests/log/conftest.py closes them after each test."""
+
+
 def open_damaged(directory: Path, config: LogConfig, **kwargs: object) -> SegmentedLog:
-    """Open a log a test damaged on purpose; warnings about the damage are expected, not errors."""
+    """Open a log a test damaged on purpose; warnings about the damage are expected, not errors.
+    The log is closed when the test ends (open logs hold file descriptors and a lock)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TidelogWarning)
-        return SegmentedLog(directory, config, **kwargs)  # type: ignore[arg-type]
+        log = SegmentedLog(directory, config, **kwargs)  # type: ignore[arg-type]
+    DAMAGED_OPENED.append(log)
+    return log
 
 
 def layout(

@@ -30,6 +30,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(skip)
 
 
+FD_LIMIT_FOR_PY4J = 900
+"""py4j's callback server waits with select(), which fails for descriptors >= 1024 (and the
+query then hangs): a test run that has leaked descriptors by now must fail clearly instead."""
+
+
+@pytest.fixture(autouse=True)
+def _few_open_descriptors() -> None:
+    opened = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 0
+    assert opened < FD_LIMIT_FOR_PY4J, (
+        f"{opened} file descriptors are open before a Spark test; py4j's select() breaks at "
+        f"1024. An earlier test leaks descriptors (open logs, clients, servers)."
+    )
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A ``local[2]`` SparkSession with the ``tidelog`` format registered (docs/spark.md:
