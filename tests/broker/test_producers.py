@@ -292,3 +292,27 @@ def test_pause_and_resume_keep_the_table(tmp_path: Path) -> None:
             assert (again.offsets, again.duplicate) == (range(1), True)
 
     asyncio.run(body())
+
+
+def test_maintenance_forgets_producers_whose_batches_retention_removed(tmp_path: Path) -> None:
+    """The table holds what a rebuild from the log would: a producer whose last batch retention
+    removed is forgotten (its dedup window is over), one still in the log is kept."""
+
+    async def body() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            broker.create_stream("s", StreamConfig(segment_max_bytes=4096, retention_messages=50))
+            await broker.publish_idempotent("s", 0, [b"x" * 100] * 5, "gone", 1)
+            for _ in range(20):
+                await broker.publish("s", 0, [b"y" * 100] * 10)
+            await broker.publish_idempotent("s", 0, [b"z"], "kept", 7)
+            await broker.maintain()
+            partition = broker.partition("s", 0)
+            assert partition.log.oldest_offset > 5  # retention removed the first batch
+            snapshot = json.loads((partition_dir(tmp_path) / SNAPSHOT_FILE).read_text())
+            assert [p[0] for p in snapshot["producers"]] == ["kept"]
+            again = await broker.publish_idempotent("s", 0, [b"x"], "gone", 1)
+            assert not again.duplicate  # forgotten, as a rebuild from the log would
+            kept = await broker.publish_idempotent("s", 0, [b"z"], "kept", 7)
+            assert kept.duplicate
+
+    asyncio.run(body())

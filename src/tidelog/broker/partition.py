@@ -169,9 +169,11 @@ class Partition:
         self._log = log
 
     def save_producers(self) -> None:
-        """Snapshot the producer table if it changed (a no-op while paused or closed)."""
+        """Forget producers whose batches retention removed, then snapshot the producer table
+        if it changed (a no-op while paused or closed)."""
         log, producers = self._log, self._producers
         if log is not None and producers is not None and not (self.deleted or self.closed):
+            producers.forget_before(log.oldest_offset)
             producers.save(log, self.directory)
 
     def _on_commit(self, high_watermark: int) -> None:

@@ -18,7 +18,8 @@ at open the table is that snapshot plus the ``__producer`` headers of the record
 missing or unreadable snapshot, or one that claims records the log no longer has (its tail was
 cut by recovery), means a rebuild from the whole log. Retention and compaction remove records,
 so a producer's deduplication window is bounded by retention (as in Kafka): once a producer's
-last batch is gone from the log, a rebuild forgets the producer.
+last batch is gone from the log, a rebuild forgets the producer, and so does maintenance
+(``forget_before``), so the table never outgrows what the log holds.
 """
 
 from __future__ import annotations
@@ -166,6 +167,18 @@ class ProducerTable:
             if known is None or known.sequence < batch.sequence:
                 self._entries[producer_id] = batch
                 self._dirty = True
+
+    def forget_before(self, oldest_offset: int) -> int:
+        """Forget every producer whose latest batch lies wholly below ``oldest_offset`` (removed
+        by retention): the table then holds what a rebuild from the log would, and does not grow
+        with every producer that ever wrote. Returns how many were forgotten."""
+        with self._lock:
+            gone = [p for p, b in self._entries.items() if b.offsets.stop <= oldest_offset]
+            for producer_id in gone:
+                del self._entries[producer_id]
+            if gone:
+                self._dirty = True
+            return len(gone)
 
     def guard(self, producer_id: str, sequence: int) -> ProducerGuard:
         return ProducerGuard(self, producer_id, sequence)
