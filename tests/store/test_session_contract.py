@@ -171,9 +171,10 @@ def test_closed_store(filled: Any) -> None:
         filled.fetch_session(b"a", 0, 0)
 
 
+@pytest.mark.parametrize(
+    "session_backend", ["rocksdb"], indirect=True
+)  # only RocksDB survives a close
 def test_reopen_keeps_sessions_and_longest(session_backend: Any) -> None:
-    if not session_backend.durable:
-        pytest.skip("memory stores are not durable")
     store = session_backend()
     fill(store, SESSIONS)
     store.flush()

@@ -196,9 +196,10 @@ def test_closed_store_and_iterators(window_backend: Any) -> None:
         store.put(b"k", b"c", 2)
 
 
+@pytest.mark.parametrize(
+    "window_backend", ["rocksdb"], indirect=True
+)  # only RocksDB survives a close
 def test_reopen_keeps_duplicate_order_and_retention(window_backend: Any) -> None:
-    if not window_backend.durable:
-        pytest.skip("memory stores are not durable")
     store = window_backend(retention_ms=1000, retain_duplicates=True)
     fill(store, [(b"k", 10, b"1"), (b"k", 10, b"2"), (b"k", 2000, b"x")])
     store = window_backend.reopen(store)
