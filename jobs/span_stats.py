@@ -2,10 +2,14 @@
 
 Reads the stream ``spans`` (values: JSON trace spans, see ``SPAN_SCHEMA``) with Spark Structured
 Streaming, aggregates per service and event-time minute — count, error count, p50 and p99 of the
-duration — and writes every updated aggregate to the stream ``spans.stats`` exactly once (the
-tidelog sink deduplicates replayed micro-batches). Keys of ``spans.stats`` are
-``<service>|<minute start, ISO 8601 UTC>``, so a table view over it holds the latest figures of
-every (service, minute).
+duration — and writes each (service, minute) to the stream ``spans.stats`` once that minute is
+complete: append mode, a minute being complete when the event-time watermark (the newest span
+seen, less ``WATERMARK``) has passed its end. Spans later than the watermark are dropped, as
+Spark does. The tidelog sink deduplicates replayed micro-batches, so every minute is written
+exactly once. Keys of ``spans.stats`` are ``<service>|<minute start, ISO 8601 UTC>``.
+
+(Append, not update mode: Spark's Python data source sinks support append only, so a minute's
+figures are published when final rather than revised as spans arrive.)
 
 Run it on one machine through ``make demo``, or on a Spark cluster unchanged::
 
@@ -34,9 +38,11 @@ SPAN_SCHEMA = (
     "ts_ms BIGINT"
 )
 """Each value of ``spans``: ``ts_ms`` is the span's start, ms since the Unix epoch."""
+WATERMARK = "2 minutes"
+"""How late a span may arrive (against the newest span seen) and still be counted."""
 
 
-def span_stats(spans: DataFrame, watermark: str = "10 minutes") -> DataFrame:
+def span_stats(spans: DataFrame, watermark: str = WATERMARK) -> DataFrame:
     """Per (service, minute): count, errors, p50 and p99 duration, as ``key``/``value`` rows
     for the tidelog sink (value: JSON)."""
     from pyspark.sql import functions as F
@@ -98,7 +104,7 @@ def start(
         .option("servers", servers)
         .option("stream", STATS)
         .option("checkpointLocation", checkpoint)
-        .outputMode("update")
+        .outputMode("append")
         .queryName("span-stats")
     )
     writer = writer.trigger(availableNow=True) if available_now else writer

@@ -5,13 +5,15 @@
    (``make serve``), or one it starts itself (data in ``./tidelog-data``) and stops at the end.
    ``--server HOST:PORT`` names another broker, which must be running.
 2. (Re)creates the streams ``spans`` (2 partitions, with a window view ``recent`` keyed by
-   ``<service>:<status>``) and ``spans.stats`` (with a table view ``latest``).
+   ``<service>:<status>``) and ``spans.stats``.
 3. Publishes synthetic trace spans (service, trace id, span id, duration, status, timestamp).
 4. Runs the Spark Structured Streaming job ``jobs/span_stats.py`` in local mode: per service and
-   minute, count, errors, p50 and p99 duration, into ``spans.stats`` exactly once.
-5. Shows the latest statistics, read from ``spans.stats`` in reverse; checks that the counts add
-   up to the spans published (no span lost or counted twice); and asks for the last 10 error
-   traces of one service in the last 5 minutes with a backward query of the window view.
+   minute, count, errors, p50 and p99 duration, into ``spans.stats`` exactly once, each minute
+   once it is complete (append mode with a 2-minute event-time watermark).
+5. Shows the latest statistics, read from ``spans.stats`` in reverse; checks that every complete
+   (service, minute) was written exactly once with exactly its spans' count and errors; and
+   asks for the last 10 error traces of one service in the last 5 minutes with a backward
+   query of the window view.
 
 Exit codes: 0 done and checked, 1 a check failed or the pipeline failed, 2 Java is missing,
 3 no broker could be reached or started.
@@ -25,6 +27,8 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +51,6 @@ SERVICES = ("checkout", "payments", "search", "catalog", "auth")
 ERROR_RATES = (0.04, 0.02, 0.01, 0.005, 0.03)
 MEDIAN_MS = (120.0, 80.0, 35.0, 20.0, 10.0)
 WINDOW_VIEW = "recent"
-TABLE_VIEW = "latest"
 console = Console()
 
 
@@ -65,7 +68,32 @@ def broker_answers(address: str) -> bool:
         return False
 
 
-def generate_spans(count: int, minutes: int, seed: int = 7) -> list[Message]:
+@dataclass
+class Spans:
+    """The generated spans: the messages, and per span its service, error flag and start."""
+
+    messages: list[Message]
+    services: np.ndarray
+    errors: np.ndarray
+    starts_ms: np.ndarray
+
+    def expected_stats(self, watermark_ms: int) -> dict[str, tuple[int, int]]:
+        """``<service>|<minute>`` -> (spans, errors) for every minute complete by the watermark."""
+        minutes = self.starts_ms - self.starts_ms % 60_000
+        expected: dict[str, tuple[int, int]] = {}
+        for service, minute, error in zip(
+            self.services.tolist(), minutes.tolist(), self.errors.tolist(), strict=True
+        ):
+            if minute + 60_000 > watermark_ms:
+                continue
+            stamp = datetime.fromtimestamp(minute / 1000, UTC).strftime("%Y-%m-%dT%H:%MZ")
+            key = f"{SERVICES[service]}|{stamp}"
+            count, errors = expected.get(key, (0, 0))
+            expected[key] = (count + 1, errors + int(error))
+        return expected
+
+
+def generate_spans(count: int, minutes: int, seed: int = 7) -> Spans:
     """``count`` spans spread over the last ``minutes`` minutes, keyed ``<service>:<status>``."""
     rng = np.random.default_rng(seed)
     services = rng.integers(0, len(SERVICES), count)
@@ -88,7 +116,7 @@ def generate_spans(count: int, minutes: int, seed: int = 7) -> list[Message]:
             "ts_ms": int(starts[i]),
         }
         messages.append(Message(json.dumps(span).encode(), key=f"{service}:{status}".encode()))
-    return messages
+    return Spans(messages, services, errors, starts)
 
 
 def prepare_streams(client: Client) -> None:
@@ -97,7 +125,7 @@ def prepare_streams(client: Client) -> None:
         if name in existing:
             client.delete_stream(name)
     client.create_stream(SPANS, partitions=2, views=[View.window(WINDOW_VIEW, 60_000)])
-    client.create_stream(STATS, views=[View.table(TABLE_VIEW)])
+    client.create_stream(STATS)
 
 
 def publish(client: Client, spans: list[Message]) -> None:
@@ -117,6 +145,7 @@ def publish(client: Client, spans: list[Message]) -> None:
 
 def spark_session() -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # no notice when Spark forks its JVM
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
@@ -133,12 +162,13 @@ def spark_session() -> Any:
     return spark
 
 
-def run_pipeline(servers: str, checkpoint: Path, total: int) -> None:
+def run_pipeline(servers: str, checkpoint: Path, total: int) -> int | None:
+    """Run the job until it has caught up; returns its final event-time watermark (ms), or None
+    when there was nothing to process."""
     from jobs import span_stats
 
     with console.status("starting Spark (local mode, 2 cores)"):
         spark = spark_session()
-    shutil.rmtree(checkpoint, ignore_errors=True)
     query = span_stats.start(spark, servers, str(checkpoint), max_offsets_per_trigger=50_000)
     with Progress(
         TextColumn("spark: spans aggregated"),
@@ -165,20 +195,24 @@ def run_pipeline(servers: str, checkpoint: Path, total: int) -> None:
     error = query.exception()
     if error is not None:
         raise RuntimeError(f"the Spark query failed: {error}")
+    watermark = (query.lastProgress or {}).get("eventTime", {}).get("watermark")
+    if watermark is None:
+        return None
+    return int(datetime.fromisoformat(watermark.replace("Z", "+00:00")).timestamp() * 1000)
 
 
-def show_results(client: Client, published: list[Message]) -> bool:
+def show_results(client: Client, spans: Spans, watermark_ms: int) -> bool:
     ok = True
     newest = []
     for message in client.subscribe(STATS, start="latest", reverse=True):
         newest.append(json.loads(message.value))
-        if len(newest) == 12:
+        if len(newest) == 15:
             break
     table = Table(
         "service", "minute (UTC)", "spans", "errors", "p50 ms", "p99 ms",
-        title=f"latest statistics, read from {STATS} newest first",
+        title=f"the newest 15 records of {STATS} (read in reverse), by minute",
     )  # fmt: skip
-    for row in newest:
+    for row in sorted(newest, key=lambda r: (r["minute"], r["service"]), reverse=True):
         table.add_row(
             row["service"],
             row["minute"],
@@ -189,20 +223,29 @@ def show_results(client: Client, published: list[Message]) -> bool:
         )
     console.print(table)
 
-    latest = client.view_range(STATS, TABLE_VIEW, limit=100_000)
-    counted = sum(json.loads(e.value)["count"] for e in latest)
-    errors = sum(json.loads(e.value)["errors"] for e in latest)
-    published_errors = sum(m.key is not None and m.key.endswith(b":error") for m in published)
-    if counted == len(published) and errors == published_errors:
+    # Exactly once: every complete (service, minute) written once, with exactly its spans.
+    written: dict[str, list[tuple[int, int]]] = {}
+    for message in client.subscribe(STATS, start="earliest", stop="latest"):
+        row = json.loads(message.value)
+        written.setdefault(message.key.decode() if message.key else "", []).append(
+            (row["count"], row["errors"])
+        )
+    expected = spans.expected_stats(watermark_ms)
+    twice = [key for key, rows in written.items() if len(rows) > 1]
+    found = {key: rows[0] for key, rows in written.items()}
+    if not twice and found == expected:
+        counted = sum(count for count, _ in found.values())
         console.print(
-            f"[green]exactly once:[/green] {counted:,} spans and {errors:,} errors counted over "
-            f"{len(latest)} (service, minute) rows = {len(published):,} spans published"
+            f"[green]exactly once:[/green] {len(found)} complete (service, minute) rows written "
+            f"once each, {counted:,} spans counted = the spans published in those minutes; "
+            f"{len(spans.messages) - counted:,} newer spans wait for their minutes to complete"
         )
     else:
         ok = False
+        wrong = sorted(k for k in expected.keys() | found.keys() if expected.get(k) != found.get(k))
         console.print(
-            f"[red]counts do not add up:[/red] {counted:,} spans / {errors:,} errors counted, "
-            f"{len(published):,} / {published_errors:,} published"
+            f"[red]the statistics do not match the spans:[/red] written twice {twice[:5]}, "
+            f"different or missing {wrong[:5]}"
         )
 
     now_ms = int(time.time() * 1000)
@@ -226,8 +269,9 @@ def show_results(client: Client, published: list[Message]) -> bool:
             f"{span['duration_ms']:.1f}",
         )
     console.print(traces)
-    expected = [m for m in published if m.key == f"{service}:error".encode()][-10:][::-1]
-    if [e.value for e in last] != [m.value for m in expected]:
+    expected_last = [m for m in spans.messages if m.key == f"{service}:error".encode()]
+    expected_last = expected_last[-10:][::-1]
+    if [e.value for e in last] != [m.value for m in expected_last]:
         ok = False
         console.print("[red]the backward query did not return the newest 10 error spans[/red]")
     return ok
@@ -262,15 +306,18 @@ def main(argv: list[str] | None = None) -> int:
                 return fail(f"could not start a tidelog broker on {address}: {error}", 3)
         console.print(f"started a tidelog broker at {address} (pid {server.pid})")
     checkpoint = Path(args.data_dir).resolve().parent / ".demo-checkpoints" / "span-stats"
+    shutil.rmtree(checkpoint, ignore_errors=True)  # the streams are new, so is the query
     try:
         with Client(address) as client:
             prepare_streams(client)
             spans = generate_spans(args.spans, args.minutes)
-            publish(client, spans)
+            publish(client, spans.messages)
             started = time.perf_counter()
-            run_pipeline(address, checkpoint, len(spans))
+            watermark_ms = run_pipeline(address, checkpoint, len(spans.messages))
+            if watermark_ms is None:
+                return fail("the Spark query processed no spans", 1)
             console.print(f"pipeline done in {time.perf_counter() - started:.1f} s")
-            return 0 if show_results(client, spans) else 1
+            return 0 if show_results(client, spans, watermark_ms) else 1
     except (ClientError, RuntimeError) as error:
         return fail(str(error), 1)
     finally:
