@@ -236,3 +236,16 @@ def test_context_managers_close_cleanly(server: ServerProcess, stream: str) -> N
         assert aclient._channel.get_state() == grpc.ChannelConnectivity.SHUTDOWN
 
     asyncio.run(asyncio.wait_for(body(), 30))
+
+
+def test_datetimes_become_exact_nanoseconds() -> None:
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from tidelog.client.aio import _ns
+
+    moment = datetime(2026, 11, 22, 3, 0, 0, 123457, tzinfo=UTC)
+    assert _ns(moment) == 1_795_316_400_123_457_000  # float arithmetic gives ...024
+    plus_two = moment.astimezone(timezone(timedelta(hours=2)))
+    assert _ns(plus_two) == _ns(moment)
+    naive = datetime(2026, 11, 22, 3, 0, 0, 123457)
+    assert _ns(naive) == _ns(naive.astimezone())

@@ -12,7 +12,7 @@ import contextlib
 import zlib
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from itertools import accumulate, repeat
 from types import MappingProxyType, TracebackType
 from typing import Any, overload
@@ -51,8 +51,14 @@ PUBLISH_CHUNK = 1000
 """``publish_batch`` sends at most this many messages per request."""
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _ns(moment: datetime) -> int:
-    return int(moment.timestamp() * 1_000_000_000)
+    """ns since the Unix epoch, exactly (a float timestamp would be off by up to ~100 ns);
+    a naive datetime is local time, as for ``datetime.timestamp``."""
+    aware = moment if moment.tzinfo is not None else moment.astimezone()
+    return (aware - _EPOCH) // timedelta(microseconds=1) * 1000
 
 
 def start_fields(start: Start) -> dict[str, Any]:
