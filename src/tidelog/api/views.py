@@ -82,7 +82,7 @@ class ViewService(v1_grpc.TidelogServicer):
             return v1.ListViewsResponse(
                 views=[
                     v1.ViewStatus(spec=wire_spec(spec), applied_offsets=applied, entries=entries)
-                    for spec, applied, entries in views.status()
+                    for spec, applied, entries in await views.status()
                 ]
             )
         raise AssertionError("unreachable")

@@ -141,9 +141,13 @@ class StreamViews:
             if known == spec:
                 return False
             raise ViewExists(self.stream, spec.name)
-        # A directory left by an earlier view of this name would carry its data: start clean.
-        shutil.rmtree(self.directory / spec.name, ignore_errors=True)
-        self._views[spec.name] = await asyncio.to_thread(self._open_view, spec)
+
+        def open_clean() -> list[PartitionView]:
+            # A directory left by an earlier view of this name would carry its data.
+            shutil.rmtree(self.directory / spec.name, ignore_errors=True)
+            return self._open_view(spec)
+
+        self._views[spec.name] = await asyncio.to_thread(open_clean)
         self.specs[spec.name] = spec
         self._follow_all(spec.name)
         LOG.info("declared %s view %s on stream %s", spec.kind.value, spec.name, self.stream)
@@ -165,16 +169,22 @@ class StreamViews:
         await asyncio.to_thread(remove)
         LOG.info("dropped view %s of stream %s", name, self.stream)
 
-    def status(self) -> list[tuple[ViewSpec, list[int], int]]:
-        """(spec, next offset to apply per partition, approximate entries) per view."""
-        return [
-            (
-                self.specs[name],
-                [v.applied for v in views],
-                sum(v.approximate_entries() for v in views),
-            )
-            for name, views in sorted(self._views.items())
-        ]
+    async def status(self) -> list[tuple[ViewSpec, list[int], int]]:
+        """(spec, next offset to apply per partition, approximate entries) per view; read in a
+        worker thread under each view's lock (a catch-up may hold it for a while)."""
+        views = sorted(self._views.items())
+
+        def read() -> list[tuple[ViewSpec, list[int], int]]:
+            return [
+                (
+                    self.specs[name],
+                    [v.applied for v in partition_views],
+                    sum(v.approximate_entries() for v in partition_views),
+                )
+                for name, partition_views in views
+            ]
+
+        return await asyncio.to_thread(read)
 
     # -- queries ---------------------------------------------------------------------------------
 

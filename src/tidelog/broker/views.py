@@ -383,7 +383,8 @@ class PartitionView:
         return entries
 
     def approximate_entries(self) -> int:
-        return self._store().approximate_num_entries()
+        with self.lock:
+            return 0 if self._closed else self._store().approximate_num_entries()
 
     def _entry(self, key: bytes, stored: bytes, start: int = 0) -> ViewEntry:
         offset, timestamp = STORED.unpack_from(stored)
