@@ -196,7 +196,8 @@ def test_tail_follow_prints_new_messages_until_interrupted(
             assert new[0]["key"] == "k"
             assert follow.poll() is None, "tail --follow ended by itself"
             follow.send_signal(signal.SIGINT)  # Ctrl-C, by PID
-            assert follow.wait(15) == 0
+            code = follow.wait(15)
+            assert code == 0, follow.stderr.read() if follow.stderr else code
             assert follow.stderr is not None
             assert "Traceback" not in follow.stderr.read()
         finally:

@@ -86,8 +86,9 @@ class Client(SyncViewCalls):
         self._closed = True
         self._run(self._client.close())
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=5)
-        self._loop.close()
+        self._thread.join(timeout=30)
+        if not self._thread.is_alive():  # a loop still running cannot be closed; it is a daemon
+            self._loop.close()
 
     # -- the same calls as AsyncClient, blocking ---------------------------------------------------
 
@@ -200,7 +201,10 @@ class Client(SyncViewCalls):
                 yield batch
         finally:
             if not self._loop.is_closed():
-                self._run(batches.aclose())
+                # Best effort: after an interruption (Ctrl-C) the generator may still be
+                # unwinding on the loop, and an error here would replace the one propagating.
+                with contextlib.suppress(Exception):
+                    self._run(batches.aclose())
 
     def subscribe(
         self,
