@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 import time
 import zlib
 from datetime import UTC, datetime
+from pathlib import Path
 
 import grpc
+import pytest
 from tests.support.server import ServerProcess
 
-from tidelog.client import AsyncClient, Client, Message, ReceivedMessage
+from tidelog.client import AsyncClient, Client, ClientError, Message, ReceivedMessage
 from tidelog.client.aio import PUBLISH_CHUNK, decode
 
 
@@ -249,3 +253,34 @@ def test_datetimes_become_exact_nanoseconds() -> None:
     assert _ns(plus_two) == _ns(moment)
     naive = datetime(2026, 11, 22, 3, 0, 0, 123457)
     assert _ns(naive) == _ns(naive.astimezone())
+
+
+def test_a_publish_to_a_hung_server_fails_at_its_deadline_and_an_idempotent_retry_is_safe(
+    tmp_path: Path,
+) -> None:
+    """SIGSTOP freezes the server without closing its socket (a hung broker): a publish with a
+    timeout fails with DEADLINE_EXCEEDED instead of waiting forever; once the server runs again,
+    retrying the same idempotent batch stores it exactly once."""
+    process = ServerProcess(tmp_path / "data").start()
+    try:
+        with Client(process.address) as client:
+            client.create_stream("hung")
+            os.kill(process.pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                with pytest.raises(ClientError) as failed:
+                    client.publish_batch(
+                        "hung", [b"a", b"b"], producer_id="p", producer_sequence=1, timeout=0.5
+                    )
+                assert failed.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+                assert time.monotonic() - started < 10
+            finally:
+                os.kill(process.pid, signal.SIGCONT)
+            acks = client.publish_batch(
+                "hung", [b"a", b"b"], producer_id="p", producer_sequence=1, timeout=10
+            )
+            values = [m.value for m in client.subscribe("hung", start="earliest", stop="latest")]
+            assert values == [b"a", b"b"]
+            assert list(acks.offsets) == [0, 1]
+    finally:
+        process.kill()

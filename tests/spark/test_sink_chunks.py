@@ -83,15 +83,18 @@ def test_write_options_defaults_and_overrides() -> None:
     assert options.stream == "out"
     assert options.max_chunk_bytes == DEFAULT_MAX_CHUNK_BYTES
     assert options.retry_timeout_s == 60
+    assert options.request_timeout_s == 30
     tuned = parse_write_options(
         {
             "stream": "out",
             "maxChunkBytes": "100",
             "maxChunkRecords": "7",
             "writeRetryTimeoutSeconds": "2.5",
+            "writeRequestTimeoutSeconds": "0",
         }
     )
     assert (tuned.max_chunk_bytes, tuned.max_chunk_records, tuned.retry_timeout_s) == (100, 7, 2.5)
+    assert tuned.request_timeout_s == 0
 
 
 @pytest.mark.parametrize(
@@ -103,6 +106,7 @@ def test_write_options_defaults_and_overrides() -> None:
         ({"stream": "s", "maxChunkRecords": "x"}, "maxChunkRecords"),
         ({"stream": "s", "writeRetryTimeoutSeconds": "-1"}, "writeRetryTimeoutSeconds"),
         ({"stream": "s", "writeRetryTimeoutSeconds": "inf"}, "writeRetryTimeoutSeconds"),
+        ({"stream": "s", "writeRequestTimeoutSeconds": "-2"}, "writeRequestTimeoutSeconds"),
         ({"stream": "s", "servers": "nohost"}, "servers: expected host:port"),
     ],
 )

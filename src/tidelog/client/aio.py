@@ -248,6 +248,7 @@ class AsyncClient(ViewCalls):
         partition: int | None = None,
         producer_id: None = None,
         producer_sequence: None = None,
+        timeout: float | None = None,
     ) -> Sequence[Ack]: ...
     @overload
     async def publish_batch(
@@ -258,6 +259,7 @@ class AsyncClient(ViewCalls):
         partition: int | None = None,
         producer_id: str,
         producer_sequence: int,
+        timeout: float | None = None,
     ) -> Acks: ...
     async def publish_batch(
         self,
@@ -267,6 +269,7 @@ class AsyncClient(ViewCalls):
         partition: int | None = None,
         producer_id: str | None = None,
         producer_sequence: int | None = None,
+        timeout: float | None = None,
     ) -> Sequence[Ack]:
         """Publish ``messages`` in order (in requests of up to 1,000); one ack per message.
 
@@ -281,17 +284,23 @@ class AsyncClient(ViewCalls):
         length, and is stored whole or not at all; the result is one :class:`Acks` whose
         ``duplicate`` says the partition held this batch already (its acks are then those of the
         stored batch, or empty when the sequence was below the producer's latest).
+
+        ``timeout``: seconds each request may take before it fails (a ``ClientError`` with code
+        ``DEADLINE_EXCEEDED``; None: no limit). A request that timed out may still have been
+        stored: retry an idempotent batch with the same sequence to find out.
         """
         if (producer_id is None) != (producer_sequence is None):
             raise InvalidArgument("give both producer_id and producer_sequence, or neither")
         if producer_id is not None and producer_sequence is not None:
             return await self._publish_idempotent(
-                stream, messages, partition, producer_id, producer_sequence
+                stream, messages, partition, producer_id, producer_sequence, timeout
             )
         keyed = partition is None and any(isinstance(m, Message) and m.key for m in messages)
         if not keyed:
             parts = [
-                await self._publish_chunk(stream, partition or 0, messages[i : i + PUBLISH_CHUNK])
+                await self._publish_chunk(
+                    stream, partition or 0, messages[i : i + PUBLISH_CHUNK], timeout
+                )
                 for i in range(0, len(messages), PUBLISH_CHUNK)
             ]
             return parts[0] if len(parts) == 1 else ChainedAcks(parts)
@@ -305,7 +314,9 @@ class AsyncClient(ViewCalls):
                 groups.setdefault(number, []).append(i)
             placed: list[Ack | None] = [None] * len(chunk)
             for number, indexes in groups.items():
-                group_acks = await self._publish_chunk(stream, number, [chunk[i] for i in indexes])
+                group_acks = await self._publish_chunk(
+                    stream, number, [chunk[i] for i in indexes], timeout
+                )
                 for i, ack in zip(indexes, group_acks, strict=True):
                     placed[i] = ack
             acks += [a for a in placed if a is not None]
@@ -318,6 +329,7 @@ class AsyncClient(ViewCalls):
         partition: int | None,
         producer_id: str,
         producer_sequence: int,
+        timeout: float | None = None,
     ) -> Acks:
         if not messages:
             raise InvalidArgument("an idempotent batch needs at least one message")
@@ -349,7 +361,7 @@ class AsyncClient(ViewCalls):
                 f"of their own"
             )
         try:
-            response = await self._v1.PublishBatch(request)
+            response = await self._v1.PublishBatch(request, timeout=timeout)
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
         first = response.first_offset
@@ -358,14 +370,18 @@ class AsyncClient(ViewCalls):
         )
 
     async def _publish_chunk(
-        self, stream: str, partition: int, messages: Sequence[bytes | Message]
+        self,
+        stream: str,
+        partition: int,
+        messages: Sequence[bytes | Message],
+        timeout: float | None = None,
     ) -> Acks:
         packed = _pack_messages(messages)
         request = v1.PublishBatchRequest(
             stream=stream, partition=partition, messages=packed, expected_offset=-1
         )
         try:
-            response = await self._v1.PublishBatch(request)
+            response = await self._v1.PublishBatch(request, timeout=timeout)
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
         first = response.first_offset

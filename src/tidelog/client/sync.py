@@ -126,6 +126,7 @@ class Client(SyncViewCalls):
         partition: int | None = None,
         producer_id: None = None,
         producer_sequence: None = None,
+        timeout: float | None = None,
     ) -> Sequence[Ack]: ...
     @overload
     def publish_batch(
@@ -136,6 +137,7 @@ class Client(SyncViewCalls):
         partition: int | None = None,
         producer_id: str,
         producer_sequence: int,
+        timeout: float | None = None,
     ) -> Acks: ...
     def publish_batch(
         self,
@@ -145,11 +147,15 @@ class Client(SyncViewCalls):
         partition: int | None = None,
         producer_id: str | None = None,
         producer_sequence: int | None = None,
+        timeout: float | None = None,
     ) -> Sequence[Ack]:
         """See ``AsyncClient.publish_batch`` (idempotent with ``producer_id`` and
-        ``producer_sequence``: one request, an ``Acks`` with ``duplicate``)."""
+        ``producer_sequence``: one request, an ``Acks`` with ``duplicate``; ``timeout`` per
+        request)."""
         if producer_id is None and producer_sequence is None:
-            return self._run(self._client.publish_batch(stream, messages, partition=partition))
+            return self._run(
+                self._client.publish_batch(stream, messages, partition=partition, timeout=timeout)
+            )
         if producer_id is None or producer_sequence is None:
             raise InvalidArgument("give both producer_id and producer_sequence, or neither")
         return self._run(
@@ -159,6 +165,7 @@ class Client(SyncViewCalls):
                 partition=partition,
                 producer_id=producer_id,
                 producer_sequence=producer_sequence,
+                timeout=timeout,
             )
         )
 

@@ -120,6 +120,7 @@ class Producer:
                     partition=chunk.partition,
                     producer_id=self.producer_id,
                     producer_sequence=chunk.sequence,
+                    timeout=self.options.request_timeout_s or None,
                 )
             except ClientError as error:
                 if error.code not in RETRYABLE:

@@ -41,6 +41,7 @@ MAX_CHUNK_BYTES_LIMIT: Final = 48 << 20
 encoding adds sizes and header framing to the raw bytes."""
 DEFAULT_MAX_CHUNK_RECORDS: Final = 100_000
 DEFAULT_RETRY_TIMEOUT_S: Final = 60.0
+DEFAULT_REQUEST_TIMEOUT_S: Final = 30.0
 
 
 class InvalidSchema(SparkSourceError, ValueError):
@@ -60,6 +61,9 @@ class WriteOptions:
     max_chunk_records: int = DEFAULT_MAX_CHUNK_RECORDS
     retry_timeout_s: float = DEFAULT_RETRY_TIMEOUT_S
     """How long one chunk is retried while the broker is unreachable (0: never)."""
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    """How long one publish request may take before it counts as failed and is retried
+    (0: no limit); a broker that hangs without refusing connections is detected this way."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +93,8 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         or DEFAULT_MAX_CHUNK_BYTES,
         max_chunk_records=_integer(given, "maxChunkRecords", 1, 10_000_000)
         or DEFAULT_MAX_CHUNK_RECORDS,
-        retry_timeout_s=_seconds(given, "writeRetryTimeoutSeconds"),
+        retry_timeout_s=_seconds(given, "writeRetryTimeoutSeconds", DEFAULT_RETRY_TIMEOUT_S),
+        request_timeout_s=_seconds(given, "writeRequestTimeoutSeconds", DEFAULT_REQUEST_TIMEOUT_S),
     )
 
 
@@ -97,7 +102,7 @@ def refuse_overwrite(overwrite: bool) -> None:
     if overwrite:
         raise OverwriteRefused(
             "the tidelog sink only appends: a stream is a log and cannot be overwritten; use "
-            "mode('append') (batch) or outputMode('append'/'update') (streaming)"
+            "mode('append') (batch) or outputMode('append') (streaming)"
         )
 
 
@@ -177,10 +182,10 @@ def _integer(given: Mapping[str, str], name: str, minimum: int, maximum: int) ->
     return number
 
 
-def _seconds(given: Mapping[str, str], name: str) -> float:
+def _seconds(given: Mapping[str, str], name: str, default: float) -> float:
     text = given.get(name.lower())
     if text is None:
-        return DEFAULT_RETRY_TIMEOUT_S
+        return default
     try:
         seconds = float(text.strip())
     except ValueError:
