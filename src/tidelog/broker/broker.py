@@ -227,13 +227,21 @@ class Broker:
         ``expected_offset`` is checked only on streams created with optimistic concurrency.
         """
         check_headers(messages)
+        target, expected_offset = self._publish_target(stream, partition, expected_offset)
+        return await target.publish(messages, expected_offset=expected_offset, durable=durable)
+
+    def _publish_target(
+        self, stream: str, partition: int, expected_offset: int | None
+    ) -> tuple[Partition, int | None]:
+        """The partition to append to (resumed if paused), and the expected offset to check
+        (None unless the stream uses optimistic concurrency)."""
         target_stream = self.stream(stream)
         target = target_stream.partition(partition)
         if target.paused and not target.readonly:
             self.resume(target)
         if not target_stream.config.optimistic_concurrency:
             expected_offset = None
-        return await target.publish(messages, expected_offset=expected_offset, durable=durable)
+        return target, expected_offset
 
     async def publish_idempotent(
         self,
@@ -254,12 +262,7 @@ class Broker:
         if not messages:
             raise InvalidArgument("an idempotent publish needs at least one message")
         check_headers(messages)
-        target_stream = self.stream(stream)
-        target = target_stream.partition(partition)
-        if target.paused and not target.readonly:
-            self.resume(target)
-        if not target_stream.config.optimistic_concurrency:
-            expected_offset = None
+        target, expected_offset = self._publish_target(stream, partition, expected_offset)
         return await target.publish_idempotent(
             messages, producer_id, sequence, expected_offset=expected_offset, durable=durable
         )

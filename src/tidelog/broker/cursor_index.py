@@ -13,11 +13,11 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 import struct
 from pathlib import Path
 from typing import Final
 
+from tidelog.broker.jsonfile import replace_json
 from tidelog.log import SegmentedLog
 
 LOG = logging.getLogger("tidelog.broker.cursors")
@@ -107,9 +107,4 @@ class CursorIndex:
 
 def write_snapshot(directory: Path, data: dict[str, object]) -> None:
     """Replace the partition's snapshot atomically (temp file, fsync, rename)."""
-    tmp = directory / (SNAPSHOT_FILE + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, directory / SNAPSHOT_FILE)
+    replace_json(directory / SNAPSHOT_FILE, data)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import struct
 import threading
 from collections.abc import Mapping, Sequence
@@ -34,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from tidelog.broker.jsonfile import replace_json
 from tidelog.errors import InvalidArgument
 from tidelog.log import Message, SegmentedLog
 from tidelog.log.record import PackedValues
@@ -271,9 +271,4 @@ class ProducerGuard:
 
 def write_snapshot(directory: Path, data: dict[str, object]) -> None:
     """Replace the partition's producer snapshot atomically (temp file, fsync, rename)."""
-    tmp = directory / (SNAPSHOT_FILE + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, directory / SNAPSHOT_FILE)
+    replace_json(directory / SNAPSHOT_FILE, data)

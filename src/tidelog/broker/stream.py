@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from tidelog.broker.config import StreamConfig
+from tidelog.broker.jsonfile import replace_json
 from tidelog.broker.partition import Partition
 from tidelog.broker.view_set import StreamViews
 from tidelog.broker.views import ViewSpec
@@ -90,12 +90,7 @@ class Stream:
             },
         }
         self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.directory / (METADATA_FILE + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.directory / METADATA_FILE)
+        replace_json(self.directory / METADATA_FILE, data, indent=2, sort_keys=True)
 
     @classmethod
     def load(cls, directory: Path, defaults: LogConfig, loop: asyncio.AbstractEventLoop) -> Stream:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import enum
 import json
 import logging
-import os
 import re
 import shutil
 import struct
@@ -40,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from tidelog.broker.jsonfile import replace_json
 from tidelog.errors import InvalidArgument, LogClosed
 from tidelog.log import SegmentedLog
 from tidelog.store import RocksDBKeyValueStore, RocksDBWindowStore
@@ -296,12 +296,10 @@ class PartitionView:
                 self._checkpoint_locked()
 
     def _write_checkpoint(self) -> None:
-        tmp = self.directory / (CHECKPOINT_FILE + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump({"format": 1, "applied": self.applied, "spec": self.spec.to_json()}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.directory / CHECKPOINT_FILE)
+        replace_json(
+            self.directory / CHECKPOINT_FILE,
+            {"format": 1, "applied": self.applied, "spec": self.spec.to_json()},
+        )
         self._checkpointed = self.applied
         self._checkpointed_at = time.monotonic()
 
