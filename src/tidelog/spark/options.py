@@ -95,14 +95,14 @@ def parse(options: Mapping[str, str]) -> ReadOptions:
         partitions=_partitions(given.get("partitions")),
         starting_offsets=starting,
         ending_offsets=ending,
-        starting_timestamp_ms=_integer(given, "startingTimestamp", minimum=0),
-        ending_timestamp_ms=_integer(given, "endingTimestamp", minimum=0),
+        starting_timestamp_ms=integer_option(given, "startingTimestamp", minimum=0),
+        ending_timestamp_ms=integer_option(given, "endingTimestamp", minimum=0),
         reverse=_boolean(given, "reverse", False),
-        max_offsets_per_trigger=_integer(given, "maxOffsetsPerTrigger", minimum=1),
+        max_offsets_per_trigger=integer_option(given, "maxOffsetsPerTrigger", minimum=1),
         fail_on_data_loss=_boolean(given, "failOnDataLoss", True),
-        max_offsets_per_partition=_integer(given, "maxOffsetsPerPartition", minimum=1)
+        max_offsets_per_partition=integer_option(given, "maxOffsetsPerPartition", minimum=1)
         or DEFAULT_MAX_OFFSETS_PER_PARTITION,
-        min_partitions=_integer(given, "minPartitions", minimum=1),
+        min_partitions=integer_option(given, "minPartitions", minimum=1),
     )
     _check_order(parsed)
     return parsed
@@ -186,16 +186,20 @@ def _offset_spec(given: Mapping[str, str], name: str, default: int) -> OffsetSpe
     return OffsetSpec(default, offsets)
 
 
-def _integer(given: Mapping[str, str], name: str, *, minimum: int) -> int | None:
+def integer_option(
+    given: Mapping[str, str], name: str, *, minimum: int, maximum: int | None = None
+) -> int | None:
+    """The integer option ``name`` (None when not given) in [minimum, maximum]."""
     text = given.get(name.lower())
     if text is None:
         return None
     try:
-        number = int(text.strip())
+        number: int | None = int(text.strip())
     except ValueError:
-        raise InvalidOption(f"{name}: expected an integer >= {minimum}, got {text!r}") from None
-    if number < minimum:
-        raise InvalidOption(f"{name}: expected an integer >= {minimum}, got {text!r}")
+        number = None
+    if number is None or number < minimum or (maximum is not None and number > maximum):
+        wanted = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+        raise InvalidOption(f"{name}: expected an integer {wanted}, got {text!r}")
     return number
 
 

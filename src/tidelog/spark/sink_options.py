@@ -31,7 +31,7 @@ from pyspark.sql.types import (
 )
 
 from tidelog.spark.errors import InvalidOption, SparkSourceError
-from tidelog.spark.options import parse
+from tidelog.spark.options import integer_option, parse
 
 DEFAULT_MAX_CHUNK_BYTES: Final = 16 << 20
 """A chunk (one idempotent publish request) holds at most this many bytes of keys, values and
@@ -89,9 +89,11 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     return WriteOptions(
         servers=read.servers,
         stream=read.stream,
-        max_chunk_bytes=_integer(given, "maxChunkBytes", 1, MAX_CHUNK_BYTES_LIMIT)
+        max_chunk_bytes=integer_option(
+            given, "maxChunkBytes", minimum=1, maximum=MAX_CHUNK_BYTES_LIMIT
+        )
         or DEFAULT_MAX_CHUNK_BYTES,
-        max_chunk_records=_integer(given, "maxChunkRecords", 1, 10_000_000)
+        max_chunk_records=integer_option(given, "maxChunkRecords", minimum=1, maximum=10_000_000)
         or DEFAULT_MAX_CHUNK_RECORDS,
         retry_timeout_s=_seconds(given, "writeRetryTimeoutSeconds", DEFAULT_RETRY_TIMEOUT_S),
         request_timeout_s=_seconds(given, "writeRequestTimeoutSeconds", DEFAULT_REQUEST_TIMEOUT_S),
@@ -165,21 +167,6 @@ def _expect(name: str, kind: DataType, ok: bool, wanted: str) -> None:
             f"column {name!r} is {kind.simpleString()}, but the tidelog sink writes it as "
             f"{wanted}; cast it, or rename it if it is not meant for the sink"
         )
-
-
-def _integer(given: Mapping[str, str], name: str, minimum: int, maximum: int) -> int | None:
-    text = given.get(name.lower())
-    if text is None:
-        return None
-    try:
-        number = int(text.strip())
-    except ValueError:
-        number = minimum - 1
-    if not minimum <= number <= maximum:
-        raise InvalidOption(
-            f"{name}: expected an integer from {minimum} to {maximum}, got {text!r}"
-        )
-    return number
 
 
 def _seconds(given: Mapping[str, str], name: str, default: float) -> float:
