@@ -6,6 +6,8 @@ codes in one place. Each message says what happened and what the caller can do a
 
 from __future__ import annotations
 
+import errno
+
 
 class TidelogError(Exception):
     """Base class of every error tidelog raises on purpose."""
@@ -176,3 +178,60 @@ class ViewExists(BrokerError):
             f"view already exists: stream {stream!r} has a view {view!r} with another "
             f"definition; drop it first or choose another name"
         )
+
+
+class ResourceExhausted(TidelogError):
+    """A machine resource ran out (disk space, file descriptors); nothing was half-written.
+
+    ``resource`` names what ran out (``"disk space"``, ``"file descriptors"``) and ``path`` where.
+    """
+
+    def __init__(self, resource: str, path: str, detail: str) -> None:
+        self.resource = resource
+        self.path = path
+        super().__init__(f"out of {resource} at {path}: {detail}")
+
+
+class DiskFull(ResourceExhausted, LogError):
+    """A write found no space (ENOSPC, EDQUOT, or a short write); the log is as it was before."""
+
+    def __init__(self, path: str, detail: str = "") -> None:
+        super().__init__(
+            "disk space",
+            path,
+            detail
+            or "the write was refused and nothing of it was kept; free space or add disk, reads "
+            "still work",
+        )
+
+
+class OutOfDescriptors(ResourceExhausted):
+    """The process reached its open-file limit (EMFILE, ENFILE)."""
+
+    def __init__(self, path: str, detail: str = "") -> None:
+        super().__init__(
+            "file descriptors",
+            path,
+            detail
+            or "the process is at its open-file limit; raise `ulimit -n` or lower "
+            "TIDELOG_OPEN_SEGMENTS_MAX (see docs/operations.md)",
+        )
+
+
+class PermissionDenied(BrokerError):
+    """The caller may not do this (e.g. write to or pause a stream the broker owns)."""
+
+
+_DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+_DESCRIPTOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+def resource_error(error: OSError, path: object = None) -> ResourceExhausted | None:
+    """The :class:`ResourceExhausted` an ``OSError`` stands for, or None when it is another
+    failure. ``path`` defaults to the error's own file name."""
+    where = str(path if path is not None else (error.filename or "?"))
+    if error.errno in _DISK_FULL_ERRNOS:
+        return DiskFull(where, f"{error.strerror or error}; nothing of the write was kept")
+    if error.errno in _DESCRIPTOR_ERRNOS:
+        return OutOfDescriptors(where)
+    return None

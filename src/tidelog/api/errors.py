@@ -27,9 +27,11 @@ from tidelog.errors import (
     MessageTooLarge,
     OffsetOutOfRange,
     PartitionNotFound,
+    PermissionDenied,
     PartitionPaused,
     PartitionReadonly,
     ReadonlyEnd,
+    ResourceExhausted,
     StopReached,
     StreamDeleted,
     StreamEmpty,
@@ -65,6 +67,8 @@ STATUS: Final[tuple[tuple[type[Exception], grpc.StatusCode], ...]] = (
     (BrokerClosed, grpc.StatusCode.UNAVAILABLE),
     (LogClosed, grpc.StatusCode.UNAVAILABLE),
     (LogLocked, grpc.StatusCode.UNAVAILABLE),
+    (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
 )
 
 
