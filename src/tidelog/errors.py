@@ -128,6 +128,17 @@ class StreamDeleted(BrokerError):
     """The stream was deleted while a subscription or publish was using it."""
 
 
+class StreamDeleting(BrokerError):
+    """A stream of that name is being deleted; creating it again succeeds once that is done."""
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        super().__init__(
+            f"stream {stream!r} is being deleted; create it again in a moment (the delete "
+            f"finishes within milliseconds)"
+        )
+
+
 class StopReached(BrokerError):
     """A subscription delivered its stop bound (Liftbridge ends the call with this)."""
 

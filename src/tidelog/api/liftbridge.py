@@ -29,6 +29,7 @@ from tidelog.errors import (
     MessageTooLarge,
     PartitionNotFound,
     PartitionReadonly,
+    PermissionDenied,
     StreamNotFound,
     TidelogError,
 )
@@ -127,6 +128,8 @@ def _async_error(error: BaseException) -> pb.PublishAsyncError:
         code = codes.READONLY
     elif isinstance(error, IncorrectOffset):
         code = codes.INCORRECT_OFFSET
+    elif isinstance(error, PermissionDenied):
+        code = codes.PERMISSION_DENIED
     elif isinstance(error, InvalidArgument | MessageTooLarge):
         code = codes.BAD_REQUEST
     elif isinstance(error, TidelogError):
@@ -154,7 +157,9 @@ class LiftbridgeService(pb_grpc.APIServicer):
         self, request: pb.CreateStreamRequest, context: Context
     ) -> pb.CreateStreamResponse:
         async with grpc_errors(context):
-            self.broker.create_stream(request.name, stream_config(request))
+            config = stream_config(request)
+            await self.broker.wait_deleted(request.name)  # a delete of that name in progress
+            self.broker.create_stream(request.name, config)
         return pb.CreateStreamResponse()
 
     async def DeleteStream(

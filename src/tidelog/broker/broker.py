@@ -4,6 +4,17 @@ It owns stream lifecycle (create, delete, pause/resume, read-only), publishing w
 concurrency, subscriptions, cursors, and periodic maintenance (age rolls, retention,
 auto-pause). Structural changes happen on the loop; blocking log work (syncs, retention's file
 deletion, cursor scans) runs in threads.
+
+Deleting a stream never touches the files of a later stream of the same name. The name stays
+reserved (creates wait, or get ``StreamDeleting``) until the old stream's directory has been
+renamed to a tombstone under ``<data_dir>/deleted/`` and its logs are closed; only then is the
+name free, and the tombstone is removed in the background. A crash at any point leaves either
+the whole stream (the delete was not acknowledged) or a tombstone, which start-up removes. A
+stream directory without its ``stream.json`` (a create cut short) is never loaded and is moved
+aside at start.
+
+Internal streams (``__`` names, e.g. ``__cursors``) are written, paused and made read-only only
+by the broker; the client-facing methods here refuse with ``PermissionDenied``.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ from pathlib import Path
 
 from tidelog.broker.config import (
     CURSORS_STREAM,
+    INTERNAL_PREFIX,
     BrokerConfig,
     StreamConfig,
     validate_stream_name,
@@ -37,12 +49,26 @@ from tidelog.errors import (
     BrokerClosed,
     InvalidArgument,
     LogLocked,
+    PermissionDenied,
+    StreamDeleting,
     StreamExists,
     StreamNotFound,
+    resource_error,
 )
 from tidelog.log import Message
 
 LOG = logging.getLogger("tidelog.broker")
+
+TOMBSTONES = "deleted"
+"""Directory under the data directory that holds deleted streams until their files are removed."""
+
+
+def _check_not_internal(name: str, action: str) -> None:
+    if name.startswith(INTERNAL_PREFIX):
+        raise PermissionDenied(
+            f"stream {name!r} is internal: only the broker may {action} it (it is read with "
+            f"the usual calls; cursors are set with SetCursor)"
+        )
 
 
 class Broker:
@@ -60,6 +86,10 @@ class Broker:
         self._closed = False
         self._lock_fd: int | None = None
         self.started_ns = 0
+        self._deleting: dict[str, asyncio.Future[None]] = {}
+        """Names whose old stream is being deleted; resolved once the name is free."""
+        self._cleanup: set[asyncio.Task[None]] = set()
+        """Background removals of tombstones (awaited on close)."""
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -69,23 +99,47 @@ class Broker:
         self._lock_data_dir()
         self.broker_id = self.config.broker_id or self._stored_broker_id()
         for directory in sorted((self.data_dir / "streams").iterdir()):
-            if (directory / METADATA_FILE).exists():
-                stream = await asyncio.to_thread(
-                    Stream.load, directory, self.config.log, self._loop
+            if not (directory / METADATA_FILE).exists():
+                LOG.warning(
+                    "%s has no %s (a create cut short): removing it", directory, METADATA_FILE
                 )
-                self.streams[stream.name] = stream
-                stream.views.start()
-                LOG.info("opened stream %s (%d partitions)", stream.name, len(stream.partitions))
+                self._remove_later(self._entomb(directory))
+                continue
+            stream = await asyncio.to_thread(Stream.load, directory, self.config.log, self._loop)
+            self.streams[stream.name] = stream
+            stream.views.start()
+            LOG.info("opened stream %s (%d partitions)", stream.name, len(stream.partitions))
+        tombstones = self.data_dir / TOMBSTONES
+        if tombstones.exists():
+            for leftover in sorted(tombstones.iterdir()):
+                self._remove_later(leftover)
         if CURSORS_STREAM not in self.streams:
             self._create(
                 CURSORS_STREAM,
                 StreamConfig(partitions=self.config.cursor_partitions, compact=True),
                 internal=True,
             )
+        self._repair_internal(self.streams[CURSORS_STREAM])
         self._cursors = CursorStore(self.streams[CURSORS_STREAM], self.resume)
         await asyncio.to_thread(self._cursors.restore)
         self._maintenance = asyncio.create_task(self._maintain_forever(), name="maintenance")
         self.started_ns = time.time_ns()
+
+    @staticmethod
+    def _repair_internal(stream: Stream) -> None:
+        """Clear the read-only flag an older release let clients set on an internal stream
+        (every cursor write would fail); paused partitions are resumed by their owner."""
+        frozen = [p.number for p in stream.partitions if p.readonly]
+        if frozen:
+            for number in frozen:
+                stream.partitions[number].set_readonly(False)
+            stream.save()
+            LOG.warning(
+                "internal stream %s had read-only partitions %s; cleared (only the broker "
+                "may change its flags)",
+                stream.name,
+                frozen,
+            )
 
     def _lock_data_dir(self) -> None:
         """One broker per data directory (each log also locks its own directory)."""
@@ -131,8 +185,15 @@ class Broker:
         if self._cursors is not None:
             await self._cursors.save()
         for stream in list(self.streams.values()):
-            await stream.views.close()
-            await asyncio.to_thread(stream.close)
+            try:
+                await stream.views.close()
+                await asyncio.to_thread(stream.close)
+            except Exception:  # one stream's failure (a full disk) must not leave others open
+                LOG.exception(
+                    "closing stream %s failed; its logs recover on the next start", stream.name
+                )
+        if self._cleanup:
+            await asyncio.gather(*self._cleanup, return_exceptions=True)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -159,39 +220,99 @@ class Broker:
         return self.stream(stream).partition(number)
 
     def create_stream(self, name: str, config: StreamConfig | None = None) -> Stream:
+        """Create ``name``; raises ``StreamDeleting`` while an older stream of that name is
+        being deleted (``await wait_deleted(name)`` first to wait instead)."""
         self._check_open()
         validate_stream_name(name)
         return self._create(name, config or StreamConfig(), internal=False)
+
+    async def wait_deleted(self, name: str) -> None:
+        """Return once no delete of a stream called ``name`` is in progress."""
+        while (pending := self._deleting.get(name)) is not None:
+            await asyncio.shield(pending)
 
     def _create(self, name: str, config: StreamConfig, *, internal: bool) -> Stream:
         if internal:
             validate_stream_name(name, internal=True)
         if name in self.streams:
             raise StreamExists(name)
+        if name in self._deleting:
+            raise StreamDeleting(name)
         directory = self.data_dir / "streams" / name
-        if directory.exists():  # leftovers of a delete interrupted by a crash
-            shutil.rmtree(directory)
-        stream = Stream(name, config, directory, self.config.log, self.loop)
-        stream.save()
+        if directory.exists():  # a create that failed half-way and could not clean up
+            self._remove_later(self._entomb(directory))
+        try:
+            stream = Stream(name, config, directory, self.config.log, self.loop)
+            try:
+                stream.save()
+            except BaseException:
+                stream.close()
+                raise
+        except BaseException as error:
+            # Nothing of a failed create may stay: not its files, not its open logs (Stream
+            # closes the partitions it opened before failing).
+            if directory.exists():
+                self._remove_later(self._entomb(directory))
+            found = resource_error(error) if isinstance(error, OSError) else None
+            if found is not None:
+                raise found from error
+            raise
         self.streams[name] = stream
         LOG.info("created stream %s (%d partitions)", name, config.partitions)
         return stream
 
     async def delete_stream(self, name: str) -> None:
-        """Remove the stream at once (on the loop); close and delete its files in a thread."""
+        """Delete the stream: it is gone for readers and writers at once (on the loop); its
+        directory becomes a tombstone and its logs are closed in a thread while the name stays
+        reserved; the files are removed in the background."""
         stream = self.stream(name)
-        if name.startswith("__"):
-            raise InvalidArgument(f"stream {name!r} is internal and cannot be deleted")
+        _check_not_internal(name, "delete")
         del self.streams[name]
-        for partition in stream.partitions:
-            partition.deleted = True
-            partition.signal.fire()
-        await stream.views.close()
-        await asyncio.to_thread(stream.delete)
+        done = self.loop.create_future()
+        self._deleting[name] = done
+        try:
+            for partition in stream.partitions:
+                partition.deleted = True
+                partition.signal.fire()
+            await stream.views.close()
+            tombstone = await asyncio.to_thread(self._discard, stream)
+        finally:
+            del self._deleting[name]
+            done.set_result(None)
+        self._remove_later(tombstone)
         LOG.info("deleted stream %s", name)
+
+    def _discard(self, stream: Stream) -> Path:
+        """Rename the stream's directory to a tombstone, then close its logs without writing
+        (a thread; the stream's name is reserved meanwhile). Renaming first means no log can
+        create or write a file under the stream's name after this returns."""
+        tombstone = self._entomb(stream.directory)
+        stream.discard()
+        return tombstone
+
+    def _entomb(self, directory: Path) -> Path:
+        """Move ``directory`` out of ``streams/`` (one rename, durable), returning its new path."""
+        tombstones = self.data_dir / TOMBSTONES
+        tombstones.mkdir(exist_ok=True)
+        target = tombstones / f"{time.time_ns()}-{secrets.token_hex(4)}-{directory.name[:64]}"
+        os.rename(directory, target)
+        for parent in (directory.parent, tombstones):
+            fd = os.open(parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return target
+
+    def _remove_later(self, tombstone: Path) -> None:
+        """Remove a tombstone's files in a thread; close() waits for it."""
+        task = self.loop.create_task(asyncio.to_thread(shutil.rmtree, tombstone, True))
+        self._cleanup.add(task)
+        task.add_done_callback(self._cleanup.discard)
 
     def pause(self, name: str, partitions: list[int] | None, resume_all: bool) -> None:
         stream = self.stream(name)
+        _check_not_internal(name, "pause")
         for partition in stream.select(partitions):
             partition.pause()
         stream.resume_all = resume_all
@@ -207,6 +328,7 @@ class Broker:
 
     def set_readonly(self, name: str, partitions: list[int] | None, readonly: bool) -> None:
         stream = self.stream(name)
+        _check_not_internal(name, "change the read-only flag of")
         for partition in stream.select(partitions):
             partition.set_readonly(readonly)
         stream.save()
@@ -236,6 +358,7 @@ class Broker:
         """The partition to append to (resumed if paused), and the expected offset to check
         (None unless the stream uses optimistic concurrency)."""
         target_stream = self.stream(stream)
+        _check_not_internal(stream, "publish to")
         target = target_stream.partition(partition)
         if target.paused and not target.readonly:
             self.resume(target)

@@ -15,8 +15,13 @@ def replace_json(path: Path, data: Any, **dump: Any) -> None:
     ``json.dump`` (e.g. ``indent``).
     """
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, **dump)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, **dump)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # A full disk: the old file stays whole; the partial temp file must not hold the space.
+        tmp.unlink(missing_ok=True)
+        raise

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -44,18 +43,25 @@ class Stream:
         self.created_ns = created_ns or time.time_ns()
         flags = flags or {}
         log_config = config.log_config(defaults)
-        self.partitions = [
-            Partition(
-                name,
-                n,
-                directory / str(n),
-                log_config,
-                loop,
-                paused=flags.get(str(n), {}).get("paused", False),
-                readonly=flags.get(str(n), {}).get("readonly", False),
-            )
-            for n in range(config.partitions)
-        ]
+        self.partitions: list[Partition] = []
+        try:
+            for n in range(config.partitions):
+                self.partitions.append(
+                    Partition(
+                        name,
+                        n,
+                        directory / str(n),
+                        log_config,
+                        loop,
+                        paused=flags.get(str(n), {}).get("paused", False),
+                        readonly=flags.get(str(n), {}).get("readonly", False),
+                    )
+                )
+        except BaseException:
+            # Opening partition n failed (a full disk, the descriptor limit): the logs opened
+            # before it must not stay open behind a stream that does not exist.
+            self.discard()
+            raise
         self.resume_all = False
         """Set by a pause with ``resumeAll``: waking one partition wakes them all."""
         self.views = StreamViews(name, directory, self.partitions)
@@ -112,7 +118,8 @@ class Stream:
         for partition in self.partitions:
             partition.close()
 
-    def delete(self) -> None:
+    def discard(self) -> None:
+        """Close every partition's log without writing anything (the stream is being deleted:
+        its directory was renamed away, or is about to be removed)."""
         for partition in self.partitions:
             partition.delete()
-        shutil.rmtree(self.directory, ignore_errors=True)

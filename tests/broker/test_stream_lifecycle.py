@@ -1,0 +1,204 @@
+"""Stream lifecycle under races and faults: a delete and a create of the same name never touch
+each other's files, a failed create leaves nothing behind, and internal streams are written,
+paused and made read-only by the broker alone."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.broker.brokertools import broker_config, running
+from tidelog.broker import Broker, StreamConfig
+from tidelog.broker.config import CURSORS_STREAM
+from tidelog.errors import (
+    InvalidArgument,
+    OutOfDescriptors,
+    PermissionDenied,
+    StreamDeleting,
+    StreamExists,
+    StreamNotFound,
+)
+
+
+async def _create_when_free(broker: Broker, name: str, config: StreamConfig) -> int:
+    """Create ``name`` as a client would: retry until the old stream of that name is gone.
+    Returns how many attempts were refused first."""
+    refused = 0
+    for _ in range(100_000):
+        try:
+            broker.create_stream(name, config)
+            return refused
+        except (StreamExists, StreamDeleting):
+            refused += 1
+            await asyncio.sleep(0)
+    raise AssertionError("the deleted stream's name never became free")
+
+
+@pytest.mark.parametrize("round_", range(6))
+def test_delete_racing_create_of_the_same_name_keeps_the_new_stream(
+    tmp_path: Path, round_: int
+) -> None:
+    config = broker_config(tmp_path)
+    wide = StreamConfig(partitions=32)
+
+    async def race() -> None:
+        async with running(config) as broker:
+            broker.create_stream("s", wide)
+            for number in range(32):
+                await broker.publish("s", number, [b"old-%d" % i for i in range(50)])
+            deleting = asyncio.create_task(broker.delete_stream("s"))
+            # Let the delete get as far as round_ loop steps before the create starts retrying.
+            for _ in range(round_):
+                await asyncio.sleep(0)
+            await _create_when_free(broker, "s", wide)
+            offsets = await broker.publish("s", 7, [b"new-%d" % i for i in range(200)])
+            assert list(offsets) == list(range(200))
+            await deleting
+
+    async def check() -> None:
+        async with running(config) as broker:
+            log = broker.partition("s", 7).log
+            assert log.high_watermark == 199
+            values = [v for batch in log.forward_reader(0) for v in batch.values()]
+            assert values == [b"new-%d" % i for i in range(200)]
+            assert all(
+                broker.partition("s", n).log.high_watermark == -1 for n in range(32) if n != 7
+            )
+
+    asyncio.run(race())
+    asyncio.run(check())
+    # Nothing of the deleted stream is left on disk once the broker has closed.
+    assert not any((tmp_path / "deleted").iterdir()) if (tmp_path / "deleted").exists() else True
+
+
+def test_a_create_waits_for_a_delete_in_progress_instead_of_failing(tmp_path: Path) -> None:
+    async def race() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            broker.create_stream("s", StreamConfig(partitions=8))
+            deleting = asyncio.create_task(broker.delete_stream("s"))
+            await asyncio.sleep(0)
+            await broker.wait_deleted("s")
+            broker.create_stream("s")
+            await deleting
+            assert broker.stream("s").partition(0).log.high_watermark == -1
+
+    asyncio.run(race())
+
+
+def test_a_delete_interrupted_by_a_crash_is_finished_at_start(tmp_path: Path) -> None:
+    """A tombstone (a deleted stream's directory, renamed) is removed when the broker starts,
+    and a stream directory without its metadata (a create that crashed) is never loaded."""
+    config = broker_config(tmp_path)
+    tombstone = tmp_path / "deleted" / "123-gone"
+    (tombstone / "0").mkdir(parents=True)
+    (tombstone / "0" / "00000000000000000000.log").write_bytes(b"x" * 100)
+    half_created = tmp_path / "streams" / "half"
+    (half_created / "0").mkdir(parents=True)
+
+    async def check() -> None:
+        async with running(config) as broker:
+            assert "half" not in broker.streams
+            broker.create_stream("half")
+            assert broker.partition("half", 0).log.high_watermark == -1
+
+    asyncio.run(check())
+    assert not tombstone.exists()
+
+
+def test_a_failed_create_leaves_no_directory_and_no_descriptors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening the 5th partition's log fails (the descriptor limit): the stream does not exist,
+    its directory is gone, and the partitions opened before are closed."""
+    import tidelog.broker.partition as partition_module
+
+    real = partition_module.SegmentedLog
+    opened: list[object] = []
+
+    def failing_log(directory: Path, *args: object, **kwargs: object) -> object:
+        if Path(directory).name == "4":
+            raise OSError(errno.EMFILE, "Too many open files", str(directory))
+        log = real(directory, *args, **kwargs)  # type: ignore[arg-type]
+        opened.append(log)
+        return log
+
+    async def scenario() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            fds_before = len(os.listdir("/proc/self/fd"))
+            monkeypatch.setattr(partition_module, "SegmentedLog", failing_log)
+            with pytest.raises(OutOfDescriptors, match="file descriptors"):
+                broker.create_stream("s", StreamConfig(partitions=8))
+            monkeypatch.setattr(partition_module, "SegmentedLog", real)
+            assert len(opened) == 4
+            assert "s" not in broker.streams
+            assert not (tmp_path / "streams" / "s").exists()
+            assert len(os.listdir("/proc/self/fd")) <= fds_before
+            broker.create_stream("s", StreamConfig(partitions=8))  # the name is free
+
+    asyncio.run(scenario())
+
+
+# -- internal streams ----------------------------------------------------------------------------
+
+
+def test_clients_cannot_write_pause_or_freeze_internal_streams(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            with pytest.raises(PermissionDenied, match="internal"):
+                await broker.publish(CURSORS_STREAM, 0, [b"forged"])
+            with pytest.raises(PermissionDenied, match="internal"):
+                await broker.publish_idempotent(CURSORS_STREAM, 0, [b"forged"], "p", 0)
+            with pytest.raises(PermissionDenied, match="internal"):
+                broker.pause(CURSORS_STREAM, None, False)
+            with pytest.raises(PermissionDenied, match="internal"):
+                broker.set_readonly(CURSORS_STREAM, None, True)
+            with pytest.raises(PermissionDenied, match="internal"):
+                await broker.delete_stream(CURSORS_STREAM)
+            with pytest.raises(InvalidArgument):
+                broker.create_stream("__mine")
+            # The broker itself still writes cursors, and nothing was paused or frozen.
+            await broker.cursors.set("c", "s", 0, 41)
+            assert await broker.cursors.fetch("c", "s", 0) == 41
+            stream = broker.stream(CURSORS_STREAM)
+            assert not any(p.paused or p.readonly for p in stream.partitions)
+            assert all(p.log.high_watermark <= 0 for p in stream.partitions)
+
+    asyncio.run(scenario())
+
+
+def test_an_internal_stream_frozen_by_an_older_release_is_repaired_at_start(
+    tmp_path: Path,
+) -> None:
+    """Data directories written before the broker refused it may hold a read-only or paused
+    ``__cursors``; start-up clears both (cursors work again) and says so in the log."""
+    config = broker_config(tmp_path)
+
+    async def freeze() -> None:
+        async with running(config) as broker:
+            stream = broker.stream(CURSORS_STREAM)
+            for partition in stream.partitions:
+                partition.set_readonly(True)
+            stream.partitions[0].pause()
+            stream.save()
+
+    async def check() -> None:
+        async with running(config) as broker:
+            await broker.cursors.set("c", "s", 0, 5)
+            assert await broker.cursors.fetch("c", "s", 0) == 5
+            assert not any(p.readonly for p in broker.stream(CURSORS_STREAM).partitions)
+
+    asyncio.run(freeze())
+    asyncio.run(check())
+
+
+def test_delete_of_an_unknown_stream_is_not_found(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            with pytest.raises(StreamNotFound):
+                await broker.delete_stream("nope")
+
+    asyncio.run(scenario())
