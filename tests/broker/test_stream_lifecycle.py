@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 from tests.broker.brokertools import broker_config, running
+
 from tidelog.broker import Broker, StreamConfig
 from tidelog.broker.config import CURSORS_STREAM
 from tidelog.errors import (
