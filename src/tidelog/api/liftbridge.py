@@ -372,8 +372,10 @@ class LiftbridgeService(pb_grpc.APIServicer):
                     await queue.put(request)
             except Exception as error:  # an unparsable frame ends the call
                 broken.append(error)
-            finally:
-                await queue.put(None)
+            # Not in a ``finally``: once the call is gone (cancelled, or closed at a ``yield``
+            # whose client vanished) nobody empties a full queue, and this put would wait forever,
+            # keeping the task, its queue and the call alive.
+            await queue.put(None)
 
         reader = asyncio.create_task(pump())
         try:
