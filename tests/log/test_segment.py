@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 
 import numpy as np
 import pytest
 
+from tidelog.errors import DiskFull
 from tidelog.log import Message
-from tidelog.log import segment as segment_module
-from tidelog.log.index import ENTRY_SIZE
+from tidelog.log.files import faults
+from tidelog.log.index import ENTRY_SIZE, read_index_file
 from tidelog.log.record import encode_batch
 from tidelog.log.segment import Segment, index_path, log_path, segment_name
 
@@ -166,25 +166,28 @@ def test_a_sealed_segment_reopens_read_only(segment, tmp_path):
         reopened.close()
 
 
-def test_a_failed_write_is_undone(segment, monkeypatch):
+@pytest.mark.parametrize("where", [".log", ".index"])
+@pytest.mark.parametrize("keep", [None, 0, 7, 25])
+def test_a_failed_write_is_undone(segment, where, keep):
+    """Whichever file the write fails in, and however much of it was stored first."""
     segment.append(batch([100], 10))
     size_before = segment.size
-    real_write = segment_module.os.write
-
-    def write_half_then_fail(fd, data):
-        real_write(fd, bytes(data)[: len(data) // 2])
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(segment_module.os, "write", write_half_then_fail)
-    with pytest.raises(OSError, match="No space"):
-        segment.append(batch([101, 102], 11))
-    monkeypatch.undo()
+    index_before = bytes(segment.entries(0, 1))
+    faults.fail(where, keep=keep)
+    try:
+        with pytest.raises(DiskFull, match="disk space"):
+            segment.append(batch([101, 102], 11))
+        assert faults.hits, "the fault was never reached"
+    finally:
+        faults.clear()
 
     assert segment.size == size_before == segment.log_path.stat().st_size
-    assert segment.count == 1
+    assert segment.count == 1 and bytes(segment.entries(0, 1)) == index_before
+    assert not read_index_file(segment.index_path)[1:].tobytes().strip(b"\0")  # no stray entry
     segment.append(batch([101], 12))
     assert segment.offsets_of(segment.entries(0, 2)).tolist() == [100, 101]
     assert segment.entries(0, 2)["position"].tolist() == [0, size_before]
+    assert segment.read(size_before, 10)[:10] == bytes(batch([101], 12).data)[:10]
 
 
 def test_delete_removes_both_files(segment):

@@ -27,8 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
+from tidelog.log import files
 from tidelog.log.batch import MessageBatch
-from tidelog.log.index import INDEX_DTYPE, IndexArray, write_index_file
+from tidelog.log.index import INDEX_DTYPE, IndexArray
 
 CLEANED = ".cleaned"
 SWAP = ".swap"
@@ -86,18 +87,16 @@ def write_cleaned(
     new_entries["position"] = ends - sizes
     log_path = directory / f"{name}.log{CLEANED}"
     index_path = directory / f"{name}.index{CLEANED}"
-    with open(log_path, "wb") as f:
-        view = memoryview(data)
-        ends_at = (starts + sizes).tolist()
-        f.write(b"".join(view[a:b] for a, b in zip(starts.tolist(), ends_at, strict=True)))
-        f.flush()
-        os.fsync(f.fileno())
-    write_index_file(index_path, new_entries)
-    fd = os.open(index_path, os.O_RDONLY)
+    view = memoryview(data)
+    ends_at = (starts + sizes).tolist()
+    kept_bytes = b"".join(view[a:b] for a, b in zip(starts.tolist(), ends_at, strict=True))
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        files.write_new_file(log_path, kept_bytes, sync=True)
+        files.write_new_file(index_path, new_entries.tobytes(), sync=True)
+    except BaseException:  # a full disk: the segment stays as it was, no half-written copy
+        log_path.unlink(missing_ok=True)
+        index_path.unlink(missing_ok=True)
+        raise
     return log_path, index_path, new_entries, int(ends[-1]) if len(ends) else 0
 
 

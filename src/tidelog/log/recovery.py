@@ -31,6 +31,7 @@ from typing import Final
 
 import numpy as np
 
+from tidelog.log import files
 from tidelog.log.compaction import finish_swaps
 from tidelog.log.index import ENTRY_SIZE, INDEX_DTYPE, IndexArray, read_index_file, write_index_file
 from tidelog.log.record import HEADER_SIZE, ScannedRecord, scan_records
@@ -96,12 +97,7 @@ def read_recovery_point(directory: Path) -> int:
 
 def write_recovery_point(directory: Path, offset: int) -> None:
     """Atomically record ``offset`` as synced (call only after the sync it describes)."""
-    tmp = directory / (RECOVERY_POINT_FILE + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(f"{offset}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, directory / RECOVERY_POINT_FILE)
+    files.replace_file(directory / RECOVERY_POINT_FILE, f"{offset}\n".encode(), sync=True)
 
 
 def segment_bases(directory: Path) -> list[int]:

@@ -8,21 +8,30 @@ Invariants (checked by recovery on open, kept by every method):
   timestamps never decrease;
 - only the newest segment of a log is active (appendable); the others are sealed and read-only.
 
-A failed write is undone: the log file is cut back to its previous size and the index is not
-touched, so a partial batch is never visible.
+An append is written whole or not at all. Index blocks are reserved first (a full disk is then
+refused before anything is written); the records go to the file with ``pwrite`` at ``size`` (not
+``O_APPEND``: a tail that could not be cut back is overwritten, never appended after); then the
+index entries. If either write fails the file is cut back to ``size``, the index keeps its count
+(and zeroes what it wrote), so the segment is exactly as before and the next append reuses the same
+positions and slots. Should even the cut fail, the next append retries it before writing.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
+import logging
 import os
 from pathlib import Path
 
 import numpy as np
 
 from tidelog.errors import LogError
+from tidelog.log import files
 from tidelog.log.index import INDEX_DTYPE, Index, IndexArray, write_index_file
-from tidelog.log.record import EncodedBatch, Int64Array
+from tidelog.log.record import HEADER_SIZE, EncodedBatch, Int64Array
+
+LOG = logging.getLogger("tidelog.log")
 
 
 def segment_name(base_offset: int) -> str:
@@ -57,13 +66,22 @@ class Segment:
         self.log_path = log_path(directory, base_offset)
         self.index_path = index_path(directory, base_offset)
         self.name = self.log_path.name
-        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND if active else os.O_RDONLY
-        self._fd = os.open(self.log_path, flags, 0o644)
-        self.index = Index(
-            self.index_path, count, writable=active, preallocate_bytes=preallocate_bytes
-        )
+        flags = os.O_RDWR | os.O_CREAT if active else os.O_RDONLY
+        self._fd = files.open_fd(self.log_path, flags)
+        try:
+            self.index = Index(
+                self.index_path,
+                count,
+                writable=active,
+                preallocate_bytes=preallocate_bytes,
+            )
+        except BaseException:
+            os.close(self._fd)
+            raise
         self.size = size
         self.active = active
+        self._cut_pending = False
+        """A failed append could not cut the file back to ``size``; the next append must."""
 
     # -- what it holds -------------------------------------------------------------------------
 
@@ -155,16 +173,29 @@ class Segment:
         ends = np.cumsum(batch.sizes) + self.size
         entries["position"] = ends - batch.sizes
         entries["size"] = batch.sizes
-        view = batch.data.data
+        if self._cut_pending:
+            files.truncate(self._fd, self.size, path=self.log_path)
+            self._cut_pending = False
+        self.index.reserve(n)
         try:
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
+            files.pwrite_all(self._fd, batch.data.data, self.size, path=self.log_path)
+            self.index.append(entries)
         except BaseException:
-            os.ftruncate(self._fd, self.size)
+            self._cut_back()
             raise
-        self.index.append(entries)
         self.size = int(ends[-1])
+
+    def _cut_back(self) -> None:
+        """Undo the bytes a failed append wrote past ``size``. If the file cannot be cut, the next
+        append cuts it first; meanwhile the first record header there is zeroed (its blocks were
+        just written), so a recovery after a crash sees a torn tail and cuts it too."""
+        try:
+            files.truncate(self._fd, self.size, path=self.log_path)
+        except Exception:
+            self._cut_pending = True
+            LOG.warning("%s: could not cut a failed append back to byte %d", self.name, self.size)
+            with contextlib.suppress(Exception):
+                files.pwrite_all(self._fd, bytes(HEADER_SIZE), self.size, path=self.log_path)
 
     def replace_index(self, entries: IndexArray) -> None:
         """Swap in a rebuilt index (sealed segments only): file rewritten, then remapped."""
@@ -175,11 +206,11 @@ class Segment:
 
     def sync(self) -> None:
         """Force the segment's records to stable storage."""
-        os.fdatasync(self._fd)
+        files.datasync(self._fd, path=self.log_path)
 
     def sync_all(self) -> None:
         """Force records and index to stable storage."""
-        os.fdatasync(self._fd)
+        files.datasync(self._fd, path=self.log_path)
         self.index.sync()
 
     def truncate(self, slot: int) -> None:
@@ -187,15 +218,22 @@ class Segment:
         if slot >= self.index.count:
             return
         position = int(self.index.entries["position"][slot])
-        os.ftruncate(self._fd, position)
+        files.truncate(self._fd, position, path=self.log_path)
         self.index.truncate(slot)
         self.size = position
 
     def seal(self) -> None:
-        """Make the segment read-only: trim its index and stop accepting appends."""
+        """Stop accepting appends and trim the index to its entries.
+
+        The segment is sealed even if the trim fails (it is logged): the untrimmed index only
+        costs the next recovery a rebuild of it.
+        """
         if self.active:
-            self.index.seal()
             self.active = False
+            try:
+                self.index.seal()
+            except Exception as error:
+                LOG.warning("%s: could not trim the index on seal: %s", self.name, error)
 
     def close(self) -> None:
         self.index.close()

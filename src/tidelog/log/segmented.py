@@ -14,6 +14,7 @@ High watermark. With ``ALWAYS`` it is the newest synced offset; otherwise the ne
 from __future__ import annotations
 
 import bisect
+import enum
 import fcntl
 import logging
 import os
@@ -25,7 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
-from tidelog.errors import CorruptRecord, IncorrectOffset, LogClosed, LogLocked, OffsetOutOfRange
+from tidelog.errors import (
+    CorruptRecord,
+    IncorrectOffset,
+    LogClosed,
+    LogLocked,
+    OffsetOutOfRange,
+    ResourceExhausted,
+)
 from tidelog.log.batch import MessageBatch
 from tidelog.log.compaction import (
     CompactionReport,
@@ -53,9 +61,19 @@ from tidelog.log.recovery import (
     write_recovery_point,
 )
 from tidelog.log.retention import SegmentSummary, expired_prefix
-from tidelog.log.segment import Segment, segment_name
+from tidelog.log.segment import Segment, index_path, log_path, segment_name
 
 LOG = logging.getLogger("tidelog.log")
+
+
+class _Change(enum.Enum):
+    """What an append does to the segment list before its batch is written."""
+
+    NONE = "none"
+    ROLL = "roll"
+    """A new segment after the active one, which is sealed."""
+    REPLACE = "replace"
+    """A new segment instead of the empty active one (a gap at the segment start)."""
 
 
 class SegmentedLog:
@@ -257,9 +275,18 @@ class SegmentedLog:
         stamp = max(now, self._last_timestamp)
         batch = encode_batch(messages, offsets, stamp, self.config.max_message_bytes, atomic=atomic)
         # A roll happens before the batch is written, never inside it: a batch (an atomic one
-        # included) always lies whole in one segment.
-        rolled = self._roll_if_needed(len(batch.data), stamp, int(offsets[0]), int(offsets[-1]))
-        self._active.append(batch)
+        # included) always lies whole in one segment. The new segment only replaces the active
+        # one once the batch is in it: a failed append (a full disk) leaves no trace of the roll.
+        target, change = self._target_segment(
+            len(batch.data), stamp, int(offsets[0]), int(offsets[-1])
+        )
+        try:
+            target.append(batch)
+        except BaseException:
+            if change is not _Change.NONE:
+                target.delete()
+            raise
+        rolled = self._install(target, change)
         newest = int(offsets[-1])
         self._next_offset = newest + 1
         self._last_timestamp = stamp
@@ -275,48 +302,69 @@ class SegmentedLog:
             return
         self._notify(newest)  # committed already: tell readers before any roll sync
         if rolled:
-            self._sync_through(newest)  # the sealed segment, so recovery can trust it
+            # The sealed segment, so recovery can trust it. The batch is committed whatever
+            # happens here: a failure (a full disk for the recovery point) must not make its
+            # append look failed; the segment stays unsynced and the next sync retries it.
+            try:
+                self._sync_through(newest)
+            except (OSError, ResourceExhausted) as error:
+                LOG.warning("%s: syncing the segment sealed by a roll failed: %s", self, error)
 
-    def _roll_if_needed(self, incoming: int, now: int, next_base: int, last: int) -> bool:
+    def _target_segment(
+        self, incoming: int, now: int, next_base: int, last: int
+    ) -> tuple[Segment, _Change]:
+        """The segment a batch goes to: the active one, or a new one that rolls it or replaces
+        it (not yet installed: see ``_install``)."""
         active = self._active
         if not active.count:
             if active.base_offset < next_base:
-                self._replace_empty_active(next_base)
-            return False
+                # An empty active segment takes the base of the first offset written to it
+                # (gap-free naming after ``append_at`` leaves a gap at a segment start).
+                return self._new_segment(next_base), _Change.REPLACE
+            return active, _Change.NONE
         oldest = active.oldest_timestamp
         too_old = oldest is not None and now - oldest >= self.config.segment_max_age_s * 1e9
         too_far = last - active.base_offset > 0xFFFFFFFF  # relative offsets are u32
         full = active.size + incoming > self.config.segment_max_bytes
         if not (full or too_old or too_far):
+            return active, _Change.NONE
+        return self._new_segment(next_base), _Change.ROLL
+
+    def _install(self, new: Segment, change: _Change) -> bool:
+        """Make ``new`` the active segment (lock held); returns whether that sealed one."""
+        if change is _Change.NONE:
             return False
-        self._roll_locked(next_base)
+        old = self._active
+        self._segments[-1] = new
+        self._bases[-1] = new.base_offset
+        if change is _Change.REPLACE:
+            old.delete()
+            return False
+        old.seal()
+        self._segments.insert(-1, old)
+        self._bases.insert(-1, old.base_offset)
+        self._unsynced_sealed.append(old)
         return True
 
-    def _replace_empty_active(self, base: int) -> None:
-        """An empty active segment takes the base of the first offset written to it (gap-free
-        naming after ``append_at`` leaves a gap at a segment start)."""
-        empty = self._segments.pop()
-        empty.delete()
-        self._segments.append(self._new_segment(base))
-        self._bases[-1] = base
-
     def _new_segment(self, base: int) -> Segment:
-        """A new, empty active segment with base offset ``base``."""
-        return Segment(
-            self.directory,
-            base,
-            count=0,
-            size=0,
-            active=True,
-            preallocate_bytes=self.config.index_preallocate_bytes,
-        )
+        """A new, empty active segment with base offset ``base`` (nothing is left on disk if it
+        cannot be created)."""
+        try:
+            return Segment(
+                self.directory,
+                base,
+                count=0,
+                size=0,
+                active=True,
+                preallocate_bytes=self.config.index_preallocate_bytes,
+            )
+        except BaseException:
+            log_path(self.directory, base).unlink(missing_ok=True)
+            index_path(self.directory, base).unlink(missing_ok=True)
+            raise
 
     def _roll_locked(self, base: int) -> None:
-        old = self._active
-        old.seal()
-        self._unsynced_sealed.append(old)
-        self._segments.append(self._new_segment(base))
-        self._bases.append(base)
+        self._install(self._new_segment(base), _Change.ROLL)
 
     def roll(self) -> None:
         """Seal the active segment now (if it holds anything) and start a new one."""
@@ -369,13 +417,19 @@ class SegmentedLog:
                 target_timestamp = self._last_timestamp
                 sealed, self._unsynced_sealed = self._unsynced_sealed, []
                 active = self._active if target > self._synced else None
-            for segment in sealed:
-                segment.sync_all()
-            if active is not None:
-                active.sync()
-            if sealed:
-                sync_dir(self.directory)
-                write_recovery_point(self.directory, max(s.newest_offset for s in sealed))
+            try:
+                for segment in sealed:
+                    segment.sync_all()
+                if active is not None:
+                    active.sync()
+                if sealed:
+                    sync_dir(self.directory)
+                    write_recovery_point(self.directory, max(s.newest_offset for s in sealed))
+            except BaseException:
+                with self._lock:  # still unsynced: the next sync tries them again
+                    again = [s for s in sealed if s in self._segments]
+                    self._unsynced_sealed = again + self._unsynced_sealed
+                raise
             with self._lock:
                 self._synced = max(self._synced, target)
                 advanced = (
@@ -681,16 +735,18 @@ class SegmentedLog:
             self._oldest_at_close = self._oldest_offset_locked()
             self._closed = True
             self._flusher.unregister(self)
-            for segment in self._segments:
-                if segment.active or segment in self._unsynced_sealed:
-                    segment.sync_all()
-            self._active.seal()
-            sync_dir(self.directory)
-            write_recovery_point(self.directory, self._next_offset - 1)
-            for segment in self._segments:
-                segment.close()
-            self._committed.notify_all()
-            os.close(self._lock_file)
+            try:
+                for segment in self._segments:
+                    if segment.active or segment in self._unsynced_sealed:
+                        segment.sync_all()
+                self._active.seal()
+                sync_dir(self.directory)
+                write_recovery_point(self.directory, self._next_offset - 1)
+            finally:  # a failed sync (a full disk) still lets go of every file and the lock
+                for segment in self._segments:
+                    segment.close()
+                self._committed.notify_all()
+                os.close(self._lock_file)
 
     def _abandon_locked(self, oldest_offset: int) -> None:
         """Close without syncing or writing anything (both locks held)."""

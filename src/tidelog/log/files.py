@@ -1,0 +1,238 @@
+"""Every write, truncate, reservation and open of the log layer, and the seam for faults.
+
+Rules kept here so no caller has to remember them:
+- a write is complete or it raises: short writes are retried from where they stopped, and a write
+  that stores nothing is a full disk;
+- ENOSPC and EDQUOT become :class:`~tidelog.errors.DiskFull`, EMFILE and ENFILE
+  :class:`~tidelog.errors.OutOfDescriptors` (both name the path); other ``OSError``\\ s pass
+  through unchanged. What the caller must undo after a failure is the caller's business (see
+  ``Segment.append``), since only it knows what "before" was;
+- a whole file replaced by :func:`replace_file` is either the old one or the new one, and a
+  failed replacement leaves no temp file behind.
+
+Fault injection. ``faults`` is one module-level :class:`Faults`; a test arms it ("the 3rd write to
+a path containing ``.index`` stores 7 bytes, then fails with ENOSPC") and every helper consults it
+before the system call. When nothing is armed the cost is one attribute check per call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidelog.errors import DiskFull, resource_error
+
+Buffer = bytes | bytearray | memoryview
+
+WRITE = "write"
+TRUNCATE = "truncate"
+RESERVE = "reserve"
+OPEN = "open"
+SYNC = "sync"
+
+
+@dataclass(slots=True, eq=False)
+class Fault:
+    """One armed failure: the ``skip + 1``-th matching call fails (``times`` calls in a row)."""
+
+    op: str
+    path_contains: str
+    skip: int
+    keep: int | None
+    """For writes: bytes the failing call really stores before failing (a short write)."""
+    error: int
+    times: int
+
+
+class Faults:
+    """Failures tests arm on purpose; ``armed`` is the only thing the hot path looks at."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self._lock = threading.Lock()
+        self._rules: list[Fault] = []
+        self.hits: list[tuple[str, str]] = []
+        """(op, path) of every call that failed on purpose, for tests to check they hit."""
+
+    def fail(
+        self,
+        path_contains: str = "",
+        *,
+        op: str = WRITE,
+        skip: int = 0,
+        keep: int | None = None,
+        error: int = errno.ENOSPC,
+        times: int = 1,
+    ) -> None:
+        """Make the ``skip + 1``-th call of ``op`` on a path containing ``path_contains`` fail.
+
+        With ``keep`` (writes only) the failing call stores its first ``keep`` bytes and reports
+        a short write; the retry that follows is the one that raises ``error`` (with ``error=0``
+        the retry succeeds: a short write that is no failure at all).
+        """
+        with self._lock:
+            self._rules.append(Fault(op, path_contains, skip, keep, error, times))
+            self.armed = True
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rules.clear()
+            self.hits.clear()
+            self.armed = False
+
+    def _match(self, op: str, path: object) -> Fault | None:
+        name = str(path)
+        with self._lock:
+            for rule in self._rules:
+                if rule.op != op or rule.path_contains not in name:
+                    continue
+                if rule.skip:
+                    rule.skip -= 1
+                    return None
+                if rule.keep is None:
+                    rule.times -= 1
+                    if not rule.times:
+                        self._rules.remove(rule)
+                        self.armed = bool(self._rules)
+                self.hits.append((op, name))
+                return rule
+        return None
+
+    def _retire(self, rule: Fault) -> None:
+        with self._lock:
+            if rule in self._rules:
+                self._rules.remove(rule)
+            self.armed = bool(self._rules)
+
+    def check(self, op: str, path: object) -> None:
+        """Raise the armed failure for ``op`` on ``path``, if there is one."""
+        rule = self._match(op, path)
+        if rule is not None:
+            raise OSError(rule.error, os.strerror(rule.error), str(path))
+
+    def pwrite(self, fd: int, data: memoryview, offset: int, path: object) -> int:
+        rule = self._match(WRITE, path)
+        if rule is None:
+            return os.pwrite(fd, data, offset)
+        if rule.keep is not None:
+            kept = min(rule.keep, len(data) - 1)
+            rule.keep = None  # the retry raises (or, with error 0, succeeds)
+            if not rule.error:
+                self._retire(rule)
+            if kept > 0:
+                return os.pwrite(fd, data[:kept], offset)
+            if not rule.error:
+                return os.pwrite(fd, data, offset)
+        raise OSError(rule.error, os.strerror(rule.error), str(path))
+
+
+faults = Faults()
+
+
+def _mapped(error: OSError, path: object) -> Exception:
+    return resource_error(error, path) or error
+
+
+def pwrite_all(fd: int, data: Buffer, offset: int, *, path: object) -> None:
+    """Write all of ``data`` at ``offset`` of ``fd`` (looping over short writes)."""
+    view = memoryview(data)
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B")
+    done, total = 0, len(view)
+    try:
+        while done < total:
+            if faults.armed:
+                written = faults.pwrite(fd, view[done:], offset + done, path)
+            else:
+                written = os.pwrite(fd, view[done:] if done else view, offset + done)
+            if written <= 0:
+                raise DiskFull(str(path), f"a write stored nothing after {done} of {total} bytes")
+            done += written
+    except OSError as error:
+        raise _mapped(error, path) from error
+
+
+def truncate(fd: int, size: int, *, path: object) -> None:
+    """Set the size of ``fd``'s file to ``size``."""
+    try:
+        if faults.armed:
+            faults.check(TRUNCATE, path)
+        os.ftruncate(fd, size)
+    except OSError as error:
+        raise _mapped(error, path) from error
+
+
+def reserve(fd: int, offset: int, length: int, *, path: object) -> None:
+    """Allocate disk blocks for ``[offset, offset + length)`` of ``fd`` now, so later writes into
+    that range cannot run out of space. A filesystem that cannot reserve is left to the writes."""
+    try:
+        if faults.armed:
+            faults.check(RESERVE, path)
+        os.posix_fallocate(fd, offset, length)
+    except OSError as error:
+        if error.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            return
+        raise _mapped(error, path) from error
+
+
+def open_fd(path: Path, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` with out-of-space and out-of-descriptors failures mapped."""
+    try:
+        if faults.armed:
+            faults.check(OPEN, path)
+        return os.open(path, flags, mode)
+    except OSError as error:
+        raise _mapped(error, path) from error
+
+
+def datasync(fd: int, *, path: object) -> None:
+    try:
+        if faults.armed:
+            faults.check(SYNC, path)
+        os.fdatasync(fd)
+    except OSError as error:
+        raise _mapped(error, path) from error
+
+
+def fsync(fd: int, *, path: object) -> None:
+    try:
+        if faults.armed:
+            faults.check(SYNC, path)
+        os.fsync(fd)
+    except OSError as error:
+        raise _mapped(error, path) from error
+
+
+def replace_file(path: Path, data: Buffer, *, sync: bool) -> None:
+    """Replace ``path`` with ``data`` atomically (a temp file renamed over it).
+
+    ``sync``: fsync the temp file before the rename, so the new content is durable once it is
+    visible. On failure the temp file is removed and ``path`` is untouched.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    write_new_file(tmp, data, sync=sync)
+    try:
+        os.replace(tmp, path)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise _mapped(error, path) from error
+
+
+def write_new_file(path: Path, data: Buffer, *, sync: bool) -> None:
+    """Create (or overwrite) ``path`` holding exactly ``data``; removed again if that fails."""
+    fd = open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        pwrite_all(fd, data, 0, path=path)
+        if sync:
+            fsync(fd, path=path)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        raise
+    os.close(fd)

@@ -1,0 +1,229 @@
+"""Writes that fail (injected through ``tidelog.log.files.faults``): an append is acknowledged and
+readable in full, or it raises and the log is exactly as before, in memory, on disk and after a
+reopen or a crash.
+"""
+
+from __future__ import annotations
+
+import errno
+import random
+from collections.abc import Iterator
+
+import pytest
+from logtools import crash_copy, read_forward, read_reverse
+
+from tidelog.errors import DiskFull, OutOfDescriptors, ResourceExhausted
+from tidelog.log import FlushPolicy, LogConfig, Message, SegmentedLog
+from tidelog.log.files import OPEN, RESERVE, TRUNCATE, WRITE, faults
+
+
+@pytest.fixture(autouse=True)
+def _no_faults_left() -> Iterator[None]:
+    faults.clear()
+    yield
+    faults.clear()
+
+
+def small(**kwargs: object) -> LogConfig:
+    kwargs.setdefault("flush_policy", FlushPolicy.NEVER)
+    kwargs.setdefault("segment_max_bytes", 4096)
+    kwargs.setdefault("index_preallocate_bytes", 1280)
+    return LogConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def state(log: SegmentedLog) -> tuple[object, ...]:
+    return (
+        log.next_offset,
+        log.high_watermark,
+        log.segment_count,
+        log.size_bytes,
+        log.message_count,
+        log._last_timestamp,
+        log._active.base_offset,
+        log._active.size,
+        log._active.count,
+    )
+
+
+def values(log: SegmentedLog) -> list[tuple[int, bytes]]:
+    return [(r.offset, r.value) for r in read_forward(log)]
+
+
+@pytest.mark.parametrize(
+    ("where", "op", "keep"),
+    [
+        (".log", WRITE, None),
+        (".log", WRITE, 10),
+        (".index", WRITE, None),
+        (".index", WRITE, 0),
+        (".index", WRITE, 13),
+        (".index", RESERVE, None),
+    ],
+)
+def test_a_failed_append_changes_nothing_and_the_next_one_takes_its_offset(
+    make_log, where, op, keep
+):
+    log = make_log(config=small())
+    log.append([b"a"] * 63)  # the next two entries outgrow the index's first 64 slots
+    before, contents = state(log), values(log)
+    faults.fail(where, op=op, keep=keep)
+    with pytest.raises(DiskFull) as raised:
+        log.append([b"c" * 50, b"d" * 50])
+    assert where in raised.value.path
+    assert faults.hits and state(log) == before and values(log) == contents
+    assert log.append([b"e"]) == range(63, 64)
+    assert values(log) == [*contents, (63, b"e")]
+    assert log.verify() == 64
+
+
+def test_a_short_write_is_finished_not_accepted(make_log):
+    log = make_log(config=small())
+    faults.fail(".index", keep=7, error=0)
+    faults.fail(".log", keep=3, error=0)
+    assert log.append([b"x" * 40, b"y" * 40]) == range(0, 2)
+    assert len(faults.hits) == 2
+    assert values(log) == [(0, b"x" * 40), (1, b"y" * 40)]
+
+
+def test_descriptors_running_out_is_its_own_error(make_log):
+    log = make_log(config=small(segment_max_bytes=4096))
+    log.append([b"a" * 3000])
+    faults.fail(".log", op=OPEN, error=errno.EMFILE)
+    with pytest.raises(OutOfDescriptors):
+        log.append([b"b" * 3000])  # needs a roll: the new segment's file cannot be opened
+    assert log.segment_count == 1 and values(log) == [(0, b"a" * 3000)]
+
+
+@pytest.mark.parametrize(("where", "op"), [(".log", OPEN), (".index", OPEN), (".index", TRUNCATE)])
+def test_a_roll_that_cannot_create_the_new_segment_leaves_the_old_one_active(make_log, where, op):
+    log = make_log(config=small())
+    log.append([b"a" * 3000])
+    files_before = sorted(p.name for p in log.directory.iterdir())
+    before = state(log)
+    faults.fail(where, op=op)
+    with pytest.raises(DiskFull):
+        log.append([b"b" * 3000])  # over the size limit: rolls first
+    assert state(log) == before
+    assert sorted(p.name for p in log.directory.iterdir()) == files_before
+    faults.fail(where, op=op)
+    with pytest.raises(DiskFull):
+        log.roll()
+    assert state(log) == before
+    assert log.append([b"c" * 10]) == range(1, 2)  # fits: still the first segment
+    assert log.segment_count == 1
+    assert log.append([b"d" * 3000]) == range(2, 3)
+    assert log.segment_count == 2
+    assert values(log) == [(0, b"a" * 3000), (1, b"c" * 10), (2, b"d" * 3000)]
+
+
+def test_a_failed_append_into_a_new_segment_undoes_the_roll(make_log):
+    log = make_log(config=small())
+    log.append([b"a" * 3000])
+    before = state(log)
+    faults.fail(".log", skip=0)  # the first write after the roll created the new segment
+    with pytest.raises(DiskFull):
+        log.append([b"b" * 3000])
+    assert state(log) == before
+    assert [p.name for p in sorted(log.directory.glob("*.log"))] == ["00000000000000000000.log"]
+    assert log.append([b"c" * 3000]) == range(1, 2)
+
+
+def test_a_tail_that_cannot_be_cut_back_is_never_recovered(make_log, tmp_path):
+    log = make_log(config=small())
+    log.append([b"a" * 100])
+    faults.fail(".index", op=WRITE)
+    faults.fail(".log", op=TRUNCATE)
+    with pytest.raises(DiskFull):
+        log.append([b"b" * 100])
+    assert values(log) == [(0, b"a" * 100)]
+    crashed = SegmentedLog(crash_copy(log, tmp_path / "crashed"), small())
+    try:
+        assert values(crashed) == [(0, b"a" * 100)]
+    finally:
+        crashed.close()
+    assert log.append([b"c" * 100]) == range(1, 2)  # cuts the stray tail first
+    assert values(log) == [(0, b"a" * 100), (1, b"c" * 100)]
+    assert log.directory.joinpath("00000000000000000000.log").stat().st_size == log.size_bytes
+
+
+def test_compaction_on_a_full_disk_leaves_the_segment_and_no_cleaned_files(make_log):
+    log = make_log(config=small())
+    log.append([Message(b"x" * 100, key=b"same") for _ in range(30)])
+    log.roll()
+    contents = values(log)
+    faults.fail(".cleaned")
+    with pytest.raises(DiskFull):
+        log.compact()
+    assert not list(log.directory.glob("*.cleaned")) and values(log) == contents
+    assert log.compact().segments_rewritten >= 1
+
+
+def test_a_recovery_point_that_cannot_be_written_keeps_the_sealed_segments_unsynced(make_log):
+    log = make_log(config=small())
+    log.append([b"a" * 3000])
+    faults.fail("recovery-point")
+    assert log.append([b"b" * 3000]) == range(1, 2)  # committed: the roll's sync is not the ack
+    assert faults.hits and log._unsynced_sealed and not list(log.directory.glob("*.tmp"))
+    faults.fail("recovery-point")
+    with pytest.raises(DiskFull):
+        log.flush()
+    assert log._unsynced_sealed
+    log.flush()
+    assert not log._unsynced_sealed
+    assert (log.directory / "recovery-point").read_text() == "0\n"
+
+
+def test_random_failures_never_change_what_was_acknowledged(tmp_path):
+    """Appends of random sizes (rolling often) with failures armed at random points of every
+    write path; after each failure the log equals the model of acknowledged appends, and so does
+    every reopen and every crash copy."""
+    rng = random.Random(20240601)
+    config = small(segment_max_bytes=8192)
+    directory = tmp_path / "log"
+    log = SegmentedLog(directory, config)
+    model: list[tuple[int, bytes]] = []
+    failures = 0
+    try:
+        for step in range(400):
+            if rng.random() < 0.35:
+                op = rng.choice([WRITE, WRITE, WRITE, RESERVE, OPEN, TRUNCATE])
+                where = rng.choice([".log", ".index", ""])
+                keep = rng.choice([None, 0, rng.randrange(1, 200)]) if op == WRITE else None
+                faults.fail(where, op=op, skip=rng.randrange(3), keep=keep)
+            count = rng.randrange(1, 6)
+            batch = [b"%d-%d-" % (step, i) + b"p" * rng.randrange(0, 900) for i in range(count)]
+            before = state(log)
+            try:
+                offsets = log.append(batch)
+            except ResourceExhausted:
+                failures += 1
+                faults.clear()
+                assert state(log) == before
+                assert values(log) == model
+                continue
+            model += list(zip(offsets, batch, strict=True))
+            if faults.hits:  # a fault fired somewhere the append survived (a retried write)
+                faults.clear()
+            if step % 50 == 49:
+                faults.clear()
+                crashed = SegmentedLog(crash_copy(log, tmp_path / f"crash-{step}"), config)
+                try:
+                    assert values(crashed) == model
+                finally:
+                    crashed.close()
+                log.close()
+                log = SegmentedLog(directory, config)
+                assert values(log) == model
+                assert log.verify() == len(model)
+        faults.clear()
+        assert failures > 20
+        assert values(log) == model
+        assert [(r.offset, r.value) for r in read_reverse(log)] == model[::-1]
+        assert [o for o, _ in model] == list(range(len(model)))
+        assert log.verify() == len(model)
+    finally:
+        faults.clear()
+        log.close()
+    with SegmentedLog(directory, config) as reopened:
+        assert values(reopened) == model
+        assert reopened.verify() == len(model)
