@@ -17,6 +17,7 @@ from tidelog.client.errors import (
     Unimplemented,
 )
 from tidelog.client.models import Ack, Message, PartitionInfo, ReceivedMessage, StreamInfo
+from tidelog.client.settings import ClientSettings
 from tidelog.client.sync import Client
 from tidelog.client.views import View, ViewEntry, ViewStatus
 
@@ -27,6 +28,7 @@ __all__ = [
     "AsyncClient",
     "Client",
     "ClientError",
+    "ClientSettings",
     "DataLoss",
     "FailedPrecondition",
     "IncorrectOffset",

@@ -1,7 +1,9 @@
 """``AsyncClient``: the asyncio client for tidelog.
 
 Control calls use the Liftbridge-compatible ``proto.API`` service; publishing batches and
-subscribing use ``tidelog.v1`` (columnar batches, one acknowledgement per batch).
+subscribing use ``tidelog.v1`` (columnar batches, one acknowledgement per batch). The channel
+reconnects promptly after the server comes back (``ClientSettings``), and calls that are safe to
+repeat are retried across the outage (``tidelog.client.retry`` lists which).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import accumulate, repeat
 from types import MappingProxyType, TracebackType
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 import grpc
 
@@ -26,6 +28,7 @@ from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 from tidelog.client.consumer import Consumer
 from tidelog.client.errors import (
+    AlreadyExists,
     ClientError,
     InvalidArgument,
     NotFound,
@@ -43,10 +46,13 @@ from tidelog.client.models import (
     Stop,
     StreamInfo,
 )
+from tidelog.client.retry import Attempt, retrying
+from tidelog.client.settings import MAX_FRAME, ClientSettings
 from tidelog.client.views import View, ViewCalls
 
+T = TypeVar("T")
+
 DEFAULT_SERVER = "127.0.0.1:9292"
-MAX_FRAME = 64 << 20
 PUBLISH_CHUNK = 1000
 """``publish_batch`` sends at most this many messages per request."""
 
@@ -92,17 +98,17 @@ def stop_fields(stop: Stop) -> dict[str, Any]:
 
 
 class AsyncClient(ViewCalls):
-    """A connection to one tidelog server. Use ``async with AsyncClient(...)`` or ``close()``."""
+    """A connection to one tidelog server. Use ``async with AsyncClient(...)`` or ``close()``.
 
-    def __init__(self, server: str = DEFAULT_SERVER) -> None:
+    ``settings``: reconnect backoff and retry budget (``ClientSettings``; the defaults suit a
+    server on loopback or a LAN)."""
+
+    def __init__(
+        self, server: str = DEFAULT_SERVER, *, settings: ClientSettings | None = None
+    ) -> None:
         self.server = server
-        self._channel = grpc.aio.insecure_channel(
-            server,
-            options=[
-                ("grpc.max_receive_message_length", MAX_FRAME),
-                ("grpc.max_send_message_length", MAX_FRAME),
-            ],
-        )
+        self.settings = settings or ClientSettings()
+        self._channel = grpc.aio.insecure_channel(server, options=self.settings.grpc_options())
         self._api = pb_grpc.APIStub(self._channel)
         self._v1 = v1_grpc.TidelogStub(self._channel)
         self._partition_counts: dict[str, int] = {}
@@ -120,6 +126,12 @@ class AsyncClient(ViewCalls):
 
     async def close(self) -> None:
         await self._channel.close()
+
+    async def _retrying(self, attempt: Attempt[T], timeout: float | None = None) -> T:
+        """Run a call that is safe to repeat, retrying it while the server is unreachable."""
+        return await retrying(
+            attempt, channel=self._channel, settings=self.settings, timeout=timeout
+        )
 
     # -- streams ---------------------------------------------------------------------------------
 
@@ -156,19 +168,48 @@ class AsyncClient(ViewCalls):
             request.optimisticConcurrencyControl.value = True
         if compact:
             request.compactEnabled.value = True
-        try:
-            await self._api.CreateStream(request)
-        except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+
+        async def attempt(timeout: float | None, number: int) -> None:
+            try:
+                await self._api.CreateStream(request, timeout=timeout)
+            except grpc.RpcError as error:
+                if number == 1 or error.code() != grpc.StatusCode.ALREADY_EXISTS:
+                    raise
+                await self._created_by_an_earlier_attempt(request, error)
+
+        await self._retrying(attempt)
         self._partition_counts[name] = max(partitions, 1)  # the server reads 0 as 1
         for view in views:
             await self.declare_view(name, view)
 
+    async def _created_by_an_earlier_attempt(
+        self, request: pb.CreateStreamRequest, error: grpc.RpcError
+    ) -> None:
+        """ALREADY_EXISTS after an attempt that went unanswered: that attempt most likely
+        created the stream. Accept it when the stream is what was asked for (its partitions and
+        subject; retention and segment settings are not in the metadata), else raise."""
+        (info,) = await self._metadata([request.name])
+        wanted = max(request.partitions, 1)
+        if len(info.partitions) == wanted and info.subject == request.subject:
+            return
+        raise AlreadyExists(
+            f"{from_rpc_error(error)}; it has {len(info.partitions)} partitions and subject "
+            f"{info.subject!r}, not {wanted} and {request.subject!r} as asked (an earlier attempt "
+            f"of this call went unanswered while the server was unreachable)"
+        )
+
     async def delete_stream(self, name: str) -> None:
-        try:
-            await self._api.DeleteStream(pb.DeleteStreamRequest(name=name))
-        except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+        """Delete a stream. NOT_FOUND from a retry, after an attempt that went unanswered while
+        the server was unreachable, counts as deleted (by that attempt)."""
+
+        async def attempt(timeout: float | None, number: int) -> None:
+            try:
+                await self._api.DeleteStream(pb.DeleteStreamRequest(name=name), timeout=timeout)
+            except grpc.RpcError as error:
+                if number == 1 or error.code() != grpc.StatusCode.NOT_FOUND:
+                    raise
+
+        await self._retrying(attempt)
         self._partition_counts.pop(name, None)
 
     async def list_streams(self) -> list[StreamInfo]:
@@ -180,10 +221,12 @@ class AsyncClient(ViewCalls):
         return found[0]
 
     async def _metadata(self, names: list[str]) -> list[StreamInfo]:
-        try:
-            response = await self._api.FetchMetadata(pb.FetchMetadataRequest(streams=names))
-        except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+        request = pb.FetchMetadataRequest(streams=names)
+
+        async def attempt(timeout: float | None, number: int) -> pb.FetchMetadataResponse:
+            return await self._api.FetchMetadata(request, timeout=timeout)
+
+        response = await self._retrying(attempt)
         infos = []
         for meta in response.streamMetadata:
             if meta.error == pb.StreamMetadata.UNKNOWN_STREAM:
@@ -236,7 +279,7 @@ class AsyncClient(ViewCalls):
         try:
             response = await self._v1.PublishBatch(request)
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+            raise _publish_error(error) from None
         return Ack(stream, number, response.first_offset)
 
     @overload
@@ -360,10 +403,11 @@ class AsyncClient(ViewCalls):
                 f"the {MAX_FRAME}-byte limit of a request; split it into batches with sequences "
                 f"of their own"
             )
-        try:
-            response = await self._v1.PublishBatch(request, timeout=timeout)
-        except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+
+        async def attempt(timeout: float | None, number: int) -> v1.PublishBatchResponse:
+            return await self._v1.PublishBatch(request, timeout=timeout)
+
+        response = await self._retrying(attempt, timeout)
         first = response.first_offset
         return Acks(
             stream, number, range(first, first + response.count), duplicate=response.duplicate
@@ -383,7 +427,7 @@ class AsyncClient(ViewCalls):
         try:
             response = await self._v1.PublishBatch(request, timeout=timeout)
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+            raise _publish_error(error) from None
         first = response.first_offset
         return Acks(stream, partition, range(first, first + response.count))
 
@@ -441,14 +485,20 @@ class AsyncClient(ViewCalls):
             **start_fields(start),
             **stop_fields(stop),
         )
-        call = self._v1.SubscribeBatches(request)
-        try:
-            handshake = await call.read()
-        except grpc.RpcError as error:
-            call.cancel()
-            raise from_rpc_error(error) from None
-        if not isinstance(handshake, v1.RecordBatch):  # grpc.aio.EOF
-            raise Unavailable("the server ended the subscription before it started")
+
+        async def attempt(timeout: float | None, number: int) -> tuple[Any, v1.RecordBatch]:
+            call = self._v1.SubscribeBatches(request)
+            try:
+                handshake = await call.read()
+            except BaseException:
+                call.cancel()
+                raise
+            if not isinstance(handshake, v1.RecordBatch):  # grpc.aio.EOF
+                call.cancel()
+                raise Unavailable("the server ended the subscription before it started")
+            return call, handshake
+
+        call, handshake = await self._retrying(attempt)
         return _batches(call, handshake)
 
     async def subscribe_batches(
@@ -506,18 +556,20 @@ class AsyncClient(ViewCalls):
         request = pb.SetCursorRequest(
             cursorId=cursor_id, stream=stream, partition=partition, offset=offset
         )
-        try:
-            await self._api.SetCursor(request)
-        except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+
+        async def attempt(timeout: float | None, number: int) -> None:
+            await self._api.SetCursor(request, timeout=timeout)
+
+        await self._retrying(attempt)
 
     async def fetch_cursor(self, cursor_id: str, stream: str, partition: int = 0) -> int:
         """The stored offset, or -1 when the cursor was never set."""
         request = pb.FetchCursorRequest(cursorId=cursor_id, stream=stream, partition=partition)
-        try:
-            response = await self._api.FetchCursor(request)
-        except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+
+        async def attempt(timeout: float | None, number: int) -> pb.FetchCursorResponse:
+            return await self._api.FetchCursor(request, timeout=timeout)
+
+        response = await self._retrying(attempt)
         return int(response.offset)
 
 
@@ -616,6 +668,17 @@ class Publisher:
         if self._reader is not None:
             await self._reader
         self._call = None
+
+
+def _publish_error(error: grpc.RpcError) -> ClientError:
+    """The error of a publish without a producer id, which is never retried."""
+    failure = from_rpc_error(error)
+    if isinstance(failure, Unavailable):
+        return Unavailable(
+            f"{failure} (not retried: a publish without producer_id and producer_sequence could "
+            f"be stored twice; with them it is retried safely)"
+        )
+    return failure
 
 
 def _pack_messages(messages: Sequence[bytes | Message]) -> v1.Messages:

@@ -20,16 +20,22 @@ from tidelog.client.aio import DEFAULT_SERVER, AsyncClient, decode
 from tidelog.client.consumer import Consumer
 from tidelog.client.errors import InvalidArgument
 from tidelog.client.models import Ack, Acks, Message, ReceivedMessage, Start, Stop, StreamInfo
+from tidelog.client.settings import ClientSettings
 from tidelog.client.views import SyncViewCalls, ViewCalls
 
 T = TypeVar("T")
 
 
 class Client(SyncViewCalls):
-    """A blocking connection to one tidelog server; use ``with Client(...)`` or ``close()``."""
+    """A blocking connection to one tidelog server; use ``with Client(...)`` or ``close()``.
 
-    def __init__(self, server: str = DEFAULT_SERVER) -> None:
+    ``settings``: reconnect backoff and retry budget (``ClientSettings``)."""
+
+    def __init__(
+        self, server: str = DEFAULT_SERVER, *, settings: ClientSettings | None = None
+    ) -> None:
         self.server = server
+        self.settings = settings or ClientSettings()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="tidelog-client", daemon=True
@@ -38,7 +44,7 @@ class Client(SyncViewCalls):
         self._closed = False
 
         async def connect() -> AsyncClient:
-            return AsyncClient(server)
+            return AsyncClient(server, settings=self.settings)
 
         self._client = self._run(connect())
 

@@ -2,7 +2,9 @@
 
 :class:`ViewCalls` is mixed into :class:`~tidelog.client.AsyncClient` and
 :class:`SyncViewCalls` into the blocking :class:`~tidelog.client.Client`; both speak the view
-RPCs of ``tidelog.v1``.
+RPCs of ``tidelog.v1``. Every view call is retried while the server is unreachable: the
+queries read, declaring an identical view again does nothing, and NOT_FOUND from a retried drop
+means an earlier attempt dropped it (``tidelog.client.retry``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import grpc
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
-from tidelog.client.errors import from_rpc_error
+from tidelog.client.retry import Attempt
 
 T = TypeVar("T")
 Moment = int | datetime
@@ -112,26 +114,39 @@ class ViewCalls:
 
     _v1: v1_grpc.TidelogAsyncStub
 
+    async def _retrying(self, attempt: Attempt[T], timeout: float | None = None) -> T:
+        raise NotImplementedError  # provided by AsyncClient
+
     async def declare_view(self, stream: str, view: View) -> None:
         """Add ``view`` to ``stream``; it is built from the oldest retained message and then
         follows every publish. Declaring an identical view again does nothing; another view of
         the same name fails with AlreadyExists."""
-        try:
-            await self._v1.DeclareView(v1.DeclareViewRequest(stream=stream, view=view.to_wire()))
-        except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+        request = v1.DeclareViewRequest(stream=stream, view=view.to_wire())
+
+        async def attempt(timeout: float | None, number: int) -> None:
+            await self._v1.DeclareView(request, timeout=timeout)
+
+        await self._retrying(attempt)
 
     async def drop_view(self, stream: str, name: str) -> None:
-        try:
-            await self._v1.DropView(v1.DropViewRequest(stream=stream, name=name))
-        except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+        request = v1.DropViewRequest(stream=stream, name=name)
+
+        async def attempt(timeout: float | None, number: int) -> None:
+            try:
+                await self._v1.DropView(request, timeout=timeout)
+            except grpc.RpcError as error:
+                if number == 1 or error.code() != grpc.StatusCode.NOT_FOUND:
+                    raise
+
+        await self._retrying(attempt)
 
     async def list_views(self, stream: str) -> list[ViewStatus]:
-        try:
-            response = await self._v1.ListViews(v1.ListViewsRequest(stream=stream))
-        except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+        request = v1.ListViewsRequest(stream=stream)
+
+        async def attempt(timeout: float | None, number: int) -> v1.ListViewsResponse:
+            return await self._v1.ListViews(request, timeout=timeout)
+
+        response = await self._retrying(attempt)
         return [
             ViewStatus(View.from_wire(s.spec), tuple(s.applied_offsets), s.entries)
             for s in response.views
@@ -139,10 +154,12 @@ class ViewCalls:
 
     async def view_get(self, stream: str, view: str, key: bytes) -> ViewEntry | None:
         """The latest value of ``key`` in table ``view``, or None."""
-        try:
-            response = await self._v1.ViewGet(v1.ViewGetRequest(stream=stream, view=view, key=key))
-        except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+        request = v1.ViewGetRequest(stream=stream, view=view, key=key)
+
+        async def attempt(timeout: float | None, number: int) -> v1.ViewGetResponse:
+            return await self._v1.ViewGet(request, timeout=timeout)
+
+        response = await self._retrying(attempt)
         return ViewEntry.from_wire(response.entry) if response.found else None
 
     async def view_range(
@@ -166,10 +183,11 @@ class ViewCalls:
             request.to_key = to_key
         if partition is not None:
             request.partition = partition
-        try:
-            response = await self._v1.ViewRange(request)
-        except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+
+        async def attempt(timeout: float | None, number: int) -> v1.ViewRangeResponse:
+            return await self._v1.ViewRange(request, timeout=timeout)
+
+        response = await self._retrying(attempt)
         return [ViewEntry.from_wire(e) for e in response.entries]
 
     async def window_fetch(
@@ -193,10 +211,11 @@ class ViewCalls:
             request.time_from_ms = millis(time_from)
         if time_to is not None:
             request.time_to_ms = millis(time_to)
-        try:
-            response = await self._v1.WindowFetch(request)
-        except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+
+        async def attempt(timeout: float | None, number: int) -> v1.WindowFetchResponse:
+            return await self._v1.WindowFetch(request, timeout=timeout)
+
+        response = await self._retrying(attempt)
         return [ViewEntry.from_wire(e) for e in response.entries]
 
     async def last_values(

@@ -1,0 +1,157 @@
+"""Retrying the calls that are safe to repeat when the server is unreachable.
+
+Theory of operation. A call that fails with UNAVAILABLE may or may not have reached the server:
+the connection could have broken before the request left, or after the server acted on it and
+before its answer arrived. A call is retried only when doing it twice leaves the same state and
+answer as doing it once, so the client never needs to know which:
+
+==================================  ======  ====================================================
+call                                retried why
+==================================  ======  ====================================================
+FetchMetadata (``list_streams``,    yes     reads
+``stream_info``, partition lookup),
+FetchCursor, ListViews, ViewGet,
+ViewRange, WindowFetch
+subscription start (the handshake)  yes     nothing was delivered yet; "new" means new from the
+                                            attempt that succeeded
+SetCursor                           yes     writes an absolute offset: twice is once
+DeclareView                         yes     declaring an identical view again does nothing
+publish with producer id + sequence yes     the broker drops a batch it holds (``duplicate``)
+CreateStream                        yes     ALREADY_EXISTS after an unanswered attempt is
+                                            taken as "created" when the stream has the
+                                            partitions and subject asked for
+DeleteStream, DropView              yes     NOT_FOUND after an unanswered attempt is "deleted"
+plain publish, ``publish_batch``    no      a retry could store the messages twice: the
+without a producer, ``Publisher``           caller gets ``Unavailable`` at once
+a live subscription, ``Consumer``   no      it ends with ``Unavailable``; resume from the last
+                                            offset received
+==================================  ======  ====================================================
+
+Only UNAVAILABLE is retried. DEADLINE_EXCEEDED is not: an attempt's deadline is what is left of
+the call's own ``timeout``, so when it passes there is no time left to retry in.
+
+Between attempts the call pauses (``retry_first_backoff_s``, doubling up to
+``retry_max_backoff_s``), then waits for the channel to be connected again instead of failing
+fast on a channel that is still down; gRPC's reconnect backoff (``ClientSettings``) decides how
+soon that happens after the server is back. The whole is bounded by a budget: the call's
+``timeout`` when it has one, else ``retry_budget_s``, counted from the call's start. An attempt
+sent to a connected server is not cut by the budget (it keeps the call's own deadline, if any),
+so a slow answer from a live server is still waited for.
+
+:class:`RetryBudget` is the bookkeeping alone (no I/O, the clock passed in); :func:`retrying`
+is the asyncio shell around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+
+from tidelog.client.errors import ClientError, Unavailable, from_rpc_error
+from tidelog.client.settings import ClientSettings
+
+T = TypeVar("T")
+
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
+
+Attempt = Callable[[float | None, int], Awaitable[T]]
+"""One try of a call: given the deadline left of the call's own timeout (None: no deadline) and
+the attempt's number (1 for the first), it returns the answer or raises ``grpc.RpcError``."""
+
+
+@dataclass(slots=True)
+class RetryBudget:
+    """When to try again and when to give up, for one call."""
+
+    started: float
+    budget_s: float
+    timeout: float | None
+    pause_s: float
+    max_pause_s: float
+    attempts: int = 0
+
+    @classmethod
+    def start(cls, settings: ClientSettings, timeout: float | None, now: float) -> RetryBudget:
+        return cls(
+            started=now,
+            budget_s=settings.retry_budget_s if timeout is None else timeout,
+            timeout=timeout,
+            pause_s=settings.retry_first_backoff_s,
+            max_pause_s=settings.retry_max_backoff_s,
+        )
+
+    @property
+    def deadline(self) -> float:
+        return self.started + self.budget_s
+
+    def attempt_timeout(self, now: float) -> float | None:
+        """The deadline of the next attempt: what is left of the call's timeout, if it has one."""
+        if self.timeout is None:
+            return None
+        return max(self.deadline - now, 0.0)
+
+    def next_pause(self, now: float) -> float | None:
+        """After a failed attempt: seconds to pause before the next, or None to give up."""
+        left = self.deadline - now
+        if left <= 0:
+            return None
+        pause = min(self.pause_s, left)
+        self.pause_s = min(self.pause_s * 2, self.max_pause_s)
+        return pause
+
+
+async def retrying(
+    attempt: Attempt[T],
+    *,
+    channel: grpc.aio.Channel,
+    settings: ClientSettings,
+    timeout: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> T:
+    """``attempt`` until it answers, fails with anything but UNAVAILABLE (raised as its
+    ``ClientError``) or the budget is spent (``Unavailable`` saying how long it tried)."""
+    budget = RetryBudget.start(settings, timeout, clock())
+    while True:
+        budget.attempts += 1
+        try:
+            return await attempt(budget.attempt_timeout(clock()), budget.attempts)
+        except grpc.RpcError as error:
+            if error.code() not in RETRYABLE:
+                raise from_rpc_error(error) from None
+            failure = error
+        pause = budget.next_pause(clock())
+        if pause is not None:
+            await asyncio.sleep(pause)
+            if await _connected(channel, budget.deadline - clock()):
+                continue
+        raise _gave_up(failure, budget, clock())
+
+
+async def _connected(channel: grpc.aio.Channel, within: float) -> bool:
+    """Wait until the channel is connected (asking it to connect), for at most ``within`` s."""
+    if within <= 0:
+        return False
+    try:
+        await asyncio.wait_for(channel.channel_ready(), within)
+    except TimeoutError:
+        return False
+    return True
+
+
+def _gave_up(failure: grpc.RpcError, budget: RetryBudget, now: float) -> ClientError:
+    cause = from_rpc_error(failure)
+    if budget.budget_s <= 0:  # retrying is off: the error as it came
+        return cause
+    limit = "its timeout" if budget.timeout is not None else "the retry budget"
+    return Unavailable(
+        f"{cause} (gave up after {budget.attempts} attempts in {now - budget.started:.1f} s, "
+        f"{limit} of {budget.budget_s:g} s)"
+    )
+
+
+__all__ = ["RETRYABLE", "Attempt", "RetryBudget", "retrying"]
