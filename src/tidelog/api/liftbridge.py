@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -23,6 +23,7 @@ from tidelog.api.errors import grpc_errors, status_of
 from tidelog.api.metrics import Metrics
 from tidelog.broker import Broker, Partition, StartPosition, StopPosition, StreamConfig
 from tidelog.broker import SubscribeRequest as BrokerSubscribe
+from tidelog.broker.delivery import delivery_gate
 from tidelog.errors import (
     IncorrectOffset,
     InvalidArgument,
@@ -33,7 +34,7 @@ from tidelog.errors import (
     StreamNotFound,
     TidelogError,
 )
-from tidelog.log import Message
+from tidelog.log import Message, MessageBatch
 
 Context = grpc.aio.ServicerContext[object, object]
 
@@ -448,25 +449,16 @@ class LiftbridgeService(pb_grpc.APIServicer):
             subject = stream.subject
             name, number = request.stream, request.partition
             yield pb.Message()  # the handshake: the subscription exists
+            gate = delivery_gate()
             async for batch in subscription.batches():
-                for offset, timestamp, key, value, headers in zip(
-                    batch.offsets.tolist(),
-                    batch.timestamps.tolist(),
-                    batch.keys(),
-                    batch.values(),
-                    batch.headers(),
-                    strict=True,
-                ):
-                    yield pb.Message(
-                        offset=offset,
-                        key=key or b"",
-                        value=value,
-                        timestamp=timestamp,
-                        stream=name,
-                        partition=number,
-                        subject=subject,
-                        headers=headers,
-                    )
+                # One send per message: take a turn for the batch (broker/delivery.py).
+                turn = await gate.turn()
+                try:
+                    for message in _messages(batch, name, number, subject):
+                        yield message
+                        turn.progress()
+                finally:
+                    turn.release()
 
     # -- cursors ---------------------------------------------------------------------------------
 
@@ -536,3 +528,36 @@ class LiftbridgeService(pb_grpc.APIServicer):
                 request.groupId, request.consumerId, request.epoch
             )
         return pb.ReportConsumerGroupCoordinatorResponse()
+
+
+def _messages(
+    batch: MessageBatch, stream: str, partition: int, subject: str
+) -> Iterator[pb.Message]:
+    """The batch as Liftbridge messages, each value cut from the batch only when its message is
+    built: a subscription holds its batch, not a second copy of it."""
+    starts, lengths = batch.value_spans()
+    keys = batch.keys() if batch.has_keys() else None
+    headers = batch.headers() if batch.has_headers() else None
+    data = batch.data
+    for i, (offset, timestamp, start, length) in enumerate(
+        zip(
+            batch.offsets.tolist(),
+            batch.timestamps.tolist(),
+            starts.tolist(),
+            lengths.tolist(),
+            strict=True,
+        )
+    ):
+        message = pb.Message(
+            offset=offset,
+            value=data[start : start + length],
+            timestamp=timestamp,
+            stream=stream,
+            partition=partition,
+            subject=subject,
+        )
+        if keys is not None and keys[i]:
+            message.key = keys[i]  # type: ignore[assignment]
+        if headers is not None and headers[i]:
+            message.headers.update(headers[i])
+        yield message

@@ -44,6 +44,11 @@ class ServerSettings(BaseSettings):
     retention_age_s: float | None = Field(168 * 3600.0, gt=0)
     max_message_bytes: int = Field(256 << 10, ge=1, le=64 << 20)
     maintenance_interval_s: float = Field(30.0, gt=0)
+    subscriber_buffer_bytes: int = Field(
+        256 << 10,
+        ge=4096,
+        description="per-subscription byte budget: record bytes one subscription holds in hand",
+    )
     cursor_partitions: int = Field(
         1, ge=1, le=64, description="partitions of __cursors when it is first created"
     )
@@ -70,6 +75,7 @@ class ServerSettings(BaseSettings):
             ),
             maintenance_interval_s=self.maintenance_interval_s,
             cursor_partitions=self.cursor_partitions,
+            subscriber_buffer_bytes=self.subscriber_buffer_bytes,
         )
 
 

@@ -16,6 +16,7 @@ from tidelog.api.frames import record_batch
 from tidelog.api.metrics import Metrics
 from tidelog.api.views import ViewService
 from tidelog.broker import Broker, StartPosition, StopPosition, SubscribeRequest
+from tidelog.broker.delivery import delivery_gate
 from tidelog.broker.subscription import EndReason
 from tidelog.errors import InvalidArgument, ReadonlyEnd, StopReached, TidelogError
 from tidelog.log import Message
@@ -132,9 +133,16 @@ class TidelogService(ViewService, v1_grpc.TidelogServicer):
                 max_bytes=request.max_bytes or None,
             )
             yield v1.RecordBatch()  # the handshake: the subscription exists
+            gate = delivery_gate()
             try:
                 async for batch in subscription.batches():
-                    yield record_batch(batch)
+                    frame = record_batch(batch)
+                    turn = await gate.turn()  # one send per frame (broker/delivery.py)
+                    try:
+                        yield frame
+                        turn.progress()
+                    finally:
+                        turn.release()
             except (StopReached, ReadonlyEnd):
                 pass  # ended by itself: the reason is on the subscription
             yield v1.RecordBatch(end=_END_REASONS[subscription.end_reason])

@@ -412,6 +412,7 @@ class Broker:
             bounds,
             max_messages=max_messages or self.config.subscriber_batch_messages,
             max_bytes=max_bytes or self.config.subscriber_batch_bytes,
+            buffer_bytes=self.config.subscriber_buffer_bytes,
         )
         if group is not None:  # (group id, consumer id, group epoch)
             group_id, consumer_id, epoch = group

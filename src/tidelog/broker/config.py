@@ -125,6 +125,9 @@ class BrokerConfig:
     cursor_partitions: int = 1
     subscriber_batch_messages: int = 5000
     subscriber_batch_bytes: int = 1 << 20
+    subscriber_buffer_bytes: int = 256 << 10
+    """Per-subscription byte budget: the most record bytes a subscription holds in hand (it reads
+    from the log again once its client has taken them; see ``broker/subscription.py``)."""
 
     @property
     def flush_policy(self) -> FlushPolicy:

@@ -5,9 +5,13 @@ verified batches from the partition's commit log, by offset. It is *resuming* wh
 data (catching up), and *live* once caught up: it then waits on the partition's commit signal and
 reads again when the high watermark moves. Because both states read the same log by offset, the
 hand-over from resuming to live cannot miss or repeat a message, whatever publishers do
-meanwhile. The only per-subscriber buffer is the batch in hand: a slow client stops the loop at
-its ``yield`` (gRPC flow control), which costs the publisher and the other subscribers nothing,
-and the subscriber resumes from the log where it stopped.
+meanwhile. The only per-subscriber buffer is the batch in hand, and a byte budget bounds it
+(``buffer_bytes``: a batch is never read larger, except that a single larger message is read
+alone): a slow client stops the loop at its ``yield`` once gRPC flow control holds its write,
+which costs the publisher and the other subscribers nothing, and the subscriber resumes from the
+log where it stopped - the log is the buffer. Until a non-reading client's flow-control window is
+full, its sends still cost the event loop; ``tidelog.broker.delivery`` keeps them from crowding
+out publishers.
 
 State table (events on the left, ``RESUMING`` / ``LIVE``):
 
@@ -179,8 +183,16 @@ def _resolve_reverse(
     return Bounds(max(offset, 0), stop_offset, stop_timestamp, reverse=True, empty=empty)
 
 
+DEFAULT_BUFFER_BYTES = 256 << 10
+"""Per-subscription byte budget: the most record bytes one subscription holds in hand."""
+
+
 class Subscription:
-    """Feeds one subscriber from one partition; iterate :meth:`batches`."""
+    """Feeds one subscriber from one partition; iterate :meth:`batches`.
+
+    ``max_bytes`` (what the subscriber asked for) and ``buffer_bytes`` (the broker's budget) both
+    cap a batch; the smaller one wins.
+    """
 
     def __init__(
         self,
@@ -189,13 +201,14 @@ class Subscription:
         *,
         max_messages: int = 1000,
         max_bytes: int = 1 << 20,
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         stops_on_cancel: bool = True,
     ) -> None:
         self.partition = partition
         self.bounds = bounds
         self.state = SubscriberState.RESUMING
         self._max_messages = max_messages
-        self._max_bytes = max_bytes
+        self._max_bytes = min(max_bytes, buffer_bytes)
         self._end_at_readonly = stops_on_cancel and bounds.stop_offset is None
         self.end_reason: EndReason | None = None
         self.fenced = False
