@@ -331,6 +331,11 @@ class AsyncClient(ViewCalls):
         ``timeout``: seconds each request may take before it fails (a ``ClientError`` with code
         ``DEADLINE_EXCEEDED``; None: no limit). A request that timed out may still have been
         stored: retry an idempotent batch with the same sequence to find out.
+
+        An idempotent batch is retried while the server is unreachable (UNAVAILABLE), for
+        ``timeout`` seconds in all or, without one, ``settings.retry_budget_s``. Without a
+        producer nothing is retried (a retry could store the messages twice): UNAVAILABLE raises
+        ``Unavailable`` at once.
         """
         if (producer_id is None) != (producer_sequence is None):
             raise InvalidArgument("give both producer_id and producer_sequence, or neither")
