@@ -15,11 +15,11 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 
 from typing import Any
 
-__all__ = ["AsyncClient", "Client", "Message", "__version__"]
+__all__ = ["AsyncClient", "Client", "ClientSettings", "Message", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("AsyncClient", "Client", "Message"):
+    if name in ("AsyncClient", "Client", "ClientSettings", "Message"):
         from tidelog import client
 
         return getattr(client, name)

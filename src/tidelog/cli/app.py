@@ -26,6 +26,7 @@ from tidelog.client import (
     DEFAULT_SERVER,
     Client,
     ClientError,
+    ClientSettings,
     Message,
     ReceivedMessage,
 )
@@ -58,8 +59,13 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+INTERACTIVE_RETRY_S = 2.0
+"""How long a CLI command retries a server that is restarting before it says it cannot reach it
+(the client's default, 10 s, is for programs; a person at a prompt wants the answer sooner)."""
+
+
 def connect(server: str) -> Client:
-    return Client(server)
+    return Client(server, settings=ClientSettings(retry_budget_s=INTERACTIVE_RETRY_S))
 
 
 def version_callback(value: bool) -> None:

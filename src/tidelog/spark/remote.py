@@ -19,11 +19,21 @@ from datetime import UTC, datetime
 import numpy as np
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
-from tidelog.client import Client, InvalidArgument, NotFound, StreamInfo, Unavailable
+from tidelog.client import (
+    Client,
+    ClientSettings,
+    InvalidArgument,
+    NotFound,
+    StreamInfo,
+    Unavailable,
+)
 from tidelog.spark.errors import OffsetsLost, UnknownStream
 from tidelog.spark.planning import PartitionBounds
 
 LOG = logging.getLogger("tidelog.spark")
+
+PROBE_RETRY_S = 2.0
+"""How long reads through the chosen server retry UNAVAILABLE (a broker restarting)."""
 
 FRAME_MESSAGES = 10_000
 """Records per frame asked of the server (it also caps frames at its byte limit)."""
@@ -34,7 +44,9 @@ def connect(servers: Sequence[str]) -> Client:
     interchangeable for reading); raises ``Unavailable`` naming all when none does."""
     failures = []
     for server in servers:
-        client = Client(server)
+        # A short retry budget: an unreachable server should cost the probe seconds, not the
+        # client's default 10 s, before the next one is tried (Spark retries its tasks too).
+        client = Client(server, settings=ClientSettings(retry_budget_s=PROBE_RETRY_S))
         try:
             client.list_streams()
         except Unavailable as error:
