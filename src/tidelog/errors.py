@@ -7,6 +7,21 @@ codes in one place. Each message says what happened and what the caller can do a
 from __future__ import annotations
 
 import errno
+from typing import Final
+
+ECHO_CHARS: Final = 200
+"""Longest client input (a name, an id) an error message repeats in full."""
+
+
+def echo(value: str | bytes, limit: int = ECHO_CHARS) -> str:
+    """``repr(value)`` for an error message; past ``limit`` characters, its start and its size.
+
+    A client's input is echoed so people can see what was refused, but a 10 KB stream name must
+    not make a 10 KB message (gRPC refuses a status detail over its 8 KiB metadata limit)."""
+    if len(value) <= limit:
+        return repr(value)
+    size = len(value) if isinstance(value, bytes) else len(value.encode(errors="replace"))
+    return f"{value[:limit]!r}…({size} bytes)"
 
 
 class TidelogError(Exception):
@@ -70,7 +85,7 @@ class StreamNotFound(BrokerError):
 
     def __init__(self, stream: str) -> None:
         self.stream = stream
-        super().__init__(f"no such stream: {stream!r}; create it first or check the name")
+        super().__init__(f"no such stream: {echo(stream)}; create it first or check the name")
 
 
 class PartitionNotFound(BrokerError):
@@ -80,7 +95,8 @@ class PartitionNotFound(BrokerError):
         self.stream = stream
         self.partition = partition
         super().__init__(
-            f"no such partition: stream {stream!r} has partitions 0..{count - 1}, not {partition}"
+            f"no such partition: stream {echo(stream)} has partitions 0..{count - 1}, "
+            f"not {partition}"
         )
 
 
@@ -89,7 +105,7 @@ class StreamExists(BrokerError):
 
     def __init__(self, stream: str) -> None:
         self.stream = stream
-        super().__init__(f"stream already exists: {stream!r}")
+        super().__init__(f"stream already exists: {echo(stream)}")
 
 
 class PartitionPaused(BrokerError):
@@ -97,8 +113,8 @@ class PartitionPaused(BrokerError):
 
     def __init__(self, stream: str, partition: int) -> None:
         super().__init__(
-            f"partition {partition} of stream {stream!r} is paused; publish to it or subscribe "
-            f"with resume=true to resume it"
+            f"partition {partition} of stream {echo(stream)} is paused; publish to it or "
+            f"subscribe with resume=true to resume it"
         )
 
 
@@ -107,7 +123,7 @@ class PartitionReadonly(BrokerError):
 
     def __init__(self, stream: str, partition: int) -> None:
         super().__init__(
-            f"readonly partition: {partition} of stream {stream!r} accepts no publishes; "
+            f"readonly partition: {partition} of stream {echo(stream)} accepts no publishes; "
             f"clear the flag with SetStreamReadonly(readonly=false)"
         )
 
@@ -134,7 +150,7 @@ class StreamDeleting(BrokerError):
     def __init__(self, stream: str) -> None:
         self.stream = stream
         super().__init__(
-            f"stream {stream!r} is being deleted; create it again in a moment (the delete "
+            f"stream {echo(stream)} is being deleted; create it again in a moment (the delete "
             f"finishes within milliseconds)"
         )
 
@@ -174,7 +190,7 @@ class ViewNotFound(BrokerError):
         self.stream = stream
         self.view = view
         super().__init__(
-            f"no such view: stream {stream!r} has no view {view!r}; declare it first "
+            f"no such view: stream {echo(stream)} has no view {echo(view)}; declare it first "
             f"(tidelog view declare) or list the stream's views"
         )
 
@@ -186,7 +202,7 @@ class ViewExists(BrokerError):
         self.stream = stream
         self.view = view
         super().__init__(
-            f"view already exists: stream {stream!r} has a view {view!r} with another "
+            f"view already exists: stream {echo(stream)} has a view {echo(view)} with another "
             f"definition; drop it first or choose another name"
         )
 

@@ -1,15 +1,23 @@
 """Every tidelog error mapped to a gRPC status, in one place.
 
 Servicers wrap their work in :func:`grpc_errors`; anything tidelog raises becomes the status
-below with the exception's own message (each says what to do). Anything else is a bug: it is
-logged with its traceback and answered INTERNAL, and the server stays up.
+below with the exception's own message (each says what to do). An ``OSError`` that means a
+machine resource ran out (no disk space, no file descriptors; :func:`tidelog.errors.resource_error`)
+is answered RESOURCE_EXHAUSTED like :class:`~tidelog.errors.ResourceExhausted`, and logged as one
+WARNING line (at most one per resource and place every :data:`RESOURCE_WARNING_INTERVAL_S`).
+Anything else is a bug: it is logged with its traceback and answered INTERNAL, and the server
+stays up. Every status detail is capped at :data:`DETAIL_BYTES` (gRPC sends it as metadata, and
+a detail over its 8 KiB limit reaches the client as a different error altogether).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
-from collections.abc import AsyncIterator
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Hashable
 from typing import Final
 
 import grpc
@@ -27,9 +35,9 @@ from tidelog.errors import (
     MessageTooLarge,
     OffsetOutOfRange,
     PartitionNotFound,
-    PermissionDenied,
     PartitionPaused,
     PartitionReadonly,
+    PermissionDenied,
     ReadonlyEnd,
     ResourceExhausted,
     StopReached,
@@ -41,6 +49,7 @@ from tidelog.errors import (
     TidelogError,
     ViewExists,
     ViewNotFound,
+    resource_error,
 )
 
 LOG = logging.getLogger("tidelog.api")
@@ -74,14 +83,92 @@ STATUS: Final[tuple[tuple[type[Exception], grpc.StatusCode], ...]] = (
 )
 
 
+DETAIL_BYTES: Final = 1024
+"""Longest status detail sent (UTF-8 bytes); longer ones are cut, saying how long they were."""
+
+RESOURCE_WARNING_INTERVAL_S: Final = 10.0
+
+
+def cap_detail(detail: str, limit: int = DETAIL_BYTES) -> str:
+    """``detail`` cut to at most ``limit`` UTF-8 bytes (plus a short note of its full size)."""
+    raw = detail.encode(errors="replace")
+    if len(raw) <= limit:
+        return detail
+    return raw[:limit].decode(errors="ignore") + f"…({len(raw)} bytes)"
+
+
+class Throttle:
+    """Allows one event per key every ``interval_s`` seconds and counts the ones it holds back.
+
+    For log lines a client can cause at any rate: ``allow(key)`` is None when the line should be
+    suppressed, else the number suppressed since the last allowed one. Thread-safe."""
+
+    def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval_s = interval_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last: dict[Hashable, float] = {}
+        self._suppressed: dict[Hashable, int] = {}
+
+    def allow(self, key: Hashable) -> int | None:
+        now = self._clock()
+        with self._lock:
+            last = self._last.get(key)
+            if last is not None and now - last < self.interval_s:
+                self._suppressed[key] = self._suppressed.get(key, 0) + 1
+                return None
+            self._last[key] = now
+            return self._suppressed.pop(key, 0)
+
+
+_RESOURCE_WARNINGS = Throttle(RESOURCE_WARNING_INTERVAL_S)
+
+
+def as_tidelog_error(error: BaseException) -> BaseException:
+    """``error``, or the :class:`ResourceExhausted` it stands for when it is an ``OSError`` that
+    means a resource ran out."""
+    if isinstance(error, OSError):
+        # No file name: the write was to a file whose name the error lost (a replaced JSON file,
+        # a socket); descriptors run out for the whole process.
+        where = error.filename or (
+            "this process" if error.errno in (errno.EMFILE, errno.ENFILE) else "the data directory"
+        )
+        return resource_error(error, where) or error
+    return error
+
+
 def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
     """The status code and detail message tidelog answers ``error`` with."""
+    error = as_tidelog_error(error)
     for kind, code in STATUS:
         if isinstance(error, kind):
-            return code, str(error)
+            return code, cap_detail(str(error))
     if isinstance(error, TidelogError):
-        return grpc.StatusCode.INTERNAL, str(error)
+        return grpc.StatusCode.INTERNAL, cap_detail(str(error))
+    if isinstance(error, ValueError | TypeError):
+        # Raised by our argument checks and by malformed columns in a request.
+        return grpc.StatusCode.INVALID_ARGUMENT, cap_detail(str(error))
     return grpc.StatusCode.INTERNAL, f"internal error ({type(error).__name__}); see the server log"
+
+
+def is_refusal(error: BaseException) -> bool:
+    """Whether ``error`` refuses the request (a tidelog error, a bad argument, a resource that ran
+    out) rather than being a bug."""
+    return isinstance(as_tidelog_error(error), TidelogError | ValueError | TypeError)
+
+
+def log_failure(error: BaseException) -> None:
+    """Log what the server log should say about ``error`` before it is answered: nothing for a
+    refused request, one rate-limited WARNING line for a resource that ran out, the traceback for
+    a bug."""
+    mapped = as_tidelog_error(error)
+    if isinstance(mapped, ResourceExhausted):
+        suppressed = _RESOURCE_WARNINGS.allow((mapped.resource, mapped.path))
+        if suppressed is not None:
+            more = f" ({suppressed} more since the last warning)" if suppressed else ""
+            LOG.warning("request refused: %s%s", mapped, more)
+    elif not isinstance(mapped, TidelogError | ValueError | TypeError):
+        LOG.error("unexpected error while serving a request", exc_info=error)
 
 
 @contextlib.asynccontextmanager
@@ -89,15 +176,9 @@ async def grpc_errors(context: grpc.aio.ServicerContext[object, object]) -> Asyn
     """Turn errors raised inside the block into the call's status."""
     try:
         yield
-    except TidelogError as error:
-        code, detail = status_of(error)
-        await context.abort(code, detail)
-    except (ValueError, TypeError) as error:
-        # Raised by our argument checks and by malformed columns in a request.
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
     except grpc.aio.AbortError:
         raise
     except Exception as error:
-        LOG.exception("unexpected error while serving a request")
+        log_failure(error)
         code, detail = status_of(error)
         await context.abort(code, detail)

@@ -19,7 +19,13 @@ import grpc
 
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
-from tidelog.api.errors import grpc_errors, status_of
+from tidelog.api.errors import (
+    as_tidelog_error,
+    grpc_errors,
+    is_refusal,
+    log_failure,
+    status_of,
+)
 from tidelog.api.metrics import Metrics
 from tidelog.broker import Broker, Partition, StartPosition, StopPosition, StreamConfig
 from tidelog.broker import SubscribeRequest as BrokerSubscribe
@@ -123,6 +129,7 @@ def _message(request: pb.PublishRequest) -> bytes | Message:
 
 def _async_error(error: BaseException) -> pb.PublishAsyncError:
     codes = pb.PublishAsyncError
+    error = as_tidelog_error(error)  # a raw OSError for a full disk: as DiskFull
     if isinstance(error, StreamNotFound | PartitionNotFound):
         code = codes.NOT_FOUND
     elif isinstance(error, PartitionReadonly):
@@ -297,7 +304,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
                 durable=any(r.ackPolicy == pb.ALL for r in run),
             )
         except Exception as error:
-            if not isinstance(error, TidelogError | ValueError | TypeError):
+            if not is_refusal(error):
                 raise
             if len(run) > 1:
                 # Nothing of the run was written (appends are all or nothing): publish each
@@ -306,6 +313,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
                 for request in run:
                     responses += await self._publish_run([request])
                 return responses
+            log_failure(error)
             failure = _async_error(error)
             return [
                 pb.PublishResponse(asyncError=failure, correlationId=r.correlationId)

@@ -11,14 +11,14 @@ from tidelog import columns
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 from tidelog.api.consume import ConsumeSession
-from tidelog.api.errors import grpc_errors, status_of
+from tidelog.api.errors import grpc_errors, is_refusal, log_failure, status_of
 from tidelog.api.frames import record_batch
 from tidelog.api.metrics import Metrics
 from tidelog.api.views import ViewService
 from tidelog.broker import Broker, StartPosition, StopPosition, SubscribeRequest
 from tidelog.broker.delivery import delivery_gate
 from tidelog.broker.subscription import EndReason
-from tidelog.errors import InvalidArgument, ReadonlyEnd, StopReached, TidelogError
+from tidelog.errors import InvalidArgument, ReadonlyEnd, StopReached
 from tidelog.log import Message
 from tidelog.log.record import PackedValues
 
@@ -105,7 +105,10 @@ class TidelogService(ViewService, v1_grpc.TidelogServicer):
         async for request in request_iterator:
             try:
                 response = await self._publish(request)
-            except (TidelogError, ValueError, TypeError) as error:
+            except Exception as error:
+                if not is_refusal(error):
+                    raise
+                log_failure(error)
                 code, detail = status_of(error)
                 if isinstance(error, ValueError | TypeError):
                     code = grpc.StatusCode.INVALID_ARGUMENT

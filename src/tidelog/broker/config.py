@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-from tidelog.errors import InvalidArgument
+from tidelog.errors import InvalidArgument, echo
 from tidelog.log import FlushPolicy, LogConfig
 from tidelog.log.config import MAX_SEGMENT_BYTES
 
@@ -29,12 +29,12 @@ def validate_stream_name(name: str, *, internal: bool = False) -> str:
             return name
     elif name.startswith(INTERNAL_PREFIX):
         raise InvalidArgument(
-            f"stream name {name!r}: the '__' prefix is reserved for internal streams"
+            f"stream name {echo(name)}: the '__' prefix is reserved for internal streams"
         )
     elif _NAME.fullmatch(name):
         return name
     raise InvalidArgument(
-        f"invalid stream name {name!r}: use 1-249 letters, digits, '.', '_' or '-', "
+        f"invalid stream name {echo(name)}: use 1-249 letters, digits, '.', '_' or '-', "
         f"starting with a letter or digit"
     )
 

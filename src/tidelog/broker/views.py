@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from tidelog.broker.jsonfile import replace_json
-from tidelog.errors import InvalidArgument, LogClosed
+from tidelog.errors import InvalidArgument, LogClosed, echo
 from tidelog.log import SegmentedLog
 from tidelog.store import RocksDBKeyValueStore, RocksDBWindowStore
 
@@ -72,7 +72,7 @@ class ViewSpec:
     def validate(self) -> ViewSpec:
         if not _NAME.fullmatch(self.name) or self.name in (".", ".."):
             raise InvalidArgument(
-                f"invalid view name {self.name!r}: use 1-64 letters, digits, '.', '_' or '-'"
+                f"invalid view name {echo(self.name)}: use 1-64 letters, digits, '.', '_' or '-'"
             )
         if self.kind is ViewKind.WINDOW:
             if self.window_size_ms <= 0:
