@@ -48,3 +48,35 @@ def test_a_data_directory_in_use_is_refused_with_one_line(tmp_path: Path) -> Non
     (line,) = error_lines(result)
     assert "is in use by another tidelog server" in line
     assert "Traceback" not in result.stderr
+
+
+def test_a_metrics_port_in_use_is_refused_with_one_line(tmp_path: Path) -> None:
+    """The error names the port and how to choose another; nothing is left half-started."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tidelog.cli",
+                "serve",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--port",
+                "0",
+                "--metrics-port",
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT,
+            env=clean_env(),
+        )
+    assert result.returncode == 1, result.stderr
+    (line,) = error_lines(result)
+    assert f"127.0.0.1:{port}" in line
+    assert "--metrics-port" in line and "TIDELOG_METRICS_PORT" in line
+    assert "Traceback" not in result.stderr
+    assert "tidelog listening on" not in result.stdout

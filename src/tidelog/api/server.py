@@ -8,18 +8,21 @@ publishes already appended go out), then every log is synced and closed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import signal
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from tidelog._proto.liftbridge import api_pb2_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc
+from tidelog.api.decoding import GuardedRegistry
 from tidelog.api.liftbridge import Advertised, LiftbridgeService
 from tidelog.api.metrics import Metrics
 from tidelog.api.settings import ServerSettings
@@ -72,7 +75,13 @@ class Server:
         self._health_servicer = health.HealthServicer()
 
     async def start(self) -> None:
+        """Bind the ports, start the broker, serve. On failure nothing is left running: the
+        gRPC server is stopped, the broker closed (its data directory unlocked), the metrics
+        endpoint shut."""
         settings = self.settings
+        # Metrics first: a port in use stops the start before anything else is bound or opened.
+        if settings.metrics_port:
+            self.metrics_port = self.metrics.serve(settings.host, settings.metrics_port)
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -85,30 +94,28 @@ class Server:
         except RuntimeError:
             self.port = 0
         if self.port == 0:
+            self.metrics.close()
             raise OSError(
                 f"cannot listen on {settings.host}:{settings.port}: the address is in use or "
                 f"not available here; choose another --host/--port"
             )
-        await self.broker.start()
-        advertised = Advertised(
-            broker_id=self.broker.broker_id,
-            host=settings.advertised_host or settings.host,
-            port=settings.advertised_port or self.port,
-        )
-        api_pb2_grpc.add_APIServicer_to_server(
-            LiftbridgeService(self.broker, advertised, self.metrics), server
-        )
-        tidelog_pb2_grpc.add_TidelogServicer_to_server(
-            TidelogService(self.broker, self.metrics, read_delay_s=settings.test_read_delay_s),
-            server,
-        )
-        for service in ("", "proto.API", "tidelog.v1.Tidelog"):
-            self._health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-        health_pb2_grpc.add_HealthServicer_to_server(self._health_servicer, server)
-        await server.start()
+        broker_started = False
+        try:
+            await self.broker.start()
+            broker_started = True
+            self._add_services(server)
+            await server.start()
+        except BaseException:
+            # grpc keeps a bound port listening until the server has run: start it (still
+            # without the broker's services if they were never added) and stop it at once.
+            with contextlib.suppress(Exception):
+                await server.start()
+            await server.stop(None)
+            if broker_started:
+                await self.broker.close()
+            self.metrics.close()
+            raise
         self._grpc = server
-        if settings.metrics_port:
-            self.metrics_port = self.metrics.serve(settings.host, settings.metrics_port)
         LOG.info(
             "tidelog listening on %s:%d (data in %s, metrics on %s)",
             settings.host,
@@ -116,6 +123,26 @@ class Server:
             settings.data_dir,
             f"{settings.host}:{self.metrics_port}/metrics" if self.metrics_port else "off",
         )
+
+    def _add_services(self, server: grpc.aio.Server) -> None:
+        settings = self.settings
+        advertised = Advertised(
+            broker_id=self.broker.broker_id,
+            host=settings.advertised_host or settings.host,
+            port=settings.advertised_port or self.port,
+        )
+        # Every method registered through the guard: undecodable requests answer INVALID_ARGUMENT.
+        registry: Any = GuardedRegistry(server)
+        api_pb2_grpc.add_APIServicer_to_server(
+            LiftbridgeService(self.broker, advertised, self.metrics), registry
+        )
+        tidelog_pb2_grpc.add_TidelogServicer_to_server(
+            TidelogService(self.broker, self.metrics, read_delay_s=settings.test_read_delay_s),
+            registry,
+        )
+        for service in ("", "proto.API", "tidelog.v1.Tidelog"):
+            self._health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health_servicer, registry)
 
     async def stop(self) -> None:
         if self._grpc is None:
@@ -125,6 +152,7 @@ class Server:
         self.broker.drain()
         await self._grpc.stop(self.settings.shutdown_grace_s)
         await self.broker.close()
+        self.metrics.close()
         self._grpc = None
         LOG.info("stopped; every log synced and closed")
 
