@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Final
 
 from tidelog.broker.jsonfile import replace_json
-from tidelog.errors import InvalidArgument
+from tidelog.errors import InvalidArgument, echo
 from tidelog.log import Message, SegmentedLog
 from tidelog.log.record import PackedValues
 
@@ -92,17 +92,45 @@ def validate_producer(producer_id: str, sequence: int) -> None:
         raise InvalidArgument(f"producer_sequence must be >= 0, got {sequence}")
 
 
+MAX_HEADERS: Final = 0xFFFF
+"""Headers one message can carry: the record stores their count as a u16 (``log/record.py``)."""
+MAX_HEADER_NAME_BYTES: Final = 0xFFFF
+"""Longest header name in UTF-8 bytes: the record stores each name's length as a u16. (A value's
+length is a u32, beyond any ``max_message_bytes``.)"""
+_SAFE_NAME_CHARS: Final = MAX_HEADER_NAME_BYTES // 4
+"""A name of at most this many characters fits whatever they are (UTF-8 takes at most 4 bytes)."""
+
+
 def check_headers(messages: Sequence[bytes | Message]) -> None:
-    """Refuse a published batch that sets the reserved ``__producer`` header itself."""
+    """Refuse a published batch with headers the record format cannot hold (over
+    :data:`MAX_HEADERS` on a message, or a name over :data:`MAX_HEADER_NAME_BYTES`) or that sets
+    the reserved ``__producer`` header itself."""
     if isinstance(messages, PackedValues):
         return
     for i, m in enumerate(messages):
-        if isinstance(m, Message) and m.headers and PRODUCER_HEADER in m.headers:
+        if not isinstance(m, Message) or not m.headers:
+            continue
+        headers = m.headers
+        if PRODUCER_HEADER in headers:
             raise InvalidArgument(
                 f"message {i} of the batch has a header named {PRODUCER_HEADER!r}: header names "
                 f"starting '__' are reserved for tidelog (use publish_batch's producer_id and "
                 f"producer_sequence for idempotent publishing)"
             )
+        if len(headers) > MAX_HEADERS:
+            raise InvalidArgument(
+                f"message {i} of the batch has {len(headers)} headers; the limit is "
+                f"{MAX_HEADERS} headers per message. Nothing in the batch was written."
+            )
+        if max(map(len, headers)) > _SAFE_NAME_CHARS:
+            for name in headers:
+                size = len(name.encode())
+                if size > MAX_HEADER_NAME_BYTES:
+                    raise InvalidArgument(
+                        f"message {i} of the batch has a header name of {size} bytes (UTF-8, "
+                        f"starting {echo(name[:40])}); the limit is {MAX_HEADER_NAME_BYTES} "
+                        f"bytes. Nothing in the batch was written."
+                    )
 
 
 def encode_producer(producer_id: str, sequence: int, count: int) -> bytes:
@@ -131,6 +159,12 @@ def with_producer_header(
         list(messages.split()) if isinstance(messages, PackedValues) else list(messages)
     )
     last = items[-1]
+    if isinstance(last, Message) and len(last.headers) >= MAX_HEADERS:
+        raise InvalidArgument(
+            f"the last message of an idempotent batch has {len(last.headers)} headers; the limit "
+            f"is {MAX_HEADERS - 1} there, one less than elsewhere, to leave room for the "
+            f"{PRODUCER_HEADER!r} header the broker adds. Nothing in the batch was written."
+        )
     if not isinstance(last, Message):
         last = Message(bytes(last))
     headers: Mapping[str, bytes] = {
