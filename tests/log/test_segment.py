@@ -9,12 +9,14 @@ import pytest
 
 from tidelog.errors import DiskFull
 from tidelog.log import Message
+from tidelog.log.filecache import FileCache
 from tidelog.log.files import faults
 from tidelog.log.index import ENTRY_SIZE, read_index_file
 from tidelog.log.record import encode_batch
 from tidelog.log.segment import Segment, index_path, log_path, segment_name
 
 PREALLOCATE = 1280
+CACHE = FileCache(12)
 
 
 def batch(offsets, timestamp, values=None):
@@ -26,7 +28,7 @@ def batch(offsets, timestamp, values=None):
 
 @pytest.fixture
 def segment(tmp_path):
-    seg = Segment(tmp_path, 100, count=0, size=0, active=True, preallocate_bytes=PREALLOCATE)
+    seg = Segment.create(tmp_path, 100, preallocate_bytes=PREALLOCATE, cache=CACHE)
     yield seg
     seg.close()
 
@@ -157,7 +159,7 @@ def test_a_sealed_segment_reopens_read_only(segment, tmp_path):
     segment.seal()
     segment.close()
     reopened = Segment(
-        tmp_path, 100, count=3, size=size, active=False, preallocate_bytes=PREALLOCATE
+        tmp_path, 100, count=3, size=size, active=False, preallocate_bytes=PREALLOCATE, cache=CACHE
     )
     try:
         assert reopened.read(0, size) == data

@@ -88,10 +88,12 @@ def test_a_short_write_is_finished_not_accepted(make_log):
 def test_descriptors_running_out_is_its_own_error(make_log):
     log = make_log(config=small(segment_max_bytes=4096))
     log.append([b"a" * 3000])
-    faults.fail(".log", op=OPEN, error=errno.EMFILE)
+    faults.fail(".log", op=OPEN, error=errno.EMFILE)  # the file cache closes files, retries
+    assert log.append([b"b" * 3000]) == range(1, 2)
+    faults.fail(".log", op=OPEN, error=errno.EMFILE, times=2)  # and then gives up
     with pytest.raises(OutOfDescriptors):
-        log.append([b"b" * 3000])  # needs a roll: the new segment's file cannot be opened
-    assert log.segment_count == 1 and values(log) == [(0, b"a" * 3000)]
+        log.append([b"c" * 3000])  # needs a roll: the new segment's file cannot be opened
+    assert log.segment_count == 2 and values(log) == [(0, b"a" * 3000), (1, b"b" * 3000)]
 
 
 @pytest.mark.parametrize(("where", "op"), [(".log", OPEN), (".index", OPEN), (".index", TRUNCATE)])

@@ -6,7 +6,8 @@ timestamp -> offset are ``numpy.searchsorted`` calls over memory-mapped columns.
 
 While its segment is active the index file is preallocated (grown in ``preallocate_bytes`` steps)
 and memory-mapped read-write; unused slots are zero. Sealing trims the file to its entries and maps
-it read-only (a read-only index keeps its mapping, not its descriptor). The entry count is kept in
+it read-only (a read-only index keeps its mapping, not its own descriptor; CPython's ``mmap``
+holds a duplicate until it is closed). The entry count is kept in
 memory; on open it comes from recovery, never from the file.
 
 Writing on a full disk. The preallocated file is sparse, so a write into it may need a new block.

@@ -54,6 +54,8 @@ class RecoveredSegment:
     size: int
     verified: bool
     """Every index entry was checked; False after the O(1) check of a trusted segment."""
+    bounds: IndexArray | None = None
+    """The first and last entries (None when empty), so the log need not open the index."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,13 +233,17 @@ def recover(directory: Path, recovery_point: int) -> tuple[list[RecoveredSegment
         if following is not None and following - 1 <= recovery_point:
             count = _quick_check(directory, base, log_size, previous_offset)
             if count is not None:
+                bounds = None
                 if count:
                     with open(ipath, "rb") as f:
+                        first = f.read(ENTRY_SIZE)
                         f.seek((count - 1) * ENTRY_SIZE)
-                        rel, timestamp, _, _ = _ENTRY.unpack(f.read(ENTRY_SIZE))
+                        last = f.read(ENTRY_SIZE)
+                    bounds = np.frombuffer(first + last, dtype=INDEX_DTYPE).copy()
+                    rel, timestamp = int(bounds["rel"][1]), int(bounds["timestamp"][1])
                     previous_offset, previous_timestamp = base + rel, timestamp
                     tail = None  # trusted: never cut (see the module docstring)
-                kept.append(RecoveredSegment(base, count, log_size, verified=False))
+                kept.append(RecoveredSegment(base, count, log_size, verified=False, bounds=bounds))
                 continue
 
         stored = read_index_file(ipath)
@@ -273,7 +279,7 @@ def recover(directory: Path, recovery_point: int) -> tuple[list[RecoveredSegment
         if len(entries) != len(stored) or not np.array_equal(entries, stored[: len(entries)]):
             write_index_file(ipath, entries)
             report.rebuilt_indexes.append(base)
-        kept.append(RecoveredSegment(base, len(entries), end, verified=True))
+        kept.append(RecoveredSegment(base, len(entries), end, True, _bounds(entries)))
         if len(entries):
             tail = _Tail(len(kept) - 1, base, entries, good, scanned, start)
         if end < log_size or lost_tail:
@@ -344,4 +350,9 @@ def _cut_torn_batch(
         log_path(directory, later.base_offset).unlink(missing_ok=True)
         index_path(directory, later.base_offset).unlink(missing_ok=True)
         report.dropped_segments.append(later.base_offset)
-    return [*kept[: tail.slot], RecoveredSegment(tail.base, count, cut, verified=True)]
+    bounds = _bounds(tail.entries[:count])
+    return [*kept[: tail.slot], RecoveredSegment(tail.base, count, cut, True, bounds)]
+
+
+def _bounds(entries: IndexArray) -> IndexArray | None:
+    return entries[[0, -1]].copy() if len(entries) else None

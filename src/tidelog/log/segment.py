@@ -8,6 +8,10 @@ Invariants (checked by recovery on open, kept by every method):
   timestamps never decrease;
 - only the newest segment of a log is active (appendable); the others are sealed and read-only.
 
+Files. A segment opens its files only while a ``FileCache`` (``filecache.py``) keeps it open:
+every method that touches them pins the segment for its duration. What a log needs to know
+without the files (count, size, oldest and newest offset and timestamp) is kept in memory.
+
 An append is written whole or not at all. Index blocks are reserved first (a full disk is then
 refused before anything is written); the records go to the file with ``pwrite`` at ``size`` (not
 ``O_APPEND``: a tail that could not be cut back is overwritten, never appended after); then the
@@ -22,12 +26,14 @@ import bisect
 import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from tidelog.errors import LogError
 from tidelog.log import files
+from tidelog.log.filecache import FileCache
 from tidelog.log.index import INDEX_DTYPE, Index, IndexArray, write_index_file
 from tidelog.log.record import HEADER_SIZE, EncodedBatch, Int64Array
 
@@ -47,7 +53,8 @@ def index_path(directory: Path, base_offset: int) -> Path:
 
 
 class Segment:
-    """A segment's files and in-memory state; the owning log serialises every call."""
+    """A segment's files and in-memory state; the owning log serialises every call but ``sync``
+    (see ``SegmentedLog``)."""
 
     def __init__(
         self,
@@ -58,58 +65,128 @@ class Segment:
         size: int,
         active: bool,
         preallocate_bytes: int,
+        cache: FileCache,
         verified: bool = True,
+        bounds: IndexArray | None = None,
     ) -> None:
+        """``bounds``: the first and last index entries (needed when ``count`` > 0; without them
+        the index is read once to find them)."""
         self.base_offset = base_offset
         self.verified = verified
         """Every index entry was checked against the others (see ``SegmentedLog._checked``)."""
         self.log_path = log_path(directory, base_offset)
         self.index_path = index_path(directory, base_offset)
         self.name = self.log_path.name
-        flags = os.O_RDWR | os.O_CREAT if active else os.O_RDONLY
-        self._fd = files.open_fd(self.log_path, flags)
-        try:
-            self.index = Index(
-                self.index_path,
-                count,
-                writable=active,
-                preallocate_bytes=preallocate_bytes,
-            )
-        except BaseException:
-            os.close(self._fd)
-            raise
+        self.count = count
         self.size = size
         self.active = active
+        self._preallocate = preallocate_bytes
+        self._cache = cache
         self._cut_pending = False
         """A failed append could not cut the file back to ``size``; the next append must."""
+        self._first: tuple[int, int] | None = None
+        """(relative offset, timestamp) of the first record; None when empty."""
+        self._last: tuple[int, int] | None = None
+        # Files: owned by the cache's bookkeeping (``pins``, ``is_open``, under its lock).
+        self.pins = 0
+        self.is_open = False
+        self.descriptors = 0
+        self._fd = -1
+        self._index: Index | None = None
+        if count and bounds is None:
+            with self._using() as index:
+                bounds = index.entries[[0, -1]].copy()
+        self._set_bounds(bounds if count else None)
+
+    @classmethod
+    def create(
+        cls, directory: Path, base_offset: int, *, preallocate_bytes: int, cache: FileCache
+    ) -> Segment:
+        """A new, empty active segment, its files created (none left behind if that fails)."""
+        segment = cls(
+            directory,
+            base_offset,
+            count=0,
+            size=0,
+            active=True,
+            preallocate_bytes=preallocate_bytes,
+            cache=cache,
+        )
+        try:
+            with segment._using():
+                pass
+        except BaseException:
+            segment.log_path.unlink(missing_ok=True)
+            segment.index_path.unlink(missing_ok=True)
+            raise
+        return segment
+
+    # -- files (called by the cache, under its lock) ---------------------------------------------
+
+    def open_files(self) -> None:
+        flags = os.O_RDWR | os.O_CREAT if self.active else os.O_RDONLY
+        fd = files.open_fd(self.log_path, flags)
+        try:
+            self._index = Index(
+                self.index_path,
+                self.count,
+                writable=self.active,
+                preallocate_bytes=self._preallocate,
+            )
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self.is_open = True
+        # The log, the index while writable, and the mapping (CPython's mmap holds a dup).
+        self.descriptors = 1 + self.active + (self.active or self.count > 0)
+
+    def close_files(self) -> None:
+        self.is_open = False
+        if self._index is not None:
+            self._index.close()
+            self._index = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    @contextlib.contextmanager
+    def _using(self) -> Iterator[Index]:
+        """The open index (and ``self._fd``) for the duration of the block."""
+        self._cache.pin(self)
+        try:
+            assert self._index is not None
+            yield self._index
+        finally:
+            self._cache.unpin(self)
 
     # -- what it holds -------------------------------------------------------------------------
 
-    @property
-    def count(self) -> int:
-        return self.index.count
+    def _set_bounds(self, entries: IndexArray | None) -> None:
+        """Take the first and last record from ``entries`` (all of them, or the first and last)."""
+        if entries is None or not len(entries):
+            self._first = self._last = None
+        else:
+            self._first = (int(entries["rel"][0]), int(entries["timestamp"][0]))
+            self._last = (int(entries["rel"][-1]), int(entries["timestamp"][-1]))
 
     @property
     def oldest_offset(self) -> int:
         """Offset of the first record, or ``base_offset`` when empty."""
-        if not self.index.count:
-            return self.base_offset
-        return self.base_offset + int(self.index.entries["rel"][0])
+        return self.base_offset if self._first is None else self.base_offset + self._first[0]
 
     @property
     def newest_offset(self) -> int:
         """Offset of the last record, or ``base_offset - 1`` when empty."""
-        if not self.index.count:
-            return self.base_offset - 1
-        return self.base_offset + int(self.index.entries["rel"][-1])
+        return self.base_offset - 1 if self._last is None else self.base_offset + self._last[0]
 
     @property
     def oldest_timestamp(self) -> int | None:
-        return int(self.index.entries["timestamp"][0]) if self.index.count else None
+        return None if self._first is None else self._first[1]
 
     @property
     def newest_timestamp(self) -> int | None:
-        return int(self.index.entries["timestamp"][-1]) if self.index.count else None
+        return None if self._last is None else self._last[1]
 
     # -- lookups (slots are entry numbers within this segment) ------------------------------------
 
@@ -121,26 +198,35 @@ class Segment:
         rel = offset - self.base_offset
         if rel <= 0:
             return 0
-        return bisect.bisect_left(self.index.entries["rel"], rel)
+        with self._using() as index:
+            return bisect.bisect_left(index.entries["rel"], rel)
 
     def slot_at_or_before(self, offset: int) -> int:
         """Last slot whose offset is <= ``offset`` (-1 when there is none)."""
         rel = offset - self.base_offset
         if rel < 0:
             return -1
-        return bisect.bisect_right(self.index.entries["rel"], rel) - 1
+        with self._using() as index:
+            return bisect.bisect_right(index.entries["rel"], rel) - 1
 
     def slot_at_or_after_timestamp(self, timestamp: int) -> int:
         """First slot whose timestamp is >= ``timestamp`` (``count`` when there is none)."""
-        return bisect.bisect_left(self.index.entries["timestamp"], timestamp)
+        with self._using() as index:
+            return bisect.bisect_left(index.entries["timestamp"], timestamp)
 
     def slot_at_or_before_timestamp(self, timestamp: int) -> int:
         """Last slot whose timestamp is <= ``timestamp`` (-1 when there is none)."""
-        return bisect.bisect_right(self.index.entries["timestamp"], timestamp) - 1
+        with self._using() as index:
+            return bisect.bisect_right(index.entries["timestamp"], timestamp) - 1
 
     def entries(self, first_slot: int, end_slot: int) -> IndexArray:
         """A copy of the entries in slots ``[first_slot, end_slot)``."""
-        return self.index.entries[first_slot:end_slot].copy()
+        with self._using() as index:
+            return index.entries[first_slot:end_slot].copy()
+
+    def offset_at(self, slot: int) -> int:
+        with self._using() as index:
+            return self.base_offset + int(index.entries["rel"][slot])
 
     def offsets_of(self, entries: IndexArray) -> Int64Array:
         return entries["rel"].astype(np.int64) + self.base_offset
@@ -149,17 +235,18 @@ class Segment:
 
     def read(self, position: int, length: int) -> bytes:
         """``length`` bytes from ``position`` (shorter only if the file was cut underneath us)."""
-        data = os.pread(self._fd, length, position)
-        if len(data) < length:
-            parts = [data]
-            got = len(data)
-            while got < length:
-                more = os.pread(self._fd, length - got, position + got)
-                if not more:
-                    break
-                parts.append(more)
-                got += len(more)
-            data = b"".join(parts)
+        with self._using():
+            data = os.pread(self._fd, length, position)
+            if len(data) < length:
+                parts = [data]
+                got = len(data)
+                while got < length:
+                    more = os.pread(self._fd, length - got, position + got)
+                    if not more:
+                        break
+                    parts.append(more)
+                    got += len(more)
+                data = b"".join(parts)
         return data
 
     def append(self, batch: EncodedBatch) -> None:
@@ -173,17 +260,22 @@ class Segment:
         ends = np.cumsum(batch.sizes) + self.size
         entries["position"] = ends - batch.sizes
         entries["size"] = batch.sizes
-        if self._cut_pending:
-            files.truncate(self._fd, self.size, path=self.log_path)
-            self._cut_pending = False
-        self.index.reserve(n)
-        try:
-            files.pwrite_all(self._fd, batch.data.data, self.size, path=self.log_path)
-            self.index.append(entries)
-        except BaseException:
-            self._cut_back()
-            raise
-        self.size = int(ends[-1])
+        with self._using() as index:
+            if self._cut_pending:
+                files.truncate(self._fd, self.size, path=self.log_path)
+                self._cut_pending = False
+            index.reserve(n)
+            try:
+                files.pwrite_all(self._fd, batch.data.data, self.size, path=self.log_path)
+                index.append(entries)
+            except BaseException:
+                self._cut_back()
+                raise
+            self.size = int(ends[-1])
+            self.count = index.count
+        if self._first is None:
+            self._first = (int(entries["rel"][0]), int(entries["timestamp"][0]))
+        self._last = (int(entries["rel"][-1]), int(entries["timestamp"][-1]))
 
     def _cut_back(self) -> None:
         """Undo the bytes a failed append wrote past ``size``. If the file cannot be cut, the next
@@ -198,29 +290,35 @@ class Segment:
                 files.pwrite_all(self._fd, bytes(HEADER_SIZE), self.size, path=self.log_path)
 
     def replace_index(self, entries: IndexArray) -> None:
-        """Swap in a rebuilt index (sealed segments only): file rewritten, then remapped."""
+        """Swap in a rebuilt index (sealed segments only): file rewritten, mapped on next use."""
         assert not self.active, "only a sealed segment's index is replaced"
-        self.index.close()
+        self._cache.discard(self)
         write_index_file(self.index_path, entries)
-        self.index = Index(self.index_path, len(entries), writable=False, preallocate_bytes=0)
+        self.count = len(entries)
+        self._set_bounds(entries[[0, -1]] if len(entries) else None)
 
     def sync(self) -> None:
-        """Force the segment's records to stable storage."""
-        files.datasync(self._fd, path=self.log_path)
+        """Force the segment's records to stable storage (reopening the file if it was closed)."""
+        with self._using():
+            files.datasync(self._fd, path=self.log_path)
 
     def sync_all(self) -> None:
         """Force records and index to stable storage."""
-        files.datasync(self._fd, path=self.log_path)
-        self.index.sync()
+        with self._using() as index:
+            files.datasync(self._fd, path=self.log_path)
+            index.sync()
 
     def truncate(self, slot: int) -> None:
         """Drop the records in slots ``[slot, count)`` from the file and the index."""
-        if slot >= self.index.count:
+        if slot >= self.count:
             return
-        position = int(self.index.entries["position"][slot])
-        files.truncate(self._fd, position, path=self.log_path)
-        self.index.truncate(slot)
-        self.size = position
+        with self._using() as index:
+            position = int(index.entries["position"][slot])
+            files.truncate(self._fd, position, path=self.log_path)
+            index.truncate(slot)
+            self.size = position
+            self.count = slot
+            self._set_bounds(index.entries[[0, -1]] if slot else None)
 
     def seal(self) -> None:
         """Stop accepting appends and trim the index to its entries.
@@ -229,20 +327,25 @@ class Segment:
         costs the next recovery a rebuild of it.
         """
         if self.active:
-            self.active = False
-            try:
-                self.index.seal()
-            except Exception as error:
-                LOG.warning("%s: could not trim the index on seal: %s", self.name, error)
+            with self._using() as index:
+                self.active = False
+                try:
+                    index.seal()
+                except Exception as error:
+                    LOG.warning("%s: could not trim the index on seal: %s", self.name, error)
 
     def close(self) -> None:
-        self.index.close()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Close the segment's files (they reopen if the segment is used again)."""
+        self._cache.discard(self)
 
     def delete(self) -> None:
         """Close and remove both files (the log first: an orphan index is removed on open)."""
         self.close()
         self.log_path.unlink(missing_ok=True)
         self.index_path.unlink(missing_ok=True)
+
+    @property
+    def index(self) -> Index:
+        """The open index, for tests (valid while the segment stays open in its cache)."""
+        with self._using() as index:
+            return index

@@ -34,6 +34,7 @@ from tidelog.errors import (
     OffsetOutOfRange,
     ResourceExhausted,
 )
+from tidelog.log import files
 from tidelog.log.batch import MessageBatch
 from tidelog.log.compaction import (
     CompactionReport,
@@ -47,6 +48,7 @@ from tidelog.log.compaction import (
 )
 from tidelog.log.config import FlushPolicy, LogConfig
 from tidelog.log.contract import AppendGuard
+from tidelog.log.filecache import DEFAULT_FILE_CACHE, FileCache
 from tidelog.log.flush import DEFAULT_FLUSHER, Flusher
 from tidelog.log.index import IndexArray
 from tidelog.log.reader import ForwardReader, ReverseReader
@@ -61,7 +63,7 @@ from tidelog.log.recovery import (
     write_recovery_point,
 )
 from tidelog.log.retention import SegmentSummary, expired_prefix
-from tidelog.log.segment import Segment, index_path, log_path, segment_name
+from tidelog.log.segment import Segment, segment_name
 
 LOG = logging.getLogger("tidelog.log")
 
@@ -86,18 +88,30 @@ class SegmentedLog:
         *,
         clock: Callable[[], int] = time.time_ns,
         flusher: Flusher = DEFAULT_FLUSHER,
+        file_cache: FileCache = DEFAULT_FILE_CACHE,
+        lock_directory: bool = True,
     ) -> None:
+        """``file_cache``: keeps the segments' files open, bounded (shared by every log of the
+        process by default; see ``filecache.py``). ``lock_directory``: hold an ``flock`` on
+        ``<directory>/.lock`` (one descriptor) while open, so a second open of the directory
+        raises ``LogLocked``; pass False when the caller already guarantees that (the broker,
+        which locks its whole data directory)."""
         self.directory = Path(directory)
         self.config = config or LogConfig()
         self._clock = clock
         self._flusher = flusher
+        self._file_cache = file_cache
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._lock_file = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_file)
-            raise LogLocked(f"{self.directory} is open in another log object or process") from None
+        self._lock_file = -1
+        if lock_directory:
+            self._lock_file = files.open_fd(self.directory / ".lock", os.O_RDWR | os.O_CREAT)
+            try:
+                fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(self._lock_file)
+                raise LogLocked(
+                    f"{self.directory} is open in another log object or process"
+                ) from None
 
         self._lock = threading.Lock()
         self._sync_lock = threading.Lock()
@@ -110,24 +124,26 @@ class SegmentedLog:
             recovered, self.recovery_report = recover(
                 self.directory, read_recovery_point(self.directory)
             )
+            preallocate = self.config.index_preallocate_bytes
+            self._segments = [
+                Segment(
+                    self.directory,
+                    r.base_offset,
+                    count=r.count,
+                    size=r.size,
+                    active=i == len(recovered) - 1,
+                    preallocate_bytes=preallocate,
+                    cache=file_cache,
+                    verified=r.verified,
+                    bounds=r.bounds,
+                )
+                for i, r in enumerate(recovered)
+            ]
+            if not self._segments:
+                self._segments.append(self._new_segment(0))
         except BaseException:
-            os.close(self._lock_file)  # releases the flock: a failed open leaves nothing held
+            self._release_lock()  # releases the flock: a failed open leaves nothing held
             raise
-        preallocate = self.config.index_preallocate_bytes
-        self._segments = [
-            Segment(
-                self.directory,
-                r.base_offset,
-                count=r.count,
-                size=r.size,
-                active=i == len(recovered) - 1,
-                preallocate_bytes=preallocate,
-                verified=r.verified,
-            )
-            for i, r in enumerate(recovered)
-        ]
-        if not self._segments:
-            self._segments.append(self._new_segment(0))
         self._bases = [s.base_offset for s in self._segments]
         newest = max(
             (s.newest_offset for s in self._segments if s.count),
@@ -349,19 +365,12 @@ class SegmentedLog:
     def _new_segment(self, base: int) -> Segment:
         """A new, empty active segment with base offset ``base`` (nothing is left on disk if it
         cannot be created)."""
-        try:
-            return Segment(
-                self.directory,
-                base,
-                count=0,
-                size=0,
-                active=True,
-                preallocate_bytes=self.config.index_preallocate_bytes,
-            )
-        except BaseException:
-            log_path(self.directory, base).unlink(missing_ok=True)
-            index_path(self.directory, base).unlink(missing_ok=True)
-            raise
+        return Segment.create(
+            self.directory,
+            base,
+            preallocate_bytes=self.config.index_preallocate_bytes,
+            cache=self._file_cache,
+        )
 
     def _roll_locked(self, base: int) -> None:
         self._install(self._new_segment(base), _Change.ROLL)
@@ -474,8 +483,7 @@ class SegmentedLog:
                 newest = segment.newest_timestamp
                 if newest is not None and newest >= timestamp:
                     segment = self._checked(segment)
-                    slot = segment.slot_at_or_after_timestamp(timestamp)
-                    offset = segment.base_offset + int(segment.index.entries["rel"][slot])
+                    offset = segment.offset_at(segment.slot_at_or_after_timestamp(timestamp))
                     return offset if offset <= self._high_watermark else None
             return None
 
@@ -486,8 +494,7 @@ class SegmentedLog:
                 oldest = segment.oldest_timestamp
                 if oldest is not None and oldest <= timestamp:
                     segment = self._checked(segment)
-                    slot = segment.slot_at_or_before_timestamp(timestamp)
-                    offset = segment.base_offset + int(segment.index.entries["rel"][slot])
+                    offset = segment.offset_at(segment.slot_at_or_before_timestamp(timestamp))
                     # Past the high watermark, the newest committed record is older still.
                     offset = min(offset, self._high_watermark)
                     return offset if offset >= 0 else None
@@ -525,7 +532,7 @@ class SegmentedLog:
         """
         if segment.verified:
             return segment
-        entries = segment.index.entries
+        entries = segment.entries(0, segment.count)
         good = valid_prefix(
             entries, segment.size, segment.base_offset, segment.base_offset - 1, -(2**63)
         )
@@ -678,6 +685,8 @@ class SegmentedLog:
                     size=new_size,
                     active=False,
                     preallocate_bytes=self.config.index_preallocate_bytes,
+                    cache=self._file_cache,
+                    bounds=new_entries[[0, -1]] if len(new_entries) else None,
                 )
                 self._unsynced_sealed = [s for s in self._unsynced_sealed if s is not segment]
             report.segments_rewritten += 1
@@ -746,7 +755,7 @@ class SegmentedLog:
                 for segment in self._segments:
                     segment.close()
                 self._committed.notify_all()
-                os.close(self._lock_file)
+                self._release_lock()
 
     def _abandon_locked(self, oldest_offset: int) -> None:
         """Close without syncing or writing anything (both locks held)."""
@@ -756,7 +765,12 @@ class SegmentedLog:
         for segment in self._segments:
             segment.close()
         self._committed.notify_all()
-        os.close(self._lock_file)
+        self._release_lock()
+
+    def _release_lock(self) -> None:
+        if self._lock_file >= 0:
+            os.close(self._lock_file)
+            self._lock_file = -1
 
     def delete(self) -> None:
         """Close the log and remove its directory."""
