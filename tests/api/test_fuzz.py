@@ -777,7 +777,7 @@ def test_empty_and_extreme_values_are_answered(fuzz: Fuzz) -> None:
             pb.CreateStreamRequest(name="fz-x", replicationFactor=3),
             "INVALID_ARGUMENT",
         ),
-        ("/proto.API/DeleteStream", pb.DeleteStreamRequest(name="__cursors"), "INVALID_ARGUMENT"),
+        ("/proto.API/DeleteStream", pb.DeleteStreamRequest(name="__cursors"), "PERMISSION_DENIED"),
         ("/proto.API/Publish", pb.PublishRequest(stream="", value=b"v"), "INVALID_ARGUMENT"),
         ("/proto.API/Publish", pb.PublishRequest(stream="fz-edge", partition=-1), "NOT_FOUND"),
         (
