@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PEERS_STAMP := $(VENV)/.peers-installed
 
-.PHONY: install peers serve test demo demo-broker bench bench-e2e bench-peers bench-cursors bench-windows bench-spark java lint proto clean
+.PHONY: install peers serve test demo demo-broker bench bench-e2e bench-peers bench-cursors bench-windows bench-spark bench-isolation java lint proto clean
 
 install: $(STAMP)
 
@@ -65,6 +65,11 @@ bench-windows: install
 
 bench-spark: install java
 	$(BIN)/python benchmarks/spark_read.py
+
+# Isolation and resource bounds: idle subscribers vs a publisher, RSS, descriptors of 2,000
+# streams, reconnect time after an outage (docs/performance.md, "Isolation").
+bench-isolation: install
+	$(BIN)/python benchmarks/isolation.py
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks scripts jobs
