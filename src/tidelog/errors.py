@@ -241,7 +241,7 @@ class OutOfDescriptors(ResourceExhausted):
             path,
             detail
             or "the process is at its open-file limit; raise `ulimit -n` or lower "
-            "TIDELOG_OPEN_SEGMENTS_MAX (see docs/operations.md)",
+            "TIDELOG_OPEN_FILES_MAX (see docs/operations.md)",
         )
 
 

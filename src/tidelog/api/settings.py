@@ -19,6 +19,7 @@ from pydantic_settings import (
 
 from tidelog.broker import BrokerConfig
 from tidelog.log import FlushPolicy, LogConfig
+from tidelog.log.filecache import DEFAULT_MAX_DESCRIPTORS
 
 
 class ServerSettings(BaseSettings):
@@ -49,6 +50,12 @@ class ServerSettings(BaseSettings):
         ge=4096,
         description="per-subscription byte budget: record bytes one subscription holds in hand",
     )
+    open_files_max: int = Field(
+        DEFAULT_MAX_DESCRIPTORS,
+        ge=16,
+        description="descriptors the open segment files may hold together (least recently used "
+        "closed beyond it); keep it well under `ulimit -n`",
+    )
     cursor_partitions: int = Field(
         1, ge=1, le=64, description="partitions of __cursors when it is first created"
     )
@@ -76,6 +83,7 @@ class ServerSettings(BaseSettings):
             maintenance_interval_s=self.maintenance_interval_s,
             cursor_partitions=self.cursor_partitions,
             subscriber_buffer_bytes=self.subscriber_buffer_bytes,
+            open_files_max=self.open_files_max,
         )
 
 

@@ -56,6 +56,7 @@ from tidelog.errors import (
     resource_error,
 )
 from tidelog.log import Message
+from tidelog.log.filecache import FileCache
 
 LOG = logging.getLogger("tidelog.broker")
 
@@ -86,6 +87,8 @@ class Broker:
         self._closed = False
         self._lock_fd: int | None = None
         self.started_ns = 0
+        self.files = FileCache(self.config.open_files_max)
+        """Open segment files of every partition, bounded (``open_files_max`` descriptors)."""
         self._deleting: dict[str, asyncio.Future[None]] = {}
         """Names whose old stream is being deleted; resolved once the name is free."""
         self._cleanup: set[asyncio.Task[None]] = set()
@@ -105,7 +108,9 @@ class Broker:
                 )
                 self._remove_later(self._entomb(directory))
                 continue
-            stream = await asyncio.to_thread(Stream.load, directory, self.config.log, self._loop)
+            stream = await asyncio.to_thread(
+                Stream.load, directory, self.config.log, self._loop, self.files
+            )
             self.streams[stream.name] = stream
             stream.views.start()
             LOG.info("opened stream %s (%d partitions)", stream.name, len(stream.partitions))
@@ -242,7 +247,7 @@ class Broker:
         if directory.exists():  # a create that failed half-way and could not clean up
             self._remove_later(self._entomb(directory))
         try:
-            stream = Stream(name, config, directory, self.config.log, self.loop)
+            stream = Stream(name, config, directory, self.config.log, self.loop, files=self.files)
             try:
                 stream.save()
             except BaseException:

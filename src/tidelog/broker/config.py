@@ -10,6 +10,7 @@ from typing import Any, Final
 from tidelog.errors import InvalidArgument, echo
 from tidelog.log import FlushPolicy, LogConfig
 from tidelog.log.config import MAX_SEGMENT_BYTES
+from tidelog.log.filecache import DEFAULT_MAX_DESCRIPTORS
 
 INTERNAL_PREFIX: Final = "__"
 CURSORS_STREAM: Final = "__cursors"
@@ -126,6 +127,9 @@ class BrokerConfig:
     subscriber_batch_messages: int = 5000
     subscriber_batch_bytes: int = 1 << 20
     subscriber_buffer_bytes: int = 256 << 10
+    open_files_max: int = DEFAULT_MAX_DESCRIPTORS
+    """Descriptors the open segment files of all partitions may hold together; the least
+    recently used segments' files are closed beyond it (``tidelog.log.filecache``)."""
     """Per-subscription byte budget: the most record bytes a subscription holds in hand (it reads
     from the log again once its client has taken them; see ``broker/subscription.py``)."""
 

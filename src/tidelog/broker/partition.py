@@ -23,6 +23,7 @@ from tidelog.broker.producers import (
 )
 from tidelog.errors import BrokerClosed, PartitionPaused, PartitionReadonly, StreamDeleted
 from tidelog.log import FlushPolicy, LogConfig, Message, SegmentedLog
+from tidelog.log.filecache import DEFAULT_FILE_CACHE, FileCache
 from tidelog.log.record import PackedValues
 
 
@@ -93,8 +94,11 @@ class Partition:
         *,
         paused: bool = False,
         readonly: bool = False,
+        files: FileCache = DEFAULT_FILE_CACHE,
     ) -> None:
         self.stream = stream
+        self._files = files
+        """The broker's bounded cache of open segment files, shared by every partition."""
         self.number = number
         self.directory = directory
         self.log_config = log_config
@@ -111,7 +115,7 @@ class Partition:
         self._paused_offsets = (-1, -1)  # (high watermark, newest) when last paused
         if paused:
             # Report the offsets a paused partition holds without keeping its log open.
-            log = SegmentedLog(directory, log_config)
+            log = self._open_log()
             self._paused_offsets = (log.high_watermark, log.newest_offset)
             log.close()
         else:
@@ -158,8 +162,15 @@ class Partition:
         if self._log is None:
             raise PartitionPaused(self.stream, self.number)
 
+    def _open_log(self) -> SegmentedLog:
+        # No per-log directory lock: the broker holds the data directory's (one descriptor, not
+        # one per partition), and it never opens a partition's log twice.
+        return SegmentedLog(
+            self.directory, self.log_config, file_cache=self._files, lock_directory=False
+        )
+
     def _open(self) -> None:
-        log = SegmentedLog(self.directory, self.log_config)
+        log = self._open_log()
         try:
             self._producers = ProducerTable.restore(log, self.directory)
         except BaseException:

@@ -21,6 +21,7 @@ from tidelog.broker.view_set import StreamViews
 from tidelog.broker.views import ViewSpec
 from tidelog.errors import PartitionNotFound
 from tidelog.log import LogConfig
+from tidelog.log.filecache import DEFAULT_FILE_CACHE, FileCache
 
 METADATA_FILE = "stream.json"
 
@@ -36,6 +37,7 @@ class Stream:
         *,
         created_ns: int | None = None,
         flags: dict[str, dict[str, bool]] | None = None,
+        files: FileCache = DEFAULT_FILE_CACHE,
     ) -> None:
         self.name = name
         self.config = config
@@ -55,6 +57,7 @@ class Stream:
                         loop,
                         paused=flags.get(str(n), {}).get("paused", False),
                         readonly=flags.get(str(n), {}).get("readonly", False),
+                        files=files,
                     )
                 )
         except BaseException:
@@ -99,7 +102,13 @@ class Stream:
         replace_json(self.directory / METADATA_FILE, data, indent=2, sort_keys=True)
 
     @classmethod
-    def load(cls, directory: Path, defaults: LogConfig, loop: asyncio.AbstractEventLoop) -> Stream:
+    def load(
+        cls,
+        directory: Path,
+        defaults: LogConfig,
+        loop: asyncio.AbstractEventLoop,
+        files: FileCache = DEFAULT_FILE_CACHE,
+    ) -> Stream:
         data = json.loads((directory / METADATA_FILE).read_text())
         stream = cls(
             data["name"],
@@ -109,6 +118,7 @@ class Stream:
             loop,
             created_ns=data.get("created_ns"),
             flags=data.get("partitions"),
+            files=files,
         )
         stream.resume_all = bool(data.get("resume_all", False))
         stream.views.open([ViewSpec.from_json(v) for v in data.get("views", [])])
