@@ -17,10 +17,18 @@ READY = "tidelog listening on "
 class ServerProcess:
     """``start()`` launches ``python -m tidelog.cli serve`` and waits for its ready line."""
 
-    def __init__(self, data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *extra: str,
+        env: dict[str, str] | None = None,
+        max_open_files: int | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.extra = list(extra)
         self.env = env
+        self.max_open_files = max_open_files
+        """``ulimit -n`` (soft and hard) of the server process, when set."""
         self.process: subprocess.Popen[str] | None = None
         self.port = 0
         self.startup_s = 0.0
@@ -60,6 +68,7 @@ class ServerProcess:
             stderr=subprocess.PIPE,
             text=True,
             env=env,
+            preexec_fn=self._limit if self.max_open_files is not None else None,
         )
         assert self.process.stderr is not None
         threading.Thread(
@@ -79,6 +88,14 @@ class ServerProcess:
         raise RuntimeError(
             "tidelog serve did not become ready:\n" + "".join(self.stderr_lines[-40:])
         )
+
+    def _limit(self) -> None:
+        """In the child, before exec: the descriptor limit the server must live with."""
+        import resource
+
+        assert self.max_open_files is not None
+        limit = self.max_open_files
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
     def _drain_stderr(self, stream: object) -> None:
         for line in stream:  # type: ignore[attr-defined]

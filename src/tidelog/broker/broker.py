@@ -24,6 +24,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import resource
 import secrets
 import shutil
 import time
@@ -56,12 +57,30 @@ from tidelog.errors import (
     resource_error,
 )
 from tidelog.log import Message
-from tidelog.log.filecache import FileCache
+from tidelog.log.filecache import MOST_PER_SEGMENT, FileCache
 
 LOG = logging.getLogger("tidelog.broker")
 
 TOMBSTONES = "deleted"
 """Directory under the data directory that holds deleted streams until their files are removed."""
+
+
+def open_files_capacity(configured: int) -> int:
+    """The open-file cache's capacity: ``configured``, but at most half the process's descriptor
+    limit, so sockets, RocksDB and the rest always have room (a server started under a low
+    ``ulimit -n`` still starts and serves every segment; it only reopens files more often)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or configured <= soft // 2:
+        return configured
+    capacity = max(MOST_PER_SEGMENT * 4, soft // 2)
+    LOG.warning(
+        "open_files_max %d does not fit the descriptor limit (ulimit -n %d): keeping at most %d "
+        "segment descriptors open; raise the limit to keep more",
+        configured,
+        soft,
+        capacity,
+    )
+    return capacity
 
 
 def _check_not_internal(name: str, action: str) -> None:
@@ -87,7 +106,7 @@ class Broker:
         self._closed = False
         self._lock_fd: int | None = None
         self.started_ns = 0
-        self.files = FileCache(self.config.open_files_max)
+        self.files = FileCache(open_files_capacity(self.config.open_files_max))
         """Open segment files of every partition, bounded (``open_files_max`` descriptors)."""
         self._deleting: dict[str, asyncio.Future[None]] = {}
         """Names whose old stream is being deleted; resolved once the name is free."""
