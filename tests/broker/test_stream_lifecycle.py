@@ -145,6 +145,41 @@ def test_a_failed_create_leaves_no_directory_and_no_descriptors(
     asyncio.run(scenario())
 
 
+def test_a_delete_whose_rename_fails_removes_the_stream_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tombstone rename fails (an I/O error on the directory): the delete still completes,
+    the logs are closed, nothing of the stream stays on disk or comes back at a restart."""
+    import tidelog.broker.broker as broker_module
+
+    config = broker_config(tmp_path)
+
+    def failing_rename(source: object, target: object) -> None:
+        raise OSError(errno.EIO, "Input/output error", str(source))
+
+    async def delete() -> None:
+        async with running(config) as broker:
+            broker.create_stream("s", StreamConfig(partitions=4))
+            for number in range(4):
+                await broker.publish("s", number, [b"x"] * 10)
+            fds_with_stream = len(os.listdir("/proc/self/fd"))
+            monkeypatch.setattr(broker_module.os, "rename", failing_rename)
+            await broker.delete_stream("s")
+            monkeypatch.undo()
+            assert "s" not in broker.streams
+            assert not (tmp_path / "streams" / "s").exists()
+            assert len(os.listdir("/proc/self/fd")) <= fds_with_stream
+            broker.create_stream("s")  # the name is free
+
+    async def check() -> None:
+        async with running(config) as broker:
+            assert broker.partition("s", 0).log.high_watermark == -1
+            assert len(broker.stream("s").partitions) == 1
+
+    asyncio.run(delete())
+    asyncio.run(check())
+
+
 # -- internal streams ----------------------------------------------------------------------------
 
 

@@ -298,34 +298,59 @@ class Broker:
             for partition in stream.partitions:
                 partition.deleted = True
                 partition.signal.fire()
-            await stream.views.close()
+            try:
+                await stream.views.close()
+            except Exception:  # the views' files go with the stream's directory anyway
+                LOG.exception("closing the views of deleted stream %s failed", name)
             tombstone = await asyncio.to_thread(self._discard, stream)
         finally:
             del self._deleting[name]
             done.set_result(None)
-        self._remove_later(tombstone)
+        if tombstone is not None:
+            self._remove_later(tombstone)
         LOG.info("deleted stream %s", name)
 
-    def _discard(self, stream: Stream) -> Path:
+    def _discard(self, stream: Stream) -> Path | None:
         """Rename the stream's directory to a tombstone, then close its logs without writing
         (a thread; the stream's name is reserved meanwhile). Renaming first means no log can
-        create or write a file under the stream's name after this returns."""
-        tombstone = self._entomb(stream.directory)
-        stream.discard()
+        create or write a file under the stream's name after this returns.
+
+        Should the rename fail (an I/O error on the directory), the stream is removed in place
+        instead, still under the reserved name: its metadata first, so that whatever a crash
+        leaves is never loaded again. Returns the tombstone, or None when there is none."""
+        try:
+            tombstone = self._entomb(stream.directory)
+        except OSError as error:
+            LOG.warning(
+                "could not move %s aside (%s); removing it in place", stream.directory, error
+            )
+            stream.discard()
+            (stream.directory / METADATA_FILE).unlink(missing_ok=True)
+            shutil.rmtree(stream.directory, ignore_errors=True)
+            return None
+        try:
+            stream.discard()
+        except Exception:  # the files go with the tombstone whatever happened to the logs
+            LOG.exception("closing the logs of deleted stream %s failed", stream.name)
         return tombstone
 
     def _entomb(self, directory: Path) -> Path:
-        """Move ``directory`` out of ``streams/`` (one rename, durable), returning its new path."""
+        """Move ``directory`` out of ``streams/`` (one rename), returning its new path. The
+        rename is made durable when the directories can be synced; if they cannot, a crash may
+        bring the stream back (the delete is then simply not done)."""
         tombstones = self.data_dir / TOMBSTONES
         tombstones.mkdir(exist_ok=True)
         target = tombstones / f"{time.time_ns()}-{secrets.token_hex(4)}-{directory.name[:64]}"
         os.rename(directory, target)
         for parent in (directory.parent, tombstones):
-            fd = os.open(parent, os.O_RDONLY)
             try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+                fd = os.open(parent, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as error:
+                LOG.warning("could not sync %s after moving %s: %s", parent, directory, error)
         return target
 
     def _remove_later(self, tombstone: Path) -> None:
