@@ -193,3 +193,49 @@ def test_without_the_directory_lock_a_log_holds_no_descriptor_while_idle(make_lo
     assert len(cache) == 0
     assert [r.value for r in read_forward(log)] == [b"x"]
     assert Message  # the import is used by the subprocess script's twin above
+
+
+class FakeSegment:
+    """What the cache sees of a segment: counts its opens and closes."""
+
+    def __init__(self) -> None:
+        self.pins = 0
+        self.is_open = False
+        self.descriptors = 0
+        self.opened = self.closed = 0
+
+    def open_files(self) -> None:
+        assert not self.is_open, "opened twice"
+        self.is_open, self.descriptors = True, 2
+        self.opened += 1
+
+    def close_files(self) -> None:
+        self.is_open = False
+        self.closed += 1
+
+
+def test_a_segment_discarded_while_pinned_is_reopened_for_its_next_user():
+    """A discard (an index rebuilt, a close) while another thread uses the segment closes it when
+    that user unpins; a pin in between waits for that and then opens fresh files."""
+    cache = FileCache(10)
+    segment = FakeSegment()
+    cache.pin(segment)  # a sync holds it
+    cache.discard(segment)
+    assert segment.is_open and not segment.closed  # not under its user
+    pinned = threading.Event()
+
+    def reader() -> None:
+        cache.pin(segment)
+        pinned.set()
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    assert not pinned.wait(0.2), "pinned the discarded files"
+    cache.unpin(segment)  # the sync ends: closed, and the reader's pin reopens
+    thread.join(5)
+    assert pinned.is_set()
+    assert (segment.opened, segment.closed, segment.pins, segment.is_open) == (2, 1, 1, True)
+    assert len(cache) == 1 and cache.descriptors == 2
+    cache.unpin(segment)
+    cache.discard(segment)
+    assert (segment.closed, segment.pins, len(cache), cache.descriptors) == (2, 0, 0, 0)

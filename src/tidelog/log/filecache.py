@@ -9,12 +9,17 @@ of segments on disk is bounded by the disk, not by ``ulimit -n`` or ``vm.max_map
 Theory of operation. A user ``pin``\\ s a segment for the duration of one operation (a lookup, a
 read, an append, a sync) and ``unpin``\\ s it after; pins are counted under the cache's one lock,
 and eviction only ever closes segments with no pin, so files are never closed under a reader,
-whichever log or thread asked for room. Opening on a miss also happens under that lock (so two
-threads never open the same segment twice); closing an evicted segment is a munmap and a close
-or two, also under it. The lock is always taken after a log's own locks, never before, and the
-cache calls nothing that takes them. ``capacity`` counts descriptors and is soft: when every
-open segment is pinned, a new one opens anyway (at most one per concurrent operation) and the
-set shrinks back later.
+whichever log or thread asked for room. Under that lock run the bookkeeping, the opening of
+a missed segment (so two threads never open the same segment twice) and the closing of evicted
+or discarded ones (a munmap and a close or two); nothing else. The lock is always taken after a
+log's own locks, never before, and the cache calls nothing that takes them.
+A segment ``discard``\\ ed while pinned (its index was rebuilt, its log closed) keeps its files
+until its last user unpins; a ``pin`` in between waits for that and then opens fresh files, so
+nobody starts on files that are about to close or are stale. No thread may pin a segment again
+after discarding it while itself still holding a pin on it (it would wait for itself).
+
+``capacity`` counts descriptors and is soft: when every open segment is pinned, a new one opens
+anyway (at most one per concurrent operation) and the set shrinks back later.
 A segment is evicted without a sync: a sync later reopens it (``fdatasync`` acts on the file,
 whichever descriptor wrote it).
 
@@ -59,6 +64,8 @@ class FileCache:
 
     def __init__(self, capacity: int = DEFAULT_MAX_DESCRIPTORS) -> None:
         self._lock = threading.Lock()
+        self._closed = threading.Condition(self._lock)
+        """Notified when a segment discarded while pinned is closed by its last user."""
         self._open: OrderedDict[Cached, int] = OrderedDict()
         self._held = 0
         self.capacity = capacity
@@ -87,6 +94,8 @@ class FileCache:
     def pin(self, segment: Cached) -> None:
         """Make sure ``segment``'s files are open and keep them open until ``unpin``."""
         with self._lock:
+            while segment.is_open and segment not in self._open:
+                self._closed.wait()  # discarded while pinned: closes when its users are done
             if segment.is_open:
                 segment.pins += 1
                 self._open.move_to_end(segment)
@@ -107,6 +116,7 @@ class FileCache:
             segment.pins -= 1
             if not segment.pins and segment not in self._open:
                 segment.close_files()  # discarded while in use: closed by its last user
+                self._closed.notify_all()
             elif self._held > self.capacity:
                 self._evict_locked(0)
 
