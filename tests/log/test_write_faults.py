@@ -14,6 +14,7 @@ from logtools import crash_copy, read_forward, read_reverse
 
 from tidelog.errors import DiskFull, OutOfDescriptors, ResourceExhausted
 from tidelog.log import FlushPolicy, LogConfig, Message, SegmentedLog
+from tidelog.log.filecache import FileCache
 from tidelog.log.files import OPEN, RESERVE, TRUNCATE, WRITE, faults
 
 
@@ -146,6 +147,126 @@ def test_a_tail_that_cannot_be_cut_back_is_never_recovered(make_log, tmp_path):
     assert log.append([b"c" * 100]) == range(1, 2)  # cuts the stray tail first
     assert values(log) == [(0, b"a" * 100), (1, b"c" * 100)]
     assert log.directory.joinpath("00000000000000000000.log").stat().st_size == log.size_bytes
+
+
+def segment_files(log: SegmentedLog) -> list[str]:
+    return sorted(p.name for p in log.directory.iterdir() if p.suffix in (".log", ".index"))
+
+
+def reopened_values(log: SegmentedLog, config: LogConfig) -> list[tuple[int, bytes]]:
+    """What the log holds after a clean close and reopen (recovery must have nothing to do)."""
+    log.close()
+    with SegmentedLog(log.directory, config, file_cache=log._file_cache) as again:
+        assert again.recovery_report.clean, again.recovery_report
+        return values(again)
+
+
+SEGMENT_0 = "00000000000000000000"
+
+
+@pytest.mark.parametrize("where", [f"{SEGMENT_0}.log", f"{SEGMENT_0}.index"])
+def test_a_roll_that_cannot_reopen_the_old_segment_changes_nothing(make_log, where):
+    """The old segment was evicted by the new one's files; sealing it needs its files again.
+    That must fail before the batch goes anywhere, not after the new segment replaced it."""
+    config = small()
+    log = make_log(config=config, file_cache=FileCache(3))  # one active segment open at a time
+    while log._active.size + 200 <= 4096:
+        log.append([b"x" * 150])
+    before, contents, names = state(log), values(log), segment_files(log)
+    faults.fail(where, op=OPEN, error=errno.EMFILE, times=2)  # the cache's retry fails too
+    with pytest.raises(OutOfDescriptors):
+        log.append([b"y" * 1000])  # rolls
+    assert faults.hits and state(log) == before and values(log) == contents
+    assert segment_files(log) == names
+    faults.fail(where, op=OPEN, error=errno.EMFILE, times=2)
+    with pytest.raises(OutOfDescriptors):
+        log.roll()
+    assert state(log) == before and segment_files(log) == names
+    faults.clear()
+    n = log.next_offset
+    assert log.append([b"z" * 1000]) == range(n, n + 1)
+    assert log.segment_count == 2 and log._active.base_offset == n
+    assert reopened_values(log, config) == [*contents, (n, b"z" * 1000)]
+
+
+def fail_with_a_tail_left(log: SegmentedLog) -> None:
+    """An append that fails on a full disk and whose bytes cannot be cut back (EIO)."""
+    faults.fail(".log", op=WRITE)
+    faults.fail(".log", op=TRUNCATE, error=errno.EIO)
+    with pytest.raises(DiskFull):
+        log.append([b"b" * 150])
+    assert log._active._cut_pending
+
+
+@pytest.mark.parametrize("how", ["append", "roll", "maintain", "close"])
+def test_a_tail_not_yet_cut_back_is_cut_before_the_segment_is_sealed(make_log, how):
+    """A sealed segment with stray bytes past its end looks damaged to recovery, which would
+    then remove every later segment."""
+    config = small(segment_max_age_s=60)
+    log = make_log(config=config, clock=lambda: 10**9)
+    for _ in range(10):
+        log.append([b"a" * 150])
+    fail_with_a_tail_left(log)
+    faults.clear()
+    contents = values(log)
+    if how == "append":
+        contents += [(10, b"c" * 3000)]
+        assert log.append([b"c" * 3000]) == range(10, 11)  # rolls
+    elif how == "roll":
+        log.roll()
+    elif how == "maintain":
+        log.maintain(now_ns=10**9 + 61 * 10**9)  # over age: rolls
+    if how == "close":
+        log.close()
+    else:
+        assert log.segment_count == 2
+        assert not log._segments[0]._cut_pending
+        n = log.next_offset
+        assert log.append([b"d" * 150]) == range(n, n + 1)
+        contents += [(n, b"d" * 150)]
+    first = log.directory / f"{SEGMENT_0}.log"
+    assert first.stat().st_size == log._segments[0].size
+    assert reopened_values(log, config) == contents
+
+
+@pytest.mark.parametrize("how", ["append", "roll", "maintain"])
+def test_a_roll_whose_pending_cut_fails_again_changes_nothing(make_log, how):
+    config = small(segment_max_age_s=60)
+    log = make_log(config=config, clock=lambda: 10**9)
+    for _ in range(10):
+        log.append([b"a" * 150])
+    fail_with_a_tail_left(log)
+    faults.clear()
+    before, contents, names = state(log), values(log), segment_files(log)
+    faults.fail(".log", op=TRUNCATE, error=errno.ENOSPC)
+    if how == "maintain":
+        log.maintain(now_ns=10**9 + 61 * 10**9)  # logs it: retention must run on a full disk
+    else:
+        with pytest.raises(DiskFull):
+            if how == "append":
+                log.append([b"c" * 3000])
+            else:
+                log.roll()
+    assert faults.hits and state(log) == before and values(log) == contents
+    assert segment_files(log) == names and log._active._cut_pending
+    faults.clear()
+    assert log.append([b"c" * 3000]) == range(10, 11)
+    assert reopened_values(log, config) == [*contents, (10, b"c" * 3000)]
+
+
+def test_close_with_a_tail_it_cannot_cut_loses_nothing(make_log):
+    config = small()
+    log = make_log(config=config)
+    for _ in range(10):
+        log.append([b"a" * 150])
+    fail_with_a_tail_left(log)
+    contents = values(log)
+    faults.fail(".log", op=TRUNCATE, error=errno.EIO)  # still failing at close
+    log.close()
+    faults.clear()
+    with SegmentedLog(log.directory, config) as again:
+        assert values(again) == contents
+        assert again.append([b"e"]) == range(10, 11)
 
 
 def test_compaction_on_a_full_disk_leaves_the_segment_and_no_cleaned_files(make_log):

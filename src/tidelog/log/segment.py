@@ -17,7 +17,10 @@ refused before anything is written); the records go to the file with ``pwrite`` 
 ``O_APPEND``: a tail that could not be cut back is overwritten, never appended after); then the
 index entries. If either write fails the file is cut back to ``size``, the index keeps its count
 (and zeroes what it wrote), so the segment is exactly as before and the next append reuses the same
-positions and slots. Should even the cut fail, the next append retries it before writing.
+positions and slots. Should even the cut fail, the cut is pending: the next append, and any
+seal, does it before anything else and refuses (raises) while it still fails, so no sealed
+segment ever holds bytes past ``size`` (recovery would take them for damage and drop every later
+segment). The newest segment may keep such a tail through a close: recovery cuts it on open.
 """
 
 from __future__ import annotations
@@ -151,6 +154,13 @@ class Segment:
             self._fd = -1
 
     @contextlib.contextmanager
+    def held_open(self) -> Iterator[None]:
+        """Keep the files open for the block (opening them now if needed, which may raise
+        ``OutOfDescriptors``), so that nothing inside it has to reopen them."""
+        with self._using():
+            yield
+
+    @contextlib.contextmanager
     def _using(self) -> Iterator[Index]:
         """The open index (and ``self._fd``) for the duration of the block."""
         self._cache.pin(self)
@@ -260,10 +270,8 @@ class Segment:
         ends = np.cumsum(batch.sizes) + self.size
         entries["position"] = ends - batch.sizes
         entries["size"] = batch.sizes
+        self.finish_cut()
         with self._using() as index:
-            if self._cut_pending:
-                files.truncate(self._fd, self.size, path=self.log_path)
-                self._cut_pending = False
             index.reserve(n)
             try:
                 files.pwrite_all(self._fd, batch.data.data, self.size, path=self.log_path)
@@ -277,10 +285,18 @@ class Segment:
             self._first = (int(entries["rel"][0]), int(entries["timestamp"][0]))
         self._last = (int(entries["rel"][-1]), int(entries["timestamp"][-1]))
 
+    def finish_cut(self) -> None:
+        """Cut the bytes a failed append left past ``size``, if any (``DiskFull`` or ``OSError``
+        while that still fails; nothing else changes then). No system call when none are left."""
+        if self._cut_pending:
+            with self._using():
+                files.truncate(self._fd, self.size, path=self.log_path)
+                self._cut_pending = False
+
     def _cut_back(self) -> None:
-        """Undo the bytes a failed append wrote past ``size``. If the file cannot be cut, the next
-        append cuts it first; meanwhile the first record header there is zeroed (its blocks were
-        just written), so a recovery after a crash sees a torn tail and cuts it too."""
+        """Undo the bytes a failed append wrote past ``size``. If the file cannot be cut, the cut
+        is pending (see ``finish_cut``); meanwhile the first record header there is zeroed (its
+        blocks were just written), so a recovery after a crash sees a torn tail and cuts it too."""
         try:
             files.truncate(self._fd, self.size, path=self.log_path)
         except Exception:
@@ -309,7 +325,9 @@ class Segment:
             index.sync()
 
     def truncate(self, slot: int) -> None:
-        """Drop the records in slots ``[slot, count)`` from the file and the index."""
+        """Drop the records in slots ``[slot, count)`` from the file and the index (active
+        segments only: a sealed one's files are read-only)."""
+        assert self.active, "only the active segment is truncated"
         if slot >= self.count:
             return
         with self._using() as index:
@@ -323,11 +341,15 @@ class Segment:
     def seal(self) -> None:
         """Stop accepting appends and trim the index to its entries.
 
-        The segment is sealed even if the trim fails (it is logged): the untrimmed index only
-        costs the next recovery a rebuild of it.
+        Raises, leaving the segment active and unchanged, if its files cannot be opened or a
+        pending cut (see ``finish_cut``) still fails; a caller that holds it open
+        (``held_open``) and has done the cut can rely on ``seal`` not raising. The segment is
+        sealed even if the trim fails (it is logged): the untrimmed index only costs the next
+        recovery a rebuild of it.
         """
         if self.active:
             with self._using() as index:
+                self.finish_cut()
                 self.active = False
                 try:
                     index.seal()

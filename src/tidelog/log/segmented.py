@@ -292,17 +292,27 @@ class SegmentedLog:
         batch = encode_batch(messages, offsets, stamp, self.config.max_message_bytes, atomic=atomic)
         # A roll happens before the batch is written, never inside it: a batch (an atomic one
         # included) always lies whole in one segment. The new segment only replaces the active
-        # one once the batch is in it: a failed append (a full disk) leaves no trace of the roll.
+        # one once the batch is in it and the old one is sealed: a failed append (a full disk, no
+        # descriptors) leaves no trace of the roll. Sealing needs the old segment's files (the new
+        # one may just have evicted them) and a pending cut done: both can fail, so both happen
+        # before the batch is written, and the seal after it cannot fail.
         target, change = self._target_segment(
             len(batch.data), stamp, int(offsets[0]), int(offsets[-1])
         )
+        old = self._active
         try:
-            target.append(batch)
+            if change is _Change.ROLL:
+                with old.held_open():
+                    old.finish_cut()
+                    target.append(batch)
+                    old.seal()
+            else:
+                target.append(batch)
         except BaseException:
             if change is not _Change.NONE:
                 target.delete()
             raise
-        rolled = self._install(target, change)
+        rolled = self._install(old, target, change)
         newest = int(offsets[-1])
         self._next_offset = newest + 1
         self._last_timestamp = stamp
@@ -346,17 +356,19 @@ class SegmentedLog:
             return active, _Change.NONE
         return self._new_segment(next_base), _Change.ROLL
 
-    def _install(self, new: Segment, change: _Change) -> bool:
-        """Make ``new`` the active segment (lock held); returns whether that sealed one."""
+    def _install(self, old: Segment, new: Segment, change: _Change) -> bool:
+        """Make ``new`` the active segment instead of ``old`` (lock held; for a roll ``old`` is
+        sealed already). Nothing here can fail: returns whether ``old`` stays, sealed."""
         if change is _Change.NONE:
             return False
-        old = self._active
         self._segments[-1] = new
         self._bases[-1] = new.base_offset
         if change is _Change.REPLACE:
-            old.delete()
+            try:
+                old.delete()
+            except OSError as error:  # an empty segment left behind: recovery keeps it empty
+                LOG.warning("%s: could not remove the replaced segment: %s", self, error)
             return False
-        old.seal()
         self._segments.insert(-1, old)
         self._bases.insert(-1, old.base_offset)
         self._unsynced_sealed.append(old)
@@ -373,7 +385,16 @@ class SegmentedLog:
         )
 
     def _roll_locked(self, base: int) -> None:
-        self._install(self._new_segment(base), _Change.ROLL)
+        """Seal the active segment and start a new one at ``base``; if either fails (a full disk,
+        no descriptors), the active segment stays as it was and no new one is left."""
+        new = self._new_segment(base)
+        old = self._active
+        try:
+            old.seal()
+        except BaseException:
+            new.delete()
+            raise
+        self._install(old, new, _Change.ROLL)
 
     def roll(self) -> None:
         """Seal the active segment now (if it holds anything) and start a new one."""
@@ -395,11 +416,14 @@ class SegmentedLog:
             self._check_open()
             active = self._active
             oldest = active.oldest_timestamp
+            rolled = False
             if oldest is not None and now - oldest >= self.config.segment_max_age_s * 1e9:
-                self._roll_locked(self._next_offset)
-                rolled = True
-            else:
-                rolled = False
+                try:
+                    self._roll_locked(self._next_offset)
+                    rolled = True
+                except (OSError, ResourceExhausted) as error:
+                    # Retention below is what frees a full disk: it must run all the same.
+                    LOG.warning("%s: could not roll the over-age segment: %s", self, error)
             newest = self._next_offset - 1
         if rolled:
             self._sync_through(newest)
@@ -748,7 +772,12 @@ class SegmentedLog:
                 for segment in self._segments:
                     if segment.active or segment in self._unsynced_sealed:
                         segment.sync_all()
-                self._active.seal()
+                try:
+                    self._active.seal()
+                except (OSError, ResourceExhausted) as error:
+                    # The newest segment may stay unsealed (and keep a tail a failed append left):
+                    # recovery scans it and cuts such a tail on the next open.
+                    LOG.warning("%s: could not seal the active segment on close: %s", self, error)
                 sync_dir(self.directory)
                 write_recovery_point(self.directory, self._next_offset - 1)
             finally:  # a failed sync (a full disk) still lets go of every file and the lock
