@@ -210,38 +210,59 @@ class ViewExists(BrokerError):
 class ResourceExhausted(TidelogError):
     """A machine resource ran out (disk space, file descriptors); nothing was half-written.
 
-    ``resource`` names what ran out (``"disk space"``, ``"file descriptors"``) and ``path`` where.
+    ``resource`` names what ran out (``"disk space"``, ``"file descriptors"``), ``path`` where,
+    and ``reason`` how (the system's words, e.g. "No space left on device").
     """
 
-    def __init__(self, resource: str, path: str, detail: str) -> None:
+    def __init__(self, resource: str, path: str, detail: str, *, reason: str = "") -> None:
         self.resource = resource
         self.path = path
+        self.reason = reason or detail
         super().__init__(f"out of {resource} at {path}: {detail}")
 
 
 class DiskFull(ResourceExhausted, LogError):
-    """A write found no space (ENOSPC, EDQUOT, or a short write); the log is as it was before."""
+    """A write found no space (ENOSPC, EDQUOT, or a short write). From the log layer the write
+    was undone: the log is as it was before (the message says so only then)."""
 
-    def __init__(self, path: str, detail: str = "") -> None:
+    def __init__(self, path: str, detail: str = "", *, reason: str = "") -> None:
         super().__init__(
             "disk space",
             path,
             detail
             or "the write was refused and nothing of it was kept; free space or add disk, reads "
             "still work",
+            reason=reason,
+        )
+
+
+class SyncFailed(ResourceExhausted, LogError):
+    """Records were written but could not be synced to stable storage (no space for the sync or
+    the recovery point, no descriptor to reopen a segment). Unlike :class:`DiskFull` nothing was
+    undone: the records stay in the log, the next sync retries them (and commits them under
+    ``FlushPolicy.ALWAYS``), and after a crash recovery checks them."""
+
+    def __init__(self, resource: str, path: str, reason: str) -> None:
+        super().__init__(
+            resource,
+            path,
+            f"{reason}; the records were written but not confirmed durable: the data will be "
+            "synced again or checked by recovery (a retried publish may store them twice)",
+            reason=reason,
         )
 
 
 class OutOfDescriptors(ResourceExhausted):
     """The process reached its open-file limit (EMFILE, ENFILE)."""
 
-    def __init__(self, path: str, detail: str = "") -> None:
+    def __init__(self, path: str, detail: str = "", *, reason: str = "") -> None:
         super().__init__(
             "file descriptors",
             path,
             detail
             or "the process is at its open-file limit; raise `ulimit -n` or lower "
             "TIDELOG_OPEN_FILES_MAX (see docs/operations.md)",
+            reason=reason,
         )
 
 
@@ -253,12 +274,18 @@ _DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 _DESCRIPTOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
 
 
-def resource_error(error: OSError, path: object = None) -> ResourceExhausted | None:
+def resource_error(
+    error: OSError, path: object = None, *, undone: bool = False
+) -> ResourceExhausted | None:
     """The :class:`ResourceExhausted` an ``OSError`` stands for, or None when it is another
-    failure. ``path`` defaults to the error's own file name."""
+    failure. ``path`` defaults to the error's own file name. ``undone``: the caller guarantees
+    that nothing of the failed write stays (the log layer's writes); only then does the message
+    say so."""
     where = str(path if path is not None else (error.filename or "?"))
+    reason = str(error.strerror or error)
     if error.errno in _DISK_FULL_ERRNOS:
-        return DiskFull(where, f"{error.strerror or error}; nothing of the write was kept")
+        kept = "nothing of the write was kept; " if undone else ""
+        return DiskFull(where, f"{reason}; {kept}free space or add disk", reason=reason)
     if error.errno in _DESCRIPTOR_ERRNOS:
-        return OutOfDescriptors(where)
+        return OutOfDescriptors(where, reason=reason)
     return None

@@ -142,9 +142,11 @@ def test_a_segment_evicted_before_its_sync_is_still_synced(make_log, monkeypatch
     synced: list[str] = []
     from tidelog.log import files
 
-    real = files.datasync
+    real = files.sync_fd
     monkeypatch.setattr(
-        files, "datasync", lambda fd, path: (synced.append(str(path)), real(fd, path=path))
+        files,
+        "sync_fd",
+        lambda fd, call, path: (synced.append(str(path)), real(fd, call, path=path)),
     )
     first.flush()
     assert any("first" in p for p in synced)

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import pytest
 from logtools import crash_copy, read_forward, read_reverse
 
-from tidelog.errors import DiskFull, OutOfDescriptors, ResourceExhausted
+from tidelog.errors import DiskFull, OutOfDescriptors, ResourceExhausted, SyncFailed
 from tidelog.log import FlushPolicy, LogConfig, Message, SegmentedLog
 from tidelog.log.filecache import FileCache
-from tidelog.log.files import OPEN, RESERVE, TRUNCATE, WRITE, faults
+from tidelog.log.files import OPEN, RESERVE, SYNC, TRUNCATE, WRITE, faults
 
 
 @pytest.fixture(autouse=True)
@@ -288,12 +288,40 @@ def test_a_recovery_point_that_cannot_be_written_keeps_the_sealed_segments_unsyn
     assert log.append([b"b" * 3000]) == range(1, 2)  # committed: the roll's sync is not the ack
     assert faults.hits and log._unsynced_sealed and not list(log.directory.glob("*.tmp"))
     faults.fail("recovery-point")
-    with pytest.raises(DiskFull):
+    with pytest.raises(SyncFailed):
         log.flush()
     assert log._unsynced_sealed
     log.flush()
     assert not log._unsynced_sealed
     assert (log.directory / "recovery-point").read_text() == "0\n"
+
+
+@pytest.mark.parametrize("where", [".log", "recovery-point"])
+def test_a_sync_that_fails_says_the_records_were_written(make_log, where):
+    """With ALWAYS the batch is in the log before its sync: a failed sync must not be reported
+    as a write that was undone (DiskFull), and the batch is committed by the next sync."""
+    config = small(flush_policy=FlushPolicy.ALWAYS)
+    log = make_log(config=config)
+    log.append([b"a" * 3000])
+    faults.fail(where, op=SYNC if where == ".log" else WRITE)
+    with pytest.raises(SyncFailed) as raised:
+        log.append([b"b" * 3000])  # rolls: syncs the sealed segment and the recovery point
+    assert not isinstance(raised.value, DiskFull)
+    assert isinstance(raised.value, ResourceExhausted) and raised.value.resource == "disk space"
+    assert "written but not confirmed durable" in str(raised.value)
+    assert "nothing of the write was kept" not in str(raised.value)
+    assert log.next_offset == 2 and log.high_watermark == 0  # written, not committed
+    log.flush()
+    assert log.high_watermark == 1
+    assert values(log) == [(0, b"a" * 3000), (1, b"b" * 3000)]
+
+
+def test_only_a_write_that_was_undone_says_nothing_was_kept():
+    from tidelog.errors import resource_error
+
+    full = OSError(errno.ENOSPC, "No space left on device", "/data/stream.json")
+    assert "nothing of the write was kept" not in str(resource_error(full))
+    assert "nothing of the write was kept" in str(resource_error(full, undone=True))
 
 
 def test_random_failures_never_change_what_was_acknowledged(tmp_path):

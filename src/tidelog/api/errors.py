@@ -46,6 +46,7 @@ from tidelog.errors import (
     StreamEmpty,
     StreamExists,
     StreamNotFound,
+    SyncFailed,
     TidelogError,
     ViewExists,
     ViewNotFound,
@@ -78,6 +79,7 @@ STATUS: Final[tuple[tuple[type[Exception], grpc.StatusCode], ...]] = (
     (BrokerClosed, grpc.StatusCode.UNAVAILABLE),
     (LogClosed, grpc.StatusCode.UNAVAILABLE),
     (LogLocked, grpc.StatusCode.UNAVAILABLE),
+    (SyncFailed, grpc.StatusCode.RESOURCE_EXHAUSTED),  # written, not yet durable: says so
     (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
 )

@@ -3,8 +3,10 @@
 Rules kept here so no caller has to remember them:
 - a write is complete or it raises: short writes are retried from where they stopped, and a write
   that stores nothing is a full disk;
-- ENOSPC and EDQUOT become :class:`~tidelog.errors.DiskFull`, EMFILE and ENFILE
-  :class:`~tidelog.errors.OutOfDescriptors` (both name the path); other ``OSError``\\ s pass
+- ENOSPC and EDQUOT become :class:`~tidelog.errors.DiskFull` (whose message says nothing was
+  kept: every caller undoes a failed write), except in a sync, where what was written stays
+  written: :class:`~tidelog.errors.SyncFailed`; EMFILE and ENFILE become
+  :class:`~tidelog.errors.OutOfDescriptors` (all name the path); other ``OSError``\\ s pass
   through unchanged. What the caller must undo after a failure is the caller's business (see
   ``Segment.append``), since only it knows what "before" was;
 - a whole file replaced by :func:`replace_file` is either the old one or the new one, and a
@@ -21,10 +23,11 @@ import contextlib
 import errno
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidelog.errors import DiskFull, resource_error
+from tidelog.errors import DiskFull, SyncFailed, resource_error
 
 Buffer = bytes | bytearray | memoryview
 
@@ -134,7 +137,7 @@ faults = Faults()
 
 
 def _mapped(error: OSError, path: object) -> Exception:
-    return resource_error(error, path) or error
+    return resource_error(error, path, undone=True) or error
 
 
 def pwrite_all(fd: int, data: Buffer, offset: int, *, path: object) -> None:
@@ -189,22 +192,22 @@ def open_fd(path: Path, flags: int, mode: int = 0o644) -> int:
         raise _mapped(error, path) from error
 
 
-def datasync(fd: int, *, path: object) -> None:
+def sync_fd(fd: int, call: Callable[[int], None], *, path: object) -> None:
+    """``call(fd)``: ``os.fdatasync`` (the data and the size) or ``os.fsync`` (all metadata).
+
+    A full disk here is :class:`~tidelog.errors.SyncFailed`: the bytes were written already. On
+    Linux a failed fsync may also drop the dirty pages it could not write (a retry can then
+    succeed without writing them); recovery after a restart is what checks such data.
+    """
     try:
         if faults.armed:
             faults.check(SYNC, path)
-        os.fdatasync(fd)
+        call(fd)
     except OSError as error:
-        raise _mapped(error, path) from error
-
-
-def fsync(fd: int, *, path: object) -> None:
-    try:
-        if faults.armed:
-            faults.check(SYNC, path)
-        os.fsync(fd)
-    except OSError as error:
-        raise _mapped(error, path) from error
+        found = resource_error(error, path)
+        if isinstance(found, DiskFull):
+            raise SyncFailed(found.resource, found.path, found.reason) from error
+        raise (found or error) from error
 
 
 def replace_file(path: Path, data: Buffer, *, sync: bool) -> None:
@@ -229,10 +232,12 @@ def write_new_file(path: Path, data: Buffer, *, sync: bool) -> None:
     try:
         pwrite_all(fd, data, 0, path=path)
         if sync:
-            fsync(fd, path=path)
-    except BaseException:
+            sync_fd(fd, os.fsync, path=path)
+    except BaseException as error:
         os.close(fd)
         with contextlib.suppress(OSError):
             path.unlink()
+        if isinstance(error, SyncFailed):  # the file is gone again: a write undone
+            raise DiskFull(error.path, f"{error.reason}; nothing of the write was kept") from error
         raise
     os.close(fd)

@@ -167,7 +167,7 @@ class Index:
     def sync(self) -> None:
         if self._mmap is not None and self.writable:
             self._mmap.flush()
-            files.fsync(self._fd, path=self.path)
+            files.sync_fd(self._fd, os.fsync, path=self.path)
 
     def seal(self) -> None:
         """Trim the file to its entries and map it read-only.

@@ -316,12 +316,12 @@ class Segment:
     def sync(self) -> None:
         """Force the segment's records to stable storage (reopening the file if it was closed)."""
         with self._using():
-            files.datasync(self._fd, path=self.log_path)
+            files.sync_fd(self._fd, os.fdatasync, path=self.log_path)
 
     def sync_all(self) -> None:
         """Force records and index to stable storage."""
         with self._using() as index:
-            files.datasync(self._fd, path=self.log_path)
+            files.sync_fd(self._fd, os.fdatasync, path=self.log_path)
             index.sync()
 
     def truncate(self, slot: int) -> None:

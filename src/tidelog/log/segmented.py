@@ -33,6 +33,7 @@ from tidelog.errors import (
     LogLocked,
     OffsetOutOfRange,
     ResourceExhausted,
+    SyncFailed,
 )
 from tidelog.log import files
 from tidelog.log.batch import MessageBatch
@@ -458,10 +459,14 @@ class SegmentedLog:
                 if sealed:
                     sync_dir(self.directory)
                     write_recovery_point(self.directory, max(s.newest_offset for s in sealed))
-            except BaseException:
+            except BaseException as error:
                 with self._lock:  # still unsynced: the next sync tries them again
                     again = [s for s in sealed if s in self._segments]
                     self._unsynced_sealed = again + self._unsynced_sealed
+                if isinstance(error, ResourceExhausted) and not isinstance(error, SyncFailed):
+                    # A recovery point that could not be written, a segment that could not be
+                    # reopened: what this sync covers was written all the same.
+                    raise SyncFailed(error.resource, error.path, error.reason) from error
                 raise
             with self._lock:
                 self._synced = max(self._synced, target)
