@@ -291,3 +291,20 @@ def test_an_append_that_rolls_syncs_the_sealed_segment_under_every_policy(
     assert log.segment_count == 2
     assert sync.calls > calls_before_roll
     assert read_recovery_point(log.directory) == 1
+
+
+def test_a_roll_syncs_the_sealed_segments_index_too(make_log, monkeypatch):
+    """The recovery point written after a roll vouches for the sealed index (recovery then trusts
+    it with an O(1) check), so that index must be on disk, not only its records."""
+    log = make_log(config=LogConfig(flush_policy=FlushPolicy.NEVER, segment_max_bytes=4096))
+    log.append([b"a" * 3000])
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    log.append([b"b" * 3000])  # rolls; the sealed segment is synced
+    assert any(p.endswith("00000000000000000000.index") for p in synced), synced

@@ -2,7 +2,8 @@
 
 Entry (little-endian): relative offset u32, timestamp i64 (ns), position u32, size u32. Entries are
 in offset order and both relative offsets and timestamps never decrease, so offset -> position and
-timestamp -> offset are ``numpy.searchsorted`` calls over memory-mapped columns.
+timestamp -> offset are binary searches (``bisect`` over the memory-mapped columns, which probes
+O(log n) entries in place; ``numpy.searchsorted`` would copy the strided column first).
 
 While its segment is active the index file is preallocated (grown in ``preallocate_bytes`` steps)
 and memory-mapped read-write; unused slots are zero. Sealing trims the file to its entries and maps
@@ -165,9 +166,18 @@ class Index:
             self.count = count
 
     def sync(self) -> None:
-        if self._mmap is not None and self.writable:
-            self._mmap.flush()
+        """Force the entries to stable storage. A sealed index has no descriptor of its own (see
+        ``_map_readonly``): it is opened read-only for the fsync, which acts on the file."""
+        if self.writable:
+            if self._mmap is not None:
+                self._mmap.flush()
             files.sync_fd(self._fd, os.fsync, path=self.path)
+            return
+        fd = files.open_fd(self.path, os.O_RDONLY)
+        try:
+            files.sync_fd(fd, os.fsync, path=self.path)
+        finally:
+            os.close(fd)
 
     def seal(self) -> None:
         """Trim the file to its entries and map it read-only.
