@@ -16,6 +16,7 @@ from tests.broker.brokertools import broker_config, running
 from tidelog.broker import Broker, StreamConfig
 from tidelog.broker.config import CURSORS_STREAM
 from tidelog.errors import (
+    DiskFull,
     InvalidArgument,
     OutOfDescriptors,
     PermissionDenied,
@@ -178,6 +179,40 @@ def test_a_delete_whose_rename_fails_removes_the_stream_in_place(
 
     asyncio.run(delete())
     asyncio.run(check())
+
+
+@pytest.mark.parametrize("rename_fails", [False, True])
+def test_a_create_whose_metadata_cannot_be_written_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rename_fails: bool
+) -> None:
+    """``stream.json`` cannot be written (a full disk): the create fails with ``DiskFull``, the
+    partitions' logs are closed without writing, and the directory goes (moved aside, or removed
+    in place when even the move fails)."""
+    import tidelog.broker.broker as broker_module
+    from tidelog.broker.stream import Stream
+
+    def full_disk(self: Stream) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.directory))
+
+    async def scenario() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            fds_before = len(os.listdir("/proc/self/fd"))
+            monkeypatch.setattr(Stream, "save", full_disk)
+            if rename_fails:
+
+                def failing_rename(source: object, target: object) -> None:
+                    raise OSError(errno.EIO, "Input/output error", str(source))
+
+                monkeypatch.setattr(broker_module.os, "rename", failing_rename)
+            with pytest.raises(DiskFull, match="disk space"):
+                broker.create_stream("s", StreamConfig(partitions=4))
+            monkeypatch.undo()
+            assert "s" not in broker.streams
+            assert not (tmp_path / "streams" / "s").exists()
+            assert len(os.listdir("/proc/self/fd")) <= fds_before
+            broker.create_stream("s", StreamConfig(partitions=4))
+
+    asyncio.run(scenario())
 
 
 # -- internal streams ----------------------------------------------------------------------------

@@ -118,6 +118,8 @@ class Broker:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         (self.data_dir / "streams").mkdir(parents=True, exist_ok=True)
+        # Made now, so that deleting a stream on a full disk needs no new directory.
+        (self.data_dir / TOMBSTONES).mkdir(exist_ok=True)
         self._lock_data_dir()
         self.broker_id = self.config.broker_id or self._stored_broker_id()
         for directory in sorted((self.data_dir / "streams").iterdir()):
@@ -125,7 +127,7 @@ class Broker:
                 LOG.warning(
                     "%s has no %s (a create cut short): removing it", directory, METADATA_FILE
                 )
-                self._remove_later(self._entomb(directory))
+                self._remove_dir(directory)
                 continue
             stream = await asyncio.to_thread(
                 Stream.load, directory, self.config.log, self._loop, self.files
@@ -264,19 +266,19 @@ class Broker:
             raise StreamDeleting(name)
         directory = self.data_dir / "streams" / name
         if directory.exists():  # a create that failed half-way and could not clean up
-            self._remove_later(self._entomb(directory))
+            self._remove_dir(directory)
         try:
             stream = Stream(name, config, directory, self.config.log, self.loop, files=self.files)
             try:
                 stream.save()
             except BaseException:
-                stream.close()
+                stream.discard()  # closes the logs without writing: the disk may be full
                 raise
         except BaseException as error:
             # Nothing of a failed create may stay: not its files, not its open logs (Stream
             # closes the partitions it opened before failing).
             if directory.exists():
-                self._remove_later(self._entomb(directory))
+                self._remove_dir(directory)
             found = resource_error(error) if isinstance(error, OSError) else None
             if found is not None:
                 raise found from error
@@ -352,6 +354,16 @@ class Broker:
             except OSError as error:
                 LOG.warning("could not sync %s after moving %s: %s", parent, directory, error)
         return target
+
+    def _remove_dir(self, directory: Path) -> None:
+        """Take a stream directory out of ``streams/`` now and remove its files later; when it
+        cannot be moved (an I/O error), remove it in place, metadata first."""
+        try:
+            self._remove_later(self._entomb(directory))
+        except OSError as error:
+            LOG.warning("could not move %s aside (%s); removing it in place", directory, error)
+            (directory / METADATA_FILE).unlink(missing_ok=True)
+            shutil.rmtree(directory, ignore_errors=True)
 
     def _remove_later(self, tombstone: Path) -> None:
         """Remove a tombstone's files in a thread; close() waits for it."""
