@@ -46,7 +46,7 @@ from tidelog.client.models import (
     Stop,
     StreamInfo,
 )
-from tidelog.client.retry import Attempt, retrying
+from tidelog.client.retry import Attempt, removal, retrying
 from tidelog.client.settings import MAX_FRAME, ClientSettings
 from tidelog.client.views import View, ViewCalls
 
@@ -202,14 +202,10 @@ class AsyncClient(ViewCalls):
         """Delete a stream. NOT_FOUND from a retry, after an attempt that went unanswered while
         the server was unreachable, counts as deleted (by that attempt)."""
 
-        async def attempt(timeout: float | None, number: int) -> None:
-            try:
-                await self._api.DeleteStream(pb.DeleteStreamRequest(name=name), timeout=timeout)
-            except grpc.RpcError as error:
-                if number == 1 or error.code() != grpc.StatusCode.NOT_FOUND:
-                    raise
-
-        await self._retrying(attempt)
+        request = pb.DeleteStreamRequest(name=name)
+        await self._retrying(
+            removal(lambda timeout: self._api.DeleteStream(request, timeout=timeout))
+        )
         self._partition_counts.pop(name, None)
 
     async def list_streams(self) -> list[StreamInfo]:

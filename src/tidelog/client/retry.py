@@ -64,6 +64,20 @@ Attempt = Callable[[float | None, int], Awaitable[T]]
 the attempt's number (1 for the first), it returns the answer or raises ``grpc.RpcError``."""
 
 
+def removal(call: Callable[[float | None], Awaitable[object]]) -> Attempt[None]:
+    """An attempt of a call that removes something (a stream, a view): NOT_FOUND on a retry means
+    an earlier attempt, which went unanswered while the server was unreachable, removed it."""
+
+    async def attempt(timeout: float | None, number: int) -> None:
+        try:
+            await call(timeout)
+        except grpc.RpcError as error:
+            if number == 1 or error.code() != grpc.StatusCode.NOT_FOUND:
+                raise
+
+    return attempt
+
+
 @dataclass(slots=True)
 class RetryBudget:
     """When to try again and when to give up, for one call."""

@@ -14,11 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
-import grpc
-
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
-from tidelog.client.retry import Attempt
+from tidelog.client.retry import Attempt, removal
 
 T = TypeVar("T")
 Moment = int | datetime
@@ -131,14 +129,7 @@ class ViewCalls:
     async def drop_view(self, stream: str, name: str) -> None:
         request = v1.DropViewRequest(stream=stream, name=name)
 
-        async def attempt(timeout: float | None, number: int) -> None:
-            try:
-                await self._v1.DropView(request, timeout=timeout)
-            except grpc.RpcError as error:
-                if number == 1 or error.code() != grpc.StatusCode.NOT_FOUND:
-                    raise
-
-        await self._retrying(attempt)
+        await self._retrying(removal(lambda timeout: self._v1.DropView(request, timeout=timeout)))
 
     async def list_views(self, stream: str) -> list[ViewStatus]:
         request = v1.ListViewsRequest(stream=stream)
