@@ -27,7 +27,14 @@ from tidelog.api.errors import (
     status_of,
 )
 from tidelog.api.metrics import Metrics
-from tidelog.broker import Broker, Partition, StartPosition, StopPosition, StreamConfig
+from tidelog.broker import (
+    Broker,
+    MessageBatch,
+    Partition,
+    StartPosition,
+    StopPosition,
+    StreamConfig,
+)
 from tidelog.broker import SubscribeRequest as BrokerSubscribe
 from tidelog.broker.delivery import delivery_gate
 from tidelog.errors import (
@@ -40,7 +47,7 @@ from tidelog.errors import (
     StreamNotFound,
     TidelogError,
 )
-from tidelog.log import Message, MessageBatch
+from tidelog.log import Message
 
 Context = grpc.aio.ServicerContext[object, object]
 

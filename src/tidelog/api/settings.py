@@ -17,9 +17,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from tidelog.broker import BrokerConfig
+from tidelog.broker import DEFAULT_OPEN_FILES_MAX, BrokerConfig
 from tidelog.log import FlushPolicy, LogConfig
-from tidelog.log.filecache import DEFAULT_MAX_DESCRIPTORS
 
 
 class ServerSettings(BaseSettings):
@@ -51,7 +50,7 @@ class ServerSettings(BaseSettings):
         description="per-subscription byte budget: record bytes one subscription holds in hand",
     )
     open_files_max: int = Field(
-        DEFAULT_MAX_DESCRIPTORS,
+        DEFAULT_OPEN_FILES_MAX,
         ge=16,
         description="descriptors the open segment files may hold together (least recently used "
         "closed beyond it); keep it well under `ulimit -n`",

@@ -1,7 +1,13 @@
 """The broker: streams of partitioned commit logs, subscriptions, cursors, maintenance."""
 
 from tidelog.broker.broker import Broker
-from tidelog.broker.config import CURSORS_STREAM, BrokerConfig, StreamConfig, validate_stream_name
+from tidelog.broker.config import (
+    CURSORS_STREAM,
+    DEFAULT_OPEN_FILES_MAX,
+    BrokerConfig,
+    StreamConfig,
+    validate_stream_name,
+)
 from tidelog.broker.partition import Partition
 from tidelog.broker.stream import Stream
 from tidelog.broker.subscription import (
@@ -13,11 +19,14 @@ from tidelog.broker.subscription import (
 )
 from tidelog.broker.view_set import StreamViews
 from tidelog.broker.views import ViewEntry, ViewKind, ViewSpec
+from tidelog.log import MessageBatch  # what a Subscription yields: part of the broker's face
 
 __all__ = [
     "CURSORS_STREAM",
+    "DEFAULT_OPEN_FILES_MAX",
     "Broker",
     "BrokerConfig",
+    "MessageBatch",
     "Partition",
     "StartPosition",
     "StopPosition",

@@ -17,6 +17,8 @@ CURSORS_STREAM: Final = "__cursors"
 _NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]{0,248}")
 _INTERNAL_NAME: Final = re.compile(r"__[A-Za-z0-9][A-Za-z0-9._\-]{0,246}")
 MAX_PARTITIONS: Final = 1024
+DEFAULT_OPEN_FILES_MAX: Final = DEFAULT_MAX_DESCRIPTORS
+"""Descriptors the open segment files of a broker may hold together (``open_files_max``)."""
 
 
 def validate_stream_name(name: str, *, internal: bool = False) -> str:
@@ -127,7 +129,7 @@ class BrokerConfig:
     subscriber_batch_messages: int = 5000
     subscriber_batch_bytes: int = 1 << 20
     subscriber_buffer_bytes: int = 256 << 10
-    open_files_max: int = DEFAULT_MAX_DESCRIPTORS
+    open_files_max: int = DEFAULT_OPEN_FILES_MAX
     """Descriptors the open segment files of all partitions may hold together; the least
     recently used segments' files are closed beyond it (``tidelog.log.filecache``)."""
     """Per-subscription byte budget: the most record bytes a subscription holds in hand (it reads
