@@ -4,15 +4,13 @@ space is freed publishing works again (docs/operations.md, "Full disk, descripto
 
 from __future__ import annotations
 
-import contextlib
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 from tests.support.server import ServerProcess
+from tests.support.tmpfs import fill_disk, small_tmpfs
 
 from tidelog import columns
 from tidelog._proto.liftbridge import api_pb2 as pb
@@ -24,30 +22,8 @@ from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 4 MiB tmpfs, mounted for the test and always unmounted."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "disk", "4m") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=True)
-
-
-def fill(disk: Path) -> Path:
-    """Fill ``disk`` to the last byte with one file; return it."""
-    filler = disk / "filler"
-    with open(filler, "wb", buffering=0) as out, contextlib.suppress(OSError):
-        while True:
-            out.write(b"\0" * 4096)
-    return filler
 
 
 def read_all(api: pb_grpc.APIStub, stream: str) -> list[bytes]:
@@ -85,7 +61,7 @@ def test_a_full_disk_refuses_writes_and_keeps_serving_reads(small_disk: Path) ->
             for value in stored:
                 api.Publish(pb.PublishRequest(stream="s", value=value, ackPolicy=pb.ALL))
 
-            filler = fill(small_disk)
+            filler = fill_disk(small_disk)
             big = b"x" * 8192
             assert_disk_full(refused(api.Publish, pb.PublishRequest(stream="s", value=big)))
             assert_disk_full(

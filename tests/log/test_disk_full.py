@@ -7,48 +7,14 @@ to the same outcome: the log holds exactly the acknowledged appends, before and 
 
 from __future__ import annotations
 
-import contextlib
-import os
-import subprocess
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from logtools import read_forward
+from tests.support.tmpfs import fill_disk, small_tmpfs
 
 from tidelog.errors import DiskFull, ResourceExhausted
 from tidelog.log import FlushPolicy, LogConfig, SegmentedLog
 
 VALUE = b"v" * 25  # a 61-byte record: 1,024 of them end the index's fifth page exactly
-
-
-@contextlib.contextmanager
-def small_tmpfs(where: Path, size: str) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root; test_write_faults.py injects the same failures")
-    where.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-def fill_disk(directory: Path) -> Path:
-    """Write a file until the filesystem refuses more; return it (delete it to free the space)."""
-    filler = directory / "filler"
-    chunk = b"\0" * 4096
-    with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
-        while True:
-            f.write(chunk)
-    return filler
 
 
 def config() -> LogConfig:
