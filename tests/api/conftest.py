@@ -4,14 +4,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.server import ServerProcess
+from tests.support.server import ServerProcess, served
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
     """A fresh ``tidelog serve`` on a free loopback port, stopped (by PID) after the test."""
-    process = ServerProcess(tmp_path / "data").start()
-    try:
+    with served(tmp_path / "data") as process:
         yield process
-    finally:
-        process.kill()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from tests.support.server import ServerProcess
+from tests.support.server import ServerProcess, served
 
 from tidelog import columns
 from tidelog._proto.liftbridge import api_pb2 as pb
@@ -35,14 +35,11 @@ _names = itertools.count()
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     # Messages up to 4 MiB, so 65,536 headers are refused for their count, not their size.
-    process = ServerProcess(
+    with served(
         Path(tmp_path_factory.mktemp("headers")) / "data",
         env={"TIDELOG_MAX_MESSAGE_BYTES": str(4 << 20)},
-    ).start()
-    try:
+    ) as process:
         yield process
-    finally:
-        process.kill()
 
 
 @pytest.fixture(scope="module")

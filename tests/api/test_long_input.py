@@ -9,7 +9,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from tests.support.server import ServerProcess
+from tests.support.server import ServerProcess, served
 
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
@@ -24,11 +24,8 @@ DETAIL_BYTES = 1024
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = ServerProcess(Path(tmp_path_factory.mktemp("long-input")) / "data").start()
-    try:
+    with served(Path(tmp_path_factory.mktemp("long-input")) / "data") as process:
         yield process
-    finally:
-        process.kill()
 
 
 @pytest.fixture(scope="module")

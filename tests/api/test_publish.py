@@ -11,7 +11,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from tests.support.server import ServerProcess
+from tests.support.server import ServerProcess, served
 
 import tidelog
 from tidelog._proto.liftbridge import api_pb2 as pb
@@ -27,11 +27,8 @@ _names = itertools.count()
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = ServerProcess(Path(tmp_path_factory.mktemp("publish")) / "data").start()
-    try:
+    with served(Path(tmp_path_factory.mktemp("publish")) / "data") as process:
         yield process
-    finally:
-        process.kill()
 
 
 @pytest.fixture(scope="module")
@@ -293,11 +290,8 @@ def always_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     """A server whose appends wait for fsync: PublishAsync requests pile up meanwhile, so they are
     appended together."""
     data = Path(tmp_path_factory.mktemp("publish-always")) / "data"
-    process = ServerProcess(data, "--flush-policy", "always").start()
-    try:
+    with served(data, "--flush-policy", "always") as process:
         yield process
-    finally:
-        process.kill()
 
 
 def test_publish_async_an_oversized_request_fails_alone(always_server: ServerProcess) -> None:

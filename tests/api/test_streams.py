@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from tests.support.server import ServerProcess
+from tests.support.server import ServerProcess, served
 
 import tidelog
 from tidelog._proto.liftbridge import api_pb2 as pb
@@ -23,11 +23,8 @@ _names = itertools.count()
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = ServerProcess(Path(tmp_path_factory.mktemp("streams")) / "data").start()
-    try:
+    with served(Path(tmp_path_factory.mktemp("streams")) / "data") as process:
         yield process
-    finally:
-        process.kill()
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2
-from tests.support.server import ServerProcess
+from tests.support.server import ServerProcess, served
 
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
@@ -31,11 +31,8 @@ METHODS = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = ServerProcess(Path(tmp_path_factory.mktemp("undecodable")) / "data").start()
-    try:
+    with served(Path(tmp_path_factory.mktemp("undecodable")) / "data") as process:
         yield process
-    finally:
-        process.kill()
 
 
 @pytest.fixture(scope="module")

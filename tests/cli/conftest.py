@@ -7,17 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 from tests.cli.clitools import Cli
-from tests.support.server import ServerProcess
+from tests.support.server import ServerProcess, served
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """One ``tidelog serve`` per test module (each test uses its own streams), killed by PID."""
-    process = ServerProcess(tmp_path_factory.mktemp("cli-server") / "data").start()
-    try:
+    with served(tmp_path_factory.mktemp("cli-server") / "data") as process:
         yield process
-    finally:
-        process.kill()
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from tests.support.server import ServerProcess
+from tests.support.server import ServerProcess, served
 
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 
@@ -15,11 +15,8 @@ from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """One ``tidelog serve`` per test module (each test uses its own streams), killed by PID."""
-    process = ServerProcess(tmp_path_factory.mktemp("client-server") / "data").start()
-    try:
+    with served(tmp_path_factory.mktemp("client-server") / "data") as process:
         yield process
-    finally:
-        process.kill()
 
 
 @pytest.fixture
