@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from tidelog.api.errors import Throttle, cap_detail
 from tidelog.errors import InvalidArgument
@@ -99,7 +100,7 @@ class GuardedRegistry:
         def guarded_decode(raw: bytes) -> object:
             try:
                 return decode(raw)
-            except Exception as error:
+            except (DecodeError, ValueError) as error:  # bad bytes, bad UTF-8 in a string
                 failure = failed(error)
                 if streamed:
                     raise failure from None
