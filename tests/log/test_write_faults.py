@@ -189,13 +189,19 @@ def test_a_roll_that_cannot_reopen_the_old_segment_changes_nothing(make_log, whe
     assert reopened_values(log, config) == [*contents, (n, b"z" * 1000)]
 
 
-def fail_with_a_tail_left(log: SegmentedLog) -> None:
-    """An append that fails on a full disk and whose bytes cannot be cut back (EIO)."""
+def log_with_a_tail_left(make_log, config: LogConfig, **kwargs) -> SegmentedLog:
+    """A log of ten records, then an append that fails on a full disk and whose bytes cannot be
+    cut back (EIO); no fault stays armed."""
+    log = make_log(config=config, **kwargs)
+    for _ in range(10):
+        log.append([b"a" * 150])
     faults.fail(".log", op=WRITE)
     faults.fail(".log", op=TRUNCATE, error=errno.EIO)
     with pytest.raises(DiskFull):
         log.append([b"b" * 150])
     assert log._active._cut_pending
+    faults.clear()
+    return log
 
 
 @pytest.mark.parametrize("how", ["append", "roll", "maintain", "close"])
@@ -203,11 +209,7 @@ def test_a_tail_not_yet_cut_back_is_cut_before_the_segment_is_sealed(make_log, h
     """A sealed segment with stray bytes past its end looks damaged to recovery, which would
     then remove every later segment."""
     config = small(segment_max_age_s=60)
-    log = make_log(config=config, clock=lambda: 10**9)
-    for _ in range(10):
-        log.append([b"a" * 150])
-    fail_with_a_tail_left(log)
-    faults.clear()
+    log = log_with_a_tail_left(make_log, config, clock=lambda: 10**9)
     contents = values(log)
     if how == "append":
         contents += [(10, b"c" * 3000)]
@@ -232,11 +234,7 @@ def test_a_tail_not_yet_cut_back_is_cut_before_the_segment_is_sealed(make_log, h
 @pytest.mark.parametrize("how", ["append", "roll", "maintain"])
 def test_a_roll_whose_pending_cut_fails_again_changes_nothing(make_log, how):
     config = small(segment_max_age_s=60)
-    log = make_log(config=config, clock=lambda: 10**9)
-    for _ in range(10):
-        log.append([b"a" * 150])
-    fail_with_a_tail_left(log)
-    faults.clear()
+    log = log_with_a_tail_left(make_log, config, clock=lambda: 10**9)
     before, contents, names = state(log), values(log), segment_files(log)
     faults.fail(".log", op=TRUNCATE, error=errno.ENOSPC)
     if how == "maintain":
@@ -256,10 +254,7 @@ def test_a_roll_whose_pending_cut_fails_again_changes_nothing(make_log, how):
 
 def test_close_with_a_tail_it_cannot_cut_loses_nothing(make_log):
     config = small()
-    log = make_log(config=config)
-    for _ in range(10):
-        log.append([b"a" * 150])
-    fail_with_a_tail_left(log)
+    log = log_with_a_tail_left(make_log, config)
     contents = values(log)
     faults.fail(".log", op=TRUNCATE, error=errno.EIO)  # still failing at close
     log.close()
