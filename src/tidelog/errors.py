@@ -208,7 +208,9 @@ class ViewExists(BrokerError):
 
 
 class ResourceExhausted(TidelogError):
-    """A machine resource ran out (disk space, file descriptors); nothing was half-written.
+    """A machine resource ran out (disk space, file descriptors). Which subclass says what
+    became of the write: :class:`DiskFull` from the log layer undid it, :class:`SyncFailed`
+    kept it (written, not yet durable).
 
     ``resource`` names what ran out (``"disk space"``, ``"file descriptors"``), ``path`` where,
     and ``reason`` how (the system's words, e.g. "No space left on device").
