@@ -83,6 +83,13 @@ def open_files_capacity(configured: int) -> int:
     return capacity
 
 
+def _remove_in_place(directory: Path) -> None:
+    """Remove a stream directory where it is: its metadata first, so that whatever a crash
+    leaves is never loaded as a stream again."""
+    (directory / METADATA_FILE).unlink(missing_ok=True)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 def _check_not_internal(name: str, action: str) -> None:
     if name.startswith(INTERNAL_PREFIX):
         raise PermissionDenied(
@@ -327,8 +334,7 @@ class Broker:
                 "could not move %s aside (%s); removing it in place", stream.directory, error
             )
             stream.discard()
-            (stream.directory / METADATA_FILE).unlink(missing_ok=True)
-            shutil.rmtree(stream.directory, ignore_errors=True)
+            _remove_in_place(stream.directory)
             return None
         try:
             stream.discard()
@@ -362,8 +368,7 @@ class Broker:
             self._remove_later(self._entomb(directory))
         except OSError as error:
             LOG.warning("could not move %s aside (%s); removing it in place", directory, error)
-            (directory / METADATA_FILE).unlink(missing_ok=True)
-            shutil.rmtree(directory, ignore_errors=True)
+            _remove_in_place(directory)
 
     def _remove_later(self, tombstone: Path) -> None:
         """Remove a tombstone's files in a thread; close() waits for it."""
