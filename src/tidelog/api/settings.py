@@ -17,7 +17,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from tidelog.broker import DEFAULT_OPEN_FILES_MAX, BrokerConfig
+from tidelog.broker import DEFAULT_OPEN_FILES_MAX, DEFAULT_SUBSCRIBER_BUFFER_BYTES, BrokerConfig
 from tidelog.log import FlushPolicy, LogConfig
 
 
@@ -45,7 +45,7 @@ class ServerSettings(BaseSettings):
     max_message_bytes: int = Field(256 << 10, ge=1, le=64 << 20)
     maintenance_interval_s: float = Field(30.0, gt=0)
     subscriber_buffer_bytes: int = Field(
-        256 << 10,
+        DEFAULT_SUBSCRIBER_BUFFER_BYTES,
         ge=4096,
         description="per-subscription byte budget: record bytes one subscription holds in hand",
     )

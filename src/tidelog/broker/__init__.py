@@ -4,6 +4,7 @@ from tidelog.broker.broker import Broker
 from tidelog.broker.config import (
     CURSORS_STREAM,
     DEFAULT_OPEN_FILES_MAX,
+    DEFAULT_SUBSCRIBER_BUFFER_BYTES,
     BrokerConfig,
     StreamConfig,
     validate_stream_name,
@@ -24,6 +25,7 @@ from tidelog.log import MessageBatch  # what a Subscription yields: part of the 
 __all__ = [
     "CURSORS_STREAM",
     "DEFAULT_OPEN_FILES_MAX",
+    "DEFAULT_SUBSCRIBER_BUFFER_BYTES",
     "Broker",
     "BrokerConfig",
     "MessageBatch",

@@ -19,6 +19,8 @@ _INTERNAL_NAME: Final = re.compile(r"__[A-Za-z0-9][A-Za-z0-9._\-]{0,246}")
 MAX_PARTITIONS: Final = 1024
 DEFAULT_OPEN_FILES_MAX: Final = DEFAULT_MAX_DESCRIPTORS
 """Descriptors the open segment files of a broker may hold together (``open_files_max``)."""
+DEFAULT_SUBSCRIBER_BUFFER_BYTES: Final = 256 << 10
+"""Per-subscription byte budget: the most record bytes one subscription holds in hand."""
 
 
 def validate_stream_name(name: str, *, internal: bool = False) -> str:
@@ -128,7 +130,7 @@ class BrokerConfig:
     cursor_partitions: int = 1
     subscriber_batch_messages: int = 5000
     subscriber_batch_bytes: int = 1 << 20
-    subscriber_buffer_bytes: int = 256 << 10
+    subscriber_buffer_bytes: int = DEFAULT_SUBSCRIBER_BUFFER_BYTES
     open_files_max: int = DEFAULT_OPEN_FILES_MAX
     """Descriptors the open segment files of all partitions may hold together; the least
     recently used segments' files are closed beyond it (``tidelog.log.filecache``)."""

@@ -30,6 +30,7 @@ import enum
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from tidelog.broker.config import DEFAULT_SUBSCRIBER_BUFFER_BYTES
 from tidelog.broker.partition import Partition
 from tidelog.errors import (
     Fenced,
@@ -183,10 +184,6 @@ def _resolve_reverse(
     return Bounds(max(offset, 0), stop_offset, stop_timestamp, reverse=True, empty=empty)
 
 
-DEFAULT_BUFFER_BYTES = 256 << 10
-"""Per-subscription byte budget: the most record bytes one subscription holds in hand."""
-
-
 class Subscription:
     """Feeds one subscriber from one partition; iterate :meth:`batches`.
 
@@ -201,7 +198,7 @@ class Subscription:
         *,
         max_messages: int = 1000,
         max_bytes: int = 1 << 20,
-        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+        buffer_bytes: int = DEFAULT_SUBSCRIBER_BUFFER_BYTES,
         stops_on_cancel: bool = True,
     ) -> None:
         self.partition = partition
