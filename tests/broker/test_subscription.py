@@ -59,7 +59,7 @@ def test_states_resuming_live_resuming(tmp_path: Path) -> None:
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            assert subscription.state is SubscriberState.DONE
+            assert subscription.state is SubscriberState.STOPPED
             assert broker.partition("s", 0).subscribers == 0
 
     asyncio.run(body())
@@ -78,7 +78,7 @@ def test_stop_reached_ends_in_done(tmp_path: Path) -> None:
             assert isinstance(run.task.exception(), StopReached)
             assert run.offsets == [0, 1]
             assert run.subscription is not None
-            assert run.subscription.state is SubscriberState.DONE
+            assert run.subscription.state is SubscriberState.STOPPED
             assert broker.partition("s", 0).subscribers == 0
 
     asyncio.run(body())
@@ -124,7 +124,7 @@ def test_pause_ends_a_subscription_holding_a_batch(tmp_path: Path) -> None:
             broker.pause("s", None, resume_all=False)
             with pytest.raises(PartitionPaused):
                 await batches.__anext__()
-            assert subscription.state is SubscriberState.DONE
+            assert subscription.state is SubscriberState.FAILED
 
     asyncio.run(body())
 

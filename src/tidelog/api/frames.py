@@ -1,10 +1,18 @@
-"""Log batches as ``tidelog.v1`` frames."""
+"""The broker's batches and end reasons as ``tidelog.v1`` frames."""
 
 from __future__ import annotations
 
 from tidelog import columns
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
-from tidelog.log import MessageBatch
+from tidelog.broker import EndReason, MessageBatch
+
+END_REASONS = {
+    EndReason.STOP: v1.END_REASON_STOP,
+    EndReason.OLDEST: v1.END_REASON_OLDEST,
+    EndReason.READONLY: v1.END_REASON_READONLY,
+    None: v1.END_REASON_NONE,
+}
+"""Why a subscription ended, as the frame that says so."""
 
 
 def record_batch(batch: MessageBatch) -> v1.RecordBatch:

@@ -29,14 +29,15 @@ from tidelog.api.errors import (
 from tidelog.api.metrics import Metrics
 from tidelog.broker import (
     Broker,
+    Message,
     MessageBatch,
     Partition,
     StartPosition,
     StopPosition,
     StreamConfig,
+    delivery_gate,
 )
 from tidelog.broker import SubscribeRequest as BrokerSubscribe
-from tidelog.broker.delivery import delivery_gate
 from tidelog.errors import (
     IncorrectOffset,
     InvalidArgument,
@@ -47,7 +48,6 @@ from tidelog.errors import (
     StreamNotFound,
     TidelogError,
 )
-from tidelog.log import Message
 
 Context = grpc.aio.ServicerContext[object, object]
 
@@ -201,7 +201,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
     # -- metadata --------------------------------------------------------------------------------
 
     def _broker_info(self) -> pb.Broker:
-        partitions = sum(len(s.partitions) for s in self.broker.streams.values())
+        partitions = sum(len(s.partitions) for s in self.broker.list_streams())
         return pb.Broker(
             id=self.advertised.broker_id,
             host=self.advertised.host,
@@ -211,7 +211,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
         )
 
     def _stream_metadata(self, name: str) -> pb.StreamMetadata:
-        stream = self.broker.streams.get(name)
+        stream = self.broker.find_stream(name)
         if stream is None:
             return pb.StreamMetadata(name=name, error=pb.StreamMetadata.UNKNOWN_STREAM)
         broker_id = self.advertised.broker_id
@@ -223,20 +223,20 @@ class LiftbridgeService(pb_grpc.APIServicer):
         )
 
     def _group_metadata(self, group_id: str) -> pb.ConsumerGroupMetadata:
-        group = self.broker.groups.groups.get(group_id)
-        if group is None:
+        epoch = self.broker.groups.epoch(group_id)
+        if epoch is None:
             return pb.ConsumerGroupMetadata(
                 groupId=group_id, error=pb.ConsumerGroupMetadata.UNKNOWN_GROUP
             )
         return pb.ConsumerGroupMetadata(
-            groupId=group_id, coordinator=self.advertised.broker_id, epoch=group.epoch
+            groupId=group_id, coordinator=self.advertised.broker_id, epoch=epoch
         )
 
     async def FetchMetadata(
         self, request: pb.FetchMetadataRequest, context: Context
     ) -> pb.FetchMetadataResponse:
         async with grpc_errors(context):
-            names = list(request.streams) or sorted(self.broker.streams)
+            names = list(request.streams) or [s.name for s in self.broker.list_streams()]
             return pb.FetchMetadataResponse(
                 brokers=[self._broker_info()],
                 streamMetadata=[self._stream_metadata(n) for n in names],
@@ -259,7 +259,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
     def _ack(
         self, request: pb.PublishRequest, offset: int, received: int, committed: int
     ) -> pb.Ack:
-        subject = self.broker.streams[request.stream].subject
+        subject = self.broker.stream(request.stream).subject
         return pb.Ack(
             stream=request.stream,
             partitionSubject=subject
@@ -338,7 +338,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
         ]
 
     def _checks_offsets(self, stream: str) -> bool:
-        found = self.broker.streams.get(stream)
+        found = self.broker.find_stream(stream)
         return found is not None and found.config.optimistic_concurrency
 
     async def _publish_group(self, requests: list[pb.PublishRequest]) -> list[pb.PublishResponse]:

@@ -45,7 +45,8 @@ class BrokerCollector(Collector):
         newest = GaugeMetricFamily(
             "tidelog_partition_newest_offset", "Newest offset", labels=["stream", "partition"]
         )
-        for name, stream in list(self.broker.streams.items()):
+        for stream in self.broker.list_streams():
+            name = stream.name
             stats = [p.stats for p in stream.partitions]
             messages_in.add_metric([name], sum(s.messages_in for s in stats))
             bytes_in.add_metric([name], sum(s.bytes_in for s in stats))

@@ -27,7 +27,7 @@ from tidelog.api.liftbridge import Advertised, LiftbridgeService
 from tidelog.api.metrics import Metrics
 from tidelog.api.settings import ServerSettings
 from tidelog.api.v1 import TidelogService
-from tidelog.broker import Broker
+from tidelog.broker import Broker, arm_faults_from_environment
 
 LOG = logging.getLogger("tidelog.server")
 
@@ -100,6 +100,7 @@ class Server:
                 f"not available here; choose another --host/--port"
             )
         broker_started = False
+        arm_faults_from_environment()  # tests' fault points (docs/operations.md); off otherwise
         try:
             await self.broker.start()
             broker_started = True
@@ -137,7 +138,7 @@ class Server:
             LiftbridgeService(self.broker, advertised, self.metrics), registry
         )
         tidelog_pb2_grpc.add_TidelogServicer_to_server(
-            TidelogService(self.broker, self.metrics, read_delay_s=settings.test_read_delay_s),
+            TidelogService(self.broker, self.metrics),
             registry,
         )
         for service in ("", "proto.API", "tidelog.v1.Tidelog"):

@@ -17,8 +17,13 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from tidelog.broker import DEFAULT_OPEN_FILES_MAX, DEFAULT_SUBSCRIBER_BUFFER_BYTES, BrokerConfig
-from tidelog.log import FlushPolicy, LogConfig
+from tidelog.broker import (
+    DEFAULT_OPEN_FILES_MAX,
+    DEFAULT_SUBSCRIBER_BUFFER_BYTES,
+    BrokerConfig,
+    FlushPolicy,
+    LogConfig,
+)
 
 
 class ServerSettings(BaseSettings):
@@ -59,9 +64,6 @@ class ServerSettings(BaseSettings):
         1, ge=1, le=64, description="partitions of __cursors when it is first created"
     )
     shutdown_grace_s: float = Field(5.0, ge=0, description="time in-flight calls get on SIGTERM")
-    test_read_delay_s: float = Field(
-        0.0, ge=0, description="testing only: delay between reading and sending a Consume batch"
-    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["text", "json"] = "text"
 

@@ -10,35 +10,28 @@ import grpc
 from tidelog import columns
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
-from tidelog.api.consume import ConsumeSession
+from tidelog.api.consume import consume
 from tidelog.api.errors import grpc_errors, is_refusal, log_failure, status_of
-from tidelog.api.frames import record_batch
+from tidelog.api.frames import END_REASONS, record_batch
 from tidelog.api.metrics import Metrics
 from tidelog.api.views import ViewService
-from tidelog.broker import Broker, StartPosition, StopPosition, SubscribeRequest
-from tidelog.broker.delivery import delivery_gate
-from tidelog.broker.subscription import EndReason
+from tidelog.broker import (
+    Broker,
+    Message,
+    PackedValues,
+    StartPosition,
+    StopPosition,
+    SubscribeRequest,
+    delivery_gate,
+)
 from tidelog.errors import InvalidArgument, ReadonlyEnd, StopReached
-from tidelog.log import Message
-from tidelog.log.record import PackedValues
 
 Context = grpc.aio.ServicerContext[object, object]
 
 
-_END_REASONS = {
-    EndReason.STOP: v1.END_REASON_STOP,
-    EndReason.OLDEST: v1.END_REASON_OLDEST,
-    EndReason.READONLY: v1.END_REASON_READONLY,
-    None: v1.END_REASON_NONE,
-}
-
-
 class TidelogService(ViewService, v1_grpc.TidelogServicer):
-    def __init__(
-        self, broker: Broker, metrics: Metrics | None = None, *, read_delay_s: float = 0.0
-    ) -> None:
+    def __init__(self, broker: Broker, metrics: Metrics | None = None) -> None:
         self.broker = broker
-        self._read_delay_s = read_delay_s
         self._latency = None if metrics is None else metrics.publish_latency.labels("tidelog.v1")
 
     async def _publish(self, request: v1.PublishBatchRequest) -> v1.PublishBatchResponse:
@@ -148,12 +141,11 @@ class TidelogService(ViewService, v1_grpc.TidelogServicer):
                         turn.release()
             except (StopReached, ReadonlyEnd):
                 pass  # ended by itself: the reason is on the subscription
-            yield v1.RecordBatch(end=_END_REASONS[subscription.end_reason])
+            yield v1.RecordBatch(end=END_REASONS[subscription.end_reason])
 
     async def Consume(
         self, request_iterator: AsyncIterator[v1.ConsumeRequest], context: Context
     ) -> AsyncIterator[v1.ConsumeBatch]:
-        session = ConsumeSession(self.broker, self._read_delay_s)
         async with grpc_errors(context):
-            async for batch in session.run(request_iterator):
+            async for batch in consume(self.broker, request_iterator):
                 yield batch

@@ -1,4 +1,27 @@
-"""The broker: streams of partitioned commit logs, subscriptions, cursors, maintenance."""
+"""The broker: streams of partitioned commit logs, subscriptions, cursors, groups and views.
+
+This package's face (the names below) is everything the api, the CLI and tests use; nothing
+above the broker imports ``tidelog.log`` or a broker submodule. The contract, promise by promise:
+
+- **Streams** are created, paused, made read-only and deleted by name (:class:`Broker`). A
+  delete keeps the name reserved until the stream's files are out of the way; a create of the
+  same name waits for it (``wait_deleted``) and can never touch the old stream's files.
+- **Publishing** appends a batch to one partition atomically: every message of it is stored and
+  numbered with consecutive offsets, or none is (``publish``; ``publish_idempotent`` also drops a
+  producer's retry of a batch the partition holds). The returned offsets are readable at once;
+  ``durable=True`` returns only once they are on disk.
+- **Reading** a partition happens in one place, :class:`Subscription`: Subscribe,
+  SubscribeBatches and Consume (``subscribe`` / ``consume``), the views' followers and the cursor
+  index all pull verified :class:`MessageBatch` objects from it, by offset, so a subscriber never
+  misses or repeats a message between catching up and following live appends. Its states and
+  events are one table (``subscription.TRANSITIONS``). Each subscriber holds at most one batch,
+  bounded by ``subscriber_buffer_bytes``; delivery turns (:func:`delivery_gate`) keep many
+  subscribers' sends from crowding out publishers.
+- **Errors** are ``tidelog.errors`` classes, each of which the api maps to one status; anything
+  else escaping the broker is a bug.
+- **Resources** are bounded: open segment files by ``open_files_max`` (shared by every partition),
+  subscriber buffers by ``subscriber_buffer_bytes``.
+"""
 
 from tidelog.broker.broker import Broker
 from tidelog.broker.config import (
@@ -9,18 +32,24 @@ from tidelog.broker.config import (
     StreamConfig,
     validate_stream_name,
 )
+from tidelog.broker.delivery import delivery_gate
 from tidelog.broker.partition import Partition
 from tidelog.broker.stream import Stream
 from tidelog.broker.subscription import (
+    EndReason,
     StartPosition,
     StopPosition,
     SubscribeRequest,
     SubscriberState,
     Subscription,
+    arm_faults_from_environment,
 )
 from tidelog.broker.view_set import StreamViews
 from tidelog.broker.views import ViewEntry, ViewKind, ViewSpec
-from tidelog.log import MessageBatch  # what a Subscription yields: part of the broker's face
+
+# What the broker takes and hands out that the log defines: part of the broker's face.
+from tidelog.log import FlushPolicy, LogConfig, Message, MessageBatch
+from tidelog.log.record import PackedValues
 
 __all__ = [
     "CURSORS_STREAM",
@@ -28,7 +57,12 @@ __all__ = [
     "DEFAULT_SUBSCRIBER_BUFFER_BYTES",
     "Broker",
     "BrokerConfig",
+    "EndReason",
+    "FlushPolicy",
+    "LogConfig",
+    "Message",
     "MessageBatch",
+    "PackedValues",
     "Partition",
     "StartPosition",
     "StopPosition",
@@ -41,5 +75,7 @@ __all__ = [
     "ViewEntry",
     "ViewKind",
     "ViewSpec",
+    "arm_faults_from_environment",
+    "delivery_gate",
     "validate_stream_name",
 ]

@@ -249,6 +249,14 @@ class Broker:
         except KeyError:
             raise StreamNotFound(name) from None
 
+    def find_stream(self, name: str) -> Stream | None:
+        """The stream called ``name``, or None (metadata answers "unknown" rather than fail)."""
+        return self.streams.get(name)
+
+    def list_streams(self) -> list[Stream]:
+        """Every stream, by name (internal ones included)."""
+        return [self.streams[name] for name in sorted(self.streams)]
+
     def partition(self, stream: str, number: int) -> Partition:
         return self.stream(stream).partition(number)
 
@@ -486,6 +494,22 @@ class Broker:
                 group_id, consumer_id, epoch, stream, partition, subscription.fence
             )
         return subscription
+
+    def consume(
+        self, stream: str, partition: int, request: SubscribeRequest, *, max_messages: int
+    ) -> Subscription:
+        """A seekable subscription (``Consume``): it reads only what the subscriber grants and
+        moves on :meth:`Subscription.seek`. It has no stop bound; every error of the start
+        position is raised here."""
+        target = self.partition(stream, partition)
+        return Subscription(
+            target,
+            resolve(target.log, request),
+            max_messages=max_messages,
+            max_bytes=self.config.subscriber_batch_bytes,
+            buffer_bytes=self.config.subscriber_buffer_bytes,
+            seekable=True,
+        )
 
     # -- materialised views ----------------------------------------------------------------------
 

@@ -51,6 +51,11 @@ class GroupCoordinator:
         self._clock = clock
         self.groups: dict[str, Group] = {}
 
+    def epoch(self, group_id: str) -> int | None:
+        """The group's current epoch, or None when no such group exists."""
+        group = self.groups.get(group_id)
+        return None if group is None else group.epoch
+
     # -- membership ------------------------------------------------------------------------------
 
     def join(self, group_id: str, consumer_id: str, streams: list[str]) -> int:

@@ -1,4 +1,9 @@
-"""Subscriptions: where a subscriber starts and stops, and the loop that feeds it.
+"""Subscriptions: the one loop through which anything reads a partition as it grows.
+
+Every reader of a live partition goes through :class:`Subscription`: Liftbridge ``Subscribe``,
+``tidelog.v1`` ``SubscribeBatches`` and ``Consume`` (permits, seeks, epochs), the materialised
+views' followers and the ``__cursors`` index. The api translates requests into a
+:class:`SubscribeRequest` and batches into frames; nothing above the broker builds a log reader.
 
 Theory of operation. A subscriber never receives messages pushed by publishers; it always pulls
 verified batches from the partition's commit log, by offset. It is *resuming* while reads return
@@ -13,22 +18,24 @@ log where it stopped - the log is the buffer. Until a non-reading client's flow-
 full, its sends still cost the event loop; ``tidelog.broker.delivery`` keeps them from crowding
 out publishers.
 
-State table (events on the left, ``RESUMING`` / ``LIVE``):
+A *seekable* subscription (``Consume``) adds two things: *permits*, the messages its client has
+room for (it never reads more than granted), and *seeks*, which switch it to a new position and
+stamp what it reads from then on with the seek's *epoch*. A batch carries the epoch current when
+it was read, so a batch read before a seek, even one still in flight, is recognisably stale. A
+seekable subscription that reaches its end (a reverse read passing the oldest record) says so
+once and waits for the next seek instead of ending.
 
-    read returned data       RESUMING -> RESUMING   LIVE -> RESUMING
-    read returned nothing    RESUMING -> LIVE       LIVE -> LIVE (wait for the signal)
-    stop bound passed        -> DONE (StopReached for forward; a clean end for reverse)
-    partition paused         -> DONE (PartitionPaused)
-    stream deleted / closing -> DONE (StreamDeleted)
-    read-only and caught up  -> DONE (ReadonlyEnd), when the subscription stops on cancel
+The states and events are one table, :data:`TRANSITIONS`; a pair missing from it is a bug.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import AsyncIterator, Callable
+import os
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from tidelog.broker.config import DEFAULT_SUBSCRIBER_BUFFER_BYTES
 from tidelog.broker.partition import Partition
@@ -40,6 +47,7 @@ from tidelog.errors import (
     ReadonlyEnd,
     StopReached,
     StreamEmpty,
+    TidelogError,
 )
 from tidelog.log import ForwardReader, MessageBatch, ReverseReader, SegmentedLog
 
@@ -76,8 +84,57 @@ class EndReason(enum.Enum):
 
 class SubscriberState(enum.Enum):
     RESUMING = "resuming"
+    """reads return data: catching up"""
     LIVE = "live"
-    DONE = "done"
+    """caught up: waiting for the commit signal"""
+    STOPPED = "stopped"
+    """at its end (stop bound, oldest record, read-only end) or cancelled by its subscriber; a
+    seekable subscription leaves it on a seek"""
+    FAILED = "failed"
+    """ended by the partition: paused, deleted, the broker closing, or fenced"""
+
+
+class Event(enum.Enum):
+    DATA = "a read returned data"
+    CAUGHT_UP = "a read returned nothing"
+    END = "the stop bound, the oldest record or a read-only end was reached"
+    SEEK = "the subscriber moved to a new position (seekable only)"
+    PERMITS = "the subscriber granted permits (seekable only)"
+    CANCEL = "the subscriber went away"
+    FAIL = "the partition was paused or deleted, the broker is closing, or the subscriber fenced"
+
+
+_R, _L, _S, _F = (
+    SubscriberState.RESUMING,
+    SubscriberState.LIVE,
+    SubscriberState.STOPPED,
+    SubscriberState.FAILED,
+)
+TRANSITIONS: Final[dict[tuple[SubscriberState, Event], SubscriberState]] = {
+    (_R, Event.DATA): _R,
+    (_L, Event.DATA): _R,
+    (_R, Event.CAUGHT_UP): _L,
+    (_L, Event.CAUGHT_UP): _L,
+    (_R, Event.END): _S,
+    (_L, Event.END): _S,
+    (_R, Event.SEEK): _R,
+    (_L, Event.SEEK): _R,
+    (_S, Event.SEEK): _R,
+    (_R, Event.PERMITS): _R,
+    (_L, Event.PERMITS): _L,
+    (_S, Event.PERMITS): _S,
+    (_F, Event.PERMITS): _F,
+    (_R, Event.CANCEL): _S,
+    (_L, Event.CANCEL): _S,
+    (_S, Event.CANCEL): _S,
+    (_F, Event.CANCEL): _F,
+    (_R, Event.FAIL): _F,
+    (_L, Event.FAIL): _F,
+    (_S, Event.FAIL): _F,
+    (_F, Event.FAIL): _F,
+}
+"""(state, event) -> next state. STOPPED is final unless the subscription is seekable; FAILED
+is final (permits, a cancel or a second failure arriving after it change nothing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +245,8 @@ class Subscription:
     """Feeds one subscriber from one partition; iterate :meth:`batches`.
 
     ``max_bytes`` (what the subscriber asked for) and ``buffer_bytes`` (the broker's budget) both
-    cap a batch; the smaller one wins.
+    cap a batch; the smaller one wins. ``seekable`` subscriptions read only what
+    :meth:`grant` allowed, move on :meth:`seek`, and stamp batches with :attr:`batch_epoch`.
     """
 
     def __init__(
@@ -199,35 +257,79 @@ class Subscription:
         max_messages: int = 1000,
         max_bytes: int = 1 << 20,
         buffer_bytes: int = DEFAULT_SUBSCRIBER_BUFFER_BYTES,
-        stops_on_cancel: bool = True,
+        seekable: bool = False,
     ) -> None:
         self.partition = partition
         self.bounds = bounds
         self.state = SubscriberState.RESUMING
+        self.seekable = seekable
         self._max_messages = max_messages
         self._max_bytes = min(max_bytes, buffer_bytes)
-        self._end_at_readonly = stops_on_cancel and bounds.stop_offset is None
+        self._end_at_readonly = not seekable and bounds.stop_offset is None
         self.end_reason: EndReason | None = None
         self.fenced = False
+        self._cancelled = False
         self.on_close: Callable[[], None] | None = None
         """Called once when the subscription ends (a consumer group deregisters it)."""
-        log = partition.log
-        self._log = log  # a pause closes it; a resume opens another: this subscription is over
-        self._reader: ForwardReader | ReverseReader | None
+        self._permits: int | None = 0 if seekable else None
+        """Messages the subscriber still has room for; None: no flow control (not seekable)."""
+        self.epoch = 0
+        """The epoch of the latest seek (seekable subscriptions)."""
+        self.batch_epoch = 0
+        """The epoch that was current when the batch last yielded was read."""
+        self._changed = asyncio.Event()
+        """Set by seek, grant and cancel: what a waiting seekable subscription wakes on."""
+        self._log = partition.log  # a pause closes it; a resume opens another: this one is over
+        self._reader = self._open_reader(bounds)
+
+    def _open_reader(self, bounds: Bounds) -> ForwardReader | ReverseReader | None:
         if bounds.empty:
-            self._reader = None
-        elif bounds.reverse:
-            self._reader = log.reverse_reader(
+            return None
+        if bounds.reverse:
+            return self._log.reverse_reader(
                 bounds.start_offset,
                 stop_offset=bounds.stop_offset,
                 stop_timestamp=bounds.stop_timestamp,
             )
-        else:
-            self._reader = log.forward_reader(
-                bounds.start_offset,
-                stop_offset=bounds.stop_offset,
-                stop_timestamp=bounds.stop_timestamp,
-            )
+        return self._log.forward_reader(
+            bounds.start_offset,
+            stop_offset=bounds.stop_offset,
+            stop_timestamp=bounds.stop_timestamp,
+        )
+
+    def _on(self, event: Event) -> None:
+        self.state = TRANSITIONS[(self.state, event)]
+
+    # -- events from the subscriber and the broker -------------------------------------------------
+
+    def grant(self, permits: int) -> None:
+        """Let a seekable subscription read ``permits`` more messages."""
+        if self._permits is None:
+            raise InvalidArgument("only a Consume subscription takes permits")
+        self._permits += permits
+        self._on(Event.PERMITS)
+        self._changed.set()
+
+    def seek(self, request: SubscribeRequest, *, epoch: int, permits: int) -> None:
+        """Move to ``request``'s start position: batches read from now on carry ``epoch``, and the
+        grant is reset to ``permits`` (what the subscriber has room for after dropping what it
+        held). Errors of the position are raised here, and the subscription stays where it was."""
+        if not self.seekable:
+            raise InvalidArgument("only a Consume subscription can seek")
+        self._check_partition()
+        bounds = resolve(self._log, request)
+        self._reader = self._open_reader(bounds)
+        self.bounds = bounds
+        self.end_reason = None
+        self.epoch = epoch
+        self._permits = permits
+        self._on(Event.SEEK)
+        self._changed.set()
+
+    def cancel(self) -> None:
+        """End the subscription from outside its loop (the subscriber's requests ended)."""
+        self._cancelled = True
+        self._changed.set()
 
     def fence(self) -> None:
         """End this subscription: a group subscriber with a newer epoch took the partition."""
@@ -235,68 +337,148 @@ class Subscription:
         self.partition.signal.fire_threadsafe()
 
     def _check_partition(self) -> None:
-        if self.fenced:
-            raise Fenced("a consumer-group subscriber with a newer epoch took this partition over")
-        partition = self.partition
-        partition.check_serving()
-        if partition.current_log is not self._log:  # paused and resumed since we started
-            raise PartitionPaused(partition.stream, partition.number)
+        try:
+            if self.fenced:
+                raise Fenced(
+                    "a consumer-group subscriber with a newer epoch took this partition over"
+                )
+            partition = self.partition
+            partition.check_serving()
+            if partition.current_log is not self._log:  # paused and resumed since we started
+                raise PartitionPaused(partition.stream, partition.number)
+        except TidelogError:
+            self._on(Event.FAIL)
+            raise
+
+    # -- the loop --------------------------------------------------------------------------------
 
     async def batches(self) -> AsyncIterator[MessageBatch]:
         """Verified batches in delivery order until a stop bound, or forever (cancel to end).
 
         Forward subscriptions that pass their stop bound end with ``StopReached``; reverse ones
-        end by returning once the oldest record (or the stop bound) is behind them.
+        end by returning once the oldest record (or the stop bound) is behind them. A seekable
+        subscription does neither: it yields one empty batch (``end_reason`` says why) and waits
+        for a seek.
         """
         partition = self.partition
         partition.subscribers += 1
         try:
-            reader = self._reader
-            if reader is None:
-                self.state = SubscriberState.DONE
-                if self.bounds.reverse:
-                    self.end_reason = EndReason.OLDEST
-                    return
-                self.end_reason = EndReason.STOP
-                raise StopReached("stop offset reached")
-            while True:
+            while not self._cancelled:
                 self._check_partition()
                 woken = partition.signal.current()
-                try:
-                    batch = reader.read(self._max_messages, self._max_bytes)
-                except LogClosed:
-                    self._check_partition()
-                    raise
+                if self.state is SubscriberState.STOPPED or self._permits == 0:
+                    await self._wait(woken)  # for a seek or permits (seekable only)
+                    continue
+                batch = self._read()
                 if batch:
-                    self.state = SubscriberState.RESUMING
-                    partition.stats.messages_out += len(batch)
-                    partition.stats.bytes_out += batch.byte_size
+                    if faults.delivery_delay_s:
+                        await asyncio.sleep(faults.delivery_delay_s)
                     yield batch
                     continue
-                if reader.done:
-                    self.state = SubscriberState.DONE
-                    if self.bounds.reverse:
-                        # Older records left undelivered means a stop bound ended the read.
-                        below = reader.next_offset >= partition.log.oldest_offset
-                        self.end_reason = EndReason.STOP if below else EndReason.OLDEST
-                        return
-                    self.end_reason = EndReason.STOP
-                    raise StopReached("stop offset reached")
-                if (
-                    self._end_at_readonly
-                    and partition.readonly
-                    and reader.next_offset > partition.log.high_watermark
-                ):
-                    self.state = SubscriberState.DONE
-                    self.end_reason = EndReason.READONLY
+                ended = self._ended()
+                if ended is None:
+                    self._on(Event.CAUGHT_UP)
+                    await self._wait(woken)
+                    continue
+                self.end_reason = ended
+                self._on(Event.END)
+                if self.seekable:
+                    self.batch_epoch = self.epoch
+                    yield MessageBatch.empty()
+                elif ended is EndReason.READONLY:
                     raise ReadonlyEnd("end of readonly partition")
-                self.state = SubscriberState.LIVE
-                # The future is shared by every waiter: shield it, so that cancelling this
-                # subscriber (a client going away) does not cancel it for the others.
-                await asyncio.shield(woken)
+                elif self.bounds.reverse:
+                    return
+                else:
+                    raise StopReached("stop offset reached")
         finally:
             partition.subscribers -= 1
-            if self.state is not SubscriberState.DONE:
-                self.state = SubscriberState.DONE
+            if self.state in (SubscriberState.RESUMING, SubscriberState.LIVE):
+                self._on(Event.CANCEL)
             if self.on_close is not None:
                 self.on_close()
+
+    def _read(self) -> MessageBatch:
+        reader = self._reader
+        if reader is None:  # nothing can ever be delivered
+            return _NOTHING
+        permits = self._permits
+        limit = self._max_messages if permits is None else min(permits, self._max_messages)
+        epoch = self.epoch
+        try:
+            batch = reader.read(limit, self._max_bytes)
+        except LogClosed:
+            self._check_partition()
+            raise
+        if batch:
+            self._on(Event.DATA)
+            stats = self.partition.stats
+            stats.messages_out += len(batch)
+            stats.bytes_out += batch.byte_size
+            if permits is not None:
+                self._permits = permits - len(batch)
+            self.batch_epoch = epoch
+        return batch
+
+    def _ended(self) -> EndReason | None:
+        """Why a read that returned nothing means the end, or None: wait for more."""
+        reader = self._reader
+        if reader is None or reader.done:
+            if not self.bounds.reverse:
+                return EndReason.STOP
+            # Older records left undelivered means a stop bound ended the read.
+            if reader is not None and reader.next_offset >= self._log.oldest_offset:
+                return EndReason.STOP
+            return EndReason.OLDEST
+        if (
+            self._end_at_readonly
+            and self.partition.readonly
+            and reader.next_offset > self._log.high_watermark
+        ):
+            return EndReason.READONLY
+        return None
+
+    async def _wait(self, woken: asyncio.Future[None]) -> None:
+        """Until the partition's commit signal fires (new data, a pause, a delete, a fence) or,
+        for a seekable subscription, a seek, a grant or a cancel."""
+        if not self.seekable:
+            # The future is shared by every waiter: shield it, so that cancelling this
+            # subscriber (a client going away) does not cancel it for the others.
+            await asyncio.shield(woken)
+            return
+        self._changed.clear()
+        woken.add_done_callback(self._wake)
+        try:
+            await self._changed.wait()
+        finally:
+            woken.remove_done_callback(self._wake)
+
+    def _wake(self, _: object) -> None:
+        self._changed.set()
+
+
+_NOTHING: Final = MessageBatch.empty()
+
+
+@dataclass(slots=True)
+class DeliveryFaults:
+    """Fault-injection points of the read loop, for tests; every one is off by default.
+
+    Only :func:`arm_faults_from_environment` (called by ``tidelog serve`` at start) sets them,
+    from environment variables a test passes to the server process; ``docs/operations.md``
+    lists them. They are not settings: nothing in production configures them.
+    """
+
+    delivery_delay_s: float = 0.0
+    """Wait this long between reading a batch and handing it out (``TIDELOG_TEST_READ_DELAY_S``):
+    makes the race between a batch in flight and a seek deterministic."""
+
+
+faults = DeliveryFaults()
+
+
+def arm_faults_from_environment(environ: Mapping[str, str] = os.environ) -> None:
+    """Arm :data:`faults` from ``TIDELOG_TEST_*`` variables; unset variables leave them off."""
+    delay = environ.get("TIDELOG_TEST_READ_DELAY_S")
+    if delay:
+        faults.delivery_delay_s = float(delay)

@@ -22,6 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from tidelog import __version__
+from tidelog.broker import FlushPolicy
 from tidelog.client import (
     DEFAULT_SERVER,
     Client,
@@ -32,7 +33,6 @@ from tidelog.client import (
 )
 from tidelog.client.models import Start, Stop
 from tidelog.errors import LogLocked
-from tidelog.log import FlushPolicy
 
 app = typer.Typer(
     help="tidelog: a durable, partitioned streaming log.",
