@@ -10,10 +10,10 @@ above the broker imports ``tidelog.log`` or a broker submodule. The contract, pr
   numbered with consecutive offsets, or none is (``publish``; ``publish_idempotent`` also drops a
   producer's retry of a batch the partition holds). The returned offsets are readable at once;
   ``durable=True`` returns only once they are on disk.
-- **Reading** a partition happens in one place, :class:`Subscription`: Subscribe,
-  SubscribeBatches and Consume (``subscribe`` / ``consume``), the views' followers and the cursor
-  index all pull verified :class:`MessageBatch` objects from it, by offset, so a subscriber never
-  misses or repeats a message between catching up and following live appends. Its states and
+- **Reading** a partition as it grows happens in one place, :class:`Subscription`: Subscribe,
+  SubscribeBatches and Consume (``subscribe`` / ``consume``) all pull verified
+  :class:`MessageBatch` objects from it, by offset, so a subscriber never misses or repeats a
+  message between catching up and following live appends. Its states and
   events are one table (``subscription.TRANSITIONS``). Each subscriber holds at most one batch,
   bounded by ``subscriber_buffer_bytes``; delivery turns (:func:`delivery_gate`) keep many
   subscribers' sends from crowding out publishers.

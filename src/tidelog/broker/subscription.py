@@ -1,9 +1,11 @@
 """Subscriptions: the one loop through which anything reads a partition as it grows.
 
-Every reader of a live partition goes through :class:`Subscription`: Liftbridge ``Subscribe``,
-``tidelog.v1`` ``SubscribeBatches`` and ``Consume`` (permits, seeks, epochs), the materialised
-views' followers and the ``__cursors`` index. The api translates requests into a
+Every subscriber of a partition goes through :class:`Subscription`: Liftbridge ``Subscribe``,
+``tidelog.v1`` ``SubscribeBatches`` and ``Consume`` (permits, seeks, epochs), and through them the
+client's consumers and the Spark source. The api translates requests into a
 :class:`SubscribeRequest` and batches into frames; nothing above the broker builds a log reader.
+(Inside the broker, the materialised views and the ``__cursors`` index catch up with bounded
+reads of the log up to its high watermark, in a worker thread: they never wait, seek or stop.)
 
 Theory of operation. A subscriber never receives messages pushed by publishers; it always pulls
 verified batches from the partition's commit log, by offset. It is *resuming* while reads return
@@ -33,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -352,6 +354,29 @@ class Subscription:
 
     # -- the loop --------------------------------------------------------------------------------
 
+    def available(self) -> Iterator[MessageBatch]:
+        """The batches readable now, in order, without waiting: the one read step.
+
+        It ends when the subscription is caught up (LIVE), reaches its end (STOPPED, with
+        ``end_reason``), runs out of permits or is cancelled, and raises what ends it from the
+        partition (FAILED). :meth:`batches` runs it between waits.
+        """
+        while not self._cancelled and self.state is not SubscriberState.STOPPED:
+            if self._permits == 0:
+                return
+            self._check_partition()
+            batch = self._read()
+            if batch:
+                yield batch
+                continue
+            ended = self._ended()
+            if ended is None:
+                self._on(Event.CAUGHT_UP)
+            else:
+                self.end_reason = ended
+                self._on(Event.END)
+            return
+
     async def batches(self) -> AsyncIterator[MessageBatch]:
         """Verified batches in delivery order until a stop bound, or forever (cancel to end).
 
@@ -361,31 +386,25 @@ class Subscription:
         for a seek.
         """
         partition = self.partition
+        stats = partition.stats
         partition.subscribers += 1
         try:
             while not self._cancelled:
-                self._check_partition()
+                self._check_partition()  # also while waiting for a seek or for permits
                 woken = partition.signal.current()
-                if self.state is SubscriberState.STOPPED or self._permits == 0:
-                    await self._wait(woken)  # for a seek or permits (seekable only)
-                    continue
-                batch = self._read()
-                if batch:
+                stopped_before = self.state is SubscriberState.STOPPED
+                for batch in self.available():
+                    stats.messages_out += len(batch)
+                    stats.bytes_out += batch.byte_size
                     if faults.delivery_delay_s:
                         await asyncio.sleep(faults.delivery_delay_s)
                     yield batch
-                    continue
-                ended = self._ended()
-                if ended is None:
-                    self._on(Event.CAUGHT_UP)
-                    await self._wait(woken)
-                    continue
-                self.end_reason = ended
-                self._on(Event.END)
-                if self.seekable:
+                if self.state is not SubscriberState.STOPPED or stopped_before:
+                    await self._wait(woken)  # new data, or (seekable) a seek, permits, a cancel
+                elif self.seekable:
                     self.batch_epoch = self.epoch
                     yield MessageBatch.empty()
-                elif ended is EndReason.READONLY:
+                elif self.end_reason is EndReason.READONLY:
                     raise ReadonlyEnd("end of readonly partition")
                 elif self.bounds.reverse:
                     return
@@ -412,9 +431,6 @@ class Subscription:
             raise
         if batch:
             self._on(Event.DATA)
-            stats = self.partition.stats
-            stats.messages_out += len(batch)
-            stats.bytes_out += batch.byte_size
             if permits is not None:
                 self._permits = permits - len(batch)
             self.batch_epoch = epoch
