@@ -26,7 +26,7 @@ from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
-from tidelog.client.consumer import Consumer
+from tidelog.client.consumer import DEFAULT_PREFETCH, Consumer
 from tidelog.client.errors import (
     AlreadyExists,
     ClientError,
@@ -47,12 +47,14 @@ from tidelog.client.models import (
     StreamInfo,
 )
 from tidelog.client.retry import Attempt, removal, retrying
-from tidelog.client.settings import MAX_FRAME, ClientSettings
+from tidelog.client.settings import ClientSettings
 from tidelog.client.views import View, ViewCalls
+from tidelog.wire import DEFAULT_HOST, DEFAULT_PORT, MAX_FRAME
 
 T = TypeVar("T")
 
-DEFAULT_SERVER = "127.0.0.1:9292"
+DEFAULT_SERVER = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
+"""Where a client connects when told nothing: a server started with its defaults."""
 PUBLISH_CHUNK = 1000
 """``publish_batch`` sends at most this many messages per request."""
 
@@ -439,7 +441,7 @@ class AsyncClient(ViewCalls):
         *,
         start: Start = "new",
         reverse: bool = False,
-        prefetch: int = 1000,
+        prefetch: int = DEFAULT_PREFETCH,
         name: str = "consumer",
     ) -> Consumer:
         """A consumer with prefetch, flow permits and safe seeking (``tidelog.v1/Consume``):

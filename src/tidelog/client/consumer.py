@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 from collections import deque
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import grpc
 
@@ -21,6 +21,10 @@ from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 from tidelog.client.errors import ClientError, InvalidArgument, Unavailable, from_rpc_error
 from tidelog.client.models import ReceivedMessage, Start
+
+DEFAULT_PREFETCH: Final = 1000
+"""Messages a consumer lets the server send ahead of ``receive()`` (its flow permits) when not
+told otherwise."""
 
 
 def _position(start: Start) -> tuple[int, int, int]:
