@@ -7,7 +7,7 @@ listens on 127.0.0.1:9292 with its data in ``./tidelog-data``). ``docs/operation
 apply: it hands every value down (``broker_config()``). A default that a lower layer needs too is
 written once, as a constant of that layer (``tidelog.log.config``, ``tidelog.broker.config``,
 ``tidelog.wire`` for what the client shares), and named here; only the settings no lower layer
-knows (ports of the metrics endpoint, shutdown grace, logging) are written here alone.
+knows (the metrics port, shutdown grace, logging) are written here alone.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ DEFAULT_SUBSCRIBER_BUFFER_BYTES: Final = 256 << 10
 """Per-subscription byte budget: the most record bytes one subscription holds in hand."""
 DEFAULT_DATA_DIR: Final = "./tidelog-data"
 DEFAULT_MAINTENANCE_INTERVAL_S: Final = 30.0
-"""How often retention, compaction, age rolls, auto-pause and snapshots run."""
+"""How often maintenance runs (``BrokerConfig.maintenance_interval_s``)."""
 DEFAULT_CURSOR_PARTITIONS: Final = 1
 """Partitions of ``__cursors`` when it is first created."""
 DEFAULT_SUBSCRIBER_BATCH_MESSAGES: Final = 5000
