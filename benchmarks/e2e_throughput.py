@@ -88,7 +88,8 @@ from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
-from tidelog.client.aio import AsyncClient, decode
+from tidelog.client.aio import AsyncClient
+from tidelog.client.codec import decode
 
 BENCH_DIR = Path(__file__).resolve().parent
 

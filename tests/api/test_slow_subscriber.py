@@ -18,7 +18,7 @@ from tests.support.server import ServerProcess
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog.client import AsyncClient
-from tidelog.client.aio import decode
+from tidelog.client.codec import decode
 
 TOTAL = 3000
 SIZE = 2048

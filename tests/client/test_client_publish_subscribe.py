@@ -16,7 +16,8 @@ import pytest
 from tests.support.server import ServerProcess
 
 from tidelog.client import AsyncClient, Client, ClientError, Message, ReceivedMessage
-from tidelog.client.aio import PUBLISH_CHUNK, decode
+from tidelog.client.aio import PUBLISH_CHUNK
+from tidelog.client.codec import decode
 
 
 def _values(messages: list[ReceivedMessage]) -> list[bytes]:
@@ -245,7 +246,7 @@ def test_context_managers_close_cleanly(server: ServerProcess, stream: str) -> N
 def test_datetimes_become_exact_nanoseconds() -> None:
     from datetime import UTC, datetime, timedelta, timezone
 
-    from tidelog.client.aio import _ns
+    from tidelog.client.codec import _ns
 
     moment = datetime(2026, 11, 22, 3, 0, 0, 123457, tzinfo=UTC)
     assert _ns(moment) == 1_795_316_400_123_457_000  # float arithmetic gives ...024

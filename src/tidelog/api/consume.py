@@ -20,11 +20,15 @@ from collections.abc import AsyncIterator
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog.api.frames import END_REASONS, record_batch
-from tidelog.broker import Broker, StartPosition, StopPosition, SubscribeRequest, Subscription
+from tidelog.broker import (
+    DEFAULT_CONSUME_BATCH_MESSAGES,
+    Broker,
+    StartPosition,
+    StopPosition,
+    SubscribeRequest,
+    Subscription,
+)
 from tidelog.errors import InvalidArgument, TidelogError
-
-CONSUME_BATCH_MESSAGES = 1000
-"""Messages per Consume batch when ConsumeStart does not say (permits bound it further)."""
 
 
 def _position(reverse: bool, kind: int, offset: int, timestamp: int) -> SubscribeRequest:
@@ -53,7 +57,7 @@ async def consume(
         start.stream,
         start.partition,
         _position(reverse, start.start_position, start.start_offset, start.start_timestamp),
-        max_messages=start.max_messages or CONSUME_BATCH_MESSAGES,
+        max_messages=start.max_messages or DEFAULT_CONSUME_BATCH_MESSAGES,
     )
     failure: list[BaseException] = []
     pump = asyncio.create_task(_pump(requests, subscription, reverse, failure))

@@ -28,11 +28,9 @@ from tidelog.api.metrics import Metrics
 from tidelog.api.settings import ServerSettings
 from tidelog.api.v1 import TidelogService
 from tidelog.broker import Broker, arm_faults_from_environment
+from tidelog.wire import MAX_FRAME
 
 LOG = logging.getLogger("tidelog.server")
-
-MAX_MESSAGE_BYTES = 64 << 20
-"""gRPC frame limit, both ways: room for a 64 MiB message or a large batch."""
 
 
 class JsonFormatter(logging.Formatter):
@@ -84,8 +82,8 @@ class Server:
             self.metrics_port = self.metrics.serve(settings.host, settings.metrics_port)
         server = grpc.aio.server(
             options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", MAX_FRAME),
+                ("grpc.max_send_message_length", MAX_FRAME),
                 ("grpc.so_reuseport", 0),
             ]
         )

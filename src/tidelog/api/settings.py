@@ -2,6 +2,12 @@
 
 Every setting has a default that works out of the box (``tidelog serve`` with nothing else
 listens on 127.0.0.1:9292 with its data in ``./tidelog-data``). ``docs/operations.md`` lists them.
+
+``ServerSettings`` is the one object users configure, and its defaults are the only ones that
+apply: it hands every value down (``broker_config()``). A default that a lower layer needs too is
+written once, as a constant of that layer (``tidelog.log.config``, ``tidelog.broker.config``,
+``tidelog.wire`` for what the client shares), and named here through the broker's face; only the settings no lower layer
+knows (the metrics port, shutdown grace, logging) are written here alone.
 """
 
 from __future__ import annotations
@@ -18,12 +24,24 @@ from pydantic_settings import (
 )
 
 from tidelog.broker import (
+    DEFAULT_CURSOR_PARTITIONS,
+    DEFAULT_DATA_DIR,
+    DEFAULT_FLUSH_INTERVAL_S,
+    DEFAULT_FLUSH_POLICY,
+    DEFAULT_MAINTENANCE_INTERVAL_S,
+    DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_OPEN_FILES_MAX,
+    DEFAULT_RETENTION_AGE_S,
+    DEFAULT_SEGMENT_MAX_AGE_S,
+    DEFAULT_SEGMENT_MAX_BYTES,
     DEFAULT_SUBSCRIBER_BUFFER_BYTES,
+    MAX_MESSAGE_BYTES_LIMIT,
+    MIN_SEGMENT_BYTES,
     BrokerConfig,
     FlushPolicy,
     LogConfig,
 )
+from tidelog.wire import DEFAULT_HOST, DEFAULT_PORT
 
 
 class ServerSettings(BaseSettings):
@@ -31,24 +49,24 @@ class ServerSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="TIDELOG_", extra="forbid")
 
-    data_dir: Path = Field(Path("./tidelog-data"), description="where streams are stored")
-    host: str = Field("127.0.0.1", description="address the gRPC server binds")
-    port: int = Field(9292, ge=0, le=65535, description="gRPC port (0: pick a free one)")
+    data_dir: Path = Field(Path(DEFAULT_DATA_DIR), description="where streams are stored")
+    host: str = Field(DEFAULT_HOST, description="address the gRPC server binds")
+    port: int = Field(DEFAULT_PORT, ge=0, le=65535, description="gRPC port (0: pick a free one)")
     advertised_host: str = Field("", description="host reported in metadata (default: host)")
     advertised_port: int = Field(0, ge=0, le=65535, description="port in metadata (default: port)")
     broker_id: str = Field("", description="broker id in metadata (default: kept in data_dir)")
     metrics_port: int = Field(
         9293, ge=0, le=65535, description="Prometheus /metrics port on host (0: disabled)"
     )
-    flush_policy: FlushPolicy = Field(FlushPolicy.INTERVAL, description="always|interval|never")
-    flush_interval_s: float = Field(1.0, gt=0)
-    segment_max_bytes: int = Field(256 << 20, ge=4096)
-    segment_max_age_s: float = Field(168 * 3600.0, gt=0)
+    flush_policy: FlushPolicy = Field(DEFAULT_FLUSH_POLICY, description="always|interval|never")
+    flush_interval_s: float = Field(DEFAULT_FLUSH_INTERVAL_S, gt=0)
+    segment_max_bytes: int = Field(DEFAULT_SEGMENT_MAX_BYTES, ge=MIN_SEGMENT_BYTES)
+    segment_max_age_s: float = Field(DEFAULT_SEGMENT_MAX_AGE_S, gt=0)
     retention_bytes: int | None = Field(None, ge=0)
     retention_messages: int | None = Field(None, ge=0)
-    retention_age_s: float | None = Field(168 * 3600.0, gt=0)
-    max_message_bytes: int = Field(256 << 10, ge=1, le=64 << 20)
-    maintenance_interval_s: float = Field(30.0, gt=0)
+    retention_age_s: float | None = Field(DEFAULT_RETENTION_AGE_S, gt=0)
+    max_message_bytes: int = Field(DEFAULT_MAX_MESSAGE_BYTES, ge=1, le=MAX_MESSAGE_BYTES_LIMIT)
+    maintenance_interval_s: float = Field(DEFAULT_MAINTENANCE_INTERVAL_S, gt=0)
     subscriber_buffer_bytes: int = Field(
         DEFAULT_SUBSCRIBER_BUFFER_BYTES,
         ge=4096,
@@ -61,7 +79,10 @@ class ServerSettings(BaseSettings):
         "closed beyond it); keep it well under `ulimit -n`",
     )
     cursor_partitions: int = Field(
-        1, ge=1, le=64, description="partitions of __cursors when it is first created"
+        DEFAULT_CURSOR_PARTITIONS,
+        ge=1,
+        le=64,
+        description="partitions of __cursors when it is first created",
     )
     shutdown_grace_s: float = Field(5.0, ge=0, description="time in-flight calls get on SIGTERM")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

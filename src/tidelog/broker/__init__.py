@@ -19,6 +19,8 @@ above the broker imports ``tidelog.log`` or a broker submodule. The contract, pr
   subscribers' sends from crowding out publishers.
 - **Errors** are ``tidelog.errors`` classes, each of which the api maps to one status; anything
   else escaping the broker is a bug.
+- **Defaults** of every layer are named once (``log/config.py``, ``broker/config.py``) and
+  re-exported here, so the server's settings name them rather than repeat them.
 - **Resources** are bounded: open segment files by ``open_files_max`` (shared by every partition),
   subscriber buffers by ``subscriber_buffer_bytes``.
 """
@@ -26,6 +28,10 @@ above the broker imports ``tidelog.log`` or a broker submodule. The contract, pr
 from tidelog.broker.broker import Broker
 from tidelog.broker.config import (
     CURSORS_STREAM,
+    DEFAULT_CONSUME_BATCH_MESSAGES,
+    DEFAULT_CURSOR_PARTITIONS,
+    DEFAULT_DATA_DIR,
+    DEFAULT_MAINTENANCE_INTERVAL_S,
     DEFAULT_OPEN_FILES_MAX,
     DEFAULT_SUBSCRIBER_BUFFER_BYTES,
     BrokerConfig,
@@ -49,12 +55,34 @@ from tidelog.broker.views import ViewEntry, ViewKind, ViewSpec
 
 # What the broker takes and hands out that the log defines: part of the broker's face.
 from tidelog.log import FlushPolicy, LogConfig, Message, MessageBatch
+from tidelog.log.config import (
+    DEFAULT_FLUSH_INTERVAL_S,
+    DEFAULT_FLUSH_POLICY,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_RETENTION_AGE_S,
+    DEFAULT_SEGMENT_MAX_AGE_S,
+    DEFAULT_SEGMENT_MAX_BYTES,
+    MAX_MESSAGE_BYTES_LIMIT,
+    MIN_SEGMENT_BYTES,
+)
 from tidelog.log.record import PackedValues
 
 __all__ = [
     "CURSORS_STREAM",
+    "DEFAULT_CONSUME_BATCH_MESSAGES",
+    "DEFAULT_CURSOR_PARTITIONS",
+    "DEFAULT_DATA_DIR",
+    "DEFAULT_FLUSH_INTERVAL_S",
+    "DEFAULT_FLUSH_POLICY",
+    "DEFAULT_MAINTENANCE_INTERVAL_S",
+    "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_OPEN_FILES_MAX",
+    "DEFAULT_RETENTION_AGE_S",
+    "DEFAULT_SEGMENT_MAX_AGE_S",
+    "DEFAULT_SEGMENT_MAX_BYTES",
     "DEFAULT_SUBSCRIBER_BUFFER_BYTES",
+    "MAX_MESSAGE_BYTES_LIMIT",
+    "MIN_SEGMENT_BYTES",
     "Broker",
     "BrokerConfig",
     "EndReason",

@@ -1,4 +1,9 @@
-"""Stream settings (one frozen value per stream, persisted with it) and broker-wide defaults."""
+"""Stream settings (one frozen value per stream, persisted with it) and broker-wide defaults.
+
+Every default of the broker is a ``DEFAULT_*`` constant here, written once; the commit log's come
+from ``tidelog.log.config`` (the rule is in its docstring). ``BrokerConfig`` takes values from
+``tidelog.api.settings.ServerSettings``, whose defaults name these constants.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from typing import Any, Final
 
 from tidelog.errors import InvalidArgument, echo
 from tidelog.log import FlushPolicy, LogConfig
-from tidelog.log.config import MAX_SEGMENT_BYTES
+from tidelog.log.config import MAX_MESSAGE_BYTES_LIMIT, MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES
 from tidelog.log.filecache import DEFAULT_MAX_DESCRIPTORS
 
 INTERNAL_PREFIX: Final = "__"
@@ -21,6 +26,22 @@ DEFAULT_OPEN_FILES_MAX: Final = DEFAULT_MAX_DESCRIPTORS
 """Descriptors the open segment files of a broker may hold together (``open_files_max``)."""
 DEFAULT_SUBSCRIBER_BUFFER_BYTES: Final = 256 << 10
 """Per-subscription byte budget: the most record bytes one subscription holds in hand."""
+DEFAULT_DATA_DIR: Final = "./tidelog-data"
+DEFAULT_MAINTENANCE_INTERVAL_S: Final = 30.0
+"""How often maintenance runs (``BrokerConfig.maintenance_interval_s``)."""
+DEFAULT_CURSOR_PARTITIONS: Final = 1
+"""Partitions of ``__cursors`` when it is first created."""
+DEFAULT_SUBSCRIBER_BATCH_MESSAGES: Final = 5000
+"""The most records in one batch of a subscription (Liftbridge ``Subscribe``,
+``tidelog.v1/SubscribeBatches``) whose subscriber asked for no limit. Large, because a catch-up
+costs per frame (commit d279fe9 measured it): not the same thing as a Consume batch."""
+DEFAULT_CONSUME_BATCH_MESSAGES: Final = 1000
+"""The most records in one ``tidelog.v1/Consume`` batch when ``ConsumeStart.max_messages`` is 0.
+A Consume batch is also bounded by the permits the consumer granted, so it is sized to what one
+consumer holds in hand, not to a catch-up frame like ``DEFAULT_SUBSCRIBER_BATCH_MESSAGES``."""
+DEFAULT_SUBSCRIBER_BATCH_BYTES: Final = 1 << 20
+"""The most record bytes in one batch to any subscriber (Subscribe, SubscribeBatches, Consume)
+that asked for no byte limit; ``subscriber_buffer_bytes`` caps it further."""
 
 
 def validate_stream_name(name: str, *, internal: bool = False) -> str:
@@ -76,15 +97,18 @@ class StreamConfig:
             if value is not None and value <= 0:
                 raise InvalidArgument(f"{name} must be positive, got {value}")
         if self.segment_max_bytes is not None and not (
-            4096 <= self.segment_max_bytes <= MAX_SEGMENT_BYTES
+            MIN_SEGMENT_BYTES <= self.segment_max_bytes <= MAX_SEGMENT_BYTES
         ):
             raise InvalidArgument(
-                f"segment_max_bytes must be between 4096 and {MAX_SEGMENT_BYTES}, "
+                f"segment_max_bytes must be between {MIN_SEGMENT_BYTES} and {MAX_SEGMENT_BYTES}, "
                 f"got {self.segment_max_bytes}"
             )
-        if self.max_message_bytes is not None and not 1 <= self.max_message_bytes <= 64 << 20:
+        if self.max_message_bytes is not None and not (
+            1 <= self.max_message_bytes <= MAX_MESSAGE_BYTES_LIMIT
+        ):
             raise InvalidArgument(
-                f"max_message_bytes must be between 1 and {64 << 20}, got {self.max_message_bytes}"
+                f"max_message_bytes must be between 1 and {MAX_MESSAGE_BYTES_LIMIT}, "
+                f"got {self.max_message_bytes}"
             )
 
     def log_config(self, defaults: LogConfig) -> LogConfig:
@@ -120,22 +144,25 @@ class StreamConfig:
 class BrokerConfig:
     """Broker-wide settings the server passes in (see ``tidelog.api.settings`` for the sources)."""
 
-    data_dir: str = "./tidelog-data"
+    data_dir: str = DEFAULT_DATA_DIR
     broker_id: str = ""
     """Stable id reported in metadata; empty: generated once, kept in ``<data_dir>/broker-id``."""
     log: LogConfig = dataclasses.field(default_factory=LogConfig)
     """Defaults for every partition's commit log."""
-    maintenance_interval_s: float = 30.0
-    """How often retention, age rolls and auto-pause run."""
-    cursor_partitions: int = 1
-    subscriber_batch_messages: int = 5000
-    subscriber_batch_bytes: int = 1 << 20
+    maintenance_interval_s: float = DEFAULT_MAINTENANCE_INTERVAL_S
+    """How often retention, compaction, age rolls, auto-pause, group expiry and cursor-index
+    snapshots run."""
+    cursor_partitions: int = DEFAULT_CURSOR_PARTITIONS
+    subscriber_batch_messages: int = DEFAULT_SUBSCRIBER_BATCH_MESSAGES
+    """Records per subscription batch when the subscriber names no limit."""
+    subscriber_batch_bytes: int = DEFAULT_SUBSCRIBER_BATCH_BYTES
+    """Bytes per subscription batch when the subscriber names no limit."""
     subscriber_buffer_bytes: int = DEFAULT_SUBSCRIBER_BUFFER_BYTES
+    """Per-subscription byte budget: the most record bytes a subscription holds in hand (it reads
+    from the log again once its client has taken them; see ``broker/subscription.py``)."""
     open_files_max: int = DEFAULT_OPEN_FILES_MAX
     """Descriptors the open segment files of all partitions may hold together; the least
     recently used segments' files are closed beyond it (``tidelog.log.filecache``)."""
-    """Per-subscription byte budget: the most record bytes a subscription holds in hand (it reads
-    from the log again once its client has taken them; see ``broker/subscription.py``)."""
 
     @property
     def flush_policy(self) -> FlushPolicy:

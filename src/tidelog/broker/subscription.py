@@ -39,7 +39,6 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from tidelog.broker.config import DEFAULT_SUBSCRIBER_BUFFER_BYTES
 from tidelog.broker.partition import Partition
 from tidelog.errors import (
     Fenced,
@@ -247,8 +246,9 @@ class Subscription:
     """Feeds one subscriber from one partition; iterate :meth:`batches`.
 
     ``max_bytes`` (what the subscriber asked for) and ``buffer_bytes`` (the broker's budget) both
-    cap a batch; the smaller one wins. ``seekable`` subscriptions read only what
-    :meth:`grant` allowed, move on :meth:`seek`, and stamp batches with :attr:`batch_epoch`.
+    cap a batch; the smaller one wins (the broker fills in what the subscriber left out from its
+    config). ``seekable`` subscriptions read only what :meth:`grant` allowed, move on
+    :meth:`seek`, and stamp batches with :attr:`batch_epoch`.
     """
 
     def __init__(
@@ -256,9 +256,9 @@ class Subscription:
         partition: Partition,
         bounds: Bounds,
         *,
-        max_messages: int = 1000,
-        max_bytes: int = 1 << 20,
-        buffer_bytes: int = DEFAULT_SUBSCRIBER_BUFFER_BYTES,
+        max_messages: int,
+        max_bytes: int,
+        buffer_bytes: int,
         seekable: bool = False,
     ) -> None:
         self.partition = partition

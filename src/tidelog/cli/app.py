@@ -31,6 +31,7 @@ from tidelog.client import (
     Message,
     ReceivedMessage,
 )
+from tidelog.client.aio import PUBLISH_CHUNK
 from tidelog.client.models import Start, Stop
 from tidelog.errors import LogLocked
 
@@ -107,6 +108,8 @@ def serve(
     ] = None,
 ) -> None:
     """Run a tidelog server until SIGTERM or Ctrl-C (settings: flags > TIDELOG_* > --config)."""
+    # The defaults in brackets are ServerSettings' (tests/cli/test_cli_defaults.py holds them
+    # equal); naming them here would load the server's modules for every client command.
     from pydantic import ValidationError
 
     from tidelog.api.server import Server, configure_logging
@@ -356,7 +359,7 @@ def _publish_file(
         for line in _lines(path):
             batch.append(line if plain else Message(line, key=key, headers=headers))
             done_bytes += len(line) + 1
-            if len(batch) == 1000:
+            if len(batch) == PUBLISH_CHUNK:
                 client.publish_batch(stream, batch, partition=partition)
                 total += len(batch)
                 batch = []

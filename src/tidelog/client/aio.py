@@ -14,9 +14,8 @@ import contextlib
 import zlib
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
-from itertools import accumulate, repeat
-from types import MappingProxyType, TracebackType
+from itertools import accumulate
+from types import TracebackType
 from typing import Any, TypeVar, overload
 
 import grpc
@@ -26,7 +25,8 @@ from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
-from tidelog.client.consumer import Consumer
+from tidelog.client.codec import decode, pack_messages, start_fields, stop_fields
+from tidelog.client.consumer import DEFAULT_PREFETCH, Consumer
 from tidelog.client.errors import (
     AlreadyExists,
     ClientError,
@@ -47,54 +47,16 @@ from tidelog.client.models import (
     StreamInfo,
 )
 from tidelog.client.retry import Attempt, removal, retrying
-from tidelog.client.settings import MAX_FRAME, ClientSettings
+from tidelog.client.settings import ClientSettings
 from tidelog.client.views import View, ViewCalls
+from tidelog.wire import DEFAULT_HOST, DEFAULT_PORT, MAX_FRAME
 
 T = TypeVar("T")
 
-DEFAULT_SERVER = "127.0.0.1:9292"
+DEFAULT_SERVER = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
+"""Where a client connects when told nothing: a server started with its defaults."""
 PUBLISH_CHUNK = 1000
 """``publish_batch`` sends at most this many messages per request."""
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _ns(moment: datetime) -> int:
-    """ns since the Unix epoch, exactly (a float timestamp would be off by up to ~100 ns);
-    a naive datetime is local time, as for ``datetime.timestamp``."""
-    aware = moment if moment.tzinfo is not None else moment.astimezone()
-    return (aware - _EPOCH) // timedelta(microseconds=1) * 1000
-
-
-def start_fields(start: Start) -> dict[str, Any]:
-    """``SubscribeBatchesRequest`` fields for a start position."""
-    if isinstance(start, datetime):
-        return {"start_position": v1.START_TIMESTAMP, "start_timestamp": _ns(start)}
-    if isinstance(start, bool) or not isinstance(start, int | str):
-        raise InvalidArgument(
-            f"start must be 'earliest', 'latest', 'new', an offset or a time, not {start!r}"
-        )
-    if isinstance(start, int):
-        return {"start_position": v1.START_OFFSET, "start_offset": start}
-    named = {"earliest": v1.START_EARLIEST, "latest": v1.START_LATEST, "new": v1.START_NEW_ONLY}
-    if start not in named:
-        raise InvalidArgument(
-            f"start must be 'earliest', 'latest', 'new', an offset or a time, not {start!r}"
-        )
-    return {"start_position": named[start]}
-
-
-def stop_fields(stop: Stop) -> dict[str, Any]:
-    if stop is None:
-        return {"stop_position": v1.STOP_ON_CANCEL}
-    if isinstance(stop, datetime):
-        return {"stop_position": v1.STOP_TIMESTAMP, "stop_timestamp": _ns(stop)}
-    if stop == "latest":
-        return {"stop_position": v1.STOP_LATEST}
-    if isinstance(stop, int) and not isinstance(stop, bool):
-        return {"stop_position": v1.STOP_OFFSET, "stop_offset": stop}
-    raise InvalidArgument(f"stop must be None, 'latest', an offset or a time, not {stop!r}")
 
 
 class AsyncClient(ViewCalls):
@@ -392,7 +354,7 @@ class AsyncClient(ViewCalls):
         request = v1.PublishBatchRequest(
             stream=stream,
             partition=number,
-            messages=_pack_messages(messages),
+            messages=pack_messages(messages),
             expected_offset=-1,
             producer_id=producer_id,
             producer_sequence=producer_sequence,
@@ -421,7 +383,7 @@ class AsyncClient(ViewCalls):
         messages: Sequence[bytes | Message],
         timeout: float | None = None,
     ) -> Acks:
-        packed = _pack_messages(messages)
+        packed = pack_messages(messages)
         request = v1.PublishBatchRequest(
             stream=stream, partition=partition, messages=packed, expected_offset=-1
         )
@@ -439,7 +401,7 @@ class AsyncClient(ViewCalls):
         *,
         start: Start = "new",
         reverse: bool = False,
-        prefetch: int = 1000,
+        prefetch: int = DEFAULT_PREFETCH,
         name: str = "consumer",
     ) -> Consumer:
         """A consumer with prefetch, flow permits and safe seeking (``tidelog.v1/Consume``):
@@ -447,7 +409,7 @@ class AsyncClient(ViewCalls):
         ``await c.seek(offset=...)``, ``await c.commit()`` (cursor ``name``)."""
         return Consumer(
             self._v1,
-            self,
+            self.set_cursor,
             stream,
             partition,
             start=start,
@@ -621,7 +583,7 @@ class Publisher:
         request = v1.PublishBatchRequest(
             stream=self.stream,
             partition=self.partition,
-            messages=_pack_messages(messages),
+            messages=pack_messages(messages),
             expected_offset=-1,
         )
         future: asyncio.Future[Acks] = asyncio.get_running_loop().create_future()
@@ -682,43 +644,6 @@ def _publish_error(error: grpc.RpcError) -> ClientError:
     return failure
 
 
-def _pack_messages(messages: Sequence[bytes | Message]) -> v1.Messages:
-    if all(type(m) is bytes for m in messages):
-        return columns.pack(messages)  # type: ignore[arg-type]
-    msgs = [m if isinstance(m, Message) else Message(m) for m in messages]
-    return columns.pack(
-        [m.value for m in msgs], [m.key for m in msgs], [dict(m.headers) for m in msgs]
-    )
-
-
-def decode(batch: v1.RecordBatch, stream: str, partition: int) -> list[ReceivedMessage]:
-    """The messages of one columnar batch, in delivery order."""
-    offsets = columns.unpack_int64(batch.offsets).tolist()
-    timestamps = columns.unpack_int64(batch.timestamps).tolist()
-    values, keys, headers = columns.unpack(batch.messages)
-    n = len(values)
-    # tuple.__new__ through map stays in C: no Python call per message.
-    return list(
-        map(
-            tuple.__new__,
-            repeat(ReceivedMessage, n),
-            zip(
-                offsets,
-                timestamps,
-                repeat(None, n) if keys is None else keys,
-                values,
-                repeat(_NO_HEADERS, n) if headers is None else headers,
-                repeat(partition, n),
-                repeat(stream, n),
-                strict=True,
-            ),
-        )
-    )
-
-
-_NO_HEADERS: Mapping[str, bytes] = MappingProxyType({})
-
-
 class ChainedAcks(Sequence[Ack]):
     """Acks of several requests, in order."""
 
@@ -751,4 +676,4 @@ class ChainedAcks(Sequence[Ack]):
     __hash__ = None  # type: ignore[assignment]
 
 
-__all__ = ["AsyncClient", "decode"]
+__all__ = ["DEFAULT_SERVER", "PUBLISH_CHUNK", "AsyncClient"]

@@ -12,15 +12,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import grpc
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
+from tidelog.client.codec import decode
 from tidelog.client.errors import ClientError, InvalidArgument, Unavailable, from_rpc_error
 from tidelog.client.models import ReceivedMessage, Start
+
+DEFAULT_PREFETCH: Final = 1000
+"""Messages a consumer lets the server send ahead of ``receive()`` (its flow permits) when not
+told otherwise."""
+
+SetCursor = Callable[[str, str, int, int], Awaitable[None]]
+"""``set_cursor(cursor_id, stream, partition, offset)``: how ``commit()`` stores its offset."""
 
 
 def _position(start: Start) -> tuple[int, int, int]:
@@ -43,7 +52,7 @@ class Consumer:
     def __init__(
         self,
         stub: v1_grpc.TidelogStub,
-        client: Any,
+        set_cursor: SetCursor,
         stream: str,
         partition: int,
         *,
@@ -53,7 +62,7 @@ class Consumer:
         name: str,
     ) -> None:
         self._stub = stub
-        self._client = client
+        self._set_cursor = set_cursor
         self.stream = stream
         self.partition = partition
         self.name = name
@@ -101,8 +110,6 @@ class Consumer:
             raise from_rpc_error(error) from None
 
     async def _read(self) -> None:
-        from tidelog.client.aio import decode
-
         try:
             async for frame in self._call:
                 if frame.epoch < self.epoch:
@@ -176,7 +183,7 @@ class Consumer:
     async def commit(self) -> None:
         """Store the last received offset as cursor ``name`` (FetchCursor reads it back)."""
         if self.last_offset is not None:
-            await self._client.set_cursor(self.name, self.stream, self.partition, self.last_offset)
+            await self._set_cursor(self.name, self.stream, self.partition, self.last_offset)
 
     async def close(self) -> None:
         if self._call is None:

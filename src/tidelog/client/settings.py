@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MAX_FRAME = 64 << 20
-"""The largest gRPC message either end accepts (the server's limit too)."""
+from tidelog.wire import MAX_FRAME
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,4 +95,4 @@ def _ms(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
 
-__all__ = ["MAX_FRAME", "ClientSettings"]
+__all__ = ["ClientSettings"]

@@ -16,8 +16,9 @@ from types import TracebackType
 from typing import Any, Literal, TypeVar, overload
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
-from tidelog.client.aio import DEFAULT_SERVER, AsyncClient, decode
-from tidelog.client.consumer import Consumer
+from tidelog.client.aio import DEFAULT_SERVER, AsyncClient
+from tidelog.client.codec import decode
+from tidelog.client.consumer import DEFAULT_PREFETCH, Consumer
 from tidelog.client.errors import InvalidArgument
 from tidelog.client.models import Ack, Acks, Message, ReceivedMessage, Start, Stop, StreamInfo
 from tidelog.client.settings import ClientSettings
@@ -251,7 +252,7 @@ class Client(SyncViewCalls):
         *,
         start: Start = "new",
         reverse: bool = False,
-        prefetch: int = 1000,
+        prefetch: int = DEFAULT_PREFETCH,
         name: str = "consumer",
     ) -> SyncConsumer:
         """The blocking form of ``AsyncClient.consumer``; open when this returns."""

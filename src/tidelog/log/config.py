@@ -1,4 +1,13 @@
-"""Per-log settings in one frozen value: every default of the commit log lives here."""
+"""Per-log settings in one frozen value: every default of the commit log lives here.
+
+Where tidelog's defaults live: each value is written once, as a named constant (``DEFAULT_*``,
+or a limit such as ``MIN_SEGMENT_BYTES``) in the config module of the lowest layer that needs
+it — this one for the commit log, ``tidelog.broker.config`` for the broker, ``tidelog.wire``
+for what client and server share. Every config above takes values, and names the constant
+where it needs the default again (``BrokerConfig``, ``tidelog.api.settings.ServerSettings``),
+so ``ServerSettings``, the object users configure, documents the same values the log uses.
+``docs/operations.md`` lists them.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +21,15 @@ HOUR_S = 3600.0
 # Positions in the index are u32: a segment may never grow past 4 GiB. Keep a whole maximal
 # batch of headroom below that so the size check before each append is enough.
 MAX_SEGMENT_BYTES = 2**32 - 64 * MiB
+MIN_SEGMENT_BYTES = 4 * KiB
+MAX_MESSAGE_BYTES_LIMIT = 64 * MiB
+"""The largest ``max_message_bytes`` any log, stream or server may be configured with."""
+
+DEFAULT_SEGMENT_MAX_BYTES = 256 * MiB
+DEFAULT_SEGMENT_MAX_AGE_S = 168 * HOUR_S
+DEFAULT_MAX_MESSAGE_BYTES = 256 * KiB
+DEFAULT_RETENTION_AGE_S = 168 * HOUR_S
+DEFAULT_FLUSH_INTERVAL_S = 1.0
 
 
 class FlushPolicy(enum.Enum):
@@ -30,15 +48,18 @@ class FlushPolicy(enum.Enum):
     NEVER = "never"
 
 
+DEFAULT_FLUSH_POLICY = FlushPolicy.INTERVAL
+
+
 @dataclass(frozen=True, slots=True)
 class LogConfig:
     """Settings of one commit log. ``None`` for a retention limit means unlimited."""
 
-    segment_max_bytes: int = 256 * MiB
+    segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES
     """Roll to a new segment before an append that would take the active one past this size."""
-    segment_max_age_s: float = 168 * HOUR_S
+    segment_max_age_s: float = DEFAULT_SEGMENT_MAX_AGE_S
     """Roll once the active segment's first record is this old (checked on append and maintain)."""
-    max_message_bytes: int = 256 * KiB
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     """Largest message accepted: key + value + encoded headers."""
     index_preallocate_bytes: int = 10 * MiB
     """The active index file is preallocated and grown in steps of this size, trimmed on seal."""
@@ -46,23 +67,24 @@ class LogConfig:
     """Keep at least this many bytes; older sealed segments beyond it are deleted."""
     retention_messages: int | None = None
     """Keep at least this many messages; older sealed segments beyond it are deleted."""
-    retention_age_s: float | None = 168 * HOUR_S
+    retention_age_s: float | None = DEFAULT_RETENTION_AGE_S
     """Delete sealed segments whose newest record is older than this."""
-    flush_policy: FlushPolicy = FlushPolicy.INTERVAL
-    flush_interval_s: float = 1.0
+    flush_policy: FlushPolicy = DEFAULT_FLUSH_POLICY
+    flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S
     """With ``FlushPolicy.INTERVAL``: the longest time appended bytes stay unsynced."""
 
     def __post_init__(self) -> None:
-        if not 4 * KiB <= self.segment_max_bytes <= MAX_SEGMENT_BYTES:
+        if not MIN_SEGMENT_BYTES <= self.segment_max_bytes <= MAX_SEGMENT_BYTES:
             raise ValueError(
-                f"segment_max_bytes must be between 4096 and {MAX_SEGMENT_BYTES}, "
+                f"segment_max_bytes must be between {MIN_SEGMENT_BYTES} and {MAX_SEGMENT_BYTES}, "
                 f"got {self.segment_max_bytes}"
             )
         if self.segment_max_age_s <= 0:
             raise ValueError(f"segment_max_age_s must be positive, got {self.segment_max_age_s}")
-        if not 1 <= self.max_message_bytes <= 64 * MiB:
+        if not 1 <= self.max_message_bytes <= MAX_MESSAGE_BYTES_LIMIT:
             raise ValueError(
-                f"max_message_bytes must be between 1 and {64 * MiB}, got {self.max_message_bytes}"
+                f"max_message_bytes must be between 1 and {MAX_MESSAGE_BYTES_LIMIT}, "
+                f"got {self.max_message_bytes}"
             )
         if self.index_preallocate_bytes < 20 * 64:
             raise ValueError(

@@ -121,7 +121,7 @@ class TidelogDataSource(DataSource):
         return SPARK_SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        if _planning_with_pushdown():
+        if called_by_pyspark_pushdown_worker():
             return TidelogPushdownReader(self.read_options)
         return TidelogBatchReader(self.read_options)
 
@@ -142,20 +142,40 @@ class TidelogDataSource(DataSource):
         return stream_writer(self.options, schema, overwrite)
 
 
-def _planning_with_pushdown() -> bool:
-    """Whether Spark's filter-pushdown worker is asking for the reader.
+PUSHDOWN_WORKER_FILE = "data_source_pushdown_filters.py"
+"""The file of PySpark's filter-pushdown worker (``pyspark/sql/worker/``), the one caller of
+``DataSource.reader`` that then calls ``pushFilters``."""
 
-    A reader that overrides ``pushFilters`` fails every read with DATA_SOURCE_PUSHDOWN_DISABLED
-    unless ``spark.sql.python.filterPushdown.enabled`` is true, and a data source cannot see
-    that setting. Spark calls ``pushFilters`` only from its pushdown worker
-    (``pyspark/sql/worker/data_source_pushdown_filters.py``), so the reader that implements it is
-    handed out only there; everywhere else the plain reader plans from the options alone.
+
+def called_by_pyspark_pushdown_worker() -> bool:
+    """Whether PySpark's filter-pushdown worker is the caller of ``TidelogDataSource.reader``.
+
+    Why: a reader whose class overrides ``pushFilters`` fails every read with
+    DATA_SOURCE_PUSHDOWN_DISABLED unless ``spark.sql.python.filterPushdown.enabled`` is true, and
+    a data source cannot see that setting (no PySpark API tells a ``DataSource`` which worker
+    runs it or what the SQL conf holds). So the reader that implements ``pushFilters`` is handed
+    out only to the worker that will call it, and every other caller gets the plain reader, which
+    plans from the options alone.
+
+    What it relies on, in PySpark 4.3.0 (the version ``pyproject.toml`` pins):
+
+    - ``pyspark/sql/worker/data_source_pushdown_filters.py``, function ``_main``, calls
+      ``data_source.reader(schema=schema)`` itself and then ``reader.pushFilters(...)``; so the
+      frame that called ``reader()`` is one of that file (this walks up to 8 frames, for a
+      wrapper PySpark might add; 1 suffices today).
+    - ``pyspark/sql/worker/plan_data_source_read.py``, function ``_main``, never calls
+      ``pushFilters`` and raises DATA_SOURCE_PUSHDOWN_DISABLED for a reader that overrides it
+      while the setting is off.
+
+    ``tests/spark/test_spark_pushdown_worker.py`` checks both against the installed PySpark and
+    fails, naming the change, when an upgrade breaks either; the Spark tests that read with
+    pushdown on and off check the outcome end to end.
     """
     frame = sys._getframe(1)
     for _ in range(8):
         if frame is None:
             return False
-        if frame.f_code.co_filename.endswith("data_source_pushdown_filters.py"):
+        if frame.f_code.co_filename.endswith(PUSHDOWN_WORKER_FILE):
             return True
         frame = frame.f_back  # type: ignore[assignment]
     return False

@@ -1,0 +1,96 @@
+"""Client values to ``tidelog.v1`` messages and back: start and stop positions, packed messages
+to publish, and the columnar batches a subscription or a consumer receives.
+
+Pure conversions without I/O: ``aio`` (the client), ``consumer`` and ``sync`` import them, and
+this module imports none of those, so the client's modules form no cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from itertools import repeat
+from types import MappingProxyType
+from typing import Any
+
+from tidelog import columns
+from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
+from tidelog.client.errors import InvalidArgument
+from tidelog.client.models import Message, ReceivedMessage, Start, Stop
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _ns(moment: datetime) -> int:
+    """ns since the Unix epoch, exactly (a float timestamp would be off by up to ~100 ns);
+    a naive datetime is local time, as for ``datetime.timestamp``."""
+    aware = moment if moment.tzinfo is not None else moment.astimezone()
+    return (aware - _EPOCH) // timedelta(microseconds=1) * 1000
+
+
+def start_fields(start: Start) -> dict[str, Any]:
+    """``SubscribeBatchesRequest`` fields for a start position."""
+    if isinstance(start, datetime):
+        return {"start_position": v1.START_TIMESTAMP, "start_timestamp": _ns(start)}
+    if isinstance(start, bool) or not isinstance(start, int | str):
+        raise InvalidArgument(
+            f"start must be 'earliest', 'latest', 'new', an offset or a time, not {start!r}"
+        )
+    if isinstance(start, int):
+        return {"start_position": v1.START_OFFSET, "start_offset": start}
+    named = {"earliest": v1.START_EARLIEST, "latest": v1.START_LATEST, "new": v1.START_NEW_ONLY}
+    if start not in named:
+        raise InvalidArgument(
+            f"start must be 'earliest', 'latest', 'new', an offset or a time, not {start!r}"
+        )
+    return {"start_position": named[start]}
+
+
+def stop_fields(stop: Stop) -> dict[str, Any]:
+    if stop is None:
+        return {"stop_position": v1.STOP_ON_CANCEL}
+    if isinstance(stop, datetime):
+        return {"stop_position": v1.STOP_TIMESTAMP, "stop_timestamp": _ns(stop)}
+    if stop == "latest":
+        return {"stop_position": v1.STOP_LATEST}
+    if isinstance(stop, int) and not isinstance(stop, bool):
+        return {"stop_position": v1.STOP_OFFSET, "stop_offset": stop}
+    raise InvalidArgument(f"stop must be None, 'latest', an offset or a time, not {stop!r}")
+
+
+def pack_messages(messages: Sequence[bytes | Message]) -> v1.Messages:
+    """The columns of ``messages`` to publish (bare values take the fast path)."""
+    if all(type(m) is bytes for m in messages):
+        return columns.pack(messages)  # type: ignore[arg-type]
+    msgs = [m if isinstance(m, Message) else Message(m) for m in messages]
+    return columns.pack(
+        [m.value for m in msgs], [m.key for m in msgs], [dict(m.headers) for m in msgs]
+    )
+
+
+_NO_HEADERS: Mapping[str, bytes] = MappingProxyType({})
+
+
+def decode(batch: v1.RecordBatch, stream: str, partition: int) -> list[ReceivedMessage]:
+    """The messages of one columnar batch, in delivery order."""
+    offsets = columns.unpack_int64(batch.offsets).tolist()
+    timestamps = columns.unpack_int64(batch.timestamps).tolist()
+    values, keys, headers = columns.unpack(batch.messages)
+    n = len(values)
+    # tuple.__new__ through map stays in C: no Python call per message.
+    return list(
+        map(
+            tuple.__new__,
+            repeat(ReceivedMessage, n),
+            zip(
+                offsets,
+                timestamps,
+                repeat(None, n) if keys is None else keys,
+                values,
+                repeat(_NO_HEADERS, n) if headers is None else headers,
+                repeat(partition, n),
+                repeat(stream, n),
+                strict=True,
+            ),
+        )
+    )

@@ -1,0 +1,17 @@
+"""What a tidelog client and server agree on without importing each other.
+
+The client (``tidelog.client``) and the server (``tidelog.api``) are separate layers that meet
+only on the wire; the values both ends must hold equal are written once, here.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+DEFAULT_HOST: Final = "127.0.0.1"
+"""Where a server binds, and a client looks for one, when told nothing."""
+DEFAULT_PORT: Final = 9292
+"""The gRPC port a server listens on, and a client connects to, when told nothing."""
+MAX_FRAME: Final = 64 << 20
+"""The largest gRPC message either end sends or accepts: room for a 64 MiB message or a large
+batch."""
