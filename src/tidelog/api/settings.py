@@ -6,8 +6,8 @@ listens on 127.0.0.1:9292 with its data in ``./tidelog-data``). ``docs/operation
 ``ServerSettings`` is the one object users configure, and its defaults are the only ones that
 apply: it hands every value down (``broker_config()``). A default that a lower layer needs too is
 written once, as a constant of that layer (``tidelog.log.config``, ``tidelog.broker.config``,
-``tidelog.wire`` for what the client shares), and named here through the broker's face; only the settings no lower layer
-knows (the metrics port, shutdown grace, logging) are written here alone.
+``tidelog.wire`` for what the client shares), and named here through the broker's face; only the
+settings no lower layer knows (the metrics port, shutdown grace, logging) are written here alone.
 """
 
 from __future__ import annotations

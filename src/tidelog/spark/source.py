@@ -58,6 +58,7 @@ from tidelog.spark.planning import (
     split,
 )
 from tidelog.spark.pushdown import Bounds, push
+from tidelog.spark.sink import batch_writer, stream_writer
 
 
 @dataclass(frozen=True)
@@ -131,14 +132,10 @@ class TidelogDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """The exactly-once sink (``tidelog.spark.sink``); ``overwrite`` is refused."""
-        from tidelog.spark.sink import batch_writer
-
         return batch_writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """The exactly-once streaming sink (``tidelog.spark.sink``)."""
-        from tidelog.spark.sink import stream_writer
-
         return stream_writer(self.options, schema, overwrite)
 
 

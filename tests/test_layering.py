@@ -1,0 +1,257 @@
+"""The package's layering, read from the source so that it cannot rot silently.
+
+Every module under ``src/tidelog`` is parsed (not imported) and every import of a tidelog module
+is checked against :data:`MAY_IMPORT`, the one table of which part may use which. On top of it:
+the api imports nothing from ``tidelog.log`` (it talks to the broker's face), no import cycle
+exists between modules, and no tidelog module is imported inside a function (a late import is how
+a cycle gets hidden) except the entries of :data:`LATE_IMPORTS_ALLOWED`, each with its reason.
+
+Imports under ``if TYPE_CHECKING:`` count for the layer rules (a type is a dependency too) but
+not for cycles (they never run).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+MAY_IMPORT: dict[str, set[str]] = {
+    # the bottom: shared by every layer, importing no other part
+    "errors": set(),
+    "wire": set(),
+    "process": set(),
+    "_proto": set(),
+    "columns": {"_proto"},
+    # the server side, top to bottom
+    "cli": {"api", "broker", "client", "errors", "process", "wire", "tidelog"},
+    "api": {"broker", "errors", "columns", "wire", "_proto", "tidelog"},
+    "broker": {"log", "store", "errors"},
+    "log": {"errors"},
+    "store": {"errors"},
+    # talk to brokers only over gRPC, through the client
+    "client": {"errors", "columns", "wire", "_proto", "tidelog"},
+    "spark": {"client", "errors", "columns", "wire", "_proto", "tidelog"},
+    # the package root re-exports the client
+    "tidelog": {"client"},
+}
+"""Part (the first name under ``tidelog``) -> the other parts it may import. ``tidelog`` is the
+package root (``__version__``, the lazy client names). A new part (``sites``, ``cluster``,
+``console``) must be added here before it can import anything."""
+
+LATE_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
+    ("tidelog", "tidelog.client"): "the root loads the client on first use, so that importing "
+    "tidelog.log alone does not pull in gRPC",
+    ("tidelog.cli.app", "tidelog.api.server"): "only `tidelog serve` loads the server: every "
+    "client command would otherwise pay for it at start",
+    ("tidelog.cli.app", "tidelog.api.settings"): "the same, for the server's settings",
+}
+"""(importing module, imported module) -> why that import happens inside a function."""
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str
+    """the importing module"""
+    target: str
+    """the tidelog module imported"""
+    line: int
+    late: bool
+    """inside a function"""
+    typing_only: bool
+    """under ``if TYPE_CHECKING:``"""
+
+    def where(self) -> str:
+        return f"{self.module} (line {self.line}) imports {self.target}"
+
+
+def module_name(path: Path, src: Path) -> str:
+    parts = list(path.relative_to(src).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def part_of(module: str) -> str:
+    names = module.split(".")
+    return names[1] if len(names) > 1 else names[0]
+
+
+def resolve_from(module: str, is_package: bool, level: int, name: str | None) -> str:
+    """The absolute module a ``from`` import names (``level`` dots before ``name``)."""
+    if level == 0:
+        return name or ""
+    base = module.split(".")
+    if not is_package:
+        base = base[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([name] if name else []))
+
+
+class _Collector(ast.NodeVisitor):
+    def __init__(self, module: str, is_package: bool, known: set[str]) -> None:
+        self.module = module
+        self.is_package = is_package
+        self.known = known
+        self.found: list[Import] = []
+        self._functions = 0
+        self._typing = 0
+
+    def _add(self, target: str, line: int) -> None:
+        if target == "tidelog" or target.startswith("tidelog."):
+            self.found.append(
+                Import(self.module, target, line, self._functions > 0, self._typing > 0)
+            )
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self._functions += 1
+        self.generic_visit(node)
+        self._functions -= 1
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_If(self, node: ast.If) -> None:
+        test = node.test
+        guarded = (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+            isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+        )
+        self._typing += guarded
+        for child in node.body:
+            self.visit(child)
+        self._typing -= guarded
+        for child in node.orelse:
+            self.visit(child)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._add(alias.name, node.lineno)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        base = resolve_from(self.module, self.is_package, node.level, node.module)
+        for alias in node.names:
+            # ``from tidelog import columns`` imports the module tidelog.columns
+            candidate = f"{base}.{alias.name}"
+            self._add(candidate if candidate in self.known else base, node.lineno)
+
+
+def collect(src: Path) -> list[Import]:
+    paths = sorted((src / "tidelog").rglob("*.py"))
+    known = {module_name(p, src) for p in paths}
+    found: list[Import] = []
+    for path in paths:
+        collector = _Collector(module_name(path, src), path.name == "__init__.py", known)
+        collector.visit(ast.parse(path.read_text(), filename=str(path)))
+        found += collector.found
+    return found
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a path that starts and ends at the same node, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (cycle := visit(nxt)) is not None:
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)) is not None:
+            return cycle
+    return None
+
+
+@pytest.fixture(scope="module")
+def imports() -> list[Import]:
+    found = collect(SRC)
+    assert len({i.module for i in found}) > 50, "the walk found too few modules: is SRC right?"
+    return found
+
+
+def test_every_part_imports_only_what_the_table_allows(imports: list[Import]) -> None:
+    unknown = sorted({part_of(i.module) for i in imports} - MAY_IMPORT.keys())
+    assert not unknown, f"parts missing from MAY_IMPORT (add them with their rule): {unknown}"
+    wrong = [
+        i.where()
+        for i in imports
+        if part_of(i.target) != part_of(i.module)
+        and part_of(i.target) not in MAY_IMPORT[part_of(i.module)]
+    ]
+    assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
+
+
+def test_the_api_imports_nothing_from_the_log(imports: list[Import]) -> None:
+    wrong = [
+        i.where()
+        for i in imports
+        if part_of(i.module) == "api"
+        and (i.target == "tidelog.log" or i.target.startswith("tidelog.log."))
+    ]
+    assert not wrong, "the api talks to the broker's face only:\n" + "\n".join(wrong)
+
+
+def test_no_import_cycle(imports: list[Import]) -> None:
+    graph: dict[str, set[str]] = {}
+    for i in imports:
+        if not i.typing_only and i.target != i.module:
+            graph.setdefault(i.module, set()).add(i.target)
+    cycle = find_cycle({m: {t for t in ts if t != m} for m, ts in graph.items()})
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_no_late_import_of_a_tidelog_module(imports: list[Import]) -> None:
+    late = [
+        i.where() for i in imports if i.late and (i.module, i.target) not in LATE_IMPORTS_ALLOWED
+    ]
+    assert not late, "imports inside functions (move them up, or break the cycle):\n" + "\n".join(
+        late
+    )
+
+
+# -- the checker itself --------------------------------------------------------------------------
+
+
+def test_the_cycle_finder_finds_a_cycle_and_only_one() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_relative_imports_resolve() -> None:
+    assert resolve_from("tidelog.broker.views", False, 1, "partition") == "tidelog.broker.partition"
+    assert resolve_from("tidelog.broker", True, 1, "stream") == "tidelog.broker.stream"
+    assert resolve_from("tidelog.broker.views", False, 2, "log") == "tidelog.log"
+    assert resolve_from("tidelog.api.v1", False, 0, "tidelog.errors") == "tidelog.errors"
+
+
+def test_the_collector_sees_late_typing_and_aliased_imports(tmp_path: Path) -> None:
+    package = tmp_path / "tidelog"
+    (package / "api").mkdir(parents=True)
+    (package / "log").mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "log" / "__init__.py").write_text("")
+    (package / "api" / "__init__.py").write_text("")
+    (package / "api" / "x.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from tidelog import log\n"
+        "if TYPE_CHECKING:\n"
+        "    import tidelog.log\n"
+        "def f():\n"
+        "    from ..log import thing\n"
+    )
+    found = {(i.target, i.late, i.typing_only) for i in collect(tmp_path)}
+    assert found == {
+        ("tidelog.log", False, False),
+        ("tidelog.log", False, True),
+        ("tidelog.log", True, False),
+    }
