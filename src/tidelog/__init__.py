@@ -1,7 +1,11 @@
 """tidelog: a durable, partitioned streaming log.
 
-Layers (imports go down only): ``cli`` -> ``api`` -> ``replication`` -> ``broker`` ->
-``store`` / ``log``; ``client`` talks to a server over gRPC and imports none of those.
+Layers (imports go down only; ``tests/test_layering.py`` holds the code to it): ``cli`` ->
+``api`` -> ``broker`` -> ``log`` / ``store``. The api uses the broker's face (``tidelog.broker``)
+only. ``client`` and ``spark`` talk to a server over gRPC and import none of those. At the bottom,
+shared by all: ``errors``, ``wire``, ``columns``, ``_proto``, ``process``. ``docs/architecture.md``
+traces one publish and one subscribe through them.
+
 ``tidelog.Client`` / ``tidelog.AsyncClient`` and ``tidelog.Message`` are the client's; they load
 on first use, so importing ``tidelog.log`` alone does not pull in gRPC.
 """
