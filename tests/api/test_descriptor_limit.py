@@ -65,6 +65,7 @@ def _descriptors(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+@pytest.mark.slow
 def test_a_server_starts_and_serves_far_more_segments_than_its_descriptor_limit(
     tmp_path: Path,
 ) -> None:

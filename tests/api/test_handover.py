@@ -128,6 +128,7 @@ def check(got: Received, model: Model) -> None:
     assert not wrong, f"{got.how}: values differ from the acknowledged ones at {wrong[:5]}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2])
 def test_subscribers_joining_during_publishing_see_every_message_once(
     server: ServerProcess, seed: int

@@ -189,6 +189,7 @@ def batch_of(sequence: int) -> list[bytes]:
     return [b"seq-%d-%d" % (sequence, i) for i in range(1 + sequence % 7)]
 
 
+@pytest.mark.slow
 def test_a_retry_after_kill_9_leaves_exactly_one_copy(
     tmp_path: Path, servers: list[ServerProcess]
 ) -> None:

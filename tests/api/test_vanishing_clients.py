@@ -53,6 +53,7 @@ async def settle(condition: object, what: str) -> None:
         await asyncio.sleep(0.1)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 def test_killed_clients_leave_no_tasks_subscriptions_or_memory(tmp_path: Path) -> None:
     async def scenario() -> None:

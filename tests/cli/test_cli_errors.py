@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from tests.cli.clitools import Cli, error_text, free_port, one_error_line
 
 
@@ -41,6 +42,7 @@ def test_long_server_errors_stay_on_one_line(cli: Cli) -> None:
     assert "cannot reach the tidelog server" in one_error_line(nobody)
 
 
+@pytest.mark.slow
 def test_bad_usage_exits_2(cli: Cli, stream: str, tmp_path: Path) -> None:
     cases = {
         ("tail", stream, "--from", "bogus"): "--from takes earliest",

@@ -46,6 +46,7 @@ def ten(cli: Cli, server: ServerProcess, stream: str) -> list[int]:
         return [m.timestamp for m in client.subscribe(stream, start="earliest", stop="latest")]
 
 
+@pytest.mark.slow
 def test_publish_a_value_with_key_headers_and_partition(cli: Cli, stream: str) -> None:
     assert cli("stream", "create", stream, "-p", "3").returncode == 0
     explicit = cli(
@@ -108,6 +109,7 @@ def test_publish_a_file_and_stdin(cli: Cli, stream: str, tmp_path: Path) -> None
     assert [g["key"] for g in got[2500:]] == [None] * 3
 
 
+@pytest.mark.slow
 def test_tail_positions(cli: Cli, stream: str, ten: list[int]) -> None:
     between = datetime.fromtimestamp((ten[4] + ten[5]) / 2 / 1e9, tz=UTC).isoformat()
     calls = {

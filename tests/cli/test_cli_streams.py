@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from tests.cli.clitools import Cli, clean_env, error_text, words
 from tests.support.server import ServerProcess
 
 
+@pytest.mark.slow
 def test_stream_create_list_info_delete_in_text_and_json(cli: Cli, stream: str) -> None:
     created = cli("stream", "create", stream, "--partitions", "3")
     assert created.returncode == 0, created.stderr
@@ -56,6 +58,7 @@ def test_stream_create_list_info_delete_in_text_and_json(cli: Cli, stream: str) 
     assert stream not in {json.loads(line)["name"] for line in after.stdout.splitlines()}
 
 
+@pytest.mark.slow
 def test_server_address_from_the_environment(server: ServerProcess, stream: str) -> None:
     cli = Cli(server.address)
     env = clean_env(TIDELOG_SERVER=server.address)
@@ -71,6 +74,7 @@ def test_server_address_from_the_environment(server: ServerProcess, stream: str)
     assert "cannot reach the tidelog server" in error_text(unreachable)
 
 
+@pytest.mark.slow
 def test_cursor_get_and_set(cli: Cli, stream: str) -> None:
     assert cli("stream", "create", stream, "-p", "2").returncode == 0
     unknown = cli("cursor", "get", "reader", stream)

@@ -12,6 +12,7 @@ from tidelog.cli.views import parse_key, parse_time, parse_view
 from tidelog.client import View
 
 
+@pytest.mark.slow
 def test_views_from_stream_create_and_queries_in_text_and_json(cli: Cli, stream: str) -> None:
     created = cli("stream", "create", stream, "--view", "latest", "--view", "recent:60000")
     assert created.returncode == 0, created.stderr

@@ -64,6 +64,7 @@ def _back_after(server: Restartable, seconds: float) -> threading.Thread:
     return thread
 
 
+@pytest.mark.slow
 def test_each_retried_call_rides_out_a_restart(restartable: Restartable) -> None:
     """For each call that is safe to repeat: the server is down when the call starts and back
     0.5 s later; the call answers as if nothing happened, and did its work exactly once. (The

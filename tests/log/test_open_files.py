@@ -12,6 +12,7 @@ import sys
 import textwrap
 import threading
 
+import pytest
 from logtools import read_forward, read_reverse
 
 from tidelog.log import FlushPolicy, LogConfig, Message, SegmentedLog
@@ -109,6 +110,7 @@ def run(root, phase):
     )
 
 
+@pytest.mark.slow
 def test_thousands_of_segments_under_a_low_descriptor_limit(tmp_path):
     written = run(tmp_path, "write")
     assert written.stdout.strip() == "written", written.stderr[-3000:]

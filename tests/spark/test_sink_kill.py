@@ -54,6 +54,7 @@ def batches_in(checkpoint: Path, kind: str) -> set[int]:
     return {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.exists() else set()
 
 
+@pytest.mark.slow
 def test_exactly_once_after_kill_9_in_the_middle_of_a_micro_batch(
     spark: Any, tmp_path: Path
 ) -> None:

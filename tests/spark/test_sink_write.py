@@ -175,6 +175,7 @@ def failing_once(marker: Path, poison: bytes) -> Any:
     return lambda df: df.withColumn("value", checked(col("value")))
 
 
+@pytest.mark.slow
 def test_exactly_once_when_a_micro_batch_fails_midway_and_the_query_restarts(
     spark: Any, server: ServerProcess, client: Client, tmp_path: Path
 ) -> None:
@@ -204,6 +205,7 @@ def test_exactly_once_when_a_micro_batch_fails_midway_and_the_query_restarts(
     assert_exactly_once(values_of(client, "output"), count)
 
 
+@pytest.mark.slow
 def test_exactly_once_when_the_broker_crashes_during_a_write(
     spark: Any, server: ServerProcess, client: Client, tmp_path: Path
 ) -> None:

@@ -16,6 +16,7 @@ from tidelog.client import Client
 pytestmark = pytest.mark.spark
 
 
+@pytest.mark.slow
 def test_the_span_pipeline_writes_each_complete_minute_once(
     spark: Any, server: ServerProcess, client: Client, tmp_path: Path
 ) -> None:

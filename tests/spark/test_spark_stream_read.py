@@ -56,6 +56,7 @@ def publish(client: Client, stream: str, partition: int, count: int) -> None:
     client.publish_batch(stream, [b"m%d" % i for i in range(count)], partition=partition)
 
 
+@pytest.mark.slow
 def test_restart_resumes_from_the_checkpoint_and_picks_up_partitions(
     spark: Any, server: ServerProcess, client: Client, tmp_path: Path
 ) -> None:
@@ -74,6 +75,7 @@ def test_restart_resumes_from_the_checkpoint_and_picks_up_partitions(
     assert offsets[-1].read_text().splitlines()[-1] == '{"resume": {"0": 15, "1": 10, "2": 15}}'
 
 
+@pytest.mark.slow
 def test_starting_latest_by_default_and_max_offsets_per_trigger(
     spark: Any, server: ServerProcess, client: Client, tmp_path: Path
 ) -> None:
@@ -90,6 +92,7 @@ def test_starting_latest_by_default_and_max_offsets_per_trigger(
     assert sum(1 for p, _ in sink.seen[0] if p == 0) == 23
 
 
+@pytest.mark.slow
 def test_fail_on_data_loss_both_ways(
     spark: Any, server: ServerProcess, client: Client, tmp_path: Path
 ) -> None:
