@@ -8,26 +8,24 @@ from the server are printed as one line, with exit code 1; bad usage exits 2.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import sys
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from tidelog import __version__
 from tidelog.broker import FlushPolicy
+from tidelog.cli.common import ServerOption, err, fail, guarded, out, printable
+from tidelog.cli.views import parse_view, query_app, view_app
 from tidelog.client import (
     DEFAULT_SERVER,
     Client,
-    ClientError,
-    ClientSettings,
     Message,
     ReceivedMessage,
 )
@@ -44,29 +42,6 @@ stream_app = typer.Typer(help="Create, list, inspect and delete streams.", no_ar
 cursor_app = typer.Typer(help="Read and write consumer cursors.", no_args_is_help=True)
 app.add_typer(stream_app, name="stream")
 app.add_typer(cursor_app, name="cursor")
-
-# soft_wrap: never break a line at the terminal width (messages stay one line in pipes and logs).
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
-
-ServerOption = Annotated[
-    str,
-    typer.Option("--server", "-s", envvar="TIDELOG_SERVER", help="tidelog server host:port"),
-]
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
-    raise typer.Exit(code)
-
-
-INTERACTIVE_RETRY_S = 2.0
-"""How long a CLI command retries a server that is restarting before it says it cannot reach it
-(the client's default, 10 s, is for programs; a person at a prompt wants the answer sooner)."""
-
-
-def connect(server: str) -> Client:
-    return Client(server, settings=ClientSettings(retry_budget_s=INTERACTIVE_RETRY_S))
 
 
 def version_callback(value: bool) -> None:
@@ -167,8 +142,6 @@ def stream_create(
     ] = None,
 ) -> None:
     """Create a stream (with --view, also its materialised views)."""
-    from tidelog.cli.views import parse_view
-
     views = [parse_view(spec) for spec in view or []]
     with guarded(server) as client:
         client.create_stream(
@@ -390,23 +363,14 @@ def parse_from(spec: str) -> Start:
     fail(f"--from takes earliest, latest, new, offset:N or time:ISO8601, not {spec!r}", 2)
 
 
-def _text(data: bytes | None) -> str | None:
-    if data is None:
-        return None
-    try:
-        return data.decode()
-    except UnicodeDecodeError:
-        return "base64:" + base64.b64encode(data).decode()
-
-
 def message_json(m: ReceivedMessage) -> str:
     return json.dumps(
         {
             "offset": m.offset,
             "timestamp": m.timestamp,
-            "key": _text(m.key),
-            "value": _text(m.value),
-            "headers": {k: _text(v) for k, v in m.headers.items()},
+            "key": printable(m.key),
+            "value": printable(m.value),
+            "headers": {k: printable(v) for k, v in m.headers.items()},
             "partition": m.partition,
         }
     )
@@ -467,11 +431,10 @@ def tail(
 
 
 def _human(m: ReceivedMessage) -> str:
-    key = "" if m.key is None else f" key={_text(m.key)}"
-    headers = "".join(f" {k}={_text(v)}" for k, v in m.headers.items())
-    return (
-        f"{m.offset}\t{m.time.isoformat(timespec='milliseconds')}{key}{headers}\t{_text(m.value)}"
-    )
+    key = "" if m.key is None else f" key={printable(m.key)}"
+    headers = "".join(f" {k}={printable(v)}" for k, v in m.headers.items())
+    when = m.time.isoformat(timespec="milliseconds")
+    return f"{m.offset}\t{when}{key}{headers}\t{printable(m.value)}"
 
 
 # -- cursors ---------------------------------------------------------------------------------------
@@ -512,30 +475,10 @@ def cursor_set(
     out.print(f"cursor {cursor_id} on {stream}/{partition} = {offset}")
 
 
-# -- plumbing --------------------------------------------------------------------------------------
-
-
-class guarded:
-    """A client connection that turns server errors into one printed line and exit code 1."""
-
-    def __init__(self, server: str) -> None:
-        self.server = server
-        self.client: Client | None = None
-
-    def __enter__(self) -> Client:
-        self.client = connect(self.server)
-        return self.client
-
-    def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
-        if self.client is not None:
-            self.client.close()
-        if isinstance(error, ClientError):
-            fail(str(error))
+# The view and query commands (views.py), listed after the commands above as they always were.
+app.add_typer(view_app, name="view")
+app.add_typer(query_app, name="query")
 
 
 def main() -> None:
     app()
-
-
-# The view and query commands register themselves on ``app`` (they use the helpers above).
-from tidelog.cli import views as _views  # noqa: E402, F401

@@ -18,7 +18,7 @@ from typing import Annotated, Final
 import typer
 from rich.table import Table
 
-from tidelog.cli.app import ServerOption, _text, app, fail, guarded, out
+from tidelog.cli.common import ServerOption, fail, guarded, out, printable
 from tidelog.client import DEFAULT_SERVER, View, ViewEntry
 
 view_app = typer.Typer(help="Declare, drop and list materialised views.", no_args_is_help=True)
@@ -26,8 +26,6 @@ query_app = typer.Typer(
     help="Query materialised views: tables by key, window views by key and time.",
     no_args_is_help=True,
 )
-app.add_typer(view_app, name="view")
-app.add_typer(query_app, name="query")
 
 _RELATIVE: Final = re.compile(r"-(\d+)(ms|s|m|h|d)")
 _UNIT_MS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -62,8 +60,8 @@ def parse_time(text: str, now_ms: int | None = None) -> int:
 
 def entry_json(entry: ViewEntry) -> str:
     data: dict[str, object] = {
-        "key": _text(entry.key),
-        "value": _text(entry.value),
+        "key": printable(entry.key),
+        "value": printable(entry.value),
         "partition": entry.partition,
         "offset": entry.offset,
         "timestamp": entry.timestamp,
@@ -83,7 +81,7 @@ def show(entries: list[ViewEntry], as_json: bool, *, windows: bool = False) -> N
         columns.insert(2, "window start")
     table = Table(*columns)
     for e in entries:
-        row = [_text(e.key) or "", _text(e.value) or "", str(e.partition), str(e.offset)]
+        row = [printable(e.key) or "", printable(e.value) or "", str(e.partition), str(e.offset)]
         row.append(e.time.isoformat(timespec="milliseconds"))
         if windows:
             start = datetime.fromtimestamp(e.window_start_ms / 1000).astimezone()

@@ -1,0 +1,67 @@
+"""What every ``tidelog`` command shares: the consoles, the ``--server`` option, failing with
+one line, and a client connection that turns server errors into that line.
+
+Command modules (``app.py``, ``views.py``) import this and nothing of each other's but what
+``app.py`` registers, so the CLI has no import cycle.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from tidelog.client import Client, ClientError, ClientSettings
+
+# soft_wrap: never break a line at the terminal width (messages stay one line in pipes and logs).
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+ServerOption = Annotated[
+    str,
+    typer.Option("--server", "-s", envvar="TIDELOG_SERVER", help="tidelog server host:port"),
+]
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+INTERACTIVE_RETRY_S = 2.0
+"""How long a CLI command retries a server that is restarting before it says it cannot reach it
+(the client's default, 10 s, is for programs; a person at a prompt wants the answer sooner)."""
+
+
+def connect(server: str) -> Client:
+    return Client(server, settings=ClientSettings(retry_budget_s=INTERACTIVE_RETRY_S))
+
+
+def printable(data: bytes | None) -> str | None:
+    """Bytes as text: UTF-8 when they are, else ``base64:...``."""
+    if data is None:
+        return None
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(data).decode()
+
+
+class guarded:
+    """A client connection that turns server errors into one printed line and exit code 1."""
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self.client: Client | None = None
+
+    def __enter__(self) -> Client:
+        self.client = connect(self.server)
+        return self.client
+
+    def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
+        if self.client is not None:
+            self.client.close()
+        if isinstance(error, ClientError):
+            fail(str(error))
