@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidelog.broker.views import (
+from tidelog.broker.partition_view import (
     CHECKPOINT_FILE,
     PartitionView,
     ViewEntry,

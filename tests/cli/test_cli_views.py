@@ -8,7 +8,7 @@ import pytest
 import typer
 from tests.cli.clitools import Cli, error_text, words
 
-from tidelog.cli.views import parse_key, parse_time, parse_view
+from tidelog.cli.view_commands import parse_key, parse_time, parse_view
 from tidelog.client import View
 
 

@@ -23,7 +23,7 @@ from pyspark.sql.types import (
 
 from tidelog import columns
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
-from tidelog.spark.arrow import ARROW_SCHEMA, MalformedBatch, gather, record_batch
+from tidelog.spark.arrow import ARROW_SCHEMA, MalformedBatch, arrow_batch, gather
 
 SPARK_SCHEMA = StructType(
     [
@@ -67,7 +67,7 @@ def test_offsets_timestamps_keys_with_nulls_and_headers() -> None:
         [b"k1", None, b""],
         [{"x": b"1", "y": b"\x00"}, {}, {"z": b""}],
     )
-    batch = record_batch(frame([7, 8, 10], [ns, ns + 999, ns + 1000], messages), "s", 3)
+    batch = arrow_batch(frame([7, 8, 10], [ns, ns + 999, ns + 1000], messages), "s", 3)
     assert batch.schema.equals(ARROW_SCHEMA)
     assert batch.to_pydict() == {
         "key": [b"k1", None, b""],
@@ -90,7 +90,7 @@ def test_offsets_timestamps_keys_with_nulls_and_headers() -> None:
 
 
 def test_no_keys_and_no_headers() -> None:
-    batch = record_batch(frame([0, 1], [5, 6], columns.pack([b"x", b"yz"])), "t", 0)
+    batch = arrow_batch(frame([0, 1], [5, 6], columns.pack([b"x", b"yz"])), "t", 0)
     assert batch.column("key").null_count == 2
     assert batch.column("headers").to_pylist() == [None, None]
     assert batch.column("value").to_pylist() == [b"x", b"yz"]
@@ -98,13 +98,13 @@ def test_no_keys_and_no_headers() -> None:
 
 
 def test_empty_frame() -> None:
-    batch = record_batch(frame([], [], columns.pack([])), "t", 0)
+    batch = arrow_batch(frame([], [], columns.pack([])), "t", 0)
     assert batch.num_rows == 0 and batch.schema.equals(ARROW_SCHEMA)
 
 
 def test_reverse_frames_keep_delivery_order() -> None:
     messages = columns.pack([b"c", b"b", b"a"], [b"3", None, b"1"])
-    batch = record_batch(frame([2, 1, 0], [30, 20, 10], messages), "s", 0)
+    batch = arrow_batch(frame([2, 1, 0], [30, 20, 10], messages), "s", 0)
     assert batch.column("offset").to_pylist() == [2, 1, 0]
     assert batch.column("value").to_pylist() == [b"c", b"b", b"a"]
     assert batch.column("key").to_pylist() == [b"3", None, b"1"]
@@ -131,7 +131,7 @@ def stored(values: list[bytes], gaps: list[int]) -> tuple[bytes, np.ndarray, np.
 )
 def test_value_positions_are_gathered(values: list[bytes], gaps: list[int]) -> None:
     blob, starts, sizes = stored(values, gaps)
-    batch = record_batch(
+    batch = arrow_batch(
         frame(list(range(len(values))), [0] * len(values), columns.pack_at(blob, starts, sizes)),
         "s",
         0,
@@ -166,8 +166,8 @@ def test_malformed_frames_are_refused(damage: object) -> None:
     broken = frame([0, 1], [0, 0], columns.pack([b"a", b"b"], [b"k", None]))
     damage(broken)  # type: ignore[operator]
     with pytest.raises(MalformedBatch):
-        record_batch(broken, "s", 0)
+        arrow_batch(broken, "s", 0)
 
 
 def test_result_is_arrow() -> None:
-    assert isinstance(record_batch(frame([0], [0], columns.pack([b"v"])), "s", 0), pa.RecordBatch)
+    assert isinstance(arrow_batch(frame([0], [0], columns.pack([b"v"])), "s", 0), pa.RecordBatch)

@@ -27,16 +27,16 @@ from tidelog.spark.planning import (
     admit,
     decode_offsets,
     encode_offsets,
+    offset_of,
     partitions_in,
-    resolve,
     split,
 )
-from tidelog.spark.pushdown import Bounds, push
+from tidelog.spark.pushdown import PushedFilters, push
 
 
 def test_resolve() -> None:
     bounds = PartitionBounds(0, oldest=5, next=9)
-    assert [resolve(p, bounds) for p in (EARLIEST, LATEST, 7)] == [5, 9, 7]
+    assert [offset_of(p, bounds) for p in (EARLIEST, LATEST, 7)] == [5, 9, 7]
 
 
 def test_split_cuts_large_ranges_evenly_and_drops_empty_ones() -> None:
@@ -122,8 +122,8 @@ def test_partitions_in() -> None:
 # -- pushdown ----------------------------------------------------------------------------------
 
 
-def pushed(*filters: object) -> tuple[Bounds, list[object]]:
-    bounds = Bounds()
+def pushed(*filters: object) -> tuple[PushedFilters, list[object]]:
+    bounds = PushedFilters()
     left = list(push("s", filters, bounds))  # type: ignore[arg-type]
     return bounds, left
 
@@ -174,7 +174,7 @@ def test_naive_timestamps_and_other_filters_stay_with_spark() -> None:
     ]
     bounds, left = pushed(*others)
     assert left == others
-    assert bounds == Bounds()
+    assert bounds == PushedFilters()
 
 
 def test_never_null_columns_and_the_stream() -> None:

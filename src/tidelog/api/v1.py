@@ -14,7 +14,7 @@ from tidelog.api.consume import consume
 from tidelog.api.errors import grpc_errors, is_refusal, log_failure, status_of
 from tidelog.api.frames import END_REASONS, record_batch
 from tidelog.api.metrics import Metrics
-from tidelog.api.views import ViewService
+from tidelog.api.view_service import ViewService
 from tidelog.broker import (
     Broker,
     Message,

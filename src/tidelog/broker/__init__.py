@@ -40,7 +40,9 @@ from tidelog.broker.config import (
 )
 from tidelog.broker.delivery import delivery_gate
 from tidelog.broker.partition import Partition
+from tidelog.broker.partition_view import ViewEntry, ViewKind, ViewSpec
 from tidelog.broker.stream import Stream
+from tidelog.broker.stream_views import StreamViews
 from tidelog.broker.subscription import (
     EndReason,
     StartPosition,
@@ -50,8 +52,6 @@ from tidelog.broker.subscription import (
     Subscription,
     arm_faults_from_environment,
 )
-from tidelog.broker.view_set import StreamViews
-from tidelog.broker.views import ViewEntry, ViewKind, ViewSpec
 
 # What the broker takes and hands out that the log defines: part of the broker's face.
 from tidelog.log import FlushPolicy, LogConfig, Message, MessageBatch

@@ -41,11 +41,11 @@ from tidelog.broker.config import (
 from tidelog.broker.cursors import CursorStore
 from tidelog.broker.groups import GroupCoordinator
 from tidelog.broker.partition import Partition
+from tidelog.broker.partition_view import ViewSpec
 from tidelog.broker.producers import Published, check_headers, validate_producer
 from tidelog.broker.stream import METADATA_FILE, Stream
+from tidelog.broker.stream_views import StreamViews
 from tidelog.broker.subscription import SubscribeRequest, Subscription, resolve
-from tidelog.broker.view_set import StreamViews
-from tidelog.broker.views import ViewSpec
 from tidelog.errors import (
     BrokerClosed,
     InvalidArgument,

@@ -22,7 +22,7 @@ from rich.table import Table
 from tidelog import __version__
 from tidelog.broker import FlushPolicy
 from tidelog.cli.common import ServerOption, err, fail, guarded, out, printable
-from tidelog.cli.views import parse_view, query_app, view_app
+from tidelog.cli.view_commands import parse_view, query_app, view_app
 from tidelog.client import (
     DEFAULT_SERVER,
     Client,
@@ -475,7 +475,7 @@ def cursor_set(
     out.print(f"cursor {cursor_id} on {stream}/{partition} = {offset}")
 
 
-# The view and query commands (views.py), listed after the commands above as they always were.
+# The view and query commands (view_commands.py), listed after the commands above as before.
 app.add_typer(view_app, name="view")
 app.add_typer(query_app, name="query")
 

@@ -1,7 +1,7 @@
 """What every ``tidelog`` command shares: the consoles, the ``--server`` option, failing with
 one line, and a client connection that turns server errors into that line.
 
-Command modules (``app.py``, ``views.py``) import this and nothing of each other's but what
+Command modules (``app.py``, ``view_commands.py``) import this and nothing of each other's but what
 ``app.py`` registers, so the CLI has no import cycle.
 """
 

@@ -19,7 +19,7 @@ from tidelog.client.errors import (
 from tidelog.client.models import Ack, Message, PartitionInfo, ReceivedMessage, StreamInfo
 from tidelog.client.settings import ClientSettings
 from tidelog.client.sync import Client
-from tidelog.client.views import View, ViewEntry, ViewStatus
+from tidelog.client.view_calls import View, ViewEntry, ViewStatus
 
 __all__ = [
     "DEFAULT_SERVER",

@@ -48,7 +48,7 @@ from tidelog.client.models import (
 )
 from tidelog.client.retry import Attempt, removal, retrying
 from tidelog.client.settings import ClientSettings
-from tidelog.client.views import View, ViewCalls
+from tidelog.client.view_calls import View, ViewCalls
 from tidelog.wire import DEFAULT_HOST, DEFAULT_PORT, MAX_FRAME
 
 T = TypeVar("T")

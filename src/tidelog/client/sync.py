@@ -22,7 +22,7 @@ from tidelog.client.consumer import DEFAULT_PREFETCH, Consumer
 from tidelog.client.errors import InvalidArgument
 from tidelog.client.models import Ack, Acks, Message, ReceivedMessage, Start, Stop, StreamInfo
 from tidelog.client.settings import ClientSettings
-from tidelog.client.views import SyncViewCalls, ViewCalls
+from tidelog.client.view_calls import SyncViewCalls, ViewCalls
 
 T = TypeVar("T")
 

@@ -58,7 +58,7 @@ class MalformedBatch(ValueError):
     """A frame whose columns do not fit together (a server bug, or not a tidelog server)."""
 
 
-def record_batch(frame: v1.RecordBatch, stream: str, partition: int) -> pa.RecordBatch:
+def arrow_batch(frame: v1.RecordBatch, stream: str, partition: int) -> pa.RecordBatch:
     """The records of one frame, in delivery order, as an Arrow batch in :data:`ARROW_SCHEMA`."""
     if len(frame.offsets) % 8 or len(frame.timestamps) != len(frame.offsets):
         raise MalformedBatch("malformed batch: offsets and timestamps must be n int64 each")

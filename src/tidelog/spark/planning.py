@@ -42,7 +42,7 @@ class OffsetRange:
         return max(0, self.stop - self.start)
 
 
-def resolve(position: int, bounds: PartitionBounds) -> int:
+def offset_of(position: int, bounds: PartitionBounds) -> int:
     """An offset for a position: ``EARLIEST`` → oldest, ``LATEST`` → next, else itself."""
     if position == EARLIEST:
         return bounds.oldest

@@ -33,7 +33,7 @@ _NEVER_NULL = frozenset({"value", "stream", "partition", "offset", "timestamp", 
 
 
 @dataclass(slots=True)
-class Bounds:
+class PushedFilters:
     """What the pushed filters allow: partitions (a set, ``None`` for any, and a half-open
     range), a half-open offset range ``[offset_start, offset_stop)`` and an inclusive ns
     timestamp range; ``None`` leaves that end open."""
@@ -67,7 +67,7 @@ class Bounds:
         self.offset_stop = offset if self.offset_stop is None else min(self.offset_stop, offset)
 
 
-def push(stream: str, filters: Iterable[Filter], bounds: Bounds) -> Iterable[Filter]:
+def push(stream: str, filters: Iterable[Filter], bounds: PushedFilters) -> Iterable[Filter]:
     """Narrow ``bounds`` by ``filters``; yields the filters Spark must still apply."""
     for candidate in filters:
         if _apply(stream, candidate, bounds):
@@ -76,7 +76,7 @@ def push(stream: str, filters: Iterable[Filter], bounds: Bounds) -> Iterable[Fil
             yield candidate
 
 
-def _apply(stream: str, f: Filter, bounds: Bounds) -> bool:
+def _apply(stream: str, f: Filter, bounds: PushedFilters) -> bool:
     """Narrow ``bounds`` by one filter; True if the bound is exactly the filter."""
     path: tuple[str, ...] = getattr(f, "attribute", ())  # every concrete Filter has one
     column = path[0] if len(path) == 1 else None
@@ -94,7 +94,7 @@ def _apply(stream: str, f: Filter, bounds: Bounds) -> bool:
     return False
 
 
-def _partition(f: Filter, bounds: Bounds) -> bool:
+def _partition(f: Filter, bounds: PushedFilters) -> bool:
     if isinstance(f, In):
         numbers = [v for v in f.value if isinstance(v, int) and not isinstance(v, bool)]
         if len(numbers) != len(f.value):
@@ -132,7 +132,7 @@ def _int_range(f: Filter) -> tuple[int | None, int | None] | None:
     return None
 
 
-def _offset(f: Filter, bounds: Bounds) -> bool:
+def _offset(f: Filter, bounds: PushedFilters) -> bool:
     if isinstance(f, In):
         numbers = [v for v in f.value if isinstance(v, int) and not isinstance(v, bool)]
         if len(numbers) != len(f.value):
@@ -154,7 +154,7 @@ def _offset(f: Filter, bounds: Bounds) -> bool:
     return True
 
 
-def _timestamp(f: Filter, bounds: Bounds) -> bool:
+def _timestamp(f: Filter, bounds: PushedFilters) -> bool:
     value = getattr(f, "value", None)
     if not isinstance(value, datetime) or value.tzinfo is None:
         return False  # a zone-less value: leave it to Spark

@@ -44,7 +44,7 @@ from pyspark.sql.types import StructType
 
 from tidelog.client import Client
 from tidelog.spark import remote
-from tidelog.spark.arrow import SPARK_SCHEMA_DDL, record_batch
+from tidelog.spark.arrow import SPARK_SCHEMA_DDL, arrow_batch
 from tidelog.spark.errors import InvalidOption, OffsetsLost
 from tidelog.spark.options import EARLIEST, LATEST, ReadOptions, parse
 from tidelog.spark.planning import (
@@ -53,11 +53,11 @@ from tidelog.spark.planning import (
     admit,
     decode_offsets,
     encode_offsets,
+    offset_of,
     partitions_in,
-    resolve,
     split,
 )
-from tidelog.spark.pushdown import Bounds, push
+from tidelog.spark.pushdown import PushedFilters, push
 from tidelog.spark.sink import batch_writer, stream_writer
 
 
@@ -93,7 +93,7 @@ def read_range(task: InputPartition) -> Iterator[pa.RecordBatch]:
             reverse=task.reverse,
             fail_on_data_loss=task.fail_on_data_loss and not task.from_oldest,
         ):
-            yield record_batch(frame, task.stream, task.partition)
+            yield arrow_batch(frame, task.stream, task.partition)
     finally:
         client.close()
 
@@ -184,7 +184,7 @@ def called_by_pyspark_pushdown_worker() -> bool:
 class TidelogBatchReader(DataSourceReader):
     """A batch read: each selected partition's range from the options, split into tasks."""
 
-    def __init__(self, options: ReadOptions, bounds: Bounds | None = None) -> None:
+    def __init__(self, options: ReadOptions, bounds: PushedFilters | None = None) -> None:
         self.options = options
         self.bounds = bounds
 
@@ -223,11 +223,13 @@ class TidelogPushdownReader(TidelogBatchReader):
     """The batch reader that also takes Spark's filters (see ``tidelog.spark.pushdown``)."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        self.bounds = Bounds()
+        self.bounds = PushedFilters()
         return iter(list(push(self.options.require_stream(), filters, self.bounds)))
 
 
-def plan_batch(client: Client, options: ReadOptions, bounds: Bounds | None) -> list[OffsetRange]:
+def plan_batch(
+    client: Client, options: ReadOptions, bounds: PushedFilters | None
+) -> list[OffsetRange]:
     """Each selected partition's ``[start, stop)`` from the options, narrowed by ``bounds``."""
     stream = options.require_stream()
     info = remote.stream_info(client, stream)
@@ -257,11 +259,11 @@ def _option_range(client: Client, options: ReadOptions, have: PartitionBounds) -
     elif 0 <= first < have.oldest:
         start = _lost_head(options, have, first)
     else:
-        start = resolve(first, have)
+        start = offset_of(first, have)
     if options.ending_timestamp_ms is not None:
         stop = remote.end_before(client, have, stream, options.ending_timestamp_ms)
     else:
-        stop = min(resolve(last, have), have.next)
+        stop = min(offset_of(last, have), have.next)
         if options.starting_timestamp_ms is None and stop < start:
             raise InvalidOption(
                 f"endingOffsets ({_describe(last)}: {stop}) is before startingOffsets "
@@ -287,7 +289,7 @@ def _lost_head(options: ReadOptions, have: PartitionBounds, first: int) -> int:
 
 
 def _narrow(
-    client: Client, stream: str, have: PartitionBounds, bounds: Bounds, start: int, stop: int
+    client: Client, stream: str, have: PartitionBounds, bounds: PushedFilters, start: int, stop: int
 ) -> tuple[int, int]:
     if bounds.empty:
         return start, start
@@ -355,7 +357,7 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     continue
                 spec = options.starting_offsets
                 first = LATEST if spec is None else spec.for_partition(partition)
-                starts[partition] = resolve(first, have)
+                starts[partition] = offset_of(first, have)
                 if first >= 0 and first < have.oldest:
                     starts[partition] = _lost_head(options, have, first)
             return starts

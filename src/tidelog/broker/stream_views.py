@@ -1,6 +1,6 @@
 """The materialised views of one stream: declaring, following the log, answering queries.
 
-Every view has one :class:`~tidelog.broker.views.PartitionView` per partition, stored under
+Every view has one :class:`~tidelog.broker.partition_view.PartitionView` per partition, stored under
 ``<stream directory>/views/<view>/<partition>/``. One asyncio task per partition view follows
 the partition's commit signal and applies new records in a worker thread, so views stay close
 behind the log without slowing publishes down. A query first catches the partition views up to
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Final, TypeVar
 
 from tidelog.broker.partition import Partition
-from tidelog.broker.views import PartitionView, ViewEntry, ViewKind, ViewSpec
+from tidelog.broker.partition_view import PartitionView, ViewEntry, ViewKind, ViewSpec
 from tidelog.errors import InvalidArgument, ViewExists, ViewNotFound
 
 LOG = logging.getLogger("tidelog.broker.views")
