@@ -1,6 +1,6 @@
 """Every failure tidelog reports, one exception type each.
 
-All layers raise these types; ``tidelog.api.errors`` (a later layer) maps them to gRPC status
+All layers raise these types; ``tidelog.api.status`` (a later layer) maps them to gRPC status
 codes in one place. Each message says what happened and what the caller can do about it.
 """
 
@@ -291,3 +291,59 @@ def resource_error(
     if error.errno in _DESCRIPTOR_ERRNOS:
         return OutOfDescriptors(where, reason=reason)
     return None
+
+
+# -- the state stores (tidelog.store) -------------------------------------------------------------
+
+
+class StoreError(TidelogError):
+    """A state-store failure."""
+
+
+class StoreClosed(StoreError):
+    """The store was closed: no read, write or iterator step is possible on it any more."""
+
+    def __init__(self, store: str) -> None:
+        self.store = store
+        super().__init__(
+            f"{store} is closed; open a new store object (a RocksDB store keeps its data on disk)"
+        )
+
+
+class StoreLayoutMismatch(StoreError):
+    """A RocksDB store directory was written with settings that change its on-disk layout.
+
+    A window store's ``retain_duplicates`` decides whether its keys carry an insertion sequence,
+    so a directory written with one setting cannot be read with the other.
+    """
+
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = path
+        self.detail = detail
+        super().__init__(f"store at {path}: {detail}")
+
+
+# -- the Spark data source (tidelog.spark) --------------------------------------------------------
+# Spark wraps whatever a data source raises (``PythonException`` / ``AnalysisException``), so the
+# type is for tests and Python callers; the message is what a Spark user sees, and it names the
+# option to change.
+
+
+class SparkSourceError(TidelogError):
+    """Base class of the data source's own errors."""
+
+
+class InvalidOption(SparkSourceError, ValueError):
+    """An option is missing, malformed, or contradicts another (ending before starting)."""
+
+
+class UnknownStream(SparkSourceError):
+    """The ``stream`` option names no stream on the broker."""
+
+
+class UnknownPartition(SparkSourceError):
+    """An option names a partition the stream does not have."""
+
+
+class OffsetsLost(SparkSourceError):
+    """Retention removed offsets the query still needed, and ``failOnDataLoss`` is true."""

@@ -1,4 +1,4 @@
-"""``tidelog.api.errors`` without a server: raw OSErrors for a full disk or the descriptor limit
+"""``tidelog.api.status`` without a server: raw OSErrors for a full disk or the descriptor limit
 map to RESOURCE_EXHAUSTED, details are capped, and the warning throttle counts what it holds."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import logging
 import grpc
 import pytest
 
-from tidelog.api.errors import DETAIL_BYTES, Throttle, cap_detail, log_failure, status_of
+from tidelog.api.status import DETAIL_BYTES, Throttle, cap_detail, log_failure, status_of
 from tidelog.errors import StreamNotFound, echo
 
 

@@ -19,7 +19,7 @@ from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 LONG = "s" * 10_000
 
 DETAIL_BYTES = 1024
-"""The server's cap on a status detail (``tidelog.api.errors.DETAIL_BYTES``), plus its note."""
+"""The server's cap on a status detail (``tidelog.api.status.DETAIL_BYTES``), plus its note."""
 
 
 @pytest.fixture(scope="module")

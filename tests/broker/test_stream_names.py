@@ -9,7 +9,7 @@ import grpc
 import pytest
 from tests.broker.brokertools import broker_config, running
 
-from tidelog.api.errors import status_of
+from tidelog.api.status import status_of
 from tidelog.broker import CURSORS_STREAM, StreamConfig, validate_stream_name
 from tidelog.errors import InvalidArgument, StreamExists, echo
 

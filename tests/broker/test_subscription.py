@@ -10,7 +10,7 @@ import grpc
 import pytest
 from tests.broker.brokertools import Partition0, broker_config, running, settle, start_run
 
-from tidelog.api.errors import status_of
+from tidelog.api.status import status_of
 from tidelog.broker import StartPosition, StopPosition, SubscribeRequest, SubscriberState
 from tidelog.errors import (
     BrokerClosed,

@@ -9,6 +9,7 @@ import grpc
 import pytest
 from tests.support.server import ServerProcess
 
+from tidelog import errors as core_errors
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
@@ -29,6 +30,7 @@ from tidelog.client import (
     PartitionReadonly,
     Unavailable,
 )
+from tidelog.client import errors as client_errors
 from tidelog.client.errors import from_rpc_error
 
 
@@ -179,3 +181,23 @@ def test_unavailable_when_nothing_listens() -> None:
                 await client.fetch_cursor("c", "s")
 
     asyncio.run(asyncio.wait_for(asynchronous(), 30))
+
+
+@pytest.mark.parametrize(
+    ("code", "detail", "core"),
+    [
+        (grpc.StatusCode.INVALID_ARGUMENT, "bad", "InvalidArgument"),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, "stream is empty: no latest", "StreamEmpty"),
+        (grpc.StatusCode.FAILED_PRECONDITION, "readonly partition", "PartitionReadonly"),
+        (grpc.StatusCode.FAILED_PRECONDITION, "s/0 is paused", "PartitionPaused"),
+        (grpc.StatusCode.FAILED_PRECONDITION, "incorrect expected offset", "IncorrectOffset"),
+    ],
+)
+def test_a_client_error_is_the_core_error_of_its_concept(
+    code: grpc.StatusCode, detail: str, core: str
+) -> None:
+    """One hierarchy: what the server reports over the wire is caught as the same core type."""
+    error = client_errors.error_for(code, detail)
+    assert isinstance(error, getattr(core_errors, core))
+    assert isinstance(error, client_errors.ClientError)
+    assert str(error) == detail and error.code == code

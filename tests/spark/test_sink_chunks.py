@@ -20,6 +20,7 @@ from pyspark.sql.types import (
 )
 
 from tidelog.client import Message
+from tidelog.errors import InvalidOption
 from tidelog.spark.chunks import (
     CHUNKS_PER_BATCH,
     Chunk,
@@ -32,7 +33,6 @@ from tidelog.spark.chunks import (
     sequence,
     stream_producer_id,
 )
-from tidelog.spark.errors import InvalidOption
 from tidelog.spark.sink_options import (
     DEFAULT_MAX_CHUNK_BYTES,
     InputColumns,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tidelog.client import DEFAULT_SERVER
-from tidelog.spark.errors import InvalidOption
+from tidelog.errors import InvalidOption
 from tidelog.spark.options import (
     DEFAULT_MAX_OFFSETS_PER_PARTITION,
     EARLIEST,

@@ -19,7 +19,7 @@ from pyspark.sql.datasource import (
     Not,
 )
 
-from tidelog.spark.errors import InvalidOption, UnknownPartition
+from tidelog.errors import InvalidOption, UnknownPartition
 from tidelog.spark.options import EARLIEST, LATEST
 from tidelog.spark.planning import (
     OffsetRange,

@@ -31,7 +31,7 @@ from typing import Any, Final
 import grpc
 from google.protobuf.message import DecodeError
 
-from tidelog.api.errors import Throttle, cap_detail
+from tidelog.api.status import Throttle, cap_detail
 from tidelog.errors import InvalidArgument
 
 LOG = logging.getLogger("tidelog.api")

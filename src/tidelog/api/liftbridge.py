@@ -19,14 +19,14 @@ import grpc
 
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
-from tidelog.api.errors import (
+from tidelog.api.metrics import Metrics
+from tidelog.api.status import (
     as_tidelog_error,
     grpc_errors,
     is_refusal,
     log_failure,
     status_of,
 )
-from tidelog.api.metrics import Metrics
 from tidelog.broker import (
     Broker,
     Message,

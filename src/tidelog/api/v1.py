@@ -11,9 +11,9 @@ from tidelog import columns
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 from tidelog.api.consume import consume
-from tidelog.api.errors import grpc_errors, is_refusal, log_failure, status_of
 from tidelog.api.frames import END_REASONS, record_batch
 from tidelog.api.metrics import Metrics
+from tidelog.api.status import grpc_errors, is_refusal, log_failure, status_of
 from tidelog.api.view_service import ViewService
 from tidelog.broker import (
     Broker,

@@ -8,7 +8,7 @@ import grpc
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
-from tidelog.api.errors import grpc_errors
+from tidelog.api.status import grpc_errors
 from tidelog.broker import Broker, ViewEntry, ViewKind, ViewSpec
 from tidelog.errors import InvalidArgument
 

@@ -2,12 +2,21 @@
 
 The server answers every failure with a gRPC status whose message says what to do; the client
 raises the matching type below with that message. ``code`` keeps the raw status code.
+
+One hierarchy: where the server's failure is a concept of ``tidelog.errors`` (an invalid argument,
+an empty stream, a failed precondition, a paused or read-only partition, an incorrect expected
+offset), the client's type is a subclass of that class too, so ``except
+tidelog.errors.InvalidArgument`` catches it in-process and over the wire alike. A client error
+carries the server's message only, not the broker's fields (``stream``, ``partition``...).
+``MessageTooLarge`` stands for every RESOURCE_EXHAUSTED answer (a full disk too), so it is not
+the log's ``MessageTooLarge``.
 """
 
 from __future__ import annotations
 
 import grpc
 
+from tidelog import errors
 from tidelog.errors import TidelogError
 
 
@@ -17,7 +26,8 @@ class ClientError(TidelogError):
     code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
 
     def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
-        super().__init__(message)
+        # Not super(): the core classes a client type also derives from take the broker's fields.
+        Exception.__init__(self, message)
         if code is not None:
             self.code = code
 
@@ -32,7 +42,7 @@ class AlreadyExists(ClientError):
     code = grpc.StatusCode.ALREADY_EXISTS
 
 
-class InvalidArgument(ClientError):
+class InvalidArgument(ClientError, errors.InvalidArgument):
     code = grpc.StatusCode.INVALID_ARGUMENT
 
 
@@ -40,27 +50,27 @@ class MessageTooLarge(ClientError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
-class StreamEmpty(ClientError):
+class StreamEmpty(ClientError, errors.StreamEmpty):
     """A subscription asked to stop at the latest offset of a partition that holds nothing."""
 
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
-class FailedPrecondition(ClientError):
+class FailedPrecondition(ClientError, errors.FailedPrecondition):
     """The partition is paused or read-only, or an expected offset did not match."""
 
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
-class PartitionReadonly(FailedPrecondition):
+class PartitionReadonly(FailedPrecondition, errors.PartitionReadonly):
     pass
 
 
-class PartitionPaused(FailedPrecondition):
+class PartitionPaused(FailedPrecondition, errors.PartitionPaused):
     pass
 
 
-class IncorrectOffset(FailedPrecondition):
+class IncorrectOffset(FailedPrecondition, errors.IncorrectOffset):
     pass
 
 

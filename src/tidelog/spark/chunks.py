@@ -39,7 +39,7 @@ import pyarrow as pa  # type: ignore[import-untyped]  # no stubs, no py.typed
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from tidelog.client import Message
-from tidelog.spark.errors import SparkSourceError
+from tidelog.errors import SparkSourceError
 from tidelog.spark.sink_options import InputColumns
 
 CHUNKS_PER_BATCH: Final = 1_000_000

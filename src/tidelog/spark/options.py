@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from tidelog.client import DEFAULT_SERVER
-from tidelog.spark.errors import InvalidOption
+from tidelog.errors import InvalidOption
 
 EARLIEST: Final = -2
 """In offset JSON and :class:`OffsetSpec`: the oldest retained offset of the partition."""

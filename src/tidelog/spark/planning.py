@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from math import ceil
 from typing import Any
 
-from tidelog.spark.errors import InvalidOption, UnknownPartition
+from tidelog.errors import InvalidOption, UnknownPartition
 from tidelog.spark.options import EARLIEST, LATEST
 
 

@@ -27,7 +27,7 @@ from tidelog.client import (
     StreamInfo,
     Unavailable,
 )
-from tidelog.spark.errors import OffsetsLost, UnknownStream
+from tidelog.errors import OffsetsLost, UnknownStream
 from tidelog.spark.planning import PartitionBounds
 
 LOG = logging.getLogger("tidelog.spark")

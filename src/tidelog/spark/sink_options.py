@@ -30,7 +30,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from tidelog.spark.errors import InvalidOption, SparkSourceError
+from tidelog.errors import InvalidOption, SparkSourceError
 from tidelog.spark.options import integer_option, parse
 
 DEFAULT_MAX_CHUNK_BYTES: Final = 16 << 20

@@ -43,9 +43,9 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from tidelog.client import Client
+from tidelog.errors import InvalidOption, OffsetsLost
 from tidelog.spark import remote
 from tidelog.spark.arrow import SPARK_SCHEMA_DDL, arrow_batch
-from tidelog.spark.errors import InvalidOption, OffsetsLost
 from tidelog.spark.options import EARLIEST, LATEST, ReadOptions, parse
 from tidelog.spark.planning import (
     OffsetRange,

@@ -7,6 +7,7 @@ sortedcontainers, rocksdict and ``tidelog.errors``.
 
 from typing import TYPE_CHECKING
 
+from tidelog.errors import StoreClosed, StoreError, StoreLayoutMismatch
 from tidelog.store.contract import (
     KeyValueStore,
     SessionEntry,
@@ -15,7 +16,6 @@ from tidelog.store.contract import (
     WindowEntry,
     WindowStore,
 )
-from tidelog.store.errors import StoreClosed, StoreError, StoreLayoutMismatch
 from tidelog.store.memory_kv import InMemoryKeyValueStore
 from tidelog.store.memory_session import InMemorySessionStore
 from tidelog.store.memory_window import InMemoryWindowStore

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
-from tidelog.store.errors import StoreClosed
+from tidelog.errors import StoreClosed
 
 logger = logging.getLogger("tidelog.store")
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from rocksdict import WriteBatch
 
+from tidelog.errors import StoreLayoutMismatch
 from tidelog.store._base import (
     EmptyIterator,
     check_time,
@@ -47,7 +48,6 @@ from tidelog.store.encoding import (
     encode_key,
     encode_time,
 )
-from tidelog.store.errors import StoreLayoutMismatch
 
 _BY_TIME = "by_time"
 _META = "meta"
