@@ -42,7 +42,7 @@ def contents(log: SegmentedLog) -> list[tuple]:
 
 
 def active_base(log: SegmentedLog) -> int:
-    return log._segments[-1].base_offset  # the one segment compaction never touches
+    return log._local.segments[-1].base_offset  # the one segment compaction never touches
 
 
 events_strategy = st.lists(

@@ -140,7 +140,7 @@ def test_a_segment_evicted_before_its_sync_is_still_synced(make_log, monkeypatch
     second = make_log("second", CONFIG, file_cache=cache)
     first.append([b"a" * 100])
     second.append([b"b" * 100])  # evicts the first log's active segment
-    assert not first._active.is_open
+    assert not first._local.active.is_open
     synced: list[str] = []
     from tidelog.log import files
 
@@ -193,7 +193,7 @@ def test_without_the_directory_lock_a_log_holds_no_descriptor_while_idle(make_lo
     cache = FileCache(8)
     log = make_log("idle", CONFIG, file_cache=cache, lock_directory=False)
     log.append([b"x"])
-    log._active.close()
+    log._local.active.close()
     assert len(cache) == 0
     assert [r.value for r in read_forward(log)] == [b"x"]
     assert Message  # the import is used by the subprocess script's twin above

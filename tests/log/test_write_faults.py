@@ -39,10 +39,10 @@ def state(log: SegmentedLog) -> tuple[object, ...]:
         log.segment_count,
         log.size_bytes,
         log.message_count,
-        log._last_timestamp,
-        log._active.base_offset,
-        log._active.size,
-        log._active.count,
+        log._local.last_timestamp,
+        log._local.active.base_offset,
+        log._local.active.size,
+        log._local.active.count,
     )
 
 
@@ -156,7 +156,7 @@ def segment_files(log: SegmentedLog) -> list[str]:
 def reopened_values(log: SegmentedLog, config: LogConfig) -> list[tuple[int, bytes]]:
     """What the log holds after a clean close and reopen (recovery must have nothing to do)."""
     log.close()
-    with SegmentedLog(log.directory, config, file_cache=log._file_cache) as again:
+    with SegmentedLog(log.directory, config, file_cache=log._local.file_cache) as again:
         assert again.recovery_report.clean, again.recovery_report
         return values(again)
 
@@ -170,7 +170,7 @@ def test_a_roll_that_cannot_reopen_the_old_segment_changes_nothing(make_log, whe
     That must fail before the batch goes anywhere, not after the new segment replaced it."""
     config = small()
     log = make_log(config=config, file_cache=FileCache(3))  # one active segment open at a time
-    while log._active.size + 200 <= 4096:
+    while log._local.active.size + 200 <= 4096:
         log.append([b"x" * 150])
     before, contents, names = state(log), values(log), segment_files(log)
     faults.fail(where, op=OPEN, error=errno.EMFILE, times=2)  # the cache's retry fails too
@@ -185,7 +185,7 @@ def test_a_roll_that_cannot_reopen_the_old_segment_changes_nothing(make_log, whe
     faults.clear()
     n = log.next_offset
     assert log.append([b"z" * 1000]) == range(n, n + 1)
-    assert log.segment_count == 2 and log._active.base_offset == n
+    assert log.segment_count == 2 and log._local.active.base_offset == n
     assert reopened_values(log, config) == [*contents, (n, b"z" * 1000)]
 
 
@@ -199,7 +199,7 @@ def log_with_a_tail_left(make_log, config: LogConfig, **kwargs) -> SegmentedLog:
     faults.fail(".log", op=TRUNCATE, error=errno.EIO)
     with pytest.raises(DiskFull):
         log.append([b"b" * 150])
-    assert log._active._cut_pending
+    assert log._local.active._cut_pending
     faults.clear()
     return log
 
@@ -222,12 +222,12 @@ def test_a_tail_not_yet_cut_back_is_cut_before_the_segment_is_sealed(make_log, h
         log.close()
     else:
         assert log.segment_count == 2
-        assert not log._segments[0]._cut_pending
+        assert not log._local.segments[0]._cut_pending
         n = log.next_offset
         assert log.append([b"d" * 150]) == range(n, n + 1)
         contents += [(n, b"d" * 150)]
     first = log.directory / f"{SEGMENT_0}.log"
-    assert first.stat().st_size == log._segments[0].size
+    assert first.stat().st_size == log._local.segments[0].size
     assert reopened_values(log, config) == contents
 
 
@@ -246,7 +246,7 @@ def test_a_roll_whose_pending_cut_fails_again_changes_nothing(make_log, how):
             else:
                 log.roll()
     assert faults.hits and state(log) == before and values(log) == contents
-    assert segment_files(log) == names and log._active._cut_pending
+    assert segment_files(log) == names and log._local.active._cut_pending
     faults.clear()
     assert log.append([b"c" * 3000]) == range(10, 11)
     assert reopened_values(log, config) == [*contents, (10, b"c" * 3000)]
@@ -281,13 +281,13 @@ def test_a_recovery_point_that_cannot_be_written_keeps_the_sealed_segments_unsyn
     log.append([b"a" * 3000])
     faults.fail("recovery-point")
     assert log.append([b"b" * 3000]) == range(1, 2)  # committed: the roll's sync is not the ack
-    assert faults.hits and log._unsynced_sealed and not list(log.directory.glob("*.tmp"))
+    assert faults.hits and log._local.unsynced_sealed and not list(log.directory.glob("*.tmp"))
     faults.fail("recovery-point")
     with pytest.raises(SyncFailed):
         log.flush()
-    assert log._unsynced_sealed
+    assert log._local.unsynced_sealed
     log.flush()
-    assert not log._unsynced_sealed
+    assert not log._local.unsynced_sealed
     assert (log.directory / "recovery-point").read_text() == "0\n"
 
 

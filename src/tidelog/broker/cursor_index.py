@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Final
 
 from tidelog.broker.jsonfile import replace_json
-from tidelog.log import SegmentedLog
+from tidelog.log import CommitLog
 
 LOG = logging.getLogger("tidelog.broker.cursors")
 
@@ -53,7 +53,7 @@ class CursorIndex:
     # -- persistence -----------------------------------------------------------------------------
 
     @classmethod
-    def restore(cls, log: SegmentedLog, directory: Path) -> CursorIndex:
+    def restore(cls, log: CommitLog, directory: Path) -> CursorIndex:
         """The index of ``log``: its snapshot in ``directory`` plus the records after it."""
         index = cls._load(directory, log.high_watermark)
         start = index.covered + 1

@@ -22,7 +22,7 @@ from tidelog.broker.producers import (
     with_producer_header,
 )
 from tidelog.errors import BrokerClosed, PartitionPaused, PartitionReadonly, StreamDeleted
-from tidelog.log import FlushPolicy, LogConfig, Message, SegmentedLog
+from tidelog.log import CommitLog, FlushPolicy, LogConfig, Message, SegmentedLog
 from tidelog.log.filecache import DEFAULT_FILE_CACHE, FileCache
 from tidelog.log.record import PackedValues
 
@@ -110,7 +110,7 @@ class Partition:
         """Set when the server shuts down: subscriptions end so in-flight calls can finish."""
         self.subscribers = 0
         self.stats = PartitionStats(last_activity_monotonic=time.monotonic())
-        self._log: SegmentedLog | None = None
+        self._log: CommitLog | None = None
         self._producers: ProducerTable | None = None
         self._paused_offsets = (-1, -1)  # (high watermark, newest) when last paused
         if paused:
@@ -128,12 +128,12 @@ class Partition:
         return self._log is None
 
     @property
-    def current_log(self) -> SegmentedLog | None:
+    def current_log(self) -> CommitLog | None:
         """The open log object, or None while paused (each resume opens a new one)."""
         return self._log
 
     @property
-    def log(self) -> SegmentedLog:
+    def log(self) -> CommitLog:
         """The open log; raises when the partition is paused or gone."""
         if self.deleted or self.closed:
             raise StreamDeleted(f"stream {self.stream!r} was deleted or the broker is closing")
@@ -162,7 +162,7 @@ class Partition:
         if self._log is None:
             raise PartitionPaused(self.stream, self.number)
 
-    def _open_log(self) -> SegmentedLog:
+    def _open_log(self) -> CommitLog:
         # No per-log directory lock: the broker holds the data directory's (one descriptor, not
         # one per partition), and it never opens a partition's log twice.
         return SegmentedLog(

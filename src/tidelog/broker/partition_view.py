@@ -41,7 +41,7 @@ from typing import Any, Final
 
 from tidelog.broker.jsonfile import replace_json
 from tidelog.errors import InvalidArgument, LogClosed, echo
-from tidelog.log import SegmentedLog
+from tidelog.log import CommitLog
 from tidelog.store import RocksDBKeyValueStore, RocksDBWindowStore
 
 LOG = logging.getLogger("tidelog.broker.views")
@@ -167,7 +167,7 @@ class PartitionView:
 
     # -- applying records ------------------------------------------------------------------------
 
-    def catch_up(self, log: SegmentedLog) -> int:
+    def catch_up(self, log: CommitLog) -> int:
         """Apply every committed record not applied yet; returns how many records were read.
 
         Runs in a worker thread; a log closed underneath (pause, delete, shutdown) ends it early
@@ -181,7 +181,7 @@ class PartitionView:
             except LogClosed:
                 return 0
 
-    def _catch_up_locked(self, log: SegmentedLog) -> int:
+    def _catch_up_locked(self, log: CommitLog) -> int:
         high_watermark = log.high_watermark
         if self._uncertain_until == -1:
             self._uncertain_until = high_watermark

@@ -35,7 +35,7 @@ from typing import Final
 
 from tidelog.broker.jsonfile import replace_json
 from tidelog.errors import InvalidArgument, echo
-from tidelog.log import Message, SegmentedLog
+from tidelog.log import CommitLog, Message
 from tidelog.log.record import PackedValues
 
 LOG = logging.getLogger("tidelog.broker.producers")
@@ -220,7 +220,7 @@ class ProducerTable:
     # -- persistence -----------------------------------------------------------------------------
 
     @classmethod
-    def restore(cls, log: SegmentedLog, directory: Path) -> ProducerTable:
+    def restore(cls, log: CommitLog, directory: Path) -> ProducerTable:
         """The table of ``log``: its snapshot in ``directory`` plus the records after it."""
         table, covered = cls._load(directory, log.newest_offset)
         for batch in log.forward_reader(covered + 1):
@@ -276,7 +276,7 @@ class ProducerTable:
             producers = [[p, b.sequence, b.first_offset, b.count] for p, b in self._entries.items()]
         return {"format": 1, "covered": newest_offset, "producers": producers}
 
-    def save(self, log: SegmentedLog, directory: Path) -> None:
+    def save(self, log: CommitLog, directory: Path) -> None:
         """Write the snapshot if anything changed (the log must be open)."""
         data = self.snapshot(log.newest_offset)
         if data is not None:

@@ -50,7 +50,7 @@ from tidelog.errors import (
     StreamEmpty,
     TidelogError,
 )
-from tidelog.log import ForwardReader, MessageBatch, ReverseReader, SegmentedLog
+from tidelog.log import CommitLog, MessageBatch, Reader
 
 
 class StartPosition(enum.IntEnum):
@@ -162,7 +162,7 @@ class Bounds:
     signal, reverse with a clean end)."""
 
 
-def resolve(log: SegmentedLog, request: SubscribeRequest) -> Bounds:
+def resolve(log: CommitLog, request: SubscribeRequest) -> Bounds:
     """Turn a request's start/stop positions into offsets (all checks happen here, before any
     message is sent). Rules are in ``docs/api.md`` ("Subscribe positions")."""
     if request.start is StartPosition.OFFSET and request.start_offset < 0:
@@ -187,7 +187,7 @@ def resolve(log: SegmentedLog, request: SubscribeRequest) -> Bounds:
 
 
 def _resolve_forward(
-    log: SegmentedLog,
+    log: CommitLog,
     request: SubscribeRequest,
     high_watermark: int,
     stop_offset: int | None,
@@ -217,7 +217,7 @@ def _resolve_forward(
 
 
 def _resolve_reverse(
-    log: SegmentedLog,
+    log: CommitLog,
     request: SubscribeRequest,
     high_watermark: int,
     stop_offset: int | None,
@@ -284,7 +284,7 @@ class Subscription:
         self._log = partition.log  # a pause closes it; a resume opens another: this one is over
         self._reader = self._open_reader(bounds)
 
-    def _open_reader(self, bounds: Bounds) -> ForwardReader | ReverseReader | None:
+    def _open_reader(self, bounds: Bounds) -> Reader | None:
         if bounds.empty:
             return None
         if bounds.reverse:

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from tidelog.log.batch import MessageBatch
+from tidelog.log.compaction import CompactionReport
+from tidelog.log.config import LogConfig
 from tidelog.log.record import Message
 
 
@@ -25,6 +27,12 @@ class Reader(Protocol):
     @property
     def done(self) -> bool:
         """True once the reader has passed its stop bound (or, reverse, the oldest record)."""
+        ...
+
+    @property
+    def next_offset(self) -> int:
+        """Where the next read starts: the lowest offset it may return (forward) or the highest
+        (reverse)."""
         ...
 
     def read(self, max_messages: int = 1000, max_bytes: int = 1 << 20) -> MessageBatch:
@@ -80,7 +88,25 @@ class CommitLog(Protocol):
         """The newest committed offset (-1 while none is): readers see offsets <= this."""
         ...
 
-    def append(self, messages: Sequence[bytes | Message], *, atomic: bool = False) -> range:
+    @property
+    def config(self) -> LogConfig:
+        """The limits, retention and flush policy the log runs with."""
+        ...
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of record data held (index files not counted)."""
+        ...
+
+    def append(
+        self,
+        messages: Sequence[bytes | Message],
+        *,
+        timestamp: int | None = None,
+        expected_offset: int | None = None,
+        atomic: bool = False,
+        guard: AppendGuard | None = None,
+    ) -> range:
         """Append ``messages`` as one batch (one write) and return the offsets they received.
 
         All or nothing: a message over ``max_messages_bytes`` raises ``MessageTooLarge`` and nothing
@@ -88,7 +114,14 @@ class CommitLog(Protocol):
         returns an empty range. A batch never spans segments and is never visible to readers in
         part. ``atomic`` also makes it all or nothing across a crash: recovery keeps all of its
         records or none (without it, a torn write keeps the records written before the tear).
+        ``timestamp`` replaces the clock (never below the newest timestamp); ``expected_offset``
+        appends only if the first message would get that offset (else ``IncorrectOffset``);
+        ``guard`` runs under the log's lock around the write.
         """
+        ...
+
+    def flush(self) -> None:
+        """Sync everything appended so far (with ``always``, that commits it)."""
         ...
 
     def offset_at_or_after_timestamp(self, timestamp: int) -> int | None:
@@ -132,6 +165,22 @@ class CommitLog(Protocol):
         thread that advanced it, outside the log's locks."""
         ...
 
+    def remove_listener(self, listener: Callable[[int], None]) -> None:
+        """Stop calling ``listener``."""
+        ...
+
+    def maintain(self, now_ns: int | None = None) -> list[int]:
+        """Roll an over-age active segment, then apply retention; the base offsets deleted."""
+        ...
+
+    def compact(self) -> CompactionReport:
+        """Keep the latest record per key in the sealed segments (below the high watermark)."""
+        ...
+
     def close(self) -> None:
         """Sync, trim and close; further calls raise ``LogClosed``. Idempotent."""
+        ...
+
+    def delete(self) -> None:
+        """Close without writing and remove the log's directory."""
         ...

@@ -18,6 +18,9 @@ ever cut this way. Everything at or below the recovery point was synced by a rol
 close, which only ever happen between batches; a CONTINUES record there whose batch end is
 missing lost it to compaction (which keeps records, not batches), not to a crash, and stays.
 Trusted segments therefore need no attrs check beyond their O(1) one.
+
+Index repair after open lives here too (:func:`verify_index`): a trusted segment's index is fully
+checked on its first lookup, with the same self-consistency rules and the same scan.
 """
 
 from __future__ import annotations
@@ -31,11 +34,14 @@ from typing import Final
 
 import numpy as np
 
+from tidelog.errors import CorruptRecord
 from tidelog.log import files
 from tidelog.log.compaction import finish_swaps
+from tidelog.log.config import LogConfig
+from tidelog.log.filecache import FileCache
 from tidelog.log.index import ENTRY_SIZE, INDEX_DTYPE, IndexArray, read_index_file, write_index_file
 from tidelog.log.record import HEADER_SIZE, ScannedRecord, scan_records
-from tidelog.log.segment import index_path, log_path
+from tidelog.log.segment import Segment, index_path, log_path
 
 LOG = logging.getLogger("tidelog.log.recovery")
 
@@ -356,3 +362,54 @@ def _cut_torn_batch(
 
 def _bounds(entries: IndexArray) -> IndexArray | None:
     return entries[[0, -1]].copy() if len(entries) else None
+
+
+def open_segments(
+    directory: Path, config: LogConfig, cache: FileCache
+) -> tuple[list[Segment], RecoveryReport]:
+    """The segments of ``directory`` after :func:`recover`, opened (the newest one active)."""
+    recovered, report = recover(directory, read_recovery_point(directory))
+    segments = [
+        Segment(
+            directory,
+            r.base_offset,
+            count=r.count,
+            size=r.size,
+            active=i == len(recovered) - 1,
+            preallocate_bytes=config.index_preallocate_bytes,
+            cache=cache,
+            verified=r.verified,
+            bounds=r.bounds,
+        )
+        for i, r in enumerate(recovered)
+    ]
+    return segments, report
+
+
+def verify_index(segment: Segment) -> None:
+    """Check every index entry of a segment recovery trusted (it got an O(1) check only); a
+    damaged index is rebuilt from the segment file, whose records are CRC-checked. If the file
+    is damaged too, raise ``CorruptRecord`` rather than let reads skip records."""
+    entries = segment.entries(0, segment.count)
+    good = valid_prefix(
+        entries, segment.size, segment.base_offset, segment.base_offset - 1, -(2**63)
+    )
+    if good < len(entries):
+        records, end = scan_file(
+            segment.log_path, 0, segment.size, segment.base_offset - 1, -(2**63)
+        )
+        if end < segment.size:
+            raise CorruptRecord(
+                segment.name,
+                end,
+                f"its index is damaged at entry {good} and the file cannot be read past "
+                f"byte {end} to rebuild it",
+            )
+        segment.replace_index(index_entries(records, segment.base_offset))
+        LOG.warning(
+            "%s: index damaged at entry %d; rebuilt it from the file (%d records)",
+            segment.index_path,
+            good,
+            len(records),
+        )
+    segment.verified = True

@@ -1,0 +1,267 @@
+"""``LogWriter``: the write path of a log: appends, rolls, group commit and the high watermark.
+
+Invariants. Offsets are assigned under the log's lock, densely by ``append`` and strictly
+increasing by ``append_at``; a batch is written whole into one segment or not at all (a roll
+happens before its write, never inside it). The high watermark never decreases and never passes
+what is written: with ``FlushPolicy.ALWAYS`` it is the newest synced offset, otherwise the newest
+written one (in the OS, it survives a process crash). Every advance notifies the lock's condition
+and then the listeners. Syncs run under ``sync_lock`` (taken before the lock), outside the lock,
+so appenders keep writing while an fsync is in flight; whoever holds it syncs everything written
+so far, and appenders waiting for a sync share it (group commit).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from tidelog.errors import IncorrectOffset, OffsetOutOfRange, ResourceExhausted, SyncFailed
+from tidelog.log.compaction import sync_dir
+from tidelog.log.config import FlushPolicy
+from tidelog.log.contract import AppendGuard
+from tidelog.log.local import LocalLog, SegmentChange
+from tidelog.log.record import Message, encode_batch
+from tidelog.log.recovery import write_recovery_point
+from tidelog.log.segment import Segment
+
+LOG = logging.getLogger("tidelog.log")
+
+
+class LogWriter:
+    """Appends to a :class:`LocalLog` and commits what it wrote (see the module's invariants)."""
+
+    def __init__(self, local: LocalLog, clock: Callable[[], int]) -> None:
+        self.local = local
+        self.clock = clock
+        newest = local.next_offset - 1
+        self.high_watermark = newest
+        self.high_watermark_timestamp = local.last_timestamp
+        self.synced = newest
+        self.listeners: list[Callable[[int], None]] = []
+
+    # -- appending -------------------------------------------------------------------------------
+
+    def append(
+        self,
+        messages: Sequence[bytes | Message],
+        *,
+        timestamp: int | None,
+        expected_offset: int | None,
+        atomic: bool,
+        guard: AppendGuard | None,
+    ) -> range:
+        """See ``SegmentedLog.append``."""
+        local = self.local
+        if not messages:
+            with local.lock:
+                local.check_open()
+                return range(local.next_offset, local.next_offset)
+        with local.lock:
+            first = local.next_offset
+            if guard is not None:
+                local.check_open()
+                guard.check(first)
+            if expected_offset is not None and expected_offset != first:
+                local.check_open()
+                raise IncorrectOffset(expected_offset, first)
+            offsets = np.arange(first, first + len(messages), dtype=np.int64)
+            rolled = self._append_locked(messages, offsets, timestamp, atomic=atomic)
+            if guard is not None:
+                guard.written(range(first, first + len(messages)))
+        self._after_append(first + len(messages) - 1, rolled)
+        return range(first, first + len(messages))
+
+    def append_at(
+        self, messages: Sequence[bytes | Message], offsets: Sequence[int], timestamp: int | None
+    ) -> None:
+        """See ``SegmentedLog.append_at``."""
+        if len(offsets) != len(messages):
+            raise ValueError(f"{len(messages)} messages but {len(offsets)} offsets")
+        if not messages:
+            return
+        chosen = np.asarray(offsets, dtype=np.int64)
+        if len(chosen) > 1 and not bool((np.diff(chosen) > 0).all()):
+            raise OffsetOutOfRange("offsets passed to append_at must strictly increase")
+        local = self.local
+        with local.lock:
+            if int(chosen[0]) < local.next_offset:
+                raise OffsetOutOfRange(
+                    f"offset {int(chosen[0])} is not above the log's newest offset "
+                    f"{local.next_offset - 1}"
+                )
+            rolled = self._append_locked(messages, chosen, timestamp)
+        self._after_append(int(chosen[-1]), rolled)
+
+    def _append_locked(
+        self,
+        messages: Sequence[bytes | Message],
+        offsets: np.ndarray,
+        timestamp: int | None,
+        *,
+        atomic: bool = False,
+    ) -> bool:
+        local = self.local
+        local.check_open()
+        config = local.config
+        now = self.clock() if timestamp is None else timestamp
+        stamp = max(now, local.last_timestamp)
+        batch = encode_batch(messages, offsets, stamp, config.max_message_bytes, atomic=atomic)
+        # A roll happens before the batch is written, never inside it: a batch (an atomic one
+        # included) always lies whole in one segment. The new segment only replaces the active
+        # one once the batch is in it and the old one is sealed: a failed append (a full disk, no
+        # descriptors) leaves no trace of the roll. Sealing needs the old segment's files (the new
+        # one may just have evicted them) and a pending cut done: both can fail, so both happen
+        # before the batch is written, and the seal after it cannot fail.
+        target, change = self._target_segment(
+            len(batch.data), stamp, int(offsets[0]), int(offsets[-1])
+        )
+        old = local.active
+        try:
+            if change is SegmentChange.ROLL:
+                with old.held_open():
+                    old.finish_cut()
+                    target.append(batch)
+                    old.seal()
+            else:
+                target.append(batch)
+        except BaseException:
+            if change is not SegmentChange.NONE:
+                target.delete()
+            raise
+        rolled = local.install(old, target, change)
+        newest = int(offsets[-1])
+        local.next_offset = newest + 1
+        local.last_timestamp = stamp
+        if config.flush_policy is not FlushPolicy.ALWAYS:
+            self.high_watermark = newest
+            self.high_watermark_timestamp = stamp
+            local.committed.notify_all()
+        return rolled
+
+    def _after_append(self, newest: int, rolled: bool) -> None:
+        if self.local.config.flush_policy is FlushPolicy.ALWAYS:
+            self.sync_through(newest)  # commits, then notifies
+            return
+        self.notify(newest)  # committed already: tell readers before any roll sync
+        if rolled:
+            # The sealed segment, so recovery can trust it. The batch is committed whatever
+            # happens here: a failure (a full disk for the recovery point) must not make its
+            # append look failed; the segment stays unsynced and the next sync retries it.
+            try:
+                self.sync_through(newest)
+            except (OSError, ResourceExhausted) as error:
+                LOG.warning("%s: syncing the segment sealed by a roll failed: %s", self, error)
+
+    def _target_segment(
+        self, incoming: int, now: int, next_base: int, last: int
+    ) -> tuple[Segment, SegmentChange]:
+        """The segment a batch goes to: the active one, or a new one that rolls it or replaces
+        it (not yet installed: see ``LocalLog.install``)."""
+        local = self.local
+        active = local.active
+        if not active.count:
+            if active.base_offset < next_base:
+                # An empty active segment takes the base of the first offset written to it
+                # (gap-free naming after ``append_at`` leaves a gap at a segment start).
+                return local.new_segment(next_base), SegmentChange.REPLACE
+            return active, SegmentChange.NONE
+        config = local.config
+        oldest = active.oldest_timestamp
+        too_old = oldest is not None and now - oldest >= config.segment_max_age_s * 1e9
+        too_far = last - active.base_offset > 0xFFFFFFFF  # relative offsets are u32
+        full = active.size + incoming > config.segment_max_bytes
+        if not (full or too_old or too_far):
+            return active, SegmentChange.NONE
+        return local.new_segment(next_base), SegmentChange.ROLL
+
+    def roll(self) -> None:
+        """Seal the active segment now (if it holds anything) and start a new one."""
+        local = self.local
+        with local.lock:
+            local.check_open()
+            if not local.active.count:
+                return
+            local.roll(local.next_offset)
+            newest = local.next_offset - 1
+        self.sync_through(newest)
+
+    # -- durability ------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Sync everything appended so far (and, with ``ALWAYS``, commit it)."""
+        local = self.local
+        with local.lock:
+            if local.closed:
+                return
+            newest = local.next_offset - 1
+        self.sync_through(newest)
+
+    def sync_through(self, offset: int) -> None:
+        local = self.local
+        with local.sync_lock:
+            with local.lock:
+                if local.closed:
+                    return
+                if self.synced >= offset and not local.unsynced_sealed:
+                    return
+                target = local.next_offset - 1
+                target_timestamp = local.last_timestamp
+                sealed, local.unsynced_sealed = local.unsynced_sealed, []
+                active = local.active if target > self.synced else None
+            try:
+                for segment in sealed:
+                    segment.sync_all()
+                if active is not None:
+                    active.sync()
+                if sealed:
+                    sync_dir(local.directory)
+                    write_recovery_point(local.directory, max(s.newest_offset for s in sealed))
+            except BaseException as error:
+                with local.lock:  # still unsynced: the next sync tries them again
+                    again = [s for s in sealed if s in local.segments]
+                    local.unsynced_sealed = again + local.unsynced_sealed
+                if isinstance(error, ResourceExhausted) and not isinstance(error, SyncFailed):
+                    # A recovery point that could not be written, a segment that could not be
+                    # reopened: what this sync covers was written all the same.
+                    raise SyncFailed(error.resource, error.path, error.reason) from error
+                raise
+            with local.lock:
+                self.synced = max(self.synced, target)
+                advanced = (
+                    local.config.flush_policy is FlushPolicy.ALWAYS and target > self.high_watermark
+                )
+                if advanced:
+                    self.high_watermark = target
+                    self.high_watermark_timestamp = target_timestamp
+                    local.committed.notify_all()
+        if advanced:
+            self.notify(target)
+
+    # -- committed-offset notification -----------------------------------------------------------
+
+    def add_listener(self, listener: Callable[[int], None]) -> None:
+        with self.local.lock:
+            self.listeners = [*self.listeners, listener]
+
+    def remove_listener(self, listener: Callable[[int], None]) -> None:
+        with self.local.lock:
+            self.listeners = [x for x in self.listeners if x != listener]
+
+    def notify(self, high_watermark: int) -> None:
+        for listener in self.listeners:
+            listener(high_watermark)
+
+    def wait_for_offset(self, offset: int, timeout: float | None = None) -> bool:
+        local = self.local
+        with local.lock:
+            return (
+                local.committed.wait_for(
+                    lambda: local.closed or self.high_watermark >= offset, timeout
+                )
+                and not local.closed
+            )
+
+    def __repr__(self) -> str:
+        return repr(self.local)
