@@ -33,7 +33,7 @@ import grpc
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog.broker.cursor_index import VALUE
-from tidelog.log import LogConfig, Message, SegmentedLog
+from tidelog.log import LogConfig, NewRecord, SegmentedLog
 from tidelog.process import ServerProcess
 
 CURSORS = 1000
@@ -56,11 +56,11 @@ def write_updates(data: Path, updates: int) -> int:
     start_server(data).stop()  # creates the stream layout and __cursors
     log = SegmentedLog(data / "streams" / "__cursors" / "0", LogConfig())
     try:
-        batch: list[bytes | Message] = []
+        batch: list[bytes | NewRecord] = []
         for i in range(updates):
             # consumer-0 is written once, first; the others take turns after it.
             cursor = "consumer-0" if i == 0 else f"consumer-{1 + (i - 1) % (CURSORS - 1)}"
-            batch.append(Message(VALUE.pack(i), key=key_of(cursor)))
+            batch.append(NewRecord(VALUE.pack(i), key=key_of(cursor)))
             if len(batch) == 10_000:
                 log.append(batch)
                 batch = []

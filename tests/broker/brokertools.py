@@ -20,7 +20,7 @@ from tests.broker.subscribe_model import End, Rec
 from tidelog.broker import Broker, BrokerConfig, SubscriberState, Subscription
 from tidelog.broker.subscription import SubscribeRequest
 from tidelog.errors import InvalidArgument, StopReached, StreamEmpty
-from tidelog.log import FlushPolicy, LogConfig, Message
+from tidelog.log import FlushPolicy, LogConfig, NewRecord
 
 T = TypeVar("T")
 
@@ -175,7 +175,7 @@ class Partition0:
         for offsets in batches:
             self.last_timestamp += MS
             stamp = self.last_timestamp
-            messages = [Message(value_of(o, self.value_bytes), key=key_of(o)) for o in offsets]
+            messages = [NewRecord(value_of(o, self.value_bytes), key=key_of(o)) for o in offsets]
             first = log.next_offset
             if list(offsets) == list(range(first, first + len(offsets))):
                 assert list(log.append(messages, timestamp=stamp)) == list(offsets)

@@ -9,7 +9,7 @@ from pathlib import Path
 from tests.broker.brokertools import broker_config, running
 
 from tidelog.broker import CURSORS_STREAM, StreamConfig
-from tidelog.log import Message
+from tidelog.log import NewRecord
 
 
 def test_maintenance_compacts_streams_that_ask_for_it(tmp_path: Path) -> None:
@@ -20,7 +20,7 @@ def test_maintenance_compacts_streams_that_ask_for_it(tmp_path: Path) -> None:
             broker.create_stream("plain", StreamConfig(segment_max_bytes=4096))
             for stream in ("kv", "plain"):
                 for i in range(200):
-                    await broker.publish(stream, 0, [Message(b"v%d" % i, key=b"k%d" % (i % 5))])
+                    await broker.publish(stream, 0, [NewRecord(b"v%d" % i, key=b"k%d" % (i % 5))])
             await broker.maintain()
             kv = [r.offset for r in broker.partition("kv", 0).log.forward_reader(0).records()]
             plain = list(broker.partition("plain", 0).log.forward_reader(0).records())

@@ -11,7 +11,7 @@ from tests.broker.brokertools import broker_config, running
 
 from tidelog.broker import CURSORS_STREAM
 from tidelog.broker.cursor_index import SNAPSHOT_FILE, VALUE, CursorIndex
-from tidelog.log import LogConfig, Message, SegmentedLog
+from tidelog.log import LogConfig, NewRecord, SegmentedLog
 
 
 def cursor_dir(data: Path) -> Path:
@@ -56,7 +56,9 @@ def test_records_after_the_snapshot_are_replayed(tmp_path: Path) -> None:
     # Records the snapshot does not cover (as after a crash between snapshots).
     log = SegmentedLog(cursor_dir(tmp_path), LogConfig())
     try:
-        log.append([Message(VALUE.pack(42), key=b"a,orders,0"), Message(VALUE.pack(3), key=b"z")])
+        log.append(
+            [NewRecord(VALUE.pack(42), key=b"a,orders,0"), NewRecord(VALUE.pack(3), key=b"z")]
+        )
         restored = CursorIndex.restore(log, cursor_dir(tmp_path))
     finally:
         log.close()

@@ -24,7 +24,7 @@ from tidelog.broker.partition_view import (
     window_start,
 )
 from tidelog.errors import InvalidArgument
-from tidelog.log import FlushPolicy, LogConfig, Message, SegmentedLog
+from tidelog.log import FlushPolicy, LogConfig, NewRecord, SegmentedLog
 
 MS = 1_000_000
 TABLE = ViewSpec("t", ViewKind.TABLE)
@@ -42,7 +42,7 @@ def open_log(directory: Path, **config: object) -> SegmentedLog:
 
 def append(log: SegmentedLog, rows: list[Row]) -> None:
     for key, value, millis in rows:
-        log.append([Message(value, key=key)], timestamp=millis * MS)
+        log.append([NewRecord(value, key=key)], timestamp=millis * MS)
 
 
 def table_model(log_rows: list[tuple[int, Row]]) -> dict[bytes, tuple[int, bytes]]:

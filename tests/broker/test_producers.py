@@ -23,7 +23,7 @@ from tidelog.broker.producers import (
     encode_producer,
 )
 from tidelog.errors import IncorrectOffset, InvalidArgument
-from tidelog.log import FlushPolicy, LogConfig, Message, SegmentedLog
+from tidelog.log import FlushPolicy, LogConfig, NewRecord, SegmentedLog
 from tidelog.log.record import PackedValues
 
 
@@ -152,13 +152,13 @@ def test_the_reserved_header_is_refused_everywhere(tmp_path: Path) -> None:
     async def body() -> None:
         async with running(broker_config(tmp_path)) as broker:
             broker.create_stream("s")
-            forged = [b"a", Message(b"b", headers={"h": b"", PRODUCER_HEADER: b"forged"})]
+            forged = [b"a", NewRecord(b"b", headers={"h": b"", PRODUCER_HEADER: b"forged"})]
             with pytest.raises(InvalidArgument, match=r"message 1 .* reserved"):
                 await broker.publish("s", 0, forged)
             with pytest.raises(InvalidArgument, match="reserved"):
                 await broker.publish_idempotent("s", 0, forged, "p", 0)
             assert stored_values(broker) == []
-            await broker.publish("s", 0, [Message(b"c", headers={"_producer": b"fine"})])
+            await broker.publish("s", 0, [NewRecord(b"c", headers={"_producer": b"fine"})])
             assert stored_values(broker) == [b"c"]
 
     asyncio.run(body())
@@ -249,10 +249,10 @@ def test_records_after_the_snapshot_are_replayed(tmp_path: Path) -> None:
     publish_some(tmp_path)
     with SegmentedLog(partition_dir(tmp_path), LogConfig()) as log:
         log.append(
-            [b"h", Message(b"i", headers={PRODUCER_HEADER: encode_producer("q", 8, 2)})],
+            [b"h", NewRecord(b"i", headers={PRODUCER_HEADER: encode_producer("q", 8, 2)})],
             atomic=True,
         )
-        log.append([Message(b"j", headers={"other": b""})])
+        log.append([NewRecord(b"j", headers={"other": b""})])
         restored = ProducerTable.restore(log, partition_dir(tmp_path))
     assert restored.replayed == 3
     stored = restored.get("q")

@@ -11,7 +11,7 @@ from tests.broker.brokertools import broker_config, running
 
 from tidelog.broker import StreamConfig
 from tidelog.errors import IncorrectOffset, MessageTooLarge, PartitionReadonly, StreamNotFound
-from tidelog.log import Message
+from tidelog.log import NewRecord
 
 OCC = StreamConfig(optimistic_concurrency=True)
 
@@ -80,7 +80,7 @@ def test_a_message_over_the_limit_is_refused_with_both_sizes(tmp_path: Path) -> 
         async with running(broker_config(tmp_path)) as broker:
             broker.create_stream("s", StreamConfig(max_message_bytes=1000))
             await broker.publish("s", 0, [b"x" * 1000])  # at the limit: accepted
-            batch = [b"small", Message(b"v" * 990, key=b"k" * 11), b"small"]
+            batch = [b"small", NewRecord(b"v" * 990, key=b"k" * 11), b"small"]
             with pytest.raises(MessageTooLarge) as raised:
                 await broker.publish("s", 0, batch)
             assert (raised.value.size, raised.value.limit, raised.value.index) == (1001, 1000, 1)

@@ -17,7 +17,7 @@ from pathlib import Path
 from hypothesis import Phase
 
 from tidelog.errors import TidelogWarning
-from tidelog.log import LogConfig, Message, Record, SegmentedLog
+from tidelog.log import LogConfig, NewRecord, Record, SegmentedLog
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -74,9 +74,9 @@ def payload(offset: int, size: int | None = None) -> bytes:
     return (stem * (size // len(stem) + 1))[:size]
 
 
-def message_for(offset: int) -> Message:
+def message_for(offset: int) -> NewRecord:
     """A whole message (value, key, headers) derivable from its offset alone."""
-    return Message(
+    return NewRecord(
         payload(offset, 20 + (offset * 7919) % 700),
         key=b"k%d" % offset if offset % 3 else None,
         headers={"o": b"%d" % offset, "n": b""} if offset % 5 == 0 else {},
@@ -206,7 +206,7 @@ def fill(log: SegmentedLog, count: int, *, first_ts: int = 1_000) -> list[Expect
         n = min(count, 1 + first % 5)
         offsets = range(first, first + n)
         messages = [
-            Message(
+            NewRecord(
                 payload(o),
                 key=b"%d" % o if o % 2 else None,
                 headers={"o": b"%d" % o} if o % 3 == 0 else {},

@@ -29,7 +29,7 @@ from logtools import (
     segment_logs,
 )
 
-from tidelog.log import FlushPolicy, LogConfig, Message, SegmentedLog
+from tidelog.log import FlushPolicy, LogConfig, NewRecord, SegmentedLog
 from tidelog.log.record import encode_batch
 from tidelog.log.recovery import read_recovery_point
 
@@ -56,12 +56,12 @@ def attrs_of(path: Path) -> list[int]:
     return out
 
 
-def message(offset: int, size: int) -> Message:
+def message(offset: int, size: int) -> NewRecord:
     value = (b"<%d>" % offset * (size // 3 + 1))[:size]
-    return Message(value, key=b"k%d" % offset if offset % 2 else None)
+    return NewRecord(value, key=b"k%d" % offset if offset % 2 else None)
 
 
-def as_expected(offset: int, timestamp: int, m: Message) -> Expected:
+def as_expected(offset: int, timestamp: int, m: NewRecord) -> Expected:
     return Expected(offset, timestamp, m.value, m.key, tuple(m.headers.items()))
 
 
@@ -198,9 +198,11 @@ def test_a_continues_record_at_or_below_the_recovery_point_is_never_cut(make_log
     (O(1) check) or scanned record by record (its index lost)."""
     log = make_log(config=config(4 * KiB))
     log.append(
-        [Message(b"a" * 1500, key=b"a"), Message(b"b" * 1500, key=b"b")], timestamp=10, atomic=True
+        [NewRecord(b"a" * 1500, key=b"a"), NewRecord(b"b" * 1500, key=b"b")],
+        timestamp=10,
+        atomic=True,
     )
-    log.append([Message(b"b2" * 700, key=b"b")], timestamp=20)  # rolls; supersedes b
+    log.append([NewRecord(b"b2" * 700, key=b"b")], timestamp=20)  # rolls; supersedes b
     log.roll()
     log.compact()
     log.close()

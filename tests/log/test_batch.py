@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 from logtools import Expected, as_expected
 
-from tidelog.log import Message, MessageBatch
+from tidelog.log import MessageBatch, NewRecord
 from tidelog.log.record import encode_batch, verify_records
 
 MESSAGES = [
     b"first",
-    Message(b"second", key=b"k2"),
-    Message(b"", key=b"", headers={"b": b"1", "a": b""}),
-    Message(b"fourth" * 10, headers={"only": b"h"}),
+    NewRecord(b"second", key=b"k2"),
+    NewRecord(b"", key=b"", headers={"b": b"1", "a": b""}),
+    NewRecord(b"fourth" * 10, headers={"only": b"h"}),
 ]
 
 
@@ -57,7 +57,7 @@ def test_fields_and_records_in_delivery_order():
 
 
 def test_batch_without_any_headers_gives_empty_mappings():
-    batch = make_batch([b"a", Message(b"b", key=b"k")])
+    batch = make_batch([b"a", NewRecord(b"b", key=b"k")])
     assert [dict(h) for h in batch.headers()] == [{}, {}]
 
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidelog.log import FlushPolicy, LogConfig, Message, SegmentedLog
+from tidelog.log import FlushPolicy, LogConfig, NewRecord, SegmentedLog
 
 CONFIG = LogConfig(segment_max_bytes=4096, flush_policy=FlushPolicy.NEVER)
 
@@ -21,7 +21,7 @@ def fill(log: SegmentedLog, events: list[tuple[bytes | None, bytes]]) -> list[tu
     stored = []
     for i in range(0, len(events), 3):
         chunk = events[i : i + 3]
-        offsets = log.append([Message(v, key=k) for k, v in chunk])
+        offsets = log.append([NewRecord(v, key=k) for k, v in chunk])
         stored += [(o, k, v) for o, (k, v) in zip(offsets, chunk, strict=True)]
     return stored
 

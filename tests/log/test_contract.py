@@ -12,7 +12,7 @@ import pytest
 from logtools import read_forward, read_reverse
 
 from tidelog.errors import LogClosed, OffsetOutOfRange, TidelogWarning
-from tidelog.log import FlushPolicy, LogConfig, Message
+from tidelog.log import FlushPolicy, LogConfig, NewRecord
 
 WAIT = 10.0
 
@@ -337,7 +337,7 @@ def test_swapped_bounds_give_an_empty_result_and_a_warning(backend):
     """STYLE.md habit 2 and ``TidelogWarning``'s docstring: swapped bounds give an empty result
     and a warning."""
     log = backend()
-    log.append([Message(str(i).encode()) for i in range(10)])
+    log.append([NewRecord(str(i).encode()) for i in range(10)])
     with pytest.warns(TidelogWarning):
         forward = log.forward_reader(7, stop_offset=3)
     assert not forward.read() and forward.done

@@ -43,14 +43,14 @@ from logtools import (
 )
 
 from tidelog.errors import MessageTooLarge
-from tidelog.log import FlushPolicy, LogConfig, Message, SegmentedLog
+from tidelog.log import FlushPolicy, LogConfig, NewRecord, SegmentedLog
 
 MAX_MESSAGE = 1500
 
 keys = st.none() | st.binary(max_size=12)
 headers = st.dictionaries(st.text(max_size=6), st.binary(max_size=8), max_size=3)
 values = st.one_of(st.binary(max_size=40), st.binary(min_size=200, max_size=1200))
-messages = st.builds(Message, values, keys, headers)
+messages = st.builds(NewRecord, values, keys, headers)
 batches = st.lists(st.one_of(values, messages), min_size=1, max_size=6)
 
 
@@ -86,7 +86,7 @@ class LogMachine(RuleBasedStateMachine):
     def store(self, offsets, batch, timestamp) -> None:
         stamp = max(timestamp, self.last_timestamp)
         for offset, m in zip(offsets, batch, strict=True):
-            m = m if isinstance(m, Message) else Message(m)
+            m = m if isinstance(m, NewRecord) else NewRecord(m)
             self.model.append(Expected(offset, stamp, m.value, m.key, tuple(m.headers.items())))
         self.last_timestamp = stamp
         self.next_offset = offsets[-1] + 1
@@ -310,9 +310,9 @@ class LogMachine(RuleBasedStateMachine):
         self.next_offset = self.log.next_offset
         self.check_everything()
         self.now += 1
-        offsets = self.log.append([b"after crash", Message(b"2", key=b"k")])
+        offsets = self.log.append([b"after crash", NewRecord(b"2", key=b"k")])
         assert offsets == range(self.next_offset, self.next_offset + 2)
-        self.store(list(offsets), [b"after crash", Message(b"2", key=b"k")], self.now)
+        self.store(list(offsets), [b"after crash", NewRecord(b"2", key=b"k")], self.now)
         self.check_everything()
 
     @invariant()

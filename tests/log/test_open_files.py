@@ -15,7 +15,7 @@ import threading
 import pytest
 from logtools import read_forward, read_reverse
 
-from tidelog.log import FlushPolicy, LogConfig, Message, SegmentedLog
+from tidelog.log import FlushPolicy, LogConfig, NewRecord, SegmentedLog
 from tidelog.log.filecache import FileCache
 
 CONFIG = LogConfig(
@@ -26,7 +26,7 @@ SCRIPT = textwrap.dedent(
     """
     import os, resource, sys
     from pathlib import Path
-    from tidelog.log import FlushPolicy, LogConfig, Message, SegmentedLog
+    from tidelog.log import FlushPolicy, LogConfig, NewRecord, SegmentedLog
 
     root, phase = Path(sys.argv[1]), sys.argv[2]
     LOGS, SEGMENTS, LIMIT, CAPACITY = 20, 100, 256, 128
@@ -56,7 +56,7 @@ SCRIPT = textwrap.dedent(
         for n in range(SEGMENTS):
             for i, log in enumerate(logs):
                 key = b"k" if n % 2 else None
-                log.append([Message(value(i, n), key=key)])
+                log.append([NewRecord(value(i, n), key=key)])
         for log in logs:
             log.close()
         print("written")
@@ -196,7 +196,7 @@ def test_without_the_directory_lock_a_log_holds_no_descriptor_while_idle(make_lo
     log._local.active.close()
     assert len(cache) == 0
     assert [r.value for r in read_forward(log)] == [b"x"]
-    assert Message  # the import is used by the subprocess script's twin above
+    assert NewRecord  # the import is used by the subprocess script's twin above
 
 
 class FakeSegment:

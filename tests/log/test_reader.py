@@ -22,7 +22,7 @@ from logtools import (
 )
 
 from tidelog.errors import LogClosed, TidelogWarning
-from tidelog.log import FlushPolicy, LogConfig, Message, SegmentedLog
+from tidelog.log import FlushPolicy, LogConfig, NewRecord, SegmentedLog
 
 SEGMENT_SIZES = [4 * KiB, 16 * KiB, 1 * MiB]
 DIRECTIONS = ["forward", "reverse"]
@@ -38,7 +38,7 @@ def build(log: SegmentedLog) -> list[Expected]:
 
     def add(offsets, sizes, *, keyed=False, chosen=False):
         messages = [
-            Message(
+            NewRecord(
                 payload(o, s),
                 key=(b"k%d" % o if o % 3 else b"") if keyed else None,
                 headers={"o": b"%d" % o, "a": b""} if keyed and o % 2 else {},

@@ -10,7 +10,7 @@ from crc32c import crc32c
 from logtools import Expected, as_expected, record_size
 
 from tidelog.errors import CorruptRecord, MessageTooLarge
-from tidelog.log import FlushPolicy, LogConfig, Message
+from tidelog.log import FlushPolicy, LogConfig, NewRecord
 from tidelog.log.batch import MessageBatch
 from tidelog.log.record import (
     HEADER_SIZE,
@@ -50,23 +50,25 @@ ROUND_TRIP_CASES = {
     "plain bytes": [b"a", b"bb", b"ccc"],
     "empty values": [b"", b"", b"x", b""],
     "key none vs empty vs set": [
-        Message(b"v1"),
-        Message(b"v2", key=b""),
-        Message(b"v3", key=b"k3"),
-        Message(b"", key=b""),
+        NewRecord(b"v1"),
+        NewRecord(b"v2", key=b""),
+        NewRecord(b"v3", key=b"k3"),
+        NewRecord(b"", key=b""),
     ],
     "ordered headers": [
-        Message(b"v", headers={"z": b"1", "a": b"2", "m": b""}),
-        Message(b"w", key=b"k", headers={"a": b"", "z": b"zz"}),
+        NewRecord(b"v", headers={"z": b"1", "a": b"2", "m": b""}),
+        NewRecord(b"w", key=b"k", headers={"a": b"", "z": b"zz"}),
     ],
     "unicode header names and binary values": [
-        Message(b"\x00\xff" * 10, key=b"\x00", headers={"ünïcødé": b"\x00\x01", "": b"empty name"}),
+        NewRecord(
+            b"\x00\xff" * 10, key=b"\x00", headers={"ünïcødé": b"\x00\x01", "": b"empty name"}
+        ),
     ],
     "mixed bytes and messages": [
         b"plain",
-        Message(b"msg", key=b"k"),
+        NewRecord(b"msg", key=b"k"),
         b"",
-        Message(b"h", headers={"x": b"y"}),
+        NewRecord(b"h", headers={"x": b"y"}),
     ],
 }
 
@@ -78,7 +80,7 @@ def test_encode_decode_round_trip(messages):
 
     expected = []
     for i, m in enumerate(messages):
-        m = m if isinstance(m, Message) else Message(m)
+        m = m if isinstance(m, NewRecord) else NewRecord(m)
         expected.append(Expected(40 + i, 123_456, m.value, m.key, tuple(m.headers.items())))
     assert as_expected(decoded.records()) == expected
     assert decoded.values() == [e.value for e in expected]
@@ -89,28 +91,30 @@ def test_encode_decode_round_trip(messages):
 @pytest.mark.parametrize("messages", ROUND_TRIP_CASES.values(), ids=ROUND_TRIP_CASES.keys())
 def test_sizes_follow_the_documented_layout(messages):
     batch = encode(messages)
-    msgs = [m if isinstance(m, Message) else Message(m) for m in messages]
+    msgs = [m if isinstance(m, NewRecord) else NewRecord(m) for m in messages]
     assert batch.sizes.tolist() == [record_size(m.value, m.key, m.headers) for m in msgs]
     assert len(raw(batch)) == sum(batch.sizes.tolist())
 
 
 def test_key_none_and_empty_key_stay_distinct():
-    decoded = decode(encode([Message(b"v"), Message(b"v", key=b"")]))
+    decoded = decode(encode([NewRecord(b"v"), NewRecord(b"v", key=b"")]))
     assert decoded.keys() == [None, b""]
 
 
 def test_header_order_is_stored_order_not_sorted_order():
     names = ["zeta", "alpha", "mid", "beta"]
-    decoded = decode(encode([Message(b"v", headers={n: n.encode() for n in names})]))
+    decoded = decode(encode([NewRecord(b"v", headers={n: n.encode() for n in names})]))
     assert list(decoded.headers()[0]) == names
 
 
 def test_message_without_key_or_headers_encodes_like_plain_bytes():
-    assert raw(encode([Message(b"value")])) == raw(encode([b"value"]))
+    assert raw(encode([NewRecord(b"value")])) == raw(encode([b"value"]))
 
 
 def test_header_fields_are_little_endian_as_documented():
-    batch = encode([Message(b"val", key=b"ke", headers={"h": b"1"})], first_offset=7, timestamp=99)
+    batch = encode(
+        [NewRecord(b"val", key=b"ke", headers={"h": b"1"})], first_offset=7, timestamp=99
+    )
     crc, size, offset, timestamp, magic, attrs, hcount, keylen, vallen = struct.unpack_from(
         "<IIqqBBHii", raw(batch)
     )
@@ -154,13 +158,13 @@ def test_gather_headers_reads_every_record_header():
 def test_message_exactly_at_the_limit_is_accepted():
     value = b"x" * 100
     batch = encode(
-        [Message(value, key=b"k" * 10, headers={"h": b"v"})], limit=100 + 10 + 2 + 1 + 4 + 1
+        [NewRecord(value, key=b"k" * 10, headers={"h": b"v"})], limit=100 + 10 + 2 + 1 + 4 + 1
     )
     assert len(batch.sizes) == 1
 
 
 def test_message_too_large_names_both_sizes_and_the_message():
-    messages = [b"ok", Message(b"v" * 50, key=b"k" * 10, headers={"hh": b"123"}), b"x" * 500]
+    messages = [b"ok", NewRecord(b"v" * 50, key=b"k" * 10, headers={"hh": b"123"}), b"x" * 500]
     with pytest.raises(MessageTooLarge) as raised:
         encode(messages, limit=60)
     error = raised.value
@@ -172,7 +176,7 @@ def test_message_too_large_names_both_sizes_and_the_message():
 
 def test_headers_count_toward_the_limit():
     with pytest.raises(MessageTooLarge) as raised:
-        encode([Message(b"", headers={"name": b"v" * 10})], limit=19)
+        encode([NewRecord(b"", headers={"name": b"v" * 10})], limit=19)
     assert raised.value.size == 2 + 4 + 4 + 10
 
 
@@ -186,7 +190,7 @@ def test_message_too_large_writes_nothing_to_the_log(make_log, policy):
         log.append([b"fine", b"y" * 101, b"also fine"])
     assert (raised.value.size, raised.value.limit, raised.value.index) == (101, 100, 1)
     with pytest.raises(MessageTooLarge):
-        log.append_at([Message(b"z" * 90, key=b"k" * 11)], [5])
+        log.append_at([NewRecord(b"z" * 90, key=b"k" * 11)], [5])
 
     assert {p.name: p.stat().st_size for p in log.directory.glob("*.log")} == sizes_before
     assert (log.next_offset, log.high_watermark, log.message_count) == (1, 0, 1)
@@ -198,7 +202,7 @@ def test_message_too_large_writes_nothing_to_the_log(make_log, policy):
 
 
 def test_verify_rejects_every_single_bit_flip_in_a_record():
-    batch = encode([Message(b"val", key=b"k", headers={"h": b"v"}), b"second"], first_offset=3)
+    batch = encode([NewRecord(b"val", key=b"k", headers={"h": b"v"}), b"second"], first_offset=3)
     first_size = int(batch.sizes[0])
     for position in range(len(raw(batch))):
         for bit in (0, 3, 7):
@@ -298,7 +302,7 @@ def scan(data, previous_offset=-1, previous_timestamp=0):
 
 def test_scan_finds_every_record_of_intact_data():
     a = encode(
-        [b"one", Message(b"two", key=b"k", headers={"h": b"v"})], first_offset=0, timestamp=5
+        [b"one", NewRecord(b"two", key=b"k", headers={"h": b"v"})], first_offset=0, timestamp=5
     )
     b = encode([b"three"], offsets=[9], timestamp=6)
     data = raw(a) + raw(b)

@@ -8,13 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidelog.log import record
-from tidelog.log.record import Message, encode_batch
+from tidelog.log.record import NewRecord, encode_batch
 
 messages = st.lists(
     st.one_of(
         st.binary(max_size=64),
         st.builds(
-            Message,
+            NewRecord,
             st.binary(max_size=64),
             key=st.one_of(st.none(), st.binary(max_size=8)),
             headers=st.dictionaries(st.text(max_size=4), st.binary(max_size=4), max_size=3),
@@ -28,7 +28,7 @@ messages = st.lists(
 @settings(max_examples=200, deadline=None)
 @given(batch=messages, first=st.integers(0, 2**40), timestamp=st.integers(0, 2**62))
 def test_small_batch_bytes_equal_the_vectorised_layout(
-    batch: list[bytes | Message], first: int, timestamp: int
+    batch: list[bytes | NewRecord], first: int, timestamp: int
 ) -> None:
     offsets = np.arange(first, first + len(batch), dtype=np.int64)
     small = encode_batch(batch, offsets, timestamp, 1 << 20)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tidelog.errors import DiskFull
-from tidelog.log import Message
+from tidelog.log import NewRecord
 from tidelog.log.filecache import FileCache
 from tidelog.log.files import faults
 from tidelog.log.index import ENTRY_SIZE, read_index_file
@@ -49,7 +49,7 @@ def test_an_empty_segment(segment):
 
 def test_append_writes_records_back_to_back_and_indexes_them(segment):
     first = batch([100, 101, 102], 1_000)
-    second = batch([103], 2_000, [Message(b"v", key=b"k", headers={"h": b"x"})])
+    second = batch([103], 2_000, [NewRecord(b"v", key=b"k", headers={"h": b"x"})])
     segment.append(first)
     segment.append(second)
     data = bytes(first.data) + bytes(second.data)

@@ -10,7 +10,7 @@ import pytest
 from logtools import Expected, read_forward, read_reverse, segment_logs
 
 from tidelog.errors import IncorrectOffset, LogClosed, LogLocked
-from tidelog.log import FlushPolicy, LogConfig, Message, SegmentedLog, open_log
+from tidelog.log import FlushPolicy, LogConfig, NewRecord, SegmentedLog, open_log
 
 NEVER = FlushPolicy.NEVER
 
@@ -57,7 +57,7 @@ def test_data_survives_close_and_reopen(make_log):
     clock_now = [10]
     log = make_log(config=small(), clock=lambda: clock_now[0])
     messages = [
-        Message(f"v{i}".encode() * i, key=None if i % 3 else b"k", headers={"i": b"%d" % i})
+        NewRecord(f"v{i}".encode() * i, key=None if i % 3 else b"k", headers={"i": b"%d" % i})
         for i in range(200)
     ]
     for i in range(0, 200, 7):
@@ -166,7 +166,7 @@ def test_gaps_survive_reopen(make_log):
 
 @pytest.mark.parametrize(
     "messages",
-    [["text"], [b"ok", "text"], [Message(b"ok"), 5], [b"ok", None]],
+    [["text"], [b"ok", "text"], [NewRecord(b"ok"), 5], [b"ok", None]],
     ids=["str", "str after bytes", "int after message", "none after bytes"],
 )
 def test_values_that_are_not_bytes_raise_type_error_and_write_nothing(make_log, messages):
@@ -182,13 +182,13 @@ def test_values_that_are_not_bytes_raise_type_error_and_write_nothing(make_log, 
 def test_bytes_like_values_are_stored_as_bytes(make_log):
     log = make_log(config=small())
     log.append([bytearray(b"ba"), memoryview(b"mv"), b"b"])
-    log.append([Message(b"m"), bytearray(b"after message")])
+    log.append([NewRecord(b"m"), bytearray(b"after message")])
     assert [r.value for r in read_forward(log)] == [b"ba", b"mv", b"b", b"m", b"after message"]
 
 
 def test_size_and_count_totals(make_log):
     log = make_log(config=small())
-    log.append([b"a" * 10, Message(b"b", key=b"kk", headers={"h": b"v"})])
+    log.append([b"a" * 10, NewRecord(b"b", key=b"kk", headers={"h": b"v"})])
     assert log.message_count == 2
     assert log.size_bytes == (36 + 10) + (36 + 2 + 1 + (2 + 1 + 4 + 1))
 

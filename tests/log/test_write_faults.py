@@ -13,7 +13,7 @@ import pytest
 from logtools import crash_copy, read_forward, read_reverse
 
 from tidelog.errors import DiskFull, OutOfDescriptors, ResourceExhausted, SyncFailed
-from tidelog.log import FlushPolicy, LogConfig, Message, SegmentedLog
+from tidelog.log import FlushPolicy, LogConfig, NewRecord, SegmentedLog
 from tidelog.log.filecache import FileCache
 from tidelog.log.files import OPEN, RESERVE, SYNC, TRUNCATE, WRITE, faults
 
@@ -266,7 +266,7 @@ def test_close_with_a_tail_it_cannot_cut_loses_nothing(make_log):
 
 def test_compaction_on_a_full_disk_leaves_the_segment_and_no_cleaned_files(make_log):
     log = make_log(config=small())
-    log.append([Message(b"x" * 100, key=b"same") for _ in range(30)])
+    log.append([NewRecord(b"x" * 100, key=b"same") for _ in range(30)])
     log.roll()
     contents = values(log)
     faults.fail(".cleaned")

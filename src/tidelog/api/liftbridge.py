@@ -29,8 +29,8 @@ from tidelog.api.status import (
 )
 from tidelog.broker import (
     Broker,
-    Message,
     MessageBatch,
+    NewRecord,
     Partition,
     StartPosition,
     StopPosition,
@@ -128,10 +128,10 @@ def _check_ack_policy(policy: int) -> None:
         raise InvalidArgument(f"unknown ackPolicy {policy}: use LEADER (0), ALL (1) or NONE (2)")
 
 
-def _message(request: pb.PublishRequest) -> bytes | Message:
+def _message(request: pb.PublishRequest) -> bytes | NewRecord:
     if not request.key and not request.headers:
         return request.value
-    return Message(request.value, key=request.key or None, headers=dict(request.headers))
+    return NewRecord(request.value, key=request.key or None, headers=dict(request.headers))
 
 
 def _async_error(error: BaseException) -> pb.PublishAsyncError:

@@ -17,7 +17,7 @@ from tidelog.api.status import grpc_errors, is_refusal, log_failure, status_of
 from tidelog.api.view_service import ViewService
 from tidelog.broker import (
     Broker,
-    Message,
+    NewRecord,
     PackedValues,
     StartPosition,
     StopPosition,
@@ -41,13 +41,13 @@ class TidelogService(ViewService, v1_grpc.TidelogServicer):
         if request.ack_policy not in (v1.ACK_POLICY_LEADER, v1.ACK_POLICY_ALL, v1.ACK_POLICY_NONE):
             raise InvalidArgument(f"unknown ack_policy {request.ack_policy}")
         plain = columns.plain_values(request.messages)
-        batch: Sequence[bytes | Message]
+        batch: Sequence[bytes | NewRecord]
         if plain is not None:
             batch = PackedValues(*plain)  # appended without one object per value
         else:
             values, keys, headers = columns.unpack(request.messages)
             batch = [
-                Message(
+                NewRecord(
                     value,
                     key=None if keys is None else keys[i],
                     headers=headers[i] if headers is not None else {},

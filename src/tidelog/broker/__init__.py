@@ -54,7 +54,7 @@ from tidelog.broker.subscription import (
 )
 
 # What the broker takes and hands out that the log defines: part of the broker's face.
-from tidelog.log import FlushPolicy, LogConfig, Message, MessageBatch
+from tidelog.log import FlushPolicy, LogConfig, MessageBatch, NewRecord
 from tidelog.log.config import (
     DEFAULT_FLUSH_INTERVAL_S,
     DEFAULT_FLUSH_POLICY,
@@ -88,8 +88,8 @@ __all__ = [
     "EndReason",
     "FlushPolicy",
     "LogConfig",
-    "Message",
     "MessageBatch",
+    "NewRecord",
     "PackedValues",
     "Partition",
     "StartPosition",

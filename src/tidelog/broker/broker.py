@@ -56,7 +56,7 @@ from tidelog.errors import (
     StreamNotFound,
     resource_error,
 )
-from tidelog.log import Message
+from tidelog.log import NewRecord
 from tidelog.log.filecache import MOST_PER_SEGMENT, FileCache
 
 LOG = logging.getLogger("tidelog.broker")
@@ -413,7 +413,7 @@ class Broker:
         self,
         stream: str,
         partition: int,
-        messages: Sequence[bytes | Message],
+        messages: Sequence[bytes | NewRecord],
         *,
         expected_offset: int | None = None,
         durable: bool = False,
@@ -444,7 +444,7 @@ class Broker:
         self,
         stream: str,
         partition: int,
-        messages: Sequence[bytes | Message],
+        messages: Sequence[bytes | NewRecord],
         producer_id: str,
         sequence: int,
         *,

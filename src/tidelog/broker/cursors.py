@@ -20,7 +20,7 @@ from tidelog.broker.cursor_index import VALUE, CursorIndex, write_snapshot
 from tidelog.broker.partition import Partition
 from tidelog.broker.stream import Stream
 from tidelog.errors import InvalidArgument
-from tidelog.log import Message
+from tidelog.log import NewRecord
 
 NO_CURSOR: Final = -1
 
@@ -81,7 +81,7 @@ class CursorStore:
         value = VALUE.pack(offset)
         self._in_flight += 1
         try:
-            stored = await target.publish([Message(value, key=key)], durable=True)
+            stored = await target.publish([NewRecord(value, key=key)], durable=True)
             # Concurrent sets finish their syncs in any order: the index keeps the record
             # appended last, as a restart would.
             self._indexes[number].apply(stored.start, key, value)

@@ -22,7 +22,7 @@ from tidelog.broker.producers import (
     with_producer_header,
 )
 from tidelog.errors import BrokerClosed, PartitionPaused, PartitionReadonly, StreamDeleted
-from tidelog.log import CommitLog, FlushPolicy, LogConfig, Message, SegmentedLog
+from tidelog.log import CommitLog, FlushPolicy, LogConfig, NewRecord, SegmentedLog
 from tidelog.log.filecache import DEFAULT_FILE_CACHE, FileCache
 from tidelog.log.record import PackedValues
 
@@ -72,13 +72,13 @@ class PartitionStats:
     last_activity_monotonic: float = 0.0
 
 
-def _payload_bytes(messages: Sequence[bytes | Message]) -> int:
+def _payload_bytes(messages: Sequence[bytes | NewRecord]) -> int:
     if isinstance(messages, PackedValues):
         return len(messages.blob)
     try:
         return sum(map(len, messages))  # type: ignore[arg-type]
     except TypeError:
-        return sum(len(m.value) if isinstance(m, Message) else len(m) for m in messages)
+        return sum(len(m.value) if isinstance(m, NewRecord) else len(m) for m in messages)
 
 
 class Partition:
@@ -223,7 +223,7 @@ class Partition:
 
     async def publish(
         self,
-        messages: Sequence[bytes | Message],
+        messages: Sequence[bytes | NewRecord],
         *,
         expected_offset: int | None = None,
         durable: bool = False,
@@ -249,7 +249,7 @@ class Partition:
 
     async def publish_idempotent(
         self,
-        messages: Sequence[bytes | Message],
+        messages: Sequence[bytes | NewRecord],
         producer_id: str,
         sequence: int,
         *,
@@ -291,7 +291,7 @@ class Partition:
         self._count_in(messages, len(offsets))
         return Published(offsets)
 
-    def _count_in(self, messages: Sequence[bytes | Message], count: int) -> None:
+    def _count_in(self, messages: Sequence[bytes | NewRecord], count: int) -> None:
         now = time.time_ns()
         stats = self.stats
         stats.messages_in += count

@@ -35,7 +35,7 @@ from typing import Final
 
 from tidelog.broker.jsonfile import replace_json
 from tidelog.errors import InvalidArgument, echo
-from tidelog.log import CommitLog, Message
+from tidelog.log import CommitLog, NewRecord
 from tidelog.log.record import PackedValues
 
 LOG = logging.getLogger("tidelog.broker.producers")
@@ -101,14 +101,14 @@ _SAFE_NAME_CHARS: Final = MAX_HEADER_NAME_BYTES // 4
 """A name of at most this many characters fits whatever they are (UTF-8 takes at most 4 bytes)."""
 
 
-def check_headers(messages: Sequence[bytes | Message]) -> None:
+def check_headers(messages: Sequence[bytes | NewRecord]) -> None:
     """Refuse a published batch with headers the record format cannot hold (over
     :data:`MAX_HEADERS` on a message, or a name over :data:`MAX_HEADER_NAME_BYTES`) or that sets
     the reserved ``__producer`` header itself."""
     if isinstance(messages, PackedValues):
         return
     for i, m in enumerate(messages):
-        if not isinstance(m, Message) or not m.headers:
+        if not isinstance(m, NewRecord) or not m.headers:
             continue
         headers = m.headers
         if PRODUCER_HEADER in headers:
@@ -152,26 +152,26 @@ def decode_producer(value: bytes) -> tuple[str, int, int] | None:
 
 
 def with_producer_header(
-    messages: Sequence[bytes | Message], producer_id: str, sequence: int
-) -> list[bytes | Message]:
+    messages: Sequence[bytes | NewRecord], producer_id: str, sequence: int
+) -> list[bytes | NewRecord]:
     """``messages`` with the ``__producer`` header added to the last one."""
-    items: list[bytes | Message] = (
+    items: list[bytes | NewRecord] = (
         list(messages.split()) if isinstance(messages, PackedValues) else list(messages)
     )
     last = items[-1]
-    if isinstance(last, Message) and len(last.headers) >= MAX_HEADERS:
+    if isinstance(last, NewRecord) and len(last.headers) >= MAX_HEADERS:
         raise InvalidArgument(
             f"the last message of an idempotent batch has {len(last.headers)} headers; the limit "
             f"is {MAX_HEADERS - 1} there, one less than elsewhere, to leave room for the "
             f"{PRODUCER_HEADER!r} header the broker adds. Nothing in the batch was written."
         )
-    if not isinstance(last, Message):
-        last = Message(bytes(last))
+    if not isinstance(last, NewRecord):
+        last = NewRecord(bytes(last))
     headers: Mapping[str, bytes] = {
         **last.headers,
         PRODUCER_HEADER: encode_producer(producer_id, sequence, len(items)),
     }
-    items[-1] = Message(last.value, key=last.key, headers=headers)
+    items[-1] = NewRecord(last.value, key=last.key, headers=headers)
     return items
 
 

@@ -8,7 +8,7 @@ from tidelog.log.batch import MessageBatch
 from tidelog.log.config import FlushPolicy, LogConfig
 from tidelog.log.contract import AppendGuard, CommitLog, Reader
 from tidelog.log.reader import ForwardReader, ReverseReader
-from tidelog.log.record import Message, Record
+from tidelog.log.record import NewRecord, Record
 from tidelog.log.recovery import RecoveryReport
 from tidelog.log.segmented import SegmentedLog, open_log
 
@@ -18,8 +18,8 @@ __all__ = [
     "FlushPolicy",
     "ForwardReader",
     "LogConfig",
-    "Message",
     "MessageBatch",
+    "NewRecord",
     "Reader",
     "Record",
     "RecoveryReport",

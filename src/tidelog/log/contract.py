@@ -18,7 +18,7 @@ from typing import Protocol
 from tidelog.log.batch import MessageBatch
 from tidelog.log.compaction import CompactionReport
 from tidelog.log.config import LogConfig
-from tidelog.log.record import Message
+from tidelog.log.record import NewRecord
 
 
 class Reader(Protocol):
@@ -100,7 +100,7 @@ class CommitLog(Protocol):
 
     def append(
         self,
-        messages: Sequence[bytes | Message],
+        messages: Sequence[bytes | NewRecord],
         *,
         timestamp: int | None = None,
         expected_offset: int | None = None,

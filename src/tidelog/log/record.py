@@ -70,8 +70,10 @@ Int64Array = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True, slots=True)
-class Message:
-    """A message to append: a value with an optional key and ordered headers (name -> bytes)."""
+class NewRecord:
+    """A record to append, before it has an offset and a timestamp: a value with an optional key
+    and ordered headers (name -> bytes). Read back, it is a :class:`Record`. (The client's
+    ``tidelog.Message`` is the client's own type; the log never sees it.)"""
 
     value: bytes
     key: bytes | None = None
@@ -146,7 +148,7 @@ class PackedValues(Sequence[bytes]):
 
 
 def _bodies(
-    messages: Sequence[bytes | Message],
+    messages: Sequence[bytes | NewRecord],
 ) -> tuple[Sequence[bytes], Int64Array, Int64Array | int, Int64Array | int]:
     """Bodies (key + value + encoded headers), value lengths, key lengths and header counts.
 
@@ -160,7 +162,7 @@ def _bodies(
     except TypeError:
         pass
     else:
-        if not any(isinstance(m, Message | str) for m in messages[:1]):
+        if not any(isinstance(m, NewRecord | str) for m in messages[:1]):
             return messages, vallens, -1, 0  # type: ignore[return-value]
     msgs = [_as_message(m, i) for i, m in enumerate(messages)]
     keys = [m.key for m in msgs]
@@ -175,19 +177,19 @@ def _bodies(
     return bodies, vallens, keylens, hcounts
 
 
-def _as_message(m: object, index: int) -> Message:
-    if isinstance(m, Message):
+def _as_message(m: object, index: int) -> NewRecord:
+    if isinstance(m, NewRecord):
         return m
     if isinstance(m, bytes | bytearray | memoryview):
-        return Message(bytes(m))
+        return NewRecord(bytes(m))
     raise TypeError(
         f"message {index} of the batch is a {type(m).__name__}; append takes bytes or "
-        f"tidelog.log.Message values"
+        f"tidelog.log.NewRecord values"
     )
 
 
 def encode_batch(
-    messages: Sequence[bytes | Message],
+    messages: Sequence[bytes | NewRecord],
     offsets: Int64Array,
     timestamp: int,
     max_message_bytes: int,

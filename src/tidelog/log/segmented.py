@@ -37,7 +37,7 @@ from tidelog.log.filecache import DEFAULT_FILE_CACHE, FileCache
 from tidelog.log.flush import DEFAULT_FLUSHER, Flusher
 from tidelog.log.local import LOG, LocalLog
 from tidelog.log.reader import ForwardReader, ReverseReader
-from tidelog.log.record import Message
+from tidelog.log.record import NewRecord
 from tidelog.log.recovery import RecoveryReport, open_segments, write_recovery_point
 from tidelog.log.writer import LogWriter
 
@@ -137,7 +137,7 @@ class SegmentedLog:
 
     def append(
         self,
-        messages: Sequence[bytes | Message],
+        messages: Sequence[bytes | NewRecord],
         *,
         timestamp: int | None = None,
         expected_offset: int | None = None,
@@ -164,7 +164,7 @@ class SegmentedLog:
 
     def append_at(
         self,
-        messages: Sequence[bytes | Message],
+        messages: Sequence[bytes | NewRecord],
         offsets: Sequence[int],
         *,
         timestamp: int | None = None,

@@ -22,7 +22,7 @@ from tidelog.log.compaction import sync_dir
 from tidelog.log.config import FlushPolicy
 from tidelog.log.contract import AppendGuard
 from tidelog.log.local import LocalLog, SegmentChange
-from tidelog.log.record import Message, encode_batch
+from tidelog.log.record import NewRecord, encode_batch
 from tidelog.log.recovery import write_recovery_point
 from tidelog.log.segment import Segment
 
@@ -45,7 +45,7 @@ class LogWriter:
 
     def append(
         self,
-        messages: Sequence[bytes | Message],
+        messages: Sequence[bytes | NewRecord],
         *,
         timestamp: int | None,
         expected_offset: int | None,
@@ -74,7 +74,7 @@ class LogWriter:
         return range(first, first + len(messages))
 
     def append_at(
-        self, messages: Sequence[bytes | Message], offsets: Sequence[int], timestamp: int | None
+        self, messages: Sequence[bytes | NewRecord], offsets: Sequence[int], timestamp: int | None
     ) -> None:
         """See ``SegmentedLog.append_at``."""
         if len(offsets) != len(messages):
@@ -96,7 +96,7 @@ class LogWriter:
 
     def _append_locked(
         self,
-        messages: Sequence[bytes | Message],
+        messages: Sequence[bytes | NewRecord],
         offsets: np.ndarray,
         timestamp: int | None,
         *,
