@@ -83,7 +83,7 @@ def serve(
     ] = None,
 ) -> None:
     """Run a tidelog server until SIGTERM or Ctrl-C (settings: flags > TIDELOG_* > --config)."""
-    # The defaults in brackets are ServerSettings' (tests/cli/test_cli_defaults.py holds them
+    # The defaults in brackets are ServerSettings' (tests/api/test_settings_defaults.py holds them
     # equal); naming them here would load the server's modules for every client command.
     from pydantic import ValidationError
 
