@@ -15,7 +15,7 @@ first byte string after all of that key's entries.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from tidelog.store._base import TIME_MAX, TIME_MIN, Seek, Step
 
@@ -65,3 +65,28 @@ def composite_step(
         return emit(key, t1, t2, value)
 
     return step
+
+
+class CompositeScan(NamedTuple, Generic[T]):
+    """A query as one scan of composites: inclusive bounds (None: open) and the step that
+    filters entries and turns them into results. Either backend runs it."""
+
+    lower: Composite | None
+    upper: Composite | None
+    step: Step[Composite, T]
+
+
+def composite_scan(
+    key_from: bytes | None,
+    key_to: bytes | None,
+    t1_from: int,
+    t1_to: int,
+    *,
+    forward: bool,
+    emit: Callable[[bytes, int, int, bytes], T],
+    t2_max: int | None = None,
+) -> CompositeScan[T]:
+    """:func:`composite_bounds` and :func:`composite_step` of one query, together."""
+    lower, upper = composite_bounds(key_from, key_to, t1_from, t1_to)
+    step = composite_step(t1_from, t1_to, forward=forward, emit=emit, t2_max=t2_max)
+    return CompositeScan(lower, upper, step)

@@ -15,6 +15,8 @@ from typing import Generic, TypeVar
 from rocksdict import ColumnFamily, Options, Rdict, RdictIter, WriteBatch, WriteOptions
 
 from tidelog.store._base import Seek, Step, StoreBase, StoreIteratorBase
+from tidelog.store._composite import Composite, CompositeScan
+from tidelog.store.encoding import decode_composite, encode_composite
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -146,3 +148,19 @@ class RocksScan(StoreIteratorBase[T], Generic[K, T]):
 
     def _release(self) -> None:
         self._it = None
+
+
+def rocks_composite_scan(
+    store: StoreBase, db: Rdict, plan: CompositeScan[T], *, forward: bool
+) -> RocksScan[Composite, T]:
+    """Run ``plan`` over the composite-keyed ``db`` of ``store``."""
+    return RocksScan[Composite, T](
+        store,
+        db,
+        None if plan.lower is None else encode_composite(plan.lower),
+        None if plan.upper is None else encode_composite(plan.upper),
+        forward=forward,
+        step=plan.step,
+        decode=decode_composite,
+        encode=encode_composite,
+    )

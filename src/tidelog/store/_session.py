@@ -9,7 +9,8 @@ are then filtered entry by entry.
 
 from __future__ import annotations
 
-from tidelog.store._base import TIME_MAX, TIME_MIN, check_time, clamp_time
+from tidelog.store._base import TIME_MAX, TIME_MIN, check_time, clamp_time, swapped
+from tidelog.store._composite import CompositeScan, composite_scan
 from tidelog.store.contract import SessionEntry, StoreIterator
 
 
@@ -33,6 +34,27 @@ def session_query(
         return end_from, TIME_MAX, None
     start_max = clamp_time(latest_session_start, TIME_MAX)
     return end_from, min(start_max + longest, TIME_MAX), start_max
+
+
+def plan_session_scan(
+    method: str,
+    key_from: bytes | None,
+    key_to: bytes | None,
+    earliest_session_end: int | None,
+    latest_session_start: int | None,
+    longest: int,
+    *,
+    forward: bool,
+) -> CompositeScan[SessionEntry] | None:
+    """The scan a find runs on either backend, or None when nothing can match."""
+    if swapped(method, key_from, key_to, "key "):
+        return None
+    end_from, end_to, start_max = session_query(earliest_session_end, latest_session_start, longest)
+    if end_from > end_to:
+        return None
+    return composite_scan(
+        key_from, key_to, end_from, end_to, forward=forward, emit=session_entry, t2_max=start_max
+    )
 
 
 class SessionQueries:

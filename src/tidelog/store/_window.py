@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tidelog.store._base import TIME_MAX, TIME_MIN, clamp_time, swapped
+from tidelog.store._composite import CompositeScan, composite_scan
 from tidelog.store.contract import StoreIterator, WindowEntry
 
 
@@ -41,6 +42,24 @@ def window_time_range(
     t_from = max(clamp_time(time_from, TIME_MIN), live_from)
     t_to = clamp_time(time_to, TIME_MAX)
     return None if t_from > t_to else (t_from, t_to)
+
+
+def plan_window_scan(
+    method: str,
+    key_from: bytes | None,
+    key_to: bytes | None,
+    time_from: int | None,
+    time_to: int | None,
+    live_from: int,
+    *,
+    forward: bool,
+) -> CompositeScan[WindowEntry] | None:
+    """The scan a fetch runs on either backend, or None when nothing can match."""
+    time_range = window_time_range(method, key_from, key_to, time_from, time_to, live_from)
+    if time_range is None:
+        return None
+    t_from, t_to = time_range
+    return composite_scan(key_from, key_to, t_from, t_to, forward=forward, emit=window_entry)
 
 
 class WindowQueries:

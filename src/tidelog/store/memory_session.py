@@ -13,11 +13,9 @@ from sortedcontainers import SortedDict  # type: ignore[import-untyped]
 from tidelog.store._base import (
     EmptyIterator,
     StoreBase,
-    swapped,
 )
-from tidelog.store._composite import composite_bounds, composite_step
 from tidelog.store._memory_scan import SortedScan
-from tidelog.store._session import SessionQueries, check_session, session_entry, session_query
+from tidelog.store._session import SessionQueries, check_session, plan_session_scan
 from tidelog.store.contract import SessionEntry, StoreIterator
 
 
@@ -60,18 +58,18 @@ class InMemorySessionStore(SessionQueries, StoreBase):
         forward: bool,
     ) -> StoreIterator[SessionEntry]:
         self._check_open()
-        if swapped(method, key_from, key_to, "key "):
-            return EmptyIterator(self)
-        end_from, end_to, start_max = session_query(
-            earliest_session_end, latest_session_start, self._longest
+        plan = plan_session_scan(
+            method,
+            key_from,
+            key_to,
+            earliest_session_end,
+            latest_session_start,
+            self._longest,
+            forward=forward,
         )
-        if end_from > end_to:
+        if plan is None:
             return EmptyIterator(self)
-        lower, upper = composite_bounds(key_from, key_to, end_from, end_to)
-        step = composite_step(
-            end_from, end_to, forward=forward, emit=session_entry, t2_max=start_max
-        )
-        return SortedScan(self, self._data, lower, upper, forward=forward, step=step)
+        return SortedScan(self, self._data, plan.lower, plan.upper, forward=forward, step=plan.step)
 
     def approximate_num_entries(self) -> int:
         self._check_open()

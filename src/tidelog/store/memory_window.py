@@ -17,14 +17,12 @@ from tidelog.store._base import (
     StoreBase,
     check_time,
 )
-from tidelog.store._composite import composite_bounds, composite_step
 from tidelog.store._memory_scan import SortedScan
 from tidelog.store._window import (
     WindowQueries,
     check_retention,
     oldest_live,
-    window_entry,
-    window_time_range,
+    plan_window_scan,
 )
 from tidelog.store.contract import StoreIterator, WindowEntry
 
@@ -98,15 +96,12 @@ class InMemoryWindowStore(WindowQueries, StoreBase):
         forward: bool,
     ) -> StoreIterator[WindowEntry]:
         self._check_open()
-        time_range = window_time_range(
-            method, key_from, key_to, time_from, time_to, self._oldest_live()
+        plan = plan_window_scan(
+            method, key_from, key_to, time_from, time_to, self._oldest_live(), forward=forward
         )
-        if time_range is None:
+        if plan is None:
             return EmptyIterator(self)
-        t_from, t_to = time_range
-        lower, upper = composite_bounds(key_from, key_to, t_from, t_to)
-        step = composite_step(t_from, t_to, forward=forward, emit=window_entry)
-        return SortedScan(self, self._data, lower, upper, forward=forward, step=step)
+        return SortedScan(self, self._data, plan.lower, plan.upper, forward=forward, step=plan.step)
 
     def approximate_num_entries(self) -> int:
         self._check_open()

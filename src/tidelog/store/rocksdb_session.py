@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tidelog.store._base import EmptyIterator, swapped
-from tidelog.store._composite import Composite, composite_bounds, composite_step
-from tidelog.store._rocksdb import RocksScan, RocksStoreBase
-from tidelog.store._session import SessionQueries, check_session, session_entry, session_query
+from tidelog.store._base import EmptyIterator
+from tidelog.store._rocksdb import RocksStoreBase, rocks_composite_scan
+from tidelog.store._session import SessionQueries, check_session, plan_session_scan
 from tidelog.store.contract import SessionEntry, StoreIterator
-from tidelog.store.encoding import decode_composite, encode_composite, encode_time
+from tidelog.store.encoding import encode_composite, encode_time
 
 _META = "meta"
 _LONGEST = b"longest"
@@ -69,23 +68,15 @@ class RocksDBSessionStore(SessionQueries, RocksStoreBase):
         forward: bool,
     ) -> StoreIterator[SessionEntry]:
         self._check_open()
-        if swapped(method, key_from, key_to, "key "):
-            return EmptyIterator(self)
-        end_from, end_to, start_max = session_query(
-            earliest_session_end, latest_session_start, self._longest
-        )
-        if end_from > end_to:
-            return EmptyIterator(self)
-        lower, upper = composite_bounds(key_from, key_to, end_from, end_to)
-        return RocksScan[Composite, SessionEntry](
-            self,
-            self._db,
-            None if lower is None else encode_composite(lower),
-            None if upper is None else encode_composite(upper),
+        plan = plan_session_scan(
+            method,
+            key_from,
+            key_to,
+            earliest_session_end,
+            latest_session_start,
+            self._longest,
             forward=forward,
-            step=composite_step(
-                end_from, end_to, forward=forward, emit=session_entry, t2_max=start_max
-            ),
-            decode=decode_composite,
-            encode=encode_composite,
         )
+        if plan is None:
+            return EmptyIterator(self)
+        return rocks_composite_scan(self, self._db, plan, forward=forward)

@@ -32,18 +32,15 @@ from tidelog.store._base import (
     EmptyIterator,
     check_time,
 )
-from tidelog.store._composite import Composite, composite_bounds, composite_step
-from tidelog.store._rocksdb import RocksScan, RocksStoreBase
+from tidelog.store._rocksdb import RocksStoreBase, rocks_composite_scan
 from tidelog.store._window import (
     WindowQueries,
     check_retention,
     oldest_live,
-    window_entry,
-    window_time_range,
+    plan_window_scan,
 )
 from tidelog.store.contract import StoreIterator, WindowEntry
 from tidelog.store.encoding import (
-    decode_composite,
     encode_composite,
     encode_key,
     encode_time,
@@ -231,20 +228,9 @@ class RocksDBWindowStore(WindowQueries, RocksStoreBase):
         forward: bool,
     ) -> StoreIterator[WindowEntry]:
         self._check_open()
-        time_range = window_time_range(
-            method, key_from, key_to, time_from, time_to, self._oldest_live()
+        plan = plan_window_scan(
+            method, key_from, key_to, time_from, time_to, self._oldest_live(), forward=forward
         )
-        if time_range is None:
+        if plan is None:
             return EmptyIterator(self)
-        t_from, t_to = time_range
-        lower, upper = composite_bounds(key_from, key_to, t_from, t_to)
-        return RocksScan[Composite, WindowEntry](
-            self,
-            self._db,
-            None if lower is None else encode_composite(lower),
-            None if upper is None else encode_composite(upper),
-            forward=forward,
-            step=composite_step(t_from, t_to, forward=forward, emit=window_entry),
-            decode=decode_composite,
-            encode=encode_composite,
-        )
+        return rocks_composite_scan(self, self._db, plan, forward=forward)
