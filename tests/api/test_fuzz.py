@@ -31,7 +31,7 @@ from google.protobuf import descriptor as pb_descriptor
 from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
 from google.protobuf.message_factory import GetMessageClass
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from tests.support.server import ServerProcess
 
@@ -511,6 +511,13 @@ def test_random_unary_requests(fuzz: Fuzz, call: tuple[str, ProtoMessage]) -> No
     ack_policy=ENUM,
     expected_offset=st.one_of(st.just(-1), st.integers(-2, 30), INT64),
 )
+@example(  # an internal stream: only the broker writes it (a CI run drew this)
+    stream="__cursors",
+    partition=0,
+    messages=v1.Messages(value_sizes=b"\0\0\0\0"),
+    ack_policy=0,
+    expected_offset=-1,
+)
 def test_random_publish_batches(
     fuzz: Fuzz,
     stream: str,
@@ -534,6 +541,11 @@ def test_random_publish_batches(
         assert code == grpc.StatusCode.INVALID_ARGUMENT, reply  # request checks come first
         return
     live = fuzz.ledger.streams.get(stream)
+    if live is not None and stream.startswith("__"):
+        # Only the broker writes an internal stream; a header the format cannot hold is found
+        # before the stream is looked at (INVALID_ARGUMENT).
+        assert code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT), reply
+        return
     if live is not None and 0 <= partition < len(live) and messages.value_sizes:
         sizes = [len(v) + len(k) for v, k, _ in batch_messages(messages)]
         if max(sizes) > MAX_MESSAGE_BYTES:  # (an expected-offset mismatch may be found first)
