@@ -76,7 +76,7 @@ class Segment:
         the index is read once to find them)."""
         self.base_offset = base_offset
         self.verified = verified
-        """Every index entry was checked against the others (see ``SegmentedLog._checked``)."""
+        """Every index entry was checked against the others (see ``recovery.verify_index``)."""
         self.log_path = log_path(directory, base_offset)
         self.index_path = index_path(directory, base_offset)
         self.name = self.log_path.name
