@@ -182,6 +182,8 @@ def test_tail_follow_prints_new_messages_until_interrupted(
             stderr=subprocess.PIPE,
             text=True,
             env=clean_env(),
+            # As at a terminal: Ctrl-C delivered, whatever the test process inherited.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
         try:
             reader = LineReader(follow)
