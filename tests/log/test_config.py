@@ -48,7 +48,7 @@ def test_bounds_are_accepted(field, value):
 @pytest.mark.parametrize(
     "field, value",
     [
-        ("segment_max_bytes", 4095),
+        ("segment_max_bytes", 0),
         ("segment_max_bytes", MAX_SEGMENT_BYTES + 1),
         ("segment_max_age_s", 0),
         ("max_message_bytes", 0),

@@ -24,7 +24,7 @@ from logtools import (
 from tidelog.errors import LogClosed, TidelogWarning
 from tidelog.log import FlushPolicy, LogConfig, NewRecord, SegmentedLog
 
-SEGMENT_SIZES = [4 * KiB, 16 * KiB, 1 * MiB]
+SEGMENT_SIZES = [200, 4 * KiB, 16 * KiB, 1 * MiB]  # 200: about one batch per segment
 DIRECTIONS = ["forward", "reverse"]
 LARGE = 6000  # bytes of value: larger than the smallest segment
 

@@ -21,7 +21,9 @@ HOUR_S = 3600.0
 # Positions in the index are u32: a segment may never grow past 4 GiB. Keep a whole maximal
 # batch of headroom below that so the size check before each append is enough.
 MAX_SEGMENT_BYTES = 2**32 - 64 * MiB
-MIN_SEGMENT_BYTES = 4 * KiB
+# Any positive size, as Liftbridge accepts: a batch larger than the limit gets a segment of its
+# own (tiny segments are legitimate in tests and for streams compacted often).
+MIN_SEGMENT_BYTES = 1
 MAX_MESSAGE_BYTES_LIMIT = 64 * MiB
 """The largest ``max_message_bytes`` any log, stream or server may be configured with."""
 
