@@ -88,6 +88,17 @@ class StreamNotFound(BrokerError):
         super().__init__(f"no such stream: {echo(stream)}; create it first or check the name")
 
 
+class SubjectNotFound(BrokerError):
+    """No stream listens on that subject (``PublishToSubject``): nothing was stored."""
+
+    def __init__(self, subject: str) -> None:
+        self.subject = subject
+        super().__init__(
+            f"no stream listens on subject {echo(subject)}: nothing was stored; create a stream "
+            f"with that subject (partition n > 0 listens on '<subject>.<n>') or check the name"
+        )
+
+
 class PartitionNotFound(BrokerError):
     """The stream exists but has no partition of that number."""
 

@@ -274,15 +274,23 @@ def test_publish_async_errors_keep_the_stream_open(
     assert stored(client, stream) == [b"a", b"b"]
 
 
-def test_publish_async_no_response_for_ack_policy_none_even_on_error(api: pb_grpc.APIStub) -> None:
-    """docs/api.md: one response "per request whose ack policy is not NONE"."""
+def test_publish_async_answers_errors_whatever_the_ack_policy(api: pb_grpc.APIStub) -> None:
+    """docs/api.md: a success with ``AckPolicy.NONE`` is not answered, a failure always is (as
+    Liftbridge answers request errors): a Go client's handler otherwise fires only at its
+    deadline. The error response carries an ack with an empty correlation id, as Liftbridge's."""
     stream = new_stream(api)
     requests = [
         pb.PublishRequest(stream="nope", value=b"x", ackPolicy=pb.NONE, correlationId="none"),
-        pb.PublishRequest(stream=stream, value=b"y", correlationId="leader"),
+        pb.PublishRequest(stream=stream, value=b"y", ackPolicy=pb.NONE, correlationId="quiet"),
+        pb.PublishRequest(stream=stream, partition=5, ackPolicy=pb.NONE, correlationId="part"),
+        pb.PublishRequest(stream=stream, value=b"z", correlationId="leader"),
     ]
     responses = list(api.PublishAsync(iter(requests)))
-    assert [r.correlationId for r in responses] == ["leader"]
+    assert [r.correlationId for r in responses] == ["none", "part", "leader"]
+    for failed in responses[:2]:
+        assert failed.asyncError.code == pb.PublishAsyncError.NOT_FOUND
+        assert failed.HasField("ack") and failed.ack.correlationId == ""
+    assert responses[2].ack.offset == 1
 
 
 @pytest.fixture(scope="module")

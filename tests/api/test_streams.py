@@ -263,18 +263,7 @@ def test_cursors(api: pb_grpc.APIStub, client: tidelog.Client) -> None:
     )
 
 
-# -- what tidelog does not offer, and health ------------------------------------------------------
-
-
-def test_unimplemented_rpcs(api: pb_grpc.APIStub) -> None:
-    calls = [
-        (api.PublishToSubject, pb.PublishToSubjectRequest(subject="s", value=b"x")),
-    ]
-    for call, request in calls:
-        with pytest.raises(grpc.RpcError) as raised:
-            call(request)
-        assert raised.value.code() is grpc.StatusCode.UNIMPLEMENTED, call
-        assert raised.value.details(), "the message says what to do instead"
+# -- health ----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("service", ["proto.API", "", "tidelog.v1.Tidelog"])

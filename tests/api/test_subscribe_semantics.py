@@ -11,6 +11,7 @@ timestamp; fresh for every test, so subscriptions that wait can be fed three mor
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
@@ -33,6 +34,7 @@ from tests.broker.subscribe_model import (
     Pos,
     Rec,
     expect,
+    high_watermark,
     outcome,
     plan,
 )
@@ -234,11 +236,21 @@ def raw_end(call: Any, end: End) -> None:
     assert raised.value.details() == "stop offset reached"
 
 
+def as_liftbridge_starts(records: list[Rec], request: SubscribeRequest) -> SubscribeRequest:
+    """The request as ``proto.API/Subscribe`` resolves it: a forward start offset beyond the
+    high watermark starts at the next message, as Liftbridge does (``tidelog.v1`` waits for
+    the offset; docs/api.md, "Subscribe positions")."""
+    if request.start is not StartPosition.OFFSET or request.reverse:
+        return request
+    next_offset = high_watermark(records) + 1
+    return dataclasses.replace(request, start_offset=min(request.start_offset, next_offset))
+
+
 @pytest.mark.parametrize("kind", BUILDERS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_raw_subscribe(fx: Fixture, kind: str, case: Case) -> None:
     model = BUILDERS[kind](fx)
-    request = case.request(model.records)
+    request = as_liftbridge_starts(model.records, case.request(model.records))
     expected = expect(model.records, request)
     call = fx.api.Subscribe(raw_request(model.stream, request), timeout=DEADLINE_S)
     try:
@@ -457,18 +469,22 @@ def test_readonly_partition_ends_after_the_newest_message(fx: Fixture) -> None:
     assert got == list(range(4, 10))
 
 
-def test_a_subscription_that_waits_for_an_offset_gets_exactly_it(fx: Fixture) -> None:
-    """``OFFSET n`` beyond HW waits for n (Liftbridge would start at HW + 1)."""
+def test_a_start_beyond_the_high_watermark_starts_at_the_next_message(fx: Fixture) -> None:
+    """``proto.API``: ``OFFSET n`` beyond HW starts at HW + 1, as Liftbridge (``tidelog.v1``
+    waits for n: the client's rows of the table check that)."""
     model = dense(fx)
+    following = high_watermark(model.records) + 1
     call = fx.api.Subscribe(
-        pb.SubscribeRequest(stream=model.stream, startPosition=pb.OFFSET, startOffset=12),
+        pb.SubscribeRequest(
+            stream=model.stream, startPosition=pb.OFFSET, startOffset=following + 5
+        ),
         timeout=DEADLINE_S,
     )
     try:
         assert next(call) == pb.Message()
         publish(fx, model, [1, 1, 1, 2], "w")
         refresh(fx, model)
-        raw_take(call, model, [12, 13, 14])
+        raw_take(call, model, range(following, following + 5))
     finally:
         call.cancel()
 

@@ -65,7 +65,7 @@ def test_streams_settings_and_flags_survive_a_restart(tmp_path: Path) -> None:
             ]
             assert got == records
             # Publishing resumes a paused partition; that too is remembered.
-            assert list(await broker.publish("orders", 2, [b"p2-2"])) == [2]
+            assert list((await broker.publish("orders", 2, [b"p2-2"])).offsets) == [2]
 
     async def third_run() -> None:
         async with running(config) as broker:

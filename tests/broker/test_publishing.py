@@ -21,15 +21,16 @@ def test_expected_offset_on_an_occ_stream(tmp_path: Path) -> None:
         async with running(broker_config(tmp_path)) as broker:
             broker.create_stream("s", OCC)
             log = broker.partition("s", 0).log
-            assert list(await broker.publish("s", 0, [b"a"], expected_offset=0)) == [0]
-            assert list(await broker.publish("s", 0, [b"b", b"c"], expected_offset=1)) == [1, 2]
+            assert list((await broker.publish("s", 0, [b"a"], expected_offset=0)).offsets) == [0]
+            published = await broker.publish("s", 0, [b"b", b"c"], expected_offset=1)
+            assert list(published.offsets) == [1, 2]
             for wrong in (0, 2, 4, 100):
                 with pytest.raises(IncorrectOffset, match="incorrect expected offset") as raised:
                     await broker.publish("s", 0, [b"x", b"y"], expected_offset=wrong)
                 assert (raised.value.expected, raised.value.actual) == (wrong, 3)
                 assert log.newest_offset == 2 and log.high_watermark == 2
             # None skips the check.
-            assert list(await broker.publish("s", 0, [b"d"])) == [3]
+            assert list((await broker.publish("s", 0, [b"d"])).offsets) == [3]
             assert [v for b in log.forward_reader(0) for v in b.values()] == [
                 b"a",
                 b"b",
@@ -44,8 +45,8 @@ def test_expected_offset_is_ignored_without_occ(tmp_path: Path) -> None:
     async def body() -> None:
         async with running(broker_config(tmp_path)) as broker:
             broker.create_stream("s")
-            assert list(await broker.publish("s", 0, [b"a"], expected_offset=7)) == [0]
-            assert list(await broker.publish("s", 0, [b"b"], expected_offset=0)) == [1]
+            assert list((await broker.publish("s", 0, [b"a"], expected_offset=7)).offsets) == [0]
+            assert list((await broker.publish("s", 0, [b"b"], expected_offset=0)).offsets) == [1]
 
     asyncio.run(body())
 
@@ -98,7 +99,7 @@ def test_readonly_refuses_and_paused_resumes(tmp_path: Path) -> None:
             broker.set_readonly("s", [1], True)
             with pytest.raises(PartitionReadonly, match="readonly partition"):
                 await broker.publish("s", 1, [b"x"])
-            assert list(await broker.publish("s", 0, [b"x"])) == [0]
+            assert list((await broker.publish("s", 0, [b"x"])).offsets) == [0]
             # Paused and read-only: still refused, and left paused.
             broker.pause("s", [1], resume_all=False)
             with pytest.raises(PartitionReadonly):
@@ -107,7 +108,7 @@ def test_readonly_refuses_and_paused_resumes(tmp_path: Path) -> None:
             # Paused only: the publish resumes it (only it, without resume_all).
             broker.pause("s", None, resume_all=False)
             broker.set_readonly("s", None, False)
-            assert list(await broker.publish("s", 0, [b"y"])) == [1]
+            assert list((await broker.publish("s", 0, [b"y"])).offsets) == [1]
             assert [p.paused for p in broker.stream("s").partitions] == [False, True]
             with pytest.raises(StreamNotFound):
                 await broker.publish("nope", 0, [b"x"])

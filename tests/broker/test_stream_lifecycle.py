@@ -59,7 +59,7 @@ def test_delete_racing_create_of_the_same_name_keeps_the_new_stream(
             for _ in range(round_):
                 await asyncio.sleep(0)
             await _create_when_free(broker, "s", wide)
-            offsets = await broker.publish("s", 7, [b"new-%d" % i for i in range(200)])
+            offsets = (await broker.publish("s", 7, [b"new-%d" % i for i in range(200)])).offsets
             assert list(offsets) == list(range(200))
             await deleting
 

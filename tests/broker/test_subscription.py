@@ -195,7 +195,7 @@ def test_readonly_partition_delivers_everything_then_ends(tmp_path: Path) -> Non
             assert reverse.offsets == [4, 3, 2, 1, 0]
             # Clearing the flag makes it writable and endless again.
             broker.set_readonly("s", None, False)
-            assert list(await broker.publish("s", 0, [b"accepted"])) == [5]
+            assert list((await broker.publish("s", 0, [b"accepted"])).offsets) == [5]
             live = await start_run(broker, "s", EARLIEST)
             assert live.end().name == "WAITS"
             assert live.offsets == [0, 1, 2, 3, 4, 5]
@@ -233,7 +233,7 @@ def test_drain_ends_subscriptions_as_unavailable(tmp_path: Path) -> None:
                 assert isinstance(error, BrokerClosed)
                 assert status_of(error)[0] is grpc.StatusCode.UNAVAILABLE
             # Publishing continues until close.
-            assert list(await broker.publish("s", 0, [b"late"])) == [1]
+            assert list((await broker.publish("s", 0, [b"late"])).offsets) == [1]
 
     asyncio.run(body())
 

@@ -2,15 +2,17 @@
 
 Behaviour follows Liftbridge where it is sound; where tidelog chooses differently it says so in
 ``docs/api.md`` ("Differences from Liftbridge"). In short: every Publish is acknowledged (no
-fire-and-forget without a deadline), a start offset beyond the newest waits for that offset
-instead of acting like NEW_ONLY, a reverse subscription ends with OK after the oldest message
-instead of UNKNOWN "EOF", no `subject`/`reply` headers are injected into stored messages, and
-``PublishToSubject`` (it needs NATS) answers UNIMPLEMENTED.
+fire-and-forget without a deadline), a reverse subscription ends with OK after the oldest message
+instead of UNKNOWN "EOF", no ``subject``/``reply`` headers are injected into stored messages,
+``PublishToSubject`` is routed by the broker over the streams' subjects (no NATS), and every
+failed PublishAsync request is answered whatever its ack policy.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ import grpc
 
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
+from tidelog.api.draining import DRAINED
 from tidelog.api.metrics import Metrics
 from tidelog.api.status import (
     as_tidelog_error,
@@ -32,6 +35,7 @@ from tidelog.broker import (
     MessageBatch,
     NewRecord,
     Partition,
+    Published,
     StartPosition,
     StopPosition,
     StreamConfig,
@@ -39,6 +43,7 @@ from tidelog.broker import (
 )
 from tidelog.broker import SubscribeRequest as BrokerSubscribe
 from tidelog.errors import (
+    FailedPrecondition,
     IncorrectOffset,
     InvalidArgument,
     MessageTooLarge,
@@ -46,10 +51,13 @@ from tidelog.errors import (
     PartitionReadonly,
     PermissionDenied,
     StreamNotFound,
+    SubjectNotFound,
     TidelogError,
 )
 
 Context = grpc.aio.ServicerContext[object, object]
+
+_log = logging.getLogger(__name__)
 
 # Coalesce at most this many queued PublishAsync requests into one append.
 _ASYNC_BATCH = 1000
@@ -128,6 +136,18 @@ def _check_ack_policy(policy: int) -> None:
         raise InvalidArgument(f"unknown ackPolicy {policy}: use LEADER (0), ALL (1) or NONE (2)")
 
 
+# Liftbridge's exact texts: Go clients have no sentinel errors for these and compare the text.
+INCORRECT_OFFSET_TEXT = "incorrect expected offset"
+OCC_NEEDS_ACK_TEXT = "stream with concurrency control must have AckPolicy set"
+
+
+def _liftbridge_text(error: IncorrectOffset) -> FailedPrecondition:
+    """The conflict as Liftbridge words it; tidelog's explanation (which offset the partition
+    is at) goes to the server's debug log."""
+    _log.debug("publish refused: %s", error)
+    return FailedPrecondition(INCORRECT_OFFSET_TEXT)
+
+
 def _message(request: pb.PublishRequest) -> bytes | NewRecord:
     if not request.key and not request.headers:
         return request.value
@@ -142,7 +162,9 @@ def _async_error(error: BaseException) -> pb.PublishAsyncError:
     elif isinstance(error, PartitionReadonly):
         code = codes.READONLY
     elif isinstance(error, IncorrectOffset):
-        code = codes.INCORRECT_OFFSET
+        return pb.PublishAsyncError(
+            code=codes.INCORRECT_OFFSET, message=_liftbridge_text(error).args[0]
+        )
     elif isinstance(error, PermissionDenied):
         code = codes.PERMISSION_DENIED
     elif isinstance(error, InvalidArgument | MessageTooLarge):
@@ -152,6 +174,17 @@ def _async_error(error: BaseException) -> pb.PublishAsyncError:
     else:
         code = codes.UNKNOWN
     return pb.PublishAsyncError(code=code, message=status_of(error)[1])
+
+
+def _failure_response(
+    request: pb.PublishRequest, failure: pb.PublishAsyncError
+) -> pb.PublishResponse:
+    """A failed request's answer, shaped as Liftbridge's: the error, the request's correlation
+    id, and an ack with an empty correlation id (older clients look for an ack in every
+    response)."""
+    return pb.PublishResponse(
+        asyncError=failure, correlationId=request.correlationId, ack=pb.Ack(correlationId="")
+    )
 
 
 class LiftbridgeService(pb_grpc.APIServicer):
@@ -256,6 +289,22 @@ class LiftbridgeService(pb_grpc.APIServicer):
 
     # -- publishing ------------------------------------------------------------------------------
 
+    def _check_publish(self, request: pb.PublishRequest) -> None:
+        """Liftbridge's checks before a publish, answered whatever the ack policy: a stream
+        name, a known ack policy, and an ack policy on streams with optimistic concurrency
+        (checked after the partition exists and is writable, as Liftbridge orders them)."""
+        if not request.stream:
+            raise InvalidArgument("publish needs a stream name")
+        _check_ack_policy(request.ackPolicy)
+        if request.ackPolicy != pb.NONE:
+            return
+        stream = self.broker.find_stream(request.stream)
+        if stream is not None and stream.config.optimistic_concurrency:
+            partition = stream.partition(request.partition)
+            if partition.readonly:
+                raise PartitionReadonly(request.stream, request.partition)
+            raise InvalidArgument(OCC_NEEDS_ACK_TEXT)
+
     def _ack(
         self, request: pb.PublishRequest, offset: int, received: int, committed: int
     ) -> pb.Ack:
@@ -277,21 +326,24 @@ class LiftbridgeService(pb_grpc.APIServicer):
     async def Publish(self, request: pb.PublishRequest, context: Context) -> pb.PublishResponse:
         started = time.perf_counter()
         async with grpc_errors(context):
-            if not request.stream:
-                raise InvalidArgument("publish needs a stream name")
-            _check_ack_policy(request.ackPolicy)
-            received = time.time_ns()
-            offsets = await self.broker.publish(
-                request.stream,
-                request.partition,
-                [_message(request)],
-                expected_offset=request.expectedOffset if request.expectedOffset >= 0 else None,
-                durable=request.ackPolicy == pb.ALL,
-            )
+            self._check_publish(request)
+            try:
+                published = await self.broker.publish(
+                    request.stream,
+                    request.partition,
+                    [_message(request)],
+                    expected_offset=(
+                        request.expectedOffset if request.expectedOffset >= 0 else None
+                    ),
+                    durable=request.ackPolicy == pb.ALL,
+                )
+            except IncorrectOffset as error:
+                raise _liftbridge_text(error) from None
             self._observe(started)
             if request.ackPolicy == pb.NONE:
                 return pb.PublishResponse()
-            ack = self._ack(request, offsets[0], received, time.time_ns())
+            stored = published.timestamp
+            ack = self._ack(request, published.offsets[0], stored, max(stored, time.time_ns()))
             return pb.PublishResponse(ack=ack, correlationId=request.correlationId)
         raise AssertionError("unreachable")
 
@@ -299,11 +351,9 @@ class LiftbridgeService(pb_grpc.APIServicer):
         """Append consecutive requests for one partition as one batch; one response each."""
         first = run[0]
         started = time.perf_counter()
-        received = time.time_ns()
         try:
-            if not first.stream:
-                raise InvalidArgument("publish needs a stream name")
-            offsets = await self.broker.publish(
+            self._check_publish(first)
+            published = await self.broker.publish(
                 first.stream,
                 first.partition,
                 [_message(r) for r in run],
@@ -321,19 +371,17 @@ class LiftbridgeService(pb_grpc.APIServicer):
                     responses += await self._publish_run([request])
                 return responses
             log_failure(error)
-            failure = _async_error(error)
-            return [
-                pb.PublishResponse(asyncError=failure, correlationId=r.correlationId)
-                for r in run
-                if r.ackPolicy != pb.NONE
-            ]
-        committed = time.time_ns()
+            # Answered whatever the ack policy (as Liftbridge answers request errors): a
+            # publisher that asked for no ack still learns that nothing was written.
+            return [_failure_response(first, _async_error(error))]
+        received = published.timestamp
+        committed = max(received, time.time_ns())
         self._observe(started)
         return [
             pb.PublishResponse(
                 ack=self._ack(r, offset, received, committed), correlationId=r.correlationId
             )
-            for r, offset in zip(run, offsets, strict=True)
+            for r, offset in zip(run, published.offsets, strict=True)
             if r.ackPolicy != pb.NONE
         ]
 
@@ -347,23 +395,11 @@ class LiftbridgeService(pb_grpc.APIServicer):
         responses: list[pb.PublishResponse] = []
         run: list[pb.PublishRequest] = []
         for request in requests:
-            if request.ackPolicy not in (pb.LEADER, pb.ALL, pb.NONE):
-                if run:
-                    responses += await self._publish_run(run)
-                    run = []
-                try:
-                    _check_ack_policy(request.ackPolicy)
-                except InvalidArgument as error:
-                    responses.append(
-                        pb.PublishResponse(
-                            asyncError=_async_error(error), correlationId=request.correlationId
-                        )
-                    )
-                continue
             same = (
                 run
                 and request.stream == run[0].stream
                 and request.partition == run[0].partition
+                and request.ackPolicy in (pb.LEADER, pb.ALL, pb.NONE)
                 and not self._checks_offsets(request.stream)
             )
             if run and not same:
@@ -393,10 +429,19 @@ class LiftbridgeService(pb_grpc.APIServicer):
             # keeping the task, its queue and the call alive.
             await queue.put(None)
 
+        def stop_reading() -> None:
+            # Shutdown: stop at the next request. Requests still queued were not appended and
+            # get no ack, so the client knows to publish them again. A full queue is drained by
+            # the loop below, which checks ``broker.draining`` before each group.
+            reader.cancel()
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(None)
+
         reader = asyncio.create_task(pump())
+        withdraw = self.broker.when_draining(stop_reading)
         try:
             ended = False
-            while not ended:
+            while not ended and not self.broker.draining:
                 head = await queue.get()
                 if head is None:
                     break
@@ -410,6 +455,8 @@ class LiftbridgeService(pb_grpc.APIServicer):
                 async with grpc_errors(context):
                     for response in await self._publish_group(group):
                         yield response
+            if self.broker.draining:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, DRAINED)
             if broken:
                 error = broken[0]
                 detail = str(error) if isinstance(error, TidelogError) else repr(error)
@@ -419,16 +466,63 @@ class LiftbridgeService(pb_grpc.APIServicer):
                     f"{detail}",
                 )
         finally:
+            withdraw()
             reader.cancel()
 
     async def PublishToSubject(
         self, request: pb.PublishToSubjectRequest, context: Context
     ) -> pb.PublishToSubjectResponse:
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED,
-            "PublishToSubject needs NATS subjects, which tidelog does not have; publish to a "
-            "stream by name with Publish or PublishAsync",
-        )
+        """Append to every stream partition listening on the subject (one stream of each
+        load-balance group); the ack is the first one's, in stream-name order."""
+        async with grpc_errors(context):
+            if not request.subject:
+                raise InvalidArgument("publish to a subject needs a subject")
+            _check_ack_policy(request.ackPolicy)
+            targets = self.broker.subject_targets(request.subject)
+            if not targets:
+                raise SubjectNotFound(request.subject)
+            message: bytes | NewRecord = request.value
+            if request.key or request.headers:
+                message = NewRecord(
+                    request.value, key=request.key or None, headers=dict(request.headers)
+                )
+            first: tuple[Partition, Published] | None = None
+            failures: list[Exception] = []
+            for target in targets:
+                try:
+                    published = await self.broker.publish(
+                        target.stream,
+                        target.number,
+                        [message],
+                        durable=request.ackPolicy == pb.ALL,
+                    )
+                except Exception as error:
+                    if not is_refusal(error):
+                        raise
+                    failures.append(error)
+                    continue
+                first = first or (target, published)
+            if first is None:
+                raise failures[0]
+            for failure in failures:  # stored elsewhere: the publisher cannot be told more
+                _log.warning("publish to subject %r: %s", request.subject, failure)
+            if request.ackPolicy == pb.NONE:
+                return pb.PublishToSubjectResponse()
+            target, published = first
+            stored = published.timestamp
+            return pb.PublishToSubjectResponse(
+                ack=pb.Ack(
+                    stream=target.stream,
+                    partitionSubject=request.subject,
+                    msgSubject=request.subject,
+                    offset=published.offsets[0],
+                    ackInbox=request.ackInbox,
+                    correlationId=request.correlationId,
+                    ackPolicy=request.ackPolicy,
+                    receptionTimestamp=stored,
+                    commitTimestamp=max(stored, time.time_ns()),
+                )
+            )
         raise AssertionError("unreachable")
 
     # -- subscribing -----------------------------------------------------------------------------
@@ -445,12 +539,18 @@ class LiftbridgeService(pb_grpc.APIServicer):
                 )
             group = (consumer.groupId, consumer.consumerId, consumer.groupEpoch)
         async with grpc_errors(context):
+            start_offset = request.startOffset
+            if request.startPosition == pb.OFFSET and not request.reverse:
+                # Liftbridge starts a subscription beyond the high watermark at the next
+                # message (tidelog.v1 waits for the offset asked for).
+                partition = self.broker.partition(request.stream, request.partition)
+                start_offset = min(start_offset, partition.high_watermark + 1)
             subscription = self.broker.subscribe(
                 request.stream,
                 request.partition,
                 BrokerSubscribe(
                     start=StartPosition(request.startPosition),
-                    start_offset=request.startOffset,
+                    start_offset=start_offset,
                     start_timestamp=request.startTimestamp,
                     stop=StopPosition(request.stopPosition),
                     stop_offset=request.stopOffset,

@@ -1,7 +1,8 @@
 """``tidelog serve``: the broker behind a gRPC server, with health, metrics and graceful shutdown.
 
-Shutdown on SIGTERM or SIGINT: subscriptions are ended (UNAVAILABLE, "shutting down"), the
-server stops accepting calls and gives in-flight ones ``shutdown_grace_s`` to finish (acks for
+Shutdown on SIGTERM or SIGINT: subscriptions and open publish streams are ended (UNAVAILABLE,
+"shutting down"; a publish stream first answers the requests it has read), the server stops
+accepting calls and gives in-flight ones ``shutdown_grace_s`` to finish (acks for
 publishes already appended go out), then every log is synced and closed.
 """
 

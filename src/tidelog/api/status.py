@@ -46,6 +46,7 @@ from tidelog.errors import (
     StreamEmpty,
     StreamExists,
     StreamNotFound,
+    SubjectNotFound,
     SyncFailed,
     TidelogError,
     ViewExists,
@@ -57,6 +58,7 @@ LOG = logging.getLogger("tidelog.api")
 
 STATUS: Final[tuple[tuple[type[Exception], grpc.StatusCode], ...]] = (
     (StreamNotFound, grpc.StatusCode.NOT_FOUND),
+    (SubjectNotFound, grpc.StatusCode.NOT_FOUND),
     (GroupNotFound, grpc.StatusCode.NOT_FOUND),
     (ViewNotFound, grpc.StatusCode.NOT_FOUND),
     (ViewExists, grpc.StatusCode.ALREADY_EXISTS),

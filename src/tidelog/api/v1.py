@@ -11,6 +11,7 @@ from tidelog import columns
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 from tidelog.api.consume import consume
+from tidelog.api.draining import until_draining
 from tidelog.api.frames import END_REASONS, record_batch
 from tidelog.api.metrics import Metrics
 from tidelog.api.status import grpc_errors, is_refusal, log_failure, status_of
@@ -70,13 +71,14 @@ class TidelogService(ViewService, v1_grpc.TidelogServicer):
             )
             offsets, duplicate = published.offsets, published.duplicate
         else:
-            offsets = await self.broker.publish(
+            published = await self.broker.publish(
                 request.stream,
                 request.partition,
                 batch,
                 expected_offset=expected_offset,
                 durable=durable,
             )
+            offsets = published.offsets
         if self._latency is not None:
             self._latency.observe(time.perf_counter() - started)
         if request.ack_policy == v1.ACK_POLICY_NONE:
@@ -95,18 +97,24 @@ class TidelogService(ViewService, v1_grpc.TidelogServicer):
     async def PublishStream(
         self, request_iterator: AsyncIterator[v1.PublishBatchRequest], context: Context
     ) -> AsyncIterator[v1.PublishBatchResponse]:
-        async for request in request_iterator:
-            try:
-                response = await self._publish(request)
-            except Exception as error:
-                if not is_refusal(error):
-                    raise
-                log_failure(error)
-                code, detail = status_of(error)
-                if isinstance(error, ValueError | TypeError):
-                    code = grpc.StatusCode.INVALID_ARGUMENT
-                response = v1.PublishBatchResponse(error_code=code.value[0], error_message=detail)
-            yield response
+        requests = until_draining(self.broker, request_iterator)
+        async with grpc_errors(context):  # a drain ends the stream: UNAVAILABLE
+            async for request in requests:
+                yield await self._answer(request)
+
+    async def _answer(self, request: v1.PublishBatchRequest) -> v1.PublishBatchResponse:
+        """One ``PublishStream`` request's response: a refusal is answered in the response,
+        and the stream stays open."""
+        try:
+            return await self._publish(request)
+        except Exception as error:
+            if not is_refusal(error):
+                raise
+            log_failure(error)
+            code, detail = status_of(error)
+            if isinstance(error, ValueError | TypeError):
+                code = grpc.StatusCode.INVALID_ARGUMENT
+            return v1.PublishBatchResponse(error_code=code.value[0], error_message=detail)
 
     async def SubscribeBatches(
         self, request: v1.SubscribeBatchesRequest, context: Context

@@ -41,6 +41,7 @@ from tidelog.broker.config import (
 from tidelog.broker.delivery import delivery_gate
 from tidelog.broker.partition import Partition
 from tidelog.broker.partition_view import ViewEntry, ViewKind, ViewSpec
+from tidelog.broker.producers import Published
 from tidelog.broker.stream import Stream
 from tidelog.broker.stream_views import StreamViews
 from tidelog.broker.subscription import (
@@ -92,6 +93,7 @@ __all__ = [
     "NewRecord",
     "PackedValues",
     "Partition",
+    "Published",
     "StartPosition",
     "StopPosition",
     "Stream",

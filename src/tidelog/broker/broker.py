@@ -28,7 +28,7 @@ import resource
 import secrets
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tidelog.broker.config import (
@@ -90,6 +90,19 @@ def _remove_in_place(directory: Path) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
+def _partition_on(stream_subject: str, subject: str, partitions: int) -> int | None:
+    """Which partition of a stream with ``stream_subject`` listens on ``subject`` (None: none).
+    Partition 0 listens on the stream's subject, partition n > 0 on ``<subject>.<n>``."""
+    if subject == stream_subject:
+        return 0
+    head, dot, tail = subject.rpartition(".")
+    if dot and head == stream_subject and tail.isdigit() and tail == str(int(tail)):
+        number = int(tail)
+        if 0 < number < partitions:
+            return number
+    return None
+
+
 def _check_not_internal(name: str, action: str) -> None:
     if name.startswith(INTERNAL_PREFIX):
         raise PermissionDenied(
@@ -119,6 +132,11 @@ class Broker:
         """Names whose old stream is being deleted; resolved once the name is free."""
         self._cleanup: set[asyncio.Task[None]] = set()
         """Background removals of tombstones (awaited on close)."""
+        self.draining = False
+        """Set by :meth:`drain`: the server is shutting down."""
+        self._subject_turns: dict[tuple[str, str], int] = {}
+        """(subject, load-balance group) -> publishes so far: whose turn it is."""
+        self._on_drain: set[Callable[[], None]] = set()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -199,12 +217,28 @@ class Broker:
         return stored
 
     def drain(self) -> None:
-        """End every subscription (they are told the server is shutting down); publishing
-        continues until :meth:`close`."""
+        """End every subscription (they are told the server is shutting down) and tell open
+        request streams (``when_draining``) to stop reading; publishing continues until
+        :meth:`close`, so requests already read still get their acks."""
+        self.draining = True
         for stream in self.streams.values():
             for partition in stream.partitions:
                 partition.draining = True
                 partition.signal.fire()
+        for callback in list(self._on_drain):
+            callback()
+        self._on_drain.clear()
+
+    def when_draining(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (on the broker's loop) once :meth:`drain` starts, at once if it
+        has; returns how to withdraw it. A publish stream uses it to end without waiting for
+        its client's next request: a connected client would otherwise hold the shutdown for
+        the whole grace period."""
+        if self.draining:
+            callback()
+            return lambda: None
+        self._on_drain.add(callback)
+        return lambda: self._on_drain.discard(callback)
 
     async def close(self) -> None:
         """Stop maintenance, end subscriptions, sync and close every log."""
@@ -259,6 +293,32 @@ class Broker:
 
     def partition(self, stream: str, number: int) -> Partition:
         return self.stream(stream).partition(number)
+
+    def subject_targets(self, subject: str) -> list[Partition]:
+        """The partitions a publish to ``subject`` goes to, routed as Liftbridge routes it
+        through NATS, in stream-name order: partition 0 of each stream whose subject is
+        ``subject``, partition n of each stream whose subject is ``S`` when ``subject`` is
+        ``S.n``. Streams created with a load-balance ``group`` take turns: each publish goes
+        to one stream of each group (round-robin, where NATS picks at random). Internal
+        streams are never targets. Empty when no stream listens on ``subject``."""
+        targets: list[Partition] = []
+        groups: dict[str, list[Partition]] = {}
+        for stream in self.list_streams():
+            if stream.name.startswith(INTERNAL_PREFIX):
+                continue
+            number = _partition_on(stream.subject, subject, len(stream.partitions))
+            if number is None:
+                continue
+            partition = stream.partitions[number]
+            if stream.config.group:
+                groups.setdefault(stream.config.group, []).append(partition)
+            else:
+                targets.append(partition)
+        for group, members in sorted(groups.items()):
+            turn = self._subject_turns.get((subject, group), 0)
+            self._subject_turns[(subject, group)] = turn + 1
+            targets.append(members[turn % len(members)])
+        return targets
 
     def create_stream(self, name: str, config: StreamConfig | None = None) -> Stream:
         """Create ``name``; raises ``StreamDeleting`` while an older stream of that name is
@@ -417,8 +477,8 @@ class Broker:
         *,
         expected_offset: int | None = None,
         durable: bool = False,
-    ) -> range:
-        """Append ``messages`` to one partition; returns their offsets.
+    ) -> Published:
+        """Append ``messages`` to one partition; returns their offsets and stored timestamp.
 
         ``expected_offset`` is checked only on streams created with optimistic concurrency.
         """

@@ -84,7 +84,7 @@ class CursorStore:
             stored = await target.publish([NewRecord(value, key=key)], durable=True)
             # Concurrent sets finish their syncs in any order: the index keeps the record
             # appended last, as a restart would.
-            self._indexes[number].apply(stored.start, key, value)
+            self._indexes[number].apply(stored.offsets.start, key, value)
         finally:
             self._in_flight -= 1
 

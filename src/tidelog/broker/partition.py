@@ -194,28 +194,33 @@ class Partition:
         self.stats.last_activity_monotonic = time.monotonic()
 
     def pause(self) -> None:
-        """Close the log; subscribers end with ``PartitionPaused``."""
+        """Close the log; subscribers end with ``PartitionPaused``.
+
+        The pause timestamps (as Liftbridge keeps them): ``first_paused`` is the first pause,
+        ``latest_paused`` the latest pause or resume."""
         if self._log is not None:
             self._paused_offsets = (self._log.high_watermark, self._log.newest_offset)
             self.save_producers()
             self._log.close()
             self._log = None
-            now = time.time_ns()
-            self.stats.first_paused = self.stats.first_paused or now
-            self.stats.latest_paused = now
+        now = time.time_ns()
+        self.stats.first_paused = self.stats.first_paused or now
+        self.stats.latest_paused = now
         self.signal.fire_threadsafe()
 
     def resume(self) -> None:
         if self._log is None and not (self.deleted or self.closed):
             self._open()
             self.touch()
+            self.stats.latest_paused = time.time_ns()
         self.signal.fire_threadsafe()
 
     def set_readonly(self, readonly: bool) -> None:
-        if readonly and not self.readonly:
-            now = time.time_ns()
-            self.stats.first_readonly = self.stats.first_readonly or now
-            self.stats.latest_readonly = now
+        """Set or clear the read-only flag. ``first_readonly`` is the first change,
+        ``latest_readonly`` the latest (setting or clearing, as Liftbridge keeps them)."""
+        now = time.time_ns()
+        self.stats.first_readonly = self.stats.first_readonly or now
+        self.stats.latest_readonly = now
         self.readonly = readonly
         self.signal.fire_threadsafe()
 
@@ -227,8 +232,9 @@ class Partition:
         *,
         expected_offset: int | None = None,
         durable: bool = False,
-    ) -> range:
+    ) -> Published:
         """Append ``messages`` as one batch; with ``durable`` also wait until they are synced.
+        Returns their offsets and the timestamp they were stored with.
 
         A paused partition is resumed first. Appends that wait for a sync (flush policy
         ``always``, or ``durable``) run the sync in a thread, so the loop keeps serving.
@@ -239,13 +245,15 @@ class Partition:
             self.resume()
         log = self.log
         if log.config.flush_policy is FlushPolicy.ALWAYS:
-            offsets = await asyncio.to_thread(log.append, messages, expected_offset=expected_offset)
+            offsets, stamp = await asyncio.to_thread(
+                log.append_stamped, messages, expected_offset=expected_offset
+            )
         else:
-            offsets = log.append(messages, expected_offset=expected_offset)
+            offsets, stamp = log.append_stamped(messages, expected_offset=expected_offset)
             if durable:
                 await asyncio.to_thread(log.flush)
         self._count_in(messages, len(offsets))
-        return offsets
+        return Published(offsets, timestamp=stamp)
 
     async def publish_idempotent(
         self,
@@ -273,11 +281,15 @@ class Partition:
         always = log.config.flush_policy is FlushPolicy.ALWAYS
         try:
             if always:
-                offsets = await asyncio.to_thread(
-                    log.append, batch, expected_offset=expected_offset, atomic=True, guard=guard
+                offsets, stamp = await asyncio.to_thread(
+                    log.append_stamped,
+                    batch,
+                    expected_offset=expected_offset,
+                    atomic=True,
+                    guard=guard,
                 )
             else:
-                offsets = log.append(
+                offsets, stamp = log.append_stamped(
                     batch, expected_offset=expected_offset, atomic=True, guard=guard
                 )
         except DuplicateBatch as duplicate:
@@ -289,7 +301,7 @@ class Partition:
         if durable and not always:
             await asyncio.to_thread(log.flush)
         self._count_in(messages, len(offsets))
-        return Published(offsets)
+        return Published(offsets, timestamp=stamp)
 
     def _count_in(self, messages: Sequence[bytes | NewRecord], count: int) -> None:
         now = time.time_ns()

@@ -61,11 +61,13 @@ class StoredBatch:
 
 @dataclass(frozen=True, slots=True)
 class Published:
-    """The outcome of an idempotent publish: the offsets the batch got, or, for a duplicate,
-    those of the stored batch with the same sequence (empty for an older sequence)."""
+    """The outcome of a publish: the offsets the batch got, or, for a duplicate of an idempotent
+    publish, those of the stored batch with the same sequence (empty for an older sequence).
+    ``timestamp`` is the one the batch's records were stored with (0 for a duplicate)."""
 
     offsets: range
     duplicate: bool = False
+    timestamp: int = 0
 
 
 class DuplicateBatch(Exception):

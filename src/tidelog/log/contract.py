@@ -120,6 +120,20 @@ class CommitLog(Protocol):
         """
         ...
 
+    def append_stamped(
+        self,
+        messages: Sequence[bytes | NewRecord],
+        *,
+        timestamp: int | None = None,
+        expected_offset: int | None = None,
+        atomic: bool = False,
+        guard: AppendGuard | None = None,
+    ) -> tuple[range, int]:
+        """``append``, also returning the timestamp (ns) every record of the batch was stored
+        with: what an acknowledgement reports, so a client can position a subscription by it.
+        An empty sequence returns the newest timestamp (0 for an empty log)."""
+        ...
+
     def flush(self) -> None:
         """Sync everything appended so far (with ``always``, that commits it)."""
         ...

@@ -154,6 +154,25 @@ class SegmentedLog:
         ``guard``: its ``check`` runs under the log's lock before ``expected_offset`` is checked,
         its ``written`` under the same lock hold once the batch is written.
         """
+        return self.append_stamped(
+            messages,
+            timestamp=timestamp,
+            expected_offset=expected_offset,
+            atomic=atomic,
+            guard=guard,
+        )[0]
+
+    def append_stamped(
+        self,
+        messages: Sequence[bytes | NewRecord],
+        *,
+        timestamp: int | None = None,
+        expected_offset: int | None = None,
+        atomic: bool = False,
+        guard: AppendGuard | None = None,
+    ) -> tuple[range, int]:
+        """``append``, also returning the timestamp the batch's records were stored with (an
+        empty batch: the newest timestamp)."""
         return self._writer.append(
             messages,
             timestamp=timestamp,

@@ -51,13 +51,13 @@ class LogWriter:
         expected_offset: int | None,
         atomic: bool,
         guard: AppendGuard | None,
-    ) -> range:
-        """See ``SegmentedLog.append``."""
+    ) -> tuple[range, int]:
+        """See ``SegmentedLog.append_stamped``."""
         local = self.local
         if not messages:
             with local.lock:
                 local.check_open()
-                return range(local.next_offset, local.next_offset)
+                return range(local.next_offset, local.next_offset), local.last_timestamp
         with local.lock:
             first = local.next_offset
             if guard is not None:
@@ -67,11 +67,11 @@ class LogWriter:
                 local.check_open()
                 raise IncorrectOffset(expected_offset, first)
             offsets = np.arange(first, first + len(messages), dtype=np.int64)
-            rolled = self._append_locked(messages, offsets, timestamp, atomic=atomic)
+            rolled, stamp = self._append_locked(messages, offsets, timestamp, atomic=atomic)
             if guard is not None:
                 guard.written(range(first, first + len(messages)))
         self._after_append(first + len(messages) - 1, rolled)
-        return range(first, first + len(messages))
+        return range(first, first + len(messages)), stamp
 
     def append_at(
         self, messages: Sequence[bytes | NewRecord], offsets: Sequence[int], timestamp: int | None
@@ -91,7 +91,7 @@ class LogWriter:
                     f"offset {int(chosen[0])} is not above the log's newest offset "
                     f"{local.next_offset - 1}"
                 )
-            rolled = self._append_locked(messages, chosen, timestamp)
+            rolled, _ = self._append_locked(messages, chosen, timestamp)
         self._after_append(int(chosen[-1]), rolled)
 
     def _append_locked(
@@ -101,7 +101,9 @@ class LogWriter:
         timestamp: int | None,
         *,
         atomic: bool = False,
-    ) -> bool:
+    ) -> tuple[bool, int]:
+        """Write one batch; returns whether the active segment changed, and the batch's
+        timestamp (every record of a batch has the same one)."""
         local = self.local
         local.check_open()
         config = local.config
@@ -138,7 +140,7 @@ class LogWriter:
             self.high_watermark = newest
             self.high_watermark_timestamp = stamp
             local.committed.notify_all()
-        return rolled
+        return rolled, stamp
 
     def _after_append(self, newest: int, rolled: bool) -> None:
         if self.local.config.flush_policy is FlushPolicy.ALWAYS:
