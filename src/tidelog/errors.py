@@ -186,6 +186,11 @@ class GroupNotFound(BrokerError):
     """No consumer group of that id exists."""
 
 
+class GroupStateUnreadable(BrokerError):
+    """The saved consumer groups (``groups.json``) cannot be read at start. The broker refuses
+    to start rather than drop every group; the message names the file and what is wrong."""
+
+
 class Fenced(BrokerError):
     """A group subscriber was replaced by one with a newer epoch."""
 

@@ -11,13 +11,13 @@ from clitools import CLI_TIMEOUT, clean_env
 from tests.support.server import ServerProcess
 
 
-def serve(*args: str) -> subprocess.CompletedProcess[str]:
+def serve(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tidelog.cli", "serve", "--metrics-port", "0", *args],
         capture_output=True,
         text=True,
         timeout=CLI_TIMEOUT,
-        env=clean_env(),
+        env=clean_env(**(env_extra or {})),
     )
 
 
@@ -80,3 +80,15 @@ def test_a_metrics_port_in_use_is_refused_with_one_line(tmp_path: Path) -> None:
     assert "--metrics-port" in line and "TIDELOG_METRICS_PORT" in line
     assert "Traceback" not in result.stderr
     assert "tidelog listening on" not in result.stdout
+
+
+def test_an_unreadable_groups_file_is_refused_naming_it(tmp_path: Path) -> None:
+    """The saved consumer groups are never dropped silently: the server does not start."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "groups.json").write_text('{"version": 1, "groups": {"g": {"epoch"')
+    result = serve("--data-dir", str(data), "--port", "0", env_extra={"COLUMNS": "1000"})
+    assert result.returncode == 1, result.stderr
+    (line,) = error_lines(result)
+    assert f"cannot restore consumer groups from {data / 'groups.json'}" in line
+    assert "Traceback" not in result.stderr

@@ -13,6 +13,9 @@ the whole stream (the delete was not acknowledged) or a tombstone, which start-u
 stream directory without its ``stream.json`` (a create cut short) is never loaded and is moved
 aside at start.
 
+Consumer groups are saved in ``<data_dir>/groups.json`` (``groups.py``) after every membership
+change and restored at start before any stream opens; an unreadable file stops the start.
+
 Internal streams (``__`` names, e.g. ``__cursors``) are written, paused and made read-only only
 by the broker; the client-facing methods here refuse with ``PermissionDenied``.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import resource
@@ -39,7 +43,7 @@ from tidelog.broker.config import (
     validate_stream_name,
 )
 from tidelog.broker.cursors import CursorStore
-from tidelog.broker.groups import GroupCoordinator
+from tidelog.broker.groups import GROUPS_FILE, GroupCoordinator, read_groups, write_groups
 from tidelog.broker.partition import Partition
 from tidelog.broker.partition_view import ViewSpec
 from tidelog.broker.producers import Published, check_headers, validate_producer
@@ -122,7 +126,11 @@ class Broker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._maintenance: asyncio.Task[None] | None = None
         self._cursors: CursorStore | None = None
-        self.groups = GroupCoordinator(lambda name: len(self.stream(name).partitions))
+        self.groups = GroupCoordinator(
+            lambda name: len(self.stream(name).partitions),
+            save=functools.partial(write_groups, self.data_dir / GROUPS_FILE),
+        )
+        """Consumer groups, saved in ``<data_dir>/groups.json`` and restored by :meth:`start`."""
         self._closed = False
         self._lock_fd: int | None = None
         self.started_ns = 0
@@ -147,6 +155,11 @@ class Broker:
         (self.data_dir / TOMBSTONES).mkdir(exist_ok=True)
         self._lock_data_dir()
         self.broker_id = self.config.broker_id or self._stored_broker_id()
+        try:  # before any stream opens: an unreadable file stops the start with nothing open
+            self.groups.restore(read_groups(self.data_dir / GROUPS_FILE))
+        except BaseException:
+            self._unlock_data_dir()
+            raise
         for directory in sorted((self.data_dir / "streams").iterdir()):
             if not (directory / METADATA_FILE).exists():
                 LOG.warning(
@@ -205,6 +218,11 @@ class Broker:
             ) from None
         self._lock_fd = fd
 
+    def _unlock_data_dir(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
     def _stored_broker_id(self) -> str:
         path = self.data_dir / "broker-id"
         try:
@@ -261,9 +279,7 @@ class Broker:
                 )
         if self._cleanup:
             await asyncio.gather(*self._cleanup, return_exceptions=True)
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        self._unlock_data_dir()
 
     def _check_open(self) -> None:
         if self._closed:

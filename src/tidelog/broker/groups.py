@@ -1,4 +1,4 @@
-"""Consumer groups on one broker (Liftbridge's JoinConsumerGroup & co.).
+"""Consumer groups on one broker (Liftbridge's JoinConsumerGroup & co.), kept across restarts.
 
 A group is created by its first join and deleted when its last member leaves or expires. Every
 membership change (join, leave, expiry) raises the group's epoch and reshuffles the
@@ -8,15 +8,60 @@ epoch they know: that call is also their heartbeat; a member silent for ``consum
 is removed. Subscriptions made on behalf of a group carry its epoch: a partition keeps one
 subscriber per group, a subscriber with a newer-or-equal epoch replaces (fences) the old one,
 and one with an older epoch is refused. This broker is always the coordinator.
+
+Durability. Every group's epoch, members (with their streams) and assignments are saved as one
+JSON document, ``<data_dir>/groups.json`` (:data:`GROUPS_FILE`), replaced atomically (temp file,
+fsync, rename: :func:`tidelog.broker.jsonfile.replace_json`) after every membership change, so
+a member carries on after a restart or a crash with the epoch and partitions it had, without
+joining again. The coordinator itself does no I/O: it is given a ``save`` callable, and the
+broker hands it what :func:`read_groups` found at start. Rules:
+
+- a change is kept only once it is saved: when saving fails (a full disk: ``DiskFull``) the
+  change is undone in memory and the join or leave raises the error, so memory never runs
+  ahead of the file. An expiry that cannot be saved is undone too (the silent members stay,
+  with one WARNING) and tried again at the next expiry check;
+- heartbeats are not saved: at load every member's ``last_seen`` is the clock's now, so each
+  member gets a full consumer timeout to come back after a restart;
+- subscriber registrations (fencing) are not saved: subscriptions end with the process;
+- a missing file means no groups; an unreadable or malformed one stops the start with
+  :class:`~tidelog.errors.GroupStateUnreadable` naming the file, rather than drop the groups;
+- positions are not here: they are cursors (``__group:<group id>``) in ``__cursors``.
+
+Saving runs on the event loop (one small fsynced file); membership changes are rare next to
+heartbeats, which write nothing. When clusters arrive (issue 14) this state moves to the
+cluster's metadata store.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
 
-from tidelog.errors import FailedPrecondition, GroupNotFound, InvalidArgument
+from tidelog.broker.jsonfile import replace_json
+from tidelog.errors import (
+    FailedPrecondition,
+    GroupNotFound,
+    GroupStateUnreadable,
+    InvalidArgument,
+    ResourceExhausted,
+)
+
+LOG = logging.getLogger("tidelog.broker")
+
+GROUPS_FILE: Final = "groups.json"
+"""The saved consumer groups, in the broker's data directory."""
+
+FORMAT_VERSION: Final = 1
+"""Version of the saved document; a file of another version is refused, never guessed at."""
+
+SaveGroups = Callable[[dict[str, Any]], None]
+"""Makes a saved document durable, or raises (and then leaves the previous one in place)."""
 
 
 @dataclass(slots=True)
@@ -37,6 +82,9 @@ class Group:
 
 
 class GroupCoordinator:
+    """Every group of this broker. ``save`` receives :meth:`document` after each membership
+    change (None: nothing is saved); ``restore`` installs what was saved."""
+
     def __init__(
         self,
         partition_counts: Callable[[str], int],
@@ -44,12 +92,47 @@ class GroupCoordinator:
         consumer_timeout_s: float = 15.0,
         coordinator_timeout_s: float = 15.0,
         clock: Callable[[], float] = time.monotonic,
+        save: SaveGroups | None = None,
     ) -> None:
         self._partition_counts = partition_counts
         self.consumer_timeout_s = consumer_timeout_s
         self.coordinator_timeout_s = coordinator_timeout_s
         self._clock = clock
+        self._save = save
+        self._expiry_unsaved = False
+        """An expiry could not be saved (logged once until one succeeds)."""
         self.groups: dict[str, Group] = {}
+
+    # -- durability ------------------------------------------------------------------------------
+
+    def document(self) -> dict[str, Any]:
+        """Every group as the JSON document that is saved (heartbeats and subscribers left out)."""
+        return encode(self.groups)
+
+    def restore(self, groups: Mapping[str, Group]) -> None:
+        """Install saved groups (at start, before any member calls). Every member counts as
+        seen now: it has a full consumer timeout to come back."""
+        now = self._clock()
+        self.groups = dict(groups)
+        for group in self.groups.values():
+            for member in group.members.values():
+                member.last_seen = now
+
+    @contextlib.contextmanager
+    def _saved_change(self) -> Iterator[None]:
+        """Run a membership change, then save; if either fails, undo the change and raise."""
+        before = [(g, g.epoch, dict(g.members), g.assignments) for g in self.groups.values()]
+        try:
+            yield
+            if self._save is not None:
+                self._save(self.document())
+        except BaseException:
+            # The same Group objects go back: fencing callbacks hold on to them.
+            self.groups = {}
+            for group, epoch, members, assignments in before:
+                group.epoch, group.members, group.assignments = epoch, members, assignments
+                self.groups[group.group_id] = group
+            raise
 
     def epoch(self, group_id: str) -> int | None:
         """The group's current epoch, or None when no such group exists."""
@@ -59,7 +142,8 @@ class GroupCoordinator:
     # -- membership ------------------------------------------------------------------------------
 
     def join(self, group_id: str, consumer_id: str, streams: list[str]) -> int:
-        """Add (or refresh) a member; returns the group's epoch after the change."""
+        """Add (or refresh) a member; returns the group's epoch after the change. A change that
+        cannot be saved raises (``DiskFull`` & co.) and leaves the group as it was."""
         if not group_id or not consumer_id:
             raise InvalidArgument("joining a consumer group needs a group id and a consumer id")
         if not streams:
@@ -67,19 +151,27 @@ class GroupCoordinator:
         for stream in streams:
             self._partition_counts(stream)  # raises StreamNotFound
         self.expire()
-        group = self.groups.setdefault(group_id, Group(group_id))
-        known = group.members.get(consumer_id)
-        group.members[consumer_id] = Member(consumer_id, list(streams), self._clock())
-        if known is None or known.streams != list(streams):
+        now = self._clock()
+        known_group = self.groups.get(group_id)
+        known = None if known_group is None else known_group.members.get(consumer_id)
+        if known_group is not None and known is not None and known.streams == list(streams):
+            known.last_seen = now  # a refresh: nothing changes, nothing to save
+            return known_group.epoch
+        with self._saved_change():
+            group = self.groups.setdefault(group_id, Group(group_id))
+            group.members[consumer_id] = Member(consumer_id, list(streams), now)
             self._rebalance(group)
         return group.epoch
 
     def leave(self, group_id: str, consumer_id: str) -> None:
+        """Remove a member (the group with its last one); raises ``DiskFull`` & co., the member
+        still in, when the change cannot be saved."""
         group = self._group(group_id)
         if consumer_id not in group.members:
             raise FailedPrecondition(f"{consumer_id!r} is not a member of group {group_id!r}")
-        del group.members[consumer_id]
-        self._after_removal(group)
+        with self._saved_change():
+            del group.members[consumer_id]
+            self._after_removal(group)
 
     def fetch_assignments(
         self, group_id: str, consumer_id: str, epoch: int
@@ -108,16 +200,33 @@ class GroupCoordinator:
             raise FailedPrecondition(f"group {group_id!r} is at epoch {group.epoch}, not {epoch}")
 
     def expire(self) -> None:
-        """Remove members silent for longer than the consumer timeout."""
+        """Remove members silent for longer than the consumer timeout. If that cannot be saved,
+        they stay (a WARNING says so) until a later call manages to; this never raises for it,
+        since the caller is another member's heartbeat or the broker's maintenance."""
         now = self._clock()
-        for group in list(self.groups.values()):
-            silent = [
-                m for m in group.members.values() if now - m.last_seen > self.consumer_timeout_s
-            ]
-            for member in silent:
-                del group.members[member.consumer_id]
-            if silent:
-                self._after_removal(group)
+        timeout = self.consumer_timeout_s
+        silent = [
+            (group, [m for m in group.members.values() if now - m.last_seen > timeout])
+            for group in self.groups.values()
+        ]
+        if not any(members for _, members in silent):
+            return
+        try:
+            with self._saved_change():
+                for group, members in silent:
+                    for member in members:
+                        del group.members[member.consumer_id]
+                    if members:
+                        self._after_removal(group)
+        except (ResourceExhausted, OSError) as error:
+            if not self._expiry_unsaved:
+                LOG.warning(
+                    "silent consumer-group members stay until their removal can be saved: %s",
+                    error,
+                )
+            self._expiry_unsaved = True
+            return
+        self._expiry_unsaved = False
 
     # -- fencing subscribers ---------------------------------------------------------------------
 
@@ -188,3 +297,106 @@ class GroupCoordinator:
                 assignments[chosen].setdefault(stream, []).append(partition)
                 load[chosen] += 1
         group.assignments = assignments
+
+
+# -- the saved document --------------------------------------------------------------------------
+
+
+def encode(groups: Mapping[str, Group]) -> dict[str, Any]:
+    """``{"version": 1, "groups": {id: {"epoch", "members": {consumer: [streams]},
+    "assignments": {consumer: {stream: [partitions]}}}}}``."""
+    return {
+        "version": FORMAT_VERSION,
+        "groups": {
+            group.group_id: {
+                "epoch": group.epoch,
+                "members": {m.consumer_id: list(m.streams) for m in group.members.values()},
+                "assignments": {
+                    consumer: {stream: list(parts) for stream, parts in streams.items()}
+                    for consumer, streams in group.assignments.items()
+                },
+            }
+            for group in groups.values()
+        },
+    }
+
+
+def decode(document: object) -> dict[str, Group]:
+    """The groups of a saved document (every ``last_seen`` 0: :meth:`GroupCoordinator.restore`
+    sets it). Raises ``ValueError`` saying what does not fit the format."""
+    if not isinstance(document, dict) or document.get("version") != FORMAT_VERSION:
+        found = document.get("version") if isinstance(document, dict) else type(document).__name__
+        raise ValueError(f"not a version-{FORMAT_VERSION} groups document (version {found!r})")
+    saved = _typed(document.get("groups"), dict, "groups")
+    groups: dict[str, Group] = {}
+    for group_id, entry in saved.items():
+        where = f"group {group_id!r}"
+        _typed(entry, dict, where)
+        epoch = entry.get("epoch")
+        if type(epoch) is not int or epoch < 1:
+            raise ValueError(f"{where}: epoch {epoch!r} is not a positive integer")
+        group = Group(group_id, epoch)
+        members = _typed(entry.get("members"), dict, f"{where} members")
+        if not members:
+            raise ValueError(f"{where} has no members (an empty group is never saved)")
+        for consumer_id, streams in members.items():
+            group.members[consumer_id] = Member(
+                consumer_id, _strings(streams, f"{where} member {consumer_id!r}"), 0.0
+            )
+        assignments = _typed(entry.get("assignments"), dict, f"{where} assignments")
+        for consumer_id, streams in assignments.items():
+            if consumer_id not in group.members:
+                raise ValueError(f"{where} assigns partitions to a non-member {consumer_id!r}")
+            _typed(streams, dict, f"{where} assignments of {consumer_id!r}")
+            group.assignments[consumer_id] = {
+                stream: _partitions(parts, f"{where} assignment {consumer_id!r}/{stream!r}")
+                for stream, parts in streams.items()
+            }
+        groups[group_id] = group
+    return groups
+
+
+def read_groups(path: Path) -> dict[str, Group]:
+    """The groups saved at ``path``; none when there is no file. Anything unreadable raises
+    :class:`GroupStateUnreadable` naming the file (groups are never dropped silently)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    except OSError as error:
+        raise GroupStateUnreadable(_unreadable(path, str(error))) from error
+    try:
+        return decode(json.loads(raw))
+    except ValueError as error:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise GroupStateUnreadable(_unreadable(path, str(error))) from error
+
+
+def write_groups(path: Path, document: dict[str, Any]) -> None:
+    """Replace ``path`` with ``document`` atomically (``DiskFull`` & co. leave the old file)."""
+    replace_json(path, document, indent=1, sort_keys=True)
+
+
+def _unreadable(path: Path, reason: str) -> str:
+    return (
+        f"cannot restore consumer groups from {path}: {reason}. The server does not start "
+        f"rather than lose them: restore the file, or move it away to start without groups "
+        f"(their members must then join again)"
+    )
+
+
+def _typed(value: object, kind: type, where: str) -> Any:
+    if not isinstance(value, kind):
+        raise ValueError(f"{where}: expected a {kind.__name__}, found {type(value).__name__}")
+    return value
+
+
+def _strings(value: object, where: str) -> list[str]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{where}: expected a non-empty list of stream names, found {value!r}")
+    return list(value)
+
+
+def _partitions(value: object, where: str) -> list[int]:
+    if not isinstance(value, list) or not all(type(v) is int and v >= 0 for v in value):
+        raise ValueError(f"{where}: expected a list of partition numbers, found {value!r}")
+    return list(value)

@@ -31,7 +31,7 @@ from tidelog.client import (
 )
 from tidelog.client.aio import PUBLISH_CHUNK
 from tidelog.client.models import Start, Stop
-from tidelog.errors import LogLocked
+from tidelog.errors import GroupStateUnreadable, LogLocked
 
 app = typer.Typer(
     help="tidelog: a durable, partitioned streaming log.",
@@ -114,7 +114,7 @@ def serve(
 
     try:
         asyncio.run(run(settings, on_ready=ready))
-    except (OSError, LogLocked) as error:
+    except (OSError, LogLocked, GroupStateUnreadable) as error:
         fail(f"cannot start: {error}")
 
 
