@@ -817,7 +817,13 @@ def test_empty_and_extreme_values_are_answered(fuzz: Fuzz) -> None:
         ),
         ("/proto.API/SetCursor", pb.SetCursorRequest(stream="fz-edge"), "INVALID_ARGUMENT"),
         ("/proto.API/FetchCursor", pb.FetchCursorRequest(cursorId="c"), "INVALID_ARGUMENT"),
-        ("/proto.API/PublishToSubject", pb.PublishToSubjectRequest(subject="s"), "UNIMPLEMENTED"),
+        ("/proto.API/PublishToSubject", pb.PublishToSubjectRequest(subject="s"), "NOT_FOUND"),
+        ("/proto.API/PublishToSubject", pb.PublishToSubjectRequest(), "INVALID_ARGUMENT"),
+        (
+            "/proto.API/PublishToSubject",
+            pb.PublishToSubjectRequest(subject="fz-edge", ackPolicy=7),
+            "INVALID_ARGUMENT",
+        ),
         (
             "/proto.API/JoinConsumerGroup",
             pb.JoinConsumerGroupRequest(groupId="g"),
