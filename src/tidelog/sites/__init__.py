@@ -1,0 +1,12 @@
+"""Multi-site replication through routing queues (``docs/replication.md``).
+
+A site is one tidelog deployment. An application hands the source site an opaque payload and the
+sites it goes to; the payload is stored once in a shared send queue, tagged per destination, and
+one sender session per remote site ships that site's entries, in order, exactly once, with a
+snapshot sync when deltas alone cannot catch the site up.
+
+Built so far, as sans-IO cores tested alone: the sender session's state table
+(``sync_states.py``), negotiation (``negotiation.py``), and the two ends of a transfer — the
+sink's apply window and the sender's resend window (``windows.py``). The queues, the tag index,
+the wire protocol, the sink and the listener build on them (issue 13).
+"""

@@ -1,0 +1,80 @@
+"""Negotiation: from what a sink reports for one source site, how the sender goes on.
+
+A sink persists, per source site, four positions (:class:`SinkProgress`): the id of the last
+snapshot it saw start, the last one it received whole (its end marker), the last one it applied,
+and the last delta position it processed. Positions are offsets in the source's shared delta
+queue; a snapshot id is the sync cycle that sent it. :func:`negotiate` is a pure function of that
+report and of the oldest position the source still holds:
+
+1. nothing replicated yet (no snapshot applied, no delta processed) → snapshot sync: the sink
+   needs the application's state from before replication began;
+2. a snapshot started but never received whole → snapshot sync (a new one: the transfer is not
+   resumed);
+3. a snapshot received whole but not applied → wait for its apply;
+4. the source still holds the position after the last one processed → resume deltas there;
+5. otherwise the source trimmed past the sink's position → snapshot sync.
+
+Rule 5 is conservative: entries trimmed between the sink's position and the oldest one held may
+not have been for this site at all, but once trimmed nobody can tell, and a snapshot is always
+safe where a skipped delta is silent loss.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+NONE = -1
+"""No position / no snapshot."""
+
+
+@dataclass(frozen=True, slots=True)
+class SinkProgress:
+    """What a sink persisted for one source site (``NONE`` where nothing happened yet)."""
+
+    snapshot_started: int = NONE
+    snapshot_transferred: int = NONE
+    snapshot_applied: int = NONE
+    last_processed: int = NONE
+    """The delta queue position of the last entry applied (a snapshot's covered position after
+    its apply)."""
+
+
+class Outcome(enum.Enum):
+    DELTAS = "deltas"
+    SNAPSHOT = "snapshot"
+    APPLY_PENDING = "apply_pending"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    outcome: Outcome
+    reason: str
+    """Why, in words an operator reads in ``tidelog site status`` and the log."""
+    resume_after: int = NONE
+    """With ``DELTAS``: ship the entries after this position."""
+
+
+def negotiate(sink: SinkProgress, source_oldest: int) -> Decision:
+    """How to go on with a sink that reports ``sink``, when the oldest delta position the source
+    still holds is ``source_oldest`` (the position the next entry will get when it holds none)."""
+    if sink.snapshot_started > max(sink.snapshot_transferred, NONE):
+        return Decision(
+            Outcome.SNAPSHOT, f"snapshot {sink.snapshot_started} was never received whole"
+        )
+    if sink.snapshot_transferred > max(sink.snapshot_applied, NONE):
+        return Decision(
+            Outcome.APPLY_PENDING, f"snapshot {sink.snapshot_transferred} is received, not applied"
+        )
+    if sink.snapshot_applied == NONE and sink.last_processed == NONE:
+        return Decision(Outcome.SNAPSHOT, "nothing was replicated to this site yet")
+    if source_oldest <= sink.last_processed + 1:
+        return Decision(
+            Outcome.DELTAS,
+            f"resuming after position {sink.last_processed}",
+            resume_after=sink.last_processed,
+        )
+    return Decision(
+        Outcome.SNAPSHOT,
+        f"the source trimmed past position {sink.last_processed} (its oldest is {source_oldest})",
+    )

@@ -1,0 +1,204 @@
+"""The two ends of a site-to-site transfer: which batches a sink applies, which a sender resends.
+
+Framing. The sender ships one site's entries in batches. A batch carries ``(prev, current)``:
+``current`` is the position of its last entry, ``prev`` the position of the last entry for the
+same site before the batch (``NONE`` before the first). Positions are offsets in the source's
+delta queue, so they grow but are not dense for one site. The sink acks cumulatively: an ack of
+``p`` says every entry for it up to ``p`` is applied (and persisted with its position).
+
+Sink (:class:`ApplyWindow`): a batch applies when ``prev <= last_applied < current`` (nothing
+missing before it, something new in it; when ``prev < last_applied`` the batch overlaps what was
+applied and the entries up to ``last_applied`` are skipped). A batch with ``current <=
+last_applied`` is a duplicate (a resend): dropped, and the ack repeated. A batch with ``prev >
+last_applied`` is early (one before it is still on the way): kept, keyed by ``prev``, up to a
+bound, and applied as soon as the gap closes. Past the bound it is dropped; the sender resends it.
+
+Sender (:class:`SendWindow`): at most ``capacity`` batches are in flight. A batch not acked
+within ``resend_after_s`` is sent again, and the wait doubles with each resend (up to
+``max_resend_after_s``); after ``max_resends`` the window reports a timeout, which makes the
+session start a snapshot sync (``sync_states.py``). An ack evicts every batch it covers and
+restarts the timer of the oldest one left.
+
+Both are sans-IO: the caller sends, applies, persists and keeps the time (``clock``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from tidelog.sites.negotiation import NONE
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Framed(Generic[T]):
+    prev: int
+    current: int
+    entries: T
+
+    def __post_init__(self) -> None:
+        if not NONE <= self.prev < self.current:
+            raise ValueError(f"a batch needs prev < current, got ({self.prev}, {self.current})")
+
+
+@dataclass(frozen=True, slots=True)
+class Ready(Generic[T]):
+    """A batch to apply now: its entries at positions up to ``skip_through`` are applied
+    already (an overlap with an earlier batch) and must be skipped."""
+
+    batch: Framed[T]
+    skip_through: int
+
+
+class ApplyWindow(Generic[T]):
+    """Sink side, for one source site: which batches to apply, in order, exactly once."""
+
+    def __init__(self, last_applied: int = NONE, capacity: int = 40) -> None:
+        self.last_applied = last_applied
+        """Position of the last entry applied: what the sink acks."""
+        self.capacity = capacity
+        self._early: dict[int, Framed[T]] = {}
+        """Batches waiting for a gap before them to close, by ``prev``."""
+        self.duplicates = 0
+        self.dropped_early = 0
+
+    @property
+    def waiting(self) -> int:
+        return len(self._early)
+
+    def offer(self, batch: Framed[T]) -> list[Ready[T]]:
+        """The batches that can be applied now, in order (``batch`` and any early ones it
+        unblocks). The window counts them applied: the caller applies them in this order and
+        persists ``last_applied`` with the result, atomically; after a failure it reopens the
+        window from what it persisted."""
+        if batch.current <= self.last_applied:
+            self.duplicates += 1
+            return []
+        if batch.prev > self.last_applied:
+            if batch.prev in self._early or len(self._early) < self.capacity:
+                self._early[batch.prev] = batch
+            else:
+                self.dropped_early += 1
+            return []
+        ready = [self._take(batch)]
+        while True:
+            following = self._next_early()
+            if following is None:
+                return ready
+            ready.append(self._take(following))
+
+    def _take(self, batch: Framed[T]) -> Ready[T]:
+        ready = Ready(batch, self.last_applied)
+        self.last_applied = batch.current
+        return ready
+
+    def _next_early(self) -> Framed[T] | None:
+        """An early batch that the last applied position now unblocks (forgetting those that
+        became duplicates)."""
+        for prev in sorted(self._early):
+            if prev > self.last_applied:
+                return None
+            batch = self._early.pop(prev)
+            if batch.current > self.last_applied:
+                return batch
+            self.duplicates += 1
+        return None
+
+
+@dataclass(slots=True)
+class _InFlight(Generic[T]):
+    batch: Framed[T]
+    due: float
+    resends: int = 0
+
+
+class AckTimeout(Exception):
+    """A batch went unacked through every resend: the session starts a snapshot sync."""
+
+
+class SendWindow(Generic[T]):
+    """Sender side, for one remote site: the batches sent and not yet acked."""
+
+    def __init__(
+        self,
+        capacity: int = 8,
+        *,
+        resend_after_s: float = 5.0,
+        max_resend_after_s: float = 60.0,
+        max_resends: int = 5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"a send window needs room for one batch, got {capacity}")
+        self.capacity = capacity
+        self.resend_after_s = resend_after_s
+        self.max_resend_after_s = max_resend_after_s
+        self.max_resends = max_resends
+        self._clock = clock
+        self._in_flight: list[_InFlight[T]] = []
+        self.acked = NONE
+        """The highest position the sink acked."""
+
+    @property
+    def has_room(self) -> bool:
+        return len(self._in_flight) < self.capacity
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    @property
+    def last_sent(self) -> int:
+        """Position of the last entry sent (the ``prev`` of the next batch)."""
+        return self._in_flight[-1].batch.current if self._in_flight else self.acked
+
+    def sent(self, batch: Framed[T]) -> None:
+        if not self.has_room:
+            raise ValueError("the send window is full: wait for an ack")
+        if batch.prev != self.last_sent:
+            raise ValueError(
+                f"batch ({batch.prev}, {batch.current}) does not follow position {self.last_sent}"
+            )
+        self._in_flight.append(_InFlight(batch, self._clock() + self.resend_after_s))
+
+    def ack(self, position: int) -> int:
+        """The sink applied everything up to ``position``: evict what it covers; returns how
+        many batches left the window. An ack at or below one seen before changes nothing (a
+        repeated or reordered ack)."""
+        if position <= self.acked:
+            return 0
+        self.acked = position
+        kept = [f for f in self._in_flight if f.batch.current > position]
+        evicted = len(self._in_flight) - len(kept)
+        if evicted and kept:
+            kept[0].due = self._clock() + self.resend_after_s
+            kept[0].resends = 0
+        self._in_flight = kept
+        return evicted
+
+    def due(self) -> list[Framed[T]]:
+        """The batches to send again now (each one's wait doubled). Raises :class:`AckTimeout`
+        when one has been resent ``max_resends`` times already."""
+        now = self._clock()
+        again: list[Framed[T]] = []
+        for flight in self._in_flight:
+            if flight.due > now:
+                continue
+            if flight.resends >= self.max_resends:
+                raise AckTimeout(
+                    f"batch ({flight.batch.prev}, {flight.batch.current}) was not acked after "
+                    f"{flight.resends} resends"
+                )
+            flight.resends += 1
+            wait = min(self.resend_after_s * 2**flight.resends, self.max_resend_after_s)
+            flight.due = now + wait
+            again.append(flight.batch)
+        return again
+
+    def clear(self) -> None:
+        """Forget every batch in flight (a new sync cycle starts)."""
+        self._in_flight.clear()

@@ -1,0 +1,168 @@
+"""Negotiation and the two transfer windows (``tidelog/sites/negotiation.py``, ``windows.py``):
+pure rules, driven without I/O; the apply window also by hypothesis, over any arrival order
+with duplicates."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidelog.sites.negotiation import NONE, Outcome, SinkProgress, negotiate
+from tidelog.sites.windows import AckTimeout, ApplyWindow, Framed, SendWindow
+
+# -- negotiation -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sink", "oldest", "outcome", "resume_after"),
+    [
+        (SinkProgress(), 0, Outcome.SNAPSHOT, NONE),  # nothing replicated yet
+        (SinkProgress(snapshot_started=3), 0, Outcome.SNAPSHOT, NONE),  # never received whole
+        (
+            SinkProgress(snapshot_started=3, snapshot_transferred=2, snapshot_applied=2),
+            0,
+            Outcome.SNAPSHOT,
+            NONE,
+        ),
+        (
+            SinkProgress(snapshot_started=3, snapshot_transferred=3, snapshot_applied=2),
+            0,
+            Outcome.APPLY_PENDING,
+            NONE,
+        ),
+        (
+            SinkProgress(3, 3, 3, last_processed=41),
+            42,
+            Outcome.DELTAS,
+            41,
+        ),  # the next position is still held
+        (SinkProgress(3, 3, 3, last_processed=41), 10, Outcome.DELTAS, 41),
+        (SinkProgress(3, 3, 3, last_processed=41), 43, Outcome.SNAPSHOT, NONE),  # trimmed past
+        (SinkProgress(last_processed=5), 0, Outcome.DELTAS, 5),  # deltas only, never trimmed
+    ],
+)
+def test_negotiation(sink: SinkProgress, oldest: int, outcome: Outcome, resume_after: int) -> None:
+    decision = negotiate(sink, oldest)
+    assert (decision.outcome, decision.resume_after) == (outcome, resume_after)
+    assert decision.reason
+
+
+# -- the sink's apply window -----------------------------------------------------------------------
+
+
+def test_in_order_batches_apply_at_once() -> None:
+    window: ApplyWindow[str] = ApplyWindow()
+    ready = window.offer(Framed(NONE, 4, "a"))
+    assert [(r.batch.entries, r.skip_through) for r in ready] == [("a", NONE)]
+    assert [r.batch.entries for r in window.offer(Framed(4, 9, "b"))] == ["b"]
+    assert window.last_applied == 9
+
+
+def test_early_batches_wait_for_the_gap_and_duplicates_are_dropped() -> None:
+    window: ApplyWindow[str] = ApplyWindow()
+    assert window.offer(Framed(9, 12, "c")) == []  # early: (4, 9] is missing
+    assert window.offer(Framed(4, 9, "b")) == []
+    assert window.waiting == 2
+    ready = window.offer(Framed(NONE, 4, "a"))
+    assert [r.batch.entries for r in ready] == ["a", "b", "c"]
+    assert window.offer(Framed(4, 9, "b")) == [] and window.duplicates == 1  # a resend
+    assert window.last_applied == 12 and window.waiting == 0
+
+
+def test_an_overlapping_batch_skips_what_was_applied() -> None:
+    window: ApplyWindow[str] = ApplyWindow(last_applied=7)
+    (ready,) = window.offer(Framed(4, 9, "b"))
+    assert ready.skip_through == 7 and window.last_applied == 9
+
+
+def test_early_batches_beyond_the_bound_are_dropped_for_a_resend() -> None:
+    window: ApplyWindow[int] = ApplyWindow(capacity=2)
+    window.offer(Framed(10, 11, 1))
+    window.offer(Framed(11, 12, 2))
+    window.offer(Framed(12, 13, 3))
+    assert window.waiting == 2 and window.dropped_early == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_any_arrival_order_applies_each_entry_once_in_order(data: st.DataObject) -> None:
+    positions = sorted(data.draw(st.sets(st.integers(0, 200), min_size=1, max_size=40)))
+    cuts: set[int] = set()
+    if len(positions) > 1:
+        cuts = data.draw(st.sets(st.integers(1, len(positions) - 1)))
+    bounds = [0, *sorted(cuts), len(positions)]
+    batches = []
+    for a, b in itertools.pairwise(bounds):
+        prev = positions[a - 1] if a else NONE
+        batches.append(Framed(prev, positions[b - 1], positions[a:b]))
+    # The network reorders and repeats; the sender resends whatever was not applied.
+    arrivals = data.draw(st.lists(st.sampled_from(batches), max_size=3 * len(batches)))
+    window: ApplyWindow[list[int]] = ApplyWindow(capacity=data.draw(st.integers(1, 8)))
+    applied: list[int] = []
+    for batch in [*arrivals, *batches]:
+        for ready in window.offer(batch):
+            applied += [p for p in ready.batch.entries if p > ready.skip_through]
+    assert applied == positions
+
+
+# -- the sender's resend window --------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_acks_evict_cumulatively_and_the_window_bounds_what_is_in_flight() -> None:
+    window: SendWindow[str] = SendWindow(capacity=2, clock=Clock())
+    window.sent(Framed(NONE, 3, "a"))
+    window.sent(Framed(3, 5, "b"))
+    assert not window.has_room
+    with pytest.raises(ValueError, match="full"):
+        window.sent(Framed(5, 6, "c"))
+    assert window.ack(4) == 1  # covers "a" only
+    assert window.ack(2) == 0  # an older ack changes nothing
+    window.sent(Framed(5, 6, "c"))
+    assert window.ack(6) == 2 and window.in_flight == 0 and window.last_sent == 6
+
+
+def test_a_batch_must_follow_the_last_one_sent() -> None:
+    window: SendWindow[str] = SendWindow(clock=Clock())
+    window.sent(Framed(NONE, 3, "a"))
+    with pytest.raises(ValueError, match="does not follow"):
+        window.sent(Framed(4, 5, "gap"))
+
+
+def test_unacked_batches_are_resent_with_backoff_then_time_out() -> None:
+    clock = Clock()
+    window: SendWindow[str] = SendWindow(resend_after_s=1.0, max_resends=2, clock=clock)
+    window.sent(Framed(NONE, 3, "a"))
+    assert window.due() == []
+    clock.now = 1.0
+    assert [b.entries for b in window.due()] == ["a"]  # next wait: 2 s
+    clock.now = 2.5
+    assert window.due() == []
+    clock.now = 3.0
+    assert [b.entries for b in window.due()] == ["a"]  # next wait: 4 s
+    clock.now = 7.0
+    with pytest.raises(AckTimeout, match="after 2 resends"):
+        window.due()
+
+
+def test_an_ack_restarts_the_timer_of_the_oldest_batch_left() -> None:
+    clock = Clock()
+    window: SendWindow[str] = SendWindow(resend_after_s=1.0, clock=clock)
+    window.sent(Framed(NONE, 3, "a"))
+    window.sent(Framed(3, 5, "b"))
+    clock.now = 0.9
+    window.ack(3)
+    clock.now = 1.5
+    assert window.due() == []  # "b" waits 1 s from the ack
+    clock.now = 1.9
+    assert [b.entries for b in window.due()] == ["b"]
