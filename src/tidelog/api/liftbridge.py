@@ -148,7 +148,7 @@ def _liftbridge_text(error: IncorrectOffset) -> FailedPrecondition:
     return FailedPrecondition(INCORRECT_OFFSET_TEXT)
 
 
-def _message(request: pb.PublishRequest) -> bytes | NewRecord:
+def _message(request: pb.PublishRequest | pb.PublishToSubjectRequest) -> bytes | NewRecord:
     if not request.key and not request.headers:
         return request.value
     return NewRecord(request.value, key=request.key or None, headers=dict(request.headers))
@@ -481,11 +481,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
             targets = self.broker.subject_targets(request.subject)
             if not targets:
                 raise SubjectNotFound(request.subject)
-            message: bytes | NewRecord = request.value
-            if request.key or request.headers:
-                message = NewRecord(
-                    request.value, key=request.key or None, headers=dict(request.headers)
-                )
+            message = _message(request)
             first: tuple[Partition, Published] | None = None
             failures: list[Exception] = []
             for target in targets:
