@@ -846,7 +846,6 @@ def test_empty_and_extreme_values_are_answered(fuzz: Fuzz) -> None:
         code, reply = fuzz.unary(path, request)
         assert code.name == expected, (path, request, code, reply)
     for request in (
-        pb.SubscribeRequest(stream="fz-edge", startPosition=pb.OFFSET, startOffset=-1),
         pb.SubscribeRequest(stream="fz-edge", stopPosition=pb.STOP_OFFSET, stopOffset=-5),
         pb.SubscribeRequest(stream="fz-edge", startPosition=99),
         pb.SubscribeRequest(stream="fz-edge", stopPosition=-3),

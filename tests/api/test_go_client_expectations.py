@@ -142,6 +142,19 @@ def test_start_offset_beyond_the_newest_starts_at_the_next_message(api: pb_grpc.
         call.cancel()
 
 
+def test_a_negative_start_offset_counts_as_zero(api: pb_grpc.APIStub) -> None:
+    """gufo-liftbridge resumes a cursor never set (-1) as OFFSET -1; Liftbridge starts at 0."""
+    stream = new_stream(api)
+    for i in range(3):
+        api.Publish(pb.PublishRequest(stream=stream, value=b"%d" % i))
+    for reverse in (False, True):
+        request = pb.SubscribeRequest(
+            stream=stream, startPosition=pb.OFFSET, startOffset=-1, reverse=reverse
+        )
+        (first,) = read(api, request, 1)
+        assert first.offset == 0
+
+
 # -- 3, 4, 5: errors whatever the ack policy; OCC needs an ack policy; Liftbridge's texts -------
 
 

@@ -237,13 +237,16 @@ def raw_end(call: Any, end: End) -> None:
 
 
 def as_liftbridge_starts(records: list[Rec], request: SubscribeRequest) -> SubscribeRequest:
-    """The request as ``proto.API/Subscribe`` resolves it: a forward start offset beyond the
-    high watermark starts at the next message, as Liftbridge does (``tidelog.v1`` waits for
-    the offset; docs/api.md, "Subscribe positions")."""
-    if request.start is not StartPosition.OFFSET or request.reverse:
+    """The request as ``proto.API/Subscribe`` resolves it, as Liftbridge does: a negative start
+    offset counts as 0, and a forward start beyond the high watermark starts at the next message
+    (``tidelog.v1`` refuses the first and waits for the offset in the second; docs/api.md,
+    "Subscribe positions")."""
+    if request.start is not StartPosition.OFFSET:
         return request
-    next_offset = high_watermark(records) + 1
-    return dataclasses.replace(request, start_offset=min(request.start_offset, next_offset))
+    start = max(request.start_offset, 0)
+    if not request.reverse:
+        start = min(start, high_watermark(records) + 1)
+    return dataclasses.replace(request, start_offset=start)
 
 
 @pytest.mark.parametrize("kind", BUILDERS)

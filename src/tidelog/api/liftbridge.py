@@ -536,11 +536,14 @@ class LiftbridgeService(pb_grpc.APIServicer):
             group = (consumer.groupId, consumer.consumerId, consumer.groupEpoch)
         async with grpc_errors(context):
             start_offset = request.startOffset
-            if request.startPosition == pb.OFFSET and not request.reverse:
-                # Liftbridge starts a subscription beyond the high watermark at the next
-                # message (tidelog.v1 waits for the offset asked for).
-                partition = self.broker.partition(request.stream, request.partition)
-                start_offset = min(start_offset, partition.high_watermark + 1)
+            if request.startPosition == pb.OFFSET:
+                # As Liftbridge: a negative start counts as 0 (gufo-liftbridge sends -1 for a
+                # cursor never set), and a start beyond the high watermark starts at the next
+                # message. tidelog.v1 refuses the first and waits for the offset in the second.
+                start_offset = max(start_offset, 0)
+                if not request.reverse:
+                    partition = self.broker.partition(request.stream, request.partition)
+                    start_offset = min(start_offset, partition.high_watermark + 1)
             subscription = self.broker.subscribe(
                 request.stream,
                 request.partition,
