@@ -27,6 +27,13 @@ Phases, each on its own fresh stream of one partition:
   ``--publish-async-window`` requests unacknowledged, every response read and checked (no
   ``asyncError``, offsets in order). Over ``--publish-async-messages`` messages (default 200,000,
   the first of the N payloads), recorded as ``publish_async_messages``.
+- ``publish_async_go_style_msgs_per_s``: the same messages on one fresh stream, driven as
+  go-liftbridge's ``PublishAsync`` drives it: each request carries a random 22-character
+  ``correlationId`` under which an ack callback is registered, a permit of
+  ``--publish-async-window`` (1,000) is taken before each request is written and given back by
+  the callback, and one reader task hands each response to the callback its ``correlationId``
+  names (in whatever order they come); any ``asyncError`` fails the run. Its ratio to nats-py's
+  acked publish is ``ratios.publish_async_go_style_vs_nats_publish`` (target >= 0.5, issue 12).
 - ``live_latency_p50_ms`` / ``live_latency_p99_ms``: a live subscriber (SubscribeBatches from
   NEW_ONLY, handshake awaited first) in this process while a publisher in a separate process
   sends ``--live-rate`` msgs/s (default 10,000) as ``--live-batch`` messages (default 10) per
@@ -70,6 +77,7 @@ import math
 import os
 import platform
 import queue
+import secrets
 import shutil
 import signal
 import subprocess
@@ -116,6 +124,7 @@ STREAM_BATCH = "e2e-batch"
 STREAM_PIPELINED = "e2e-pipelined"
 PIPELINE_WINDOW = 4
 STREAM_ASYNC = "e2e-async"
+STREAM_ASYNC_GO = "e2e-async-go"
 STREAM_LIVE = "e2e-live"
 
 
@@ -578,6 +587,97 @@ async def publish_async_phase(
     return {"count": count, "seconds": last_ack_time - start, "timed_out": timed_out}
 
 
+def correlation_id() -> str:
+    """A random 22-character id, as long as the ids go-liftbridge's clients send."""
+    return secrets.token_urlsafe(16)[:22]
+
+
+async def go_style_phase(
+    address: str, stream: str, payloads: Sequence[bytes], window: int, timeout: float
+) -> dict[str, Any]:
+    """One PublishAsync stream used like go-liftbridge's ``PublishAsync``: every message gets a
+    random correlationId and an ack callback registered under it, a permit of ``window`` is taken
+    before the request is written and given back by the callback; a reader task hands each
+    response to the callback its correlationId names, in whatever order they come."""
+    n = len(payloads)
+    permits = asyncio.Semaphore(window)
+    handlers: dict[str, Any] = {}
+    acked = 0
+    failed: list[str] = []
+    finished = asyncio.Event()
+    last_ack_time = 0.0
+    timed_out = False
+
+    def on_ack(response: pb.PublishResponse) -> None:
+        nonlocal acked, last_ack_time
+        if response.HasField("asyncError"):
+            failed.append(str(response.asyncError))
+        acked += 1
+        permits.release()
+        if acked == n:
+            last_ack_time = time.perf_counter()
+            finished.set()
+
+    async with grpc.aio.insecure_channel(address, options=GRPC_OPTIONS) as channel:
+        await asyncio.wait_for(channel.channel_ready(), 10)
+        call = pb_grpc.APIStub(channel).PublishAsync()
+
+        async def dispatch() -> None:
+            while True:
+                read = await call.read()
+                if read is grpc.aio.EOF:
+                    return
+                response = cast(pb.PublishResponse, read)
+                handler = handlers.pop(response.correlationId, None)
+                if handler is None:
+                    raise RuntimeError(f"an ack nobody waits for: {response}")
+                handler(response)
+
+        reader = asyncio.create_task(dispatch())
+        start = time.perf_counter()
+        deadline = start + timeout
+        try:
+            for i, payload in enumerate(payloads):
+                if i % BATCH == 0 and time.perf_counter() >= deadline:
+                    timed_out = True
+                    break
+                await permits.acquire()
+                if reader.done():
+                    break
+                cid = correlation_id()
+                handlers[cid] = on_ack
+                await call.write(
+                    pb.PublishRequest(
+                        stream=stream,
+                        value=payload,
+                        ackPolicy=pb.LEADER,
+                        correlationId=cid,
+                        expectedOffset=-1,
+                    )
+                )
+            await call.done_writing()
+            if timed_out:
+                last_ack_time = time.perf_counter()
+            else:
+                waiter = asyncio.create_task(finished.wait())
+                await asyncio.wait(
+                    {waiter, reader}, timeout=timeout + SAFETY, return_when="FIRST_COMPLETED"
+                )
+                waiter.cancel()
+                if reader.done() and not finished.is_set():
+                    reader.result()
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                await reader
+            call.cancel()
+    if failed:
+        raise RuntimeError(f"PublishAsync refused {len(failed)} messages: {failed[0]}")
+    if not timed_out and acked != n:
+        raise RuntimeError(f"PublishAsync: {acked} acks for {n} messages")
+    return {"count": acked, "seconds": last_ack_time - start, "timed_out": timed_out}
+
+
 async def live_phase(
     server: TidelogServer,
     stream: str,
@@ -760,7 +860,13 @@ async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) ->
     with TidelogServer(args.flush_policy) as server:
         details["server"] = {"pid": server.pid, "flush_policy": args.flush_policy}
         async with AsyncClient(server.address) as client:
-            for name in (STREAM_BATCH, STREAM_PIPELINED, STREAM_ASYNC, STREAM_LIVE):
+            for name in (
+                STREAM_BATCH,
+                STREAM_PIPELINED,
+                STREAM_ASYNC,
+                STREAM_ASYNC_GO,
+                STREAM_LIVE,
+            ):
                 await client.create_stream(name)
 
             def phase(name: str) -> Phase:
@@ -809,6 +915,23 @@ async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) ->
                     )
             results["publish_async"] = r
 
+            async with asyncio.timeout(timeout + 2 * SAFETY):
+                with phase("publish_async_go_style") as p:
+                    r = await go_style_phase(
+                        server.address,
+                        STREAM_ASYNC_GO,
+                        async_payloads,
+                        args.publish_async_window,
+                        timeout,
+                    )
+                    p.record.update(
+                        r,
+                        method="proto.API/PublishAsync as go-liftbridge drives it: acks to "
+                        "callbacks by correlationId, a permit per message",
+                        window=args.publish_async_window,
+                    )
+            results["publish_async_go_style"] = r
+
             async with asyncio.timeout(timeout + 2 * SAFETY + LIVE_DRAIN_S):
                 with phase("live") as p:
                     r = await live_phase(
@@ -831,6 +954,7 @@ async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) ->
         "subscribe_batch",
         "subscribe_reverse",
         "publish_async",
+        "publish_async_go_style",
     ):
         rec = details[name]
         rec["msgs_per_s"] = _rate(rec["count"], rec["seconds"])
@@ -983,6 +1107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     publish_batch = details["publish_batch"]["msgs_per_s"]
     publish_pipelined = details["publish_pipelined"]["msgs_per_s"]
     publish_async = details["publish_async"]["msgs_per_s"]
+    publish_async_go = details["publish_async_go_style"]["msgs_per_s"]
     forward = details["subscribe_batch"]["msgs_per_s"]
     reverse = details["subscribe_reverse"]["msgs_per_s"]
     live = results["live"]
@@ -991,6 +1116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "publish_batch_msgs_per_s": publish_batch,
         "publish_pipelined_msgs_per_s": publish_pipelined,
         "publish_async_msgs_per_s": publish_async,
+        "publish_async_go_style_msgs_per_s": publish_async_go,
         "subscribe_batch_msgs_per_s": forward,
         "subscribe_reverse_msgs_per_s": reverse,
         "live_latency_p50_ms": live["p50_ms"],
@@ -1008,6 +1134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             ),
             "publish_async_vs_nats_publish": ratio(
                 publish_async, nats_out["publish_msgs_per_s"], 1, ">="
+            ),
+            "publish_async_go_style_vs_nats_publish": ratio(
+                publish_async_go, nats_out["publish_msgs_per_s"], 0.5, ">="
             ),
             "reverse_vs_forward_catch_up": ratio(reverse, forward, 0.9, ">="),
             "live_p99_ms": ratio(live["p99_ms"], None, 5, "<="),
