@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import grpc
+from grpc._cython import cygrpc
 
 BENCH_DIR = Path(__file__).resolve().parent
 if str(BENCH_DIR) not in sys.path:
@@ -75,7 +76,7 @@ from tidelog.api.status import grpc_errors  # noqa: E402
 from tidelog.broker import Broker  # noqa: E402
 from tidelog.wire import MAX_FRAME  # noqa: E402
 
-SERVERS = ("aio-queue", "aio-rw", "service", "sync-thread")
+SERVERS = ("aio-queue", "aio-rw", "service", "sync-thread", "sync-hint")
 CLIENTS = ("bench", "go")
 UVLOOP = "+uvloop"  # a suffix for an aio server or a client: its event loop is uvloop's
 STREAM = "variants"
@@ -210,9 +211,19 @@ async def _serve_aio(variant: str, data_dir: Path) -> None:
         await broker.close()
 
 
-def _serve_sync(data_dir: Path) -> None:
+def _serve_sync(data_dir: Path, hint: bool) -> None:
     """A synchronous grpc server for PublishAsync (and CreateStream, to set up); the broker on an
-    asyncio loop in its own thread."""
+    asyncio loop in its own thread. With ``hint``, every ack but the last of a group is sent with
+    grpc's write-buffer hint, set through a private hook of grpc's sync server (an experiment
+    only: grpc.aio has no way to set it)."""
+    if hint:
+        from grpc import _server as sync_server
+
+        def flags(state: Any) -> int:
+            return int(cygrpc.WriteFlag.buffer_hint) if getattr(state, "buffer_next", False) else 0
+
+        sync_server._get_send_message_op_flags_from_state = flags  # type: ignore[assignment]
+
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, name="broker-loop", daemon=True).start()
 
@@ -256,7 +267,12 @@ def _serve_sync(data_dir: Path) -> None:
             ended = group and group[-1] is None
             group = [r for r in group if r is not None]
             if group:
-                yield from on_loop(service._publish_group(cast(list[pb.PublishRequest], group)))
+                responses = on_loop(service._publish_group(cast(list[pb.PublishRequest], group)))
+                last = len(responses) - 1
+                for i, response in enumerate(responses):
+                    if hint:
+                        context._state.buffer_next = i < last
+                    yield response
             if ended:
                 return
 
@@ -389,8 +405,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--serve"]:
         (variant, uvloop), data_dir = _variant(argv[1]), Path(argv[2])
-        if variant == "sync-thread":
-            _serve_sync(data_dir)
+        if variant.startswith("sync-"):
+            _serve_sync(data_dir, hint=variant == "sync-hint")
         else:
             with asyncio.Runner(loop_factory=_loop_factory(uvloop)) as runner:
                 runner.run(_serve_aio(variant, data_dir))
