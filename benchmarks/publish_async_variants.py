@@ -20,6 +20,12 @@ Server variants (``--servers``):
 - ``sync-thread``: a synchronous ``grpc.server`` (thread pool) serving only PublishAsync, a thread
   per stream reading requests and the handler yielding the acks; the broker's appends run on an
   asyncio loop in another thread (one hop per group of requests, not per request).
+- ``sync-hint``: ``sync-thread`` sending every ack of a group but the last with grpc's
+  write-buffer hint (through a private hook of grpc's sync server; grpc.aio cannot set it), so
+  grpc's core may put a group's acks into fewer socket writes.
+
+``+uvloop`` after an aio server's or a client's name runs its event loop on uvloop (not a
+dependency of tidelog: install it into the venv to try).
 
 Client variants (``--clients``): ``bench`` is ``e2e_throughput.publish_async_phase`` (writes
 and reads in order, offsets checked); ``go`` is ``e2e_throughput.go_style_phase``, publishing as
@@ -27,10 +33,11 @@ go-liftbridge's ``PublishAsync`` does (acks matched to callbacks by correlationI
 
 Prints one JSON object: per (server, client) msgs/s, server and client CPU seconds, load average
 before and after; nats-py's ``publish_msgs_per_s`` (``peers.measure_nats``, same payloads) and
-each ratio to it.
+each ratio to it (to the highest nats-py rate of the run when there are several rounds).
 
     python benchmarks/publish_async_variants.py [--messages 100000] [--size 100] [--window 1000]
         [--servers aio-queue,aio-rw,sync-thread] [--clients bench,go] [--skip-nats] [--rounds 1]
+        [--timeout 120]
 """
 
 from __future__ import annotations
