@@ -6,7 +6,8 @@ one sender session per remote site ships that site's entries, in order, exactly 
 snapshot sync when deltas alone cannot catch the site up.
 
 Built so far, as sans-IO cores tested alone: the sender session's state table
-(``sync_states.py``), negotiation (``negotiation.py``), and the two ends of a transfer — the
-sink's apply window and the sender's resend window (``windows.py``). The queues, the tag index,
-the wire protocol, the sink and the listener build on them (issue 13).
+(``sync_states.py``), negotiation (``negotiation.py``), the two ends of a transfer — the sink's
+apply window and the sender's resend window (``windows.py``) — the send queue's record format
+(``envelope.py``) and the tag index (``tag_index.py``). The queues themselves, the wire protocol,
+the sink and the listener build on them (issue 13).
 """

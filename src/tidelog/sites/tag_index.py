@@ -1,0 +1,106 @@
+"""The tag index: for each destination site, the send-queue records that hold entries for it.
+
+A sender for site X reads only the records listed under X's number, so catching X up costs
+O(records for X), not O(every record of the queue). The index is materialised from the queue, as
+the cursor index is from ``__cursors``: :meth:`TagIndex.add` is called for each record appended
+(with the union of its entries' destination masks, ``envelope.destinations_of``), and after a
+restart it is rebuilt from a snapshot (:meth:`TagIndex.snapshot`, which says up to which offset
+it covers) plus the records after it. Retention trims it from the front (:meth:`trim`); a
+removed site's list is dropped (:meth:`forget_site`).
+
+Invariants: offsets under one site strictly increase; ``covers`` is the last offset added
+(``-1``: none), and every record up to it is either listed under each of its sites or trimmed.
+Sans-IO: the caller reads the log and persists the snapshot.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from typing import Any
+
+from tidelog.sites.envelope import MAX_SITES
+
+
+class TagIndex:
+    def __init__(self) -> None:
+        self._offsets: dict[int, list[int]] = {}
+        """Site number -> record offsets, increasing."""
+        self._start: dict[int, int] = {}
+        """Site number -> how many leading offsets are trimmed (compacted lazily)."""
+        self.covers = -1
+        self.oldest = 0
+        """Records below this offset were trimmed."""
+
+    def add(self, offset: int, destinations: int) -> None:
+        """Record ``offset`` under every site whose bit is set in ``destinations``."""
+        if offset <= self.covers:
+            raise ValueError(f"record {offset} is not after the last one indexed ({self.covers})")
+        if not 0 < destinations < 1 << MAX_SITES:
+            raise ValueError("a record needs at least one destination, site numbers below 64")
+        mask, number = destinations, 0
+        while mask:
+            if mask & 1:
+                self._offsets.setdefault(number, []).append(offset)
+            mask >>= 1
+            number += 1
+        self.covers = offset
+
+    def records_for(self, site: int, from_offset: int, limit: int) -> list[int]:
+        """Up to ``limit`` offsets of records for ``site``, from ``from_offset`` on."""
+        offsets = self._offsets.get(site)
+        if not offsets:
+            return []
+        lo = max(bisect.bisect_left(offsets, from_offset), self._start.get(site, 0))
+        return offsets[lo : lo + limit]
+
+    def count_for(self, site: int, from_offset: int) -> int:
+        """How many records for ``site`` lie at or after ``from_offset`` (its backlog)."""
+        offsets = self._offsets.get(site)
+        if not offsets:
+            return 0
+        lo = max(bisect.bisect_left(offsets, from_offset), self._start.get(site, 0))
+        return len(offsets) - lo
+
+    def trim(self, oldest: int) -> None:
+        """Retention removed every record below ``oldest``."""
+        if oldest <= self.oldest:
+            return
+        self.oldest = oldest
+        for site, offsets in self._offsets.items():
+            start = bisect.bisect_left(offsets, oldest)
+            if start > len(offsets) // 2:  # compact once half is dead: amortised O(1)
+                del offsets[:start]
+                start = 0
+            self._start[site] = start
+
+    def forget_site(self, site: int) -> None:
+        self._offsets.pop(site, None)
+        self._start.pop(site, None)
+
+    def sites(self) -> list[int]:
+        return sorted(site for site in self._offsets if self.count_for(site, 0))
+
+    def snapshot(self) -> dict[str, Any]:
+        """A JSON-able copy; restore it with :meth:`restore`, then ``add`` the records after
+        ``covers``."""
+        return {
+            "covers": self.covers,
+            "oldest": self.oldest,
+            "sites": {
+                str(site): offsets[self._start.get(site, 0) :]
+                for site, offsets in self._offsets.items()
+            },
+        }
+
+    @classmethod
+    def restore(cls, data: dict[str, Any]) -> TagIndex:
+        index = cls()
+        index.covers = int(data["covers"])
+        index.oldest = int(data["oldest"])
+        for site, offsets in data["sites"].items():
+            listed = [int(o) for o in offsets]
+            if any(b <= a for a, b in itertools.pairwise(listed)):
+                raise ValueError(f"tag index snapshot: offsets of site {site} do not increase")
+            index._offsets[int(site)] = listed
+        return index

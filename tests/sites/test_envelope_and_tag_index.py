@@ -1,0 +1,150 @@
+"""The send queue's record format and the tag index (``tidelog/sites/envelope.py``,
+``tag_index.py``), by example and by hypothesis."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidelog.sites.envelope import (
+    MAX_ENTRIES,
+    Entry,
+    EntryKind,
+    MalformedRecord,
+    RoutingRecord,
+    decode,
+    destinations_of,
+    encode,
+    entries_for,
+    mask_of,
+    position,
+    split_position,
+)
+from tidelog.sites.tag_index import TagIndex
+
+masks = st.integers(1, (1 << 64) - 1)
+entries = st.builds(Entry, masks, st.binary(max_size=300))
+records = st.builds(
+    RoutingRecord,
+    st.sampled_from(EntryKind),
+    st.text(min_size=1, max_size=60).filter(lambda c: len(c.encode()) <= 255),
+    st.integers(0, 2**40),
+    st.lists(entries, min_size=1, max_size=30).map(tuple),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(records)
+def test_a_record_round_trips(record: RoutingRecord) -> None:
+    value = encode(record)
+    assert decode(value) == record
+    assert destinations_of(value) == _union(record)
+    for site in (0, 1, 7, 63):
+        expected = [
+            (i, e.payload) for i, e in enumerate(record.entries) if e.destinations >> site & 1
+        ]
+        assert entries_for(value, site) == expected
+
+
+def _union(record: RoutingRecord) -> int:
+    union = 0
+    for entry in record.entries:
+        union |= entry.destinations
+    return union
+
+
+@settings(max_examples=300, deadline=None)
+@given(records, st.data())
+def test_a_damaged_record_is_refused_as_malformed(
+    record: RoutingRecord, data: st.DataObject
+) -> None:
+    value = encode(record)
+    cut = data.draw(st.integers(0, len(value) - 1))
+    with contextlib.suppress(MalformedRecord):  # the only failure allowed, never IndexError
+        decode(value[:cut])
+    with pytest.raises(MalformedRecord):
+        decode(value + b"\x00")
+
+
+def test_payload_bytes_are_stored_once_whatever_the_destinations() -> None:
+    payload = b"x" * 100
+    one = encode(RoutingRecord(EntryKind.DELTA, "app", 0, (Entry(mask_of([0]), payload),)))
+    many = encode(RoutingRecord(EntryKind.DELTA, "app", 0, (Entry(mask_of(range(8)), payload),)))
+    assert len(many) - len(one) == 1  # one more byte of destination mask, no second payload
+    batch = encode(
+        RoutingRecord(EntryKind.DELTA, "app", 0, tuple(Entry(0b11, payload) for _ in range(100)))
+    )
+    assert len(batch) / (100 * len(payload)) < 1.04
+
+
+def test_bad_records_are_refused_when_written() -> None:
+    with pytest.raises(ValueError, match="client name"):
+        encode(RoutingRecord(EntryKind.DELTA, "", 0, (Entry(1, b""),)))
+    with pytest.raises(ValueError, match="at least one destination"):
+        encode(RoutingRecord(EntryKind.DELTA, "a", 0, (Entry(0, b""),)))
+    with pytest.raises(ValueError, match="entries"):
+        encode(RoutingRecord(EntryKind.DELTA, "a", 0, ()))
+    with pytest.raises(ValueError, match="site number"):
+        mask_of([64])
+
+
+def test_positions_order_entries_as_the_queue_does() -> None:
+    assert position(7, MAX_ENTRIES - 1) < position(8, 0)
+    assert split_position(position(123, 45)) == (123, 45)
+    with pytest.raises(ValueError):
+        position(1, MAX_ENTRIES)
+
+
+# -- the tag index ---------------------------------------------------------------------------------
+
+
+def test_a_site_reads_only_its_records() -> None:
+    index = TagIndex()
+    for offset, mask in enumerate([0b01, 0b10, 0b11, 0b01, 0b100]):
+        index.add(offset, mask)
+    assert index.records_for(0, 0, 10) == [0, 2, 3]
+    assert index.records_for(1, 0, 10) == [1, 2]
+    assert index.records_for(0, 1, 1) == [2]
+    assert index.count_for(0, 3) == 1 and index.count_for(5, 0) == 0
+    with pytest.raises(ValueError, match="not after"):
+        index.add(4, 0b1)
+
+
+def test_trim_and_forget() -> None:
+    index = TagIndex()
+    for offset in range(10):
+        index.add(offset, 0b11 if offset % 2 else 0b01)
+    index.trim(6)
+    assert index.records_for(0, 0, 100) == [6, 7, 8, 9]
+    assert index.records_for(1, 0, 100) == [7, 9]
+    index.forget_site(1)
+    assert index.sites() == [0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 5), masks), max_size=60), st.data())
+def test_snapshot_plus_the_records_after_it_rebuilds_the_same_index(
+    steps: list[tuple[int, int]], data: st.DataObject
+) -> None:
+    offsets, offset = [], -1
+    for gap, mask in steps:
+        offset += gap
+        offsets.append((offset, mask))
+    cut = data.draw(st.integers(0, len(offsets)))
+    trim_at = data.draw(st.integers(0, offset + 1 if offsets else 0))
+    whole, part = TagIndex(), TagIndex()
+    for at, mask in offsets[:cut]:
+        whole.add(at, mask)
+        part.add(at, mask)
+    whole.trim(trim_at)
+    part.trim(trim_at)
+    restored = TagIndex.restore(part.snapshot())
+    for at, mask in offsets[cut:]:
+        whole.add(at, mask)
+        restored.add(at, mask)
+    for site in range(64):
+        assert restored.records_for(site, 0, 10**6) == whole.records_for(site, 0, 10**6)
+    assert restored.covers == whole.covers
