@@ -99,6 +99,25 @@ class SubjectNotFound(BrokerError):
         )
 
 
+class SiteNotFound(BrokerError):
+    """No remote site of that id is declared (multi-site replication)."""
+
+    def __init__(self, site_id: str) -> None:
+        self.site_id = site_id
+        super().__init__(
+            f"unknown site {echo(site_id)}: declare it with `tidelog site add ID HOST:PORT` "
+            f"or check the id"
+        )
+
+
+class SiteExists(BrokerError):
+    """A remote site of that id is declared already."""
+
+    def __init__(self, site_id: str) -> None:
+        self.site_id = site_id
+        super().__init__(f"site {echo(site_id)} is declared already; remove it first")
+
+
 class PartitionNotFound(BrokerError):
     """The stream exists but has no partition of that number."""
 

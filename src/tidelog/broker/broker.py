@@ -343,6 +343,14 @@ class Broker:
         validate_stream_name(name)
         return self._create(name, config or StreamConfig(), internal=False)
 
+    def internal_stream(self, name: str, config: StreamConfig) -> Stream:
+        """The internal stream ``name`` (``__`` prefix), created with ``config`` if absent: for
+        the parts above the broker that keep their state in streams (the sites' queues). Only
+        the broker's own code writes it, through its partitions; clients may read it."""
+        self._check_open()
+        found = self.streams.get(name)
+        return found if found is not None else self._create(name, config, internal=True)
+
     async def wait_deleted(self, name: str) -> None:
         """Return once no delete of a stream called ``name`` is in progress."""
         while (pending := self._deleting.get(name)) is not None:

@@ -8,6 +8,7 @@ snapshot sync when deltas alone cannot catch the site up.
 Built so far, as sans-IO cores tested alone: the sender session's state table
 (``sync_states.py``), negotiation (``negotiation.py``), the two ends of a transfer — the sink's
 apply window and the sender's resend window (``windows.py``) — the send queue's record format
-(``envelope.py``) and the tag index (``tag_index.py``). The queues themselves, the wire protocol,
-the sink and the listener build on them (issue 13).
+(``envelope.py``) and the tag index (``tag_index.py``); on the broker, the site registry
+(``registry.py``) and the delta queue with its checks (``send_queue.py``). Not wired into the
+server yet: the wire protocol, the senders, the sink and the listener come next (issue 13).
 """
