@@ -29,6 +29,7 @@ from tidelog.api.metrics import Metrics
 from tidelog.api.settings import ServerSettings
 from tidelog.api.v1 import TidelogService
 from tidelog.broker import Broker, arm_faults_from_environment
+from tidelog.sites.local_site import LocalSite
 from tidelog.wire import MAX_FRAME
 
 LOG = logging.getLogger("tidelog.server")
@@ -71,6 +72,8 @@ class Server:
         self.port = 0
         self.metrics_port = 0
         self._grpc: grpc.aio.Server | None = None
+        self.local_site: LocalSite | None = None
+        """This site, when ``site_id`` is set (multi-site replication)."""
         self._health_servicer = health.HealthServicer()
 
     async def start(self) -> None:
@@ -103,6 +106,9 @@ class Server:
         try:
             await self.broker.start()
             broker_started = True
+            if settings.site_id:
+                self.local_site = LocalSite(self.broker, settings.site_id, settings.data_dir)
+                await self.local_site.open()
             self._add_services(server)
             await server.start()
         except BaseException:
@@ -137,7 +143,7 @@ class Server:
             LiftbridgeService(self.broker, advertised, self.metrics), registry
         )
         tidelog_pb2_grpc.add_TidelogServicer_to_server(
-            TidelogService(self.broker, self.metrics),
+            TidelogService(self.broker, self.metrics, self.local_site),
             registry,
         )
         for service in ("", "proto.API", "tidelog.v1.Tidelog"):

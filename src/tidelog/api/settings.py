@@ -55,6 +55,11 @@ class ServerSettings(BaseSettings):
     advertised_host: str = Field("", description="host reported in metadata (default: host)")
     advertised_port: int = Field(0, ge=0, le=65535, description="port in metadata (default: port)")
     broker_id: str = Field("", description="broker id in metadata (default: kept in data_dir)")
+    site_id: str = Field(
+        "",
+        pattern=r"^([A-Za-z0-9][A-Za-z0-9_-]{0,62})?$",
+        description="this deployment's site id for multi-site replication (empty: sites off)",
+    )
     metrics_port: int = Field(
         9293, ge=0, le=65535, description="Prometheus /metrics port on host (0: disabled)"
     )

@@ -14,6 +14,7 @@ from tidelog.api.consume import consume
 from tidelog.api.draining import until_draining
 from tidelog.api.frames import END_REASONS, record_batch
 from tidelog.api.metrics import Metrics
+from tidelog.api.site_service import SiteService
 from tidelog.api.status import grpc_errors, is_refusal, log_failure, status_of
 from tidelog.api.view_service import ViewService
 from tidelog.broker import (
@@ -26,13 +27,20 @@ from tidelog.broker import (
     delivery_gate,
 )
 from tidelog.errors import InvalidArgument, ReadonlyEnd, StopReached
+from tidelog.sites.local_site import LocalSite
 
 Context = grpc.aio.ServicerContext[object, object]
 
 
-class TidelogService(ViewService, v1_grpc.TidelogServicer):
-    def __init__(self, broker: Broker, metrics: Metrics | None = None) -> None:
+class TidelogService(ViewService, SiteService, v1_grpc.TidelogServicer):
+    def __init__(
+        self,
+        broker: Broker,
+        metrics: Metrics | None = None,
+        local_site: LocalSite | None = None,
+    ) -> None:
         self.broker = broker
+        self.local_site = local_site
         self._latency = None if metrics is None else metrics.publish_latency.labels("tidelog.v1")
 
     async def _publish(self, request: v1.PublishBatchRequest) -> v1.PublishBatchResponse:

@@ -22,6 +22,7 @@ from rich.table import Table
 from tidelog import __version__
 from tidelog.broker import FlushPolicy
 from tidelog.cli.common import ServerOption, err, fail, guarded, out, printable
+from tidelog.cli.site_commands import site_app
 from tidelog.cli.view_commands import parse_view, query_app, view_app
 from tidelog.client import (
     DEFAULT_SERVER,
@@ -31,7 +32,7 @@ from tidelog.client import (
 )
 from tidelog.client.aio import PUBLISH_CHUNK
 from tidelog.client.models import Start, Stop
-from tidelog.errors import GroupStateUnreadable, LogLocked
+from tidelog.errors import GroupStateUnreadable, InvalidArgument, LogLocked
 
 app = typer.Typer(
     help="tidelog: a durable, partitioned streaming log.",
@@ -76,6 +77,10 @@ def serve(
     advertised_host: Annotated[str | None, typer.Option(help="host reported in metadata")] = None,
     advertised_port: Annotated[int | None, typer.Option(help="port reported in metadata")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="/metrics port [9293]; 0: off")] = None,
+    site_id: Annotated[
+        str | None,
+        typer.Option(help="this site's id for multi-site replication (default: none, sites off)"),
+    ] = None,
     flush_policy: Annotated[FlushPolicy | None, typer.Option(help="[interval]")] = None,
     log_format: Annotated[str | None, typer.Option(help="text or json [text]")] = None,
     log_level: Annotated[
@@ -100,6 +105,7 @@ def serve(
             advertised_host=advertised_host,
             advertised_port=advertised_port,
             metrics_port=metrics_port,
+            site_id=site_id,
             flush_policy=flush_policy,
             log_format=log_format,
             log_level=log_level.upper() if log_level else None,
@@ -114,7 +120,7 @@ def serve(
 
     try:
         asyncio.run(run(settings, on_ready=ready))
-    except (OSError, LogLocked, GroupStateUnreadable) as error:
+    except (OSError, LogLocked, GroupStateUnreadable, InvalidArgument) as error:
         fail(f"cannot start: {error}")
 
 
@@ -478,6 +484,7 @@ def cursor_set(
 # The view and query commands (view_commands.py), listed after the commands above as before.
 app.add_typer(view_app, name="view")
 app.add_typer(query_app, name="query")
+app.add_typer(site_app, name="site")
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from tidelog.client.errors import (
 )
 from tidelog.client.models import Ack, Message, PartitionInfo, ReceivedMessage, StreamInfo
 from tidelog.client.settings import ClientSettings
+from tidelog.client.site_calls import SiteInfo
 from tidelog.client.sync import Client
 from tidelog.client.view_calls import View, ViewEntry, ViewStatus
 
@@ -40,6 +41,7 @@ __all__ = [
     "PartitionPaused",
     "PartitionReadonly",
     "ReceivedMessage",
+    "SiteInfo",
     "StreamEmpty",
     "StreamInfo",
     "Unavailable",

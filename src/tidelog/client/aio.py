@@ -48,6 +48,7 @@ from tidelog.client.models import (
 )
 from tidelog.client.retry import Attempt, removal, retrying
 from tidelog.client.settings import ClientSettings
+from tidelog.client.site_calls import SiteCalls
 from tidelog.client.view_calls import View, ViewCalls
 from tidelog.wire import DEFAULT_HOST, DEFAULT_PORT, MAX_FRAME
 
@@ -59,7 +60,7 @@ PUBLISH_CHUNK = 1000
 """``publish_batch`` sends at most this many messages per request."""
 
 
-class AsyncClient(ViewCalls):
+class AsyncClient(ViewCalls, SiteCalls):
     """A connection to one tidelog server. Use ``async with AsyncClient(...)`` or ``close()``.
 
     ``settings``: reconnect backoff and retry budget (``ClientSettings``; the defaults suit a

@@ -22,12 +22,13 @@ from tidelog.client.consumer import DEFAULT_PREFETCH, Consumer
 from tidelog.client.errors import InvalidArgument
 from tidelog.client.models import Ack, Acks, Message, ReceivedMessage, Start, Stop, StreamInfo
 from tidelog.client.settings import ClientSettings
+from tidelog.client.site_calls import SiteCalls, SyncSiteCalls
 from tidelog.client.view_calls import SyncViewCalls, ViewCalls
 
 T = TypeVar("T")
 
 
-class Client(SyncViewCalls):
+class Client(SyncViewCalls, SyncSiteCalls):
     """A blocking connection to one tidelog server; use ``with Client(...)`` or ``close()``.
 
     ``settings``: reconnect backoff and retry budget (``ClientSettings``)."""
@@ -237,6 +238,9 @@ class Client(SyncViewCalls):
         return (m for batch in batches for m in decode(batch, stream, partition))
 
     def _view_calls(self) -> ViewCalls:
+        return self._client
+
+    def _site_calls(self) -> SiteCalls:
         return self._client
 
     def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:

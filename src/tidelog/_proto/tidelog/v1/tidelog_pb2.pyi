@@ -137,6 +137,225 @@ END_REASON_READONLY: EndReason.ValueType  # 3
 Global___EndReason: _TypeAlias = EndReason  # noqa: Y015
 
 @_typing.final
+class SiteInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SITE_ID_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    NUMBER_FIELD_NUMBER: _builtins.int
+    SINCE_FIELD_NUMBER: _builtins.int
+    site_id: _builtins.str
+    address: _builtins.str
+    """HOST:PORT of the site's tidelog server."""
+    number: _builtins.int
+    """The site's bit in a send-queue entry's destination mask (0..63)."""
+    since: _builtins.int
+    """The send-queue offset from which entries may be for this site."""
+    def __init__(
+        self,
+        *,
+        site_id: _builtins.str = ...,
+        address: _builtins.str = ...,
+        number: _builtins.int = ...,
+        since: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "number", b"number", "since", b"since", "site_id", b"site_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SiteInfo: _TypeAlias = SiteInfo  # noqa: Y015
+
+@_typing.final
+class AddSiteRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SITE_ID_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    site_id: _builtins.str
+    """1-63 of [A-Za-z0-9_-], starting with a letter or digit; not this site's own id."""
+    address: _builtins.str
+    def __init__(
+        self,
+        *,
+        site_id: _builtins.str = ...,
+        address: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "site_id", b"site_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddSiteRequest: _TypeAlias = AddSiteRequest  # noqa: Y015
+
+@_typing.final
+class AddSiteResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SITE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def site(self) -> Global___SiteInfo: ...
+    def __init__(
+        self,
+        *,
+        site: Global___SiteInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["site", b"site"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["site", b"site"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddSiteResponse: _TypeAlias = AddSiteResponse  # noqa: Y015
+
+@_typing.final
+class RemoveSiteRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SITE_ID_FIELD_NUMBER: _builtins.int
+    site_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        site_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["site_id", b"site_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveSiteRequest: _TypeAlias = RemoveSiteRequest  # noqa: Y015
+
+@_typing.final
+class RemoveSiteResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveSiteResponse: _TypeAlias = RemoveSiteResponse  # noqa: Y015
+
+@_typing.final
+class ListSitesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSitesRequest: _TypeAlias = ListSitesRequest  # noqa: Y015
+
+@_typing.final
+class ListSitesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOCAL_SITE_FIELD_NUMBER: _builtins.int
+    SITES_FIELD_NUMBER: _builtins.int
+    local_site: _builtins.str
+    """This server's own site id."""
+    @_builtins.property
+    def sites(self) -> _containers.RepeatedCompositeFieldContainer[Global___SiteInfo]: ...
+    def __init__(
+        self,
+        *,
+        local_site: _builtins.str = ...,
+        sites: _abc.Iterable[Global___SiteInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["local_site", b"local_site", "sites", b"sites"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSitesResponse: _TypeAlias = ListSitesResponse  # noqa: Y015
+
+@_typing.final
+class TransmitEntry(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAYLOAD_FIELD_NUMBER: _builtins.int
+    DESTINATIONS_FIELD_NUMBER: _builtins.int
+    payload: _builtins.bytes
+    """Opaque bytes, stored once whatever the number of destinations."""
+    @_builtins.property
+    def destinations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Site ids, at least one; each a declared remote site."""
+
+    def __init__(
+        self,
+        *,
+        payload: _builtins.bytes = ...,
+        destinations: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["destinations", b"destinations", "payload", b"payload"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransmitEntry: _TypeAlias = TransmitEntry  # noqa: Y015
+
+@_typing.final
+class TransmitRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLIENT_NAME_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    client_name: _builtins.str
+    """Names the application stream: the sinks deliver it to listeners of this name."""
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___TransmitEntry]: ...
+    def __init__(
+        self,
+        *,
+        client_name: _builtins.str = ...,
+        entries: _abc.Iterable[Global___TransmitEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_name", b"client_name", "entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransmitRequest: _TypeAlias = TransmitRequest  # noqa: Y015
+
+@_typing.final
+class TransmitResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POSITIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def positions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """One per entry, in order: record offset * 65536 + index in the record."""
+
+    def __init__(
+        self,
+        *,
+        positions: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["positions", b"positions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransmitResponse: _TypeAlias = TransmitResponse  # noqa: Y015
+
+@_typing.final
 class ViewSpec(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

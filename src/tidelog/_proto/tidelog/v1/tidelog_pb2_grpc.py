@@ -84,6 +84,26 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.WindowFetchRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.WindowFetchResponse.FromString,
                 _registered_method=True)
+        self.AddSite = channel.unary_unary(
+                '/tidelog.v1.Tidelog/AddSite',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.AddSiteRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.AddSiteResponse.FromString,
+                _registered_method=True)
+        self.RemoveSite = channel.unary_unary(
+                '/tidelog.v1.Tidelog/RemoveSite',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.RemoveSiteRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.RemoveSiteResponse.FromString,
+                _registered_method=True)
+        self.ListSites = channel.unary_unary(
+                '/tidelog.v1.Tidelog/ListSites',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ListSitesRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ListSitesResponse.FromString,
+                _registered_method=True)
+        self.Transmit = channel.unary_unary(
+                '/tidelog.v1.Tidelog/Transmit',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.TransmitRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.TransmitResponse.FromString,
+                _registered_method=True)
 
 
 class TidelogServicer:
@@ -164,6 +184,35 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddSite(self, request, context):
+        """Multi-site replication (docs/replication.md). Needs a server started with a site id;
+        without one these answer FAILED_PRECONDITION.
+        Declare a remote site this site replicates to, forget one, or list them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveSite(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSites(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Transmit(self, request, context):
+        """Store payloads once, each tagged with its destination sites; answers each one's position.
+        The whole request is checked first: a refused entry stores nothing of the request.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TidelogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -216,6 +265,26 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.WindowFetch,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.WindowFetchRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.WindowFetchResponse.SerializeToString,
+            ),
+            'AddSite': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddSite,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.AddSiteRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.AddSiteResponse.SerializeToString,
+            ),
+            'RemoveSite': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveSite,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.RemoveSiteRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.RemoveSiteResponse.SerializeToString,
+            ),
+            'ListSites': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSites,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ListSitesRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.ListSitesResponse.SerializeToString,
+            ),
+            'Transmit': grpc.unary_unary_rpc_method_handler(
+                    servicer.Transmit,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.TransmitRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.TransmitResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -488,6 +557,114 @@ class Tidelog:
             '/tidelog.v1.Tidelog/WindowFetch',
             tidelog_dot_v1_dot_tidelog__pb2.WindowFetchRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.WindowFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddSite(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/AddSite',
+            tidelog_dot_v1_dot_tidelog__pb2.AddSiteRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.AddSiteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveSite(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/RemoveSite',
+            tidelog_dot_v1_dot_tidelog__pb2.RemoveSiteRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.RemoveSiteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSites(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/ListSites',
+            tidelog_dot_v1_dot_tidelog__pb2.ListSitesRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.ListSitesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Transmit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/Transmit',
+            tidelog_dot_v1_dot_tidelog__pb2.TransmitRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.TransmitResponse.FromString,
             options,
             channel_credentials,
             insecure,

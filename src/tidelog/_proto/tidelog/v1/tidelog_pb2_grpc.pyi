@@ -70,6 +70,17 @@ class TidelogStub:
     """Values of one key in a window view whose timestamps lie in a time range, oldest first or
     (backward) newest first, with a limit: "the last N values of K in [t0, t1]".
     """
+    AddSite: _grpc.UnaryUnaryMultiCallable[_tidelog_pb2.AddSiteRequest, _tidelog_pb2.AddSiteResponse]
+    """Multi-site replication (docs/replication.md). Needs a server started with a site id;
+    without one these answer FAILED_PRECONDITION.
+    Declare a remote site this site replicates to, forget one, or list them.
+    """
+    RemoveSite: _grpc.UnaryUnaryMultiCallable[_tidelog_pb2.RemoveSiteRequest, _tidelog_pb2.RemoveSiteResponse]
+    ListSites: _grpc.UnaryUnaryMultiCallable[_tidelog_pb2.ListSitesRequest, _tidelog_pb2.ListSitesResponse]
+    Transmit: _grpc.UnaryUnaryMultiCallable[_tidelog_pb2.TransmitRequest, _tidelog_pb2.TransmitResponse]
+    """Store payloads once, each tagged with its destination sites; answers each one's position.
+    The whole request is checked first: a refused entry stores nothing of the request.
+    """
 
 @_typing.type_check_only
 class TidelogAsyncStub(TidelogStub):
@@ -102,6 +113,17 @@ class TidelogAsyncStub(TidelogStub):
     WindowFetch: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.WindowFetchRequest, _tidelog_pb2.WindowFetchResponse]  # type: ignore[assignment]
     """Values of one key in a window view whose timestamps lie in a time range, oldest first or
     (backward) newest first, with a limit: "the last N values of K in [t0, t1]".
+    """
+    AddSite: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.AddSiteRequest, _tidelog_pb2.AddSiteResponse]  # type: ignore[assignment]
+    """Multi-site replication (docs/replication.md). Needs a server started with a site id;
+    without one these answer FAILED_PRECONDITION.
+    Declare a remote site this site replicates to, forget one, or list them.
+    """
+    RemoveSite: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.RemoveSiteRequest, _tidelog_pb2.RemoveSiteResponse]  # type: ignore[assignment]
+    ListSites: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.ListSitesRequest, _tidelog_pb2.ListSitesResponse]  # type: ignore[assignment]
+    Transmit: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.TransmitRequest, _tidelog_pb2.TransmitResponse]  # type: ignore[assignment]
+    """Store payloads once, each tagged with its destination sites; answers each one's position.
+    The whole request is checked first: a refused entry stores nothing of the request.
     """
 
 class TidelogServicer(metaclass=_abc_1.ABCMeta):
@@ -192,6 +214,41 @@ class TidelogServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_tidelog_pb2.WindowFetchResponse, _abc.Awaitable[_tidelog_pb2.WindowFetchResponse]]:
         """Values of one key in a window view whose timestamps lie in a time range, oldest first or
         (backward) newest first, with a limit: "the last N values of K in [t0, t1]".
+        """
+
+    @_abc_1.abstractmethod
+    def AddSite(
+        self,
+        request: _tidelog_pb2.AddSiteRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tidelog_pb2.AddSiteResponse, _abc.Awaitable[_tidelog_pb2.AddSiteResponse]]:
+        """Multi-site replication (docs/replication.md). Needs a server started with a site id;
+        without one these answer FAILED_PRECONDITION.
+        Declare a remote site this site replicates to, forget one, or list them.
+        """
+
+    @_abc_1.abstractmethod
+    def RemoveSite(
+        self,
+        request: _tidelog_pb2.RemoveSiteRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tidelog_pb2.RemoveSiteResponse, _abc.Awaitable[_tidelog_pb2.RemoveSiteResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListSites(
+        self,
+        request: _tidelog_pb2.ListSitesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tidelog_pb2.ListSitesResponse, _abc.Awaitable[_tidelog_pb2.ListSitesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Transmit(
+        self,
+        request: _tidelog_pb2.TransmitRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tidelog_pb2.TransmitResponse, _abc.Awaitable[_tidelog_pb2.TransmitResponse]]:
+        """Store payloads once, each tagged with its destination sites; answers each one's position.
+        The whole request is checked first: a refused entry stores nothing of the request.
         """
 
 def add_TidelogServicer_to_server(servicer: TidelogServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

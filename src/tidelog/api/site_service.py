@@ -1,0 +1,68 @@
+"""The multi-site RPCs of ``tidelog.v1``: declare, forget and list remote sites; transmit."""
+
+from __future__ import annotations
+
+import grpc
+
+from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
+from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
+from tidelog.api.status import grpc_errors
+from tidelog.errors import FailedPrecondition
+from tidelog.sites.local_site import LocalSite
+from tidelog.sites.registry import Site
+from tidelog.sites.send_queue import Transmission
+
+Context = grpc.aio.ServicerContext[object, object]
+
+
+def _wire(site: Site) -> v1.SiteInfo:
+    return v1.SiteInfo(
+        site_id=site.site_id, address=site.address, number=site.number, since=site.since
+    )
+
+
+class SiteService(v1_grpc.TidelogServicer):
+    """Answers the site RPCs; mixed into :class:`tidelog.api.v1.TidelogService`."""
+
+    local_site: LocalSite | None
+
+    def _site(self) -> LocalSite:
+        if self.local_site is None:
+            raise FailedPrecondition(
+                "this server has no site id: start it with --site-id ID (or site_id in its "
+                "settings) to replicate to other sites"
+            )
+        return self.local_site
+
+    async def AddSite(self, request: v1.AddSiteRequest, context: Context) -> v1.AddSiteResponse:
+        async with grpc_errors(context):
+            return v1.AddSiteResponse(
+                site=_wire(self._site().add_site(request.site_id, request.address))
+            )
+        raise AssertionError("unreachable")
+
+    async def RemoveSite(
+        self, request: v1.RemoveSiteRequest, context: Context
+    ) -> v1.RemoveSiteResponse:
+        async with grpc_errors(context):
+            self._site().remove_site(request.site_id)
+        return v1.RemoveSiteResponse()
+
+    async def ListSites(
+        self, request: v1.ListSitesRequest, context: Context
+    ) -> v1.ListSitesResponse:
+        async with grpc_errors(context):
+            site = self._site()
+            return v1.ListSitesResponse(
+                local_site=site.site_id, sites=[_wire(s) for s in site.sites()]
+            )
+        raise AssertionError("unreachable")
+
+    async def Transmit(self, request: v1.TransmitRequest, context: Context) -> v1.TransmitResponse:
+        async with grpc_errors(context):
+            positions = await self._site().transmit(
+                request.client_name,
+                [Transmission(e.payload, list(e.destinations)) for e in request.entries],
+            )
+            return v1.TransmitResponse(positions=positions)
+        raise AssertionError("unreachable")

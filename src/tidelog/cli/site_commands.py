@@ -1,0 +1,92 @@
+"""``tidelog site``: declare the remote sites this site replicates to, and transmit payloads
+(``docs/replication.md``; the server must run with ``--site-id``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from tidelog.cli.common import ServerOption, guarded, out
+from tidelog.client import DEFAULT_SERVER
+
+site_app = typer.Typer(
+    help="Multi-site replication: declare remote sites, transmit payloads to them.",
+    no_args_is_help=True,
+)
+
+
+@site_app.command("add")
+def site_add(site_id: str, address: str, server: ServerOption = DEFAULT_SERVER) -> None:
+    """Declare remote site SITE_ID, whose tidelog server listens at ADDRESS (HOST:PORT)."""
+    with guarded(server) as client:
+        site = client.add_site(site_id, address)
+    out.print(f"added site [bold]{site.site_id}[/bold] at {site.address} (number {site.number})")
+
+
+@site_app.command("remove")
+def site_remove(site_id: str, server: ServerOption = DEFAULT_SERVER) -> None:
+    """Forget a remote site: nothing more is sent to it."""
+    with guarded(server) as client:
+        client.remove_site(site_id)
+    out.print(f"removed site [bold]{site_id}[/bold]")
+
+
+@site_app.command("list")
+def site_list(
+    server: ServerOption = DEFAULT_SERVER,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per site")] = False,
+) -> None:
+    """This site's id and the remote sites it replicates to."""
+    with guarded(server) as client:
+        local, sites = client.list_sites()
+    if as_json:
+        for site in sites:
+            print(
+                json.dumps(
+                    {
+                        "site_id": site.site_id,
+                        "address": site.address,
+                        "number": site.number,
+                        "since": site.since,
+                    }
+                )
+            )
+        return
+    table = Table(title=f"remote sites of {local}")
+    for column in ("site", "address", "number", "since offset"):
+        table.add_column(column)
+    for site in sites:
+        table.add_row(site.site_id, site.address, str(site.number), str(site.since))
+    out.print(table)
+
+
+@site_app.command("transmit")
+def site_transmit(
+    client_name: str,
+    destinations: Annotated[str, typer.Argument(help="destination site ids, comma-separated")],
+    value: Annotated[
+        str | None, typer.Argument(help="the payload as text; omit to read lines from --file")
+    ] = None,
+    file: Annotated[
+        Path | None, typer.Option(help="one payload per line of this file ('-': stdin)")
+    ] = None,
+    server: ServerOption = DEFAULT_SERVER,
+) -> None:
+    """Store payloads once for the given sites: VALUE, or each line of --file, in one call."""
+    sites = [d for d in destinations.split(",") if d]
+    if value is not None:
+        payloads = [value.encode()]
+    elif file is not None:
+        source = sys.stdin.buffer if str(file) == "-" else file.open("rb")
+        with source:
+            payloads = [line.rstrip(b"\n") for line in source]
+    else:
+        payloads = []
+    with guarded(server) as client:
+        positions = client.transmit_many(client_name, [(p, sites) for p in payloads])
+    out.print(f"transmitted {len(positions)} payloads to {', '.join(sites)}")

@@ -1,0 +1,119 @@
+"""Multi-site replication from the client: declare remote sites and transmit payloads to them
+(``docs/replication.md``; the server needs a site id).
+
+:class:`SiteCalls` is mixed into :class:`~tidelog.client.AsyncClient` and :class:`SyncSiteCalls`
+into the blocking :class:`~tidelog.client.Client`. Declaring, forgetting and listing sites are
+retried while the server is unreachable (an ``ALREADY_EXISTS`` or ``NOT_FOUND`` after an
+unanswered attempt means that attempt went through). A transmit is not retried: it is not
+idempotent, and a retry after an unanswered attempt could store the payloads twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+
+from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
+from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
+from tidelog.client.errors import from_rpc_error
+from tidelog.client.retry import Attempt, removal
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class SiteInfo:
+    site_id: str
+    address: str
+    number: int
+    """The site's bit in the send queue's destination masks."""
+    since: int
+    """The send-queue offset from which entries may be for it."""
+
+    @classmethod
+    def from_wire(cls, site: v1.SiteInfo) -> SiteInfo:
+        return cls(site.site_id, site.address, site.number, site.since)
+
+
+class SiteCalls:
+    """The site calls of :class:`~tidelog.client.AsyncClient`."""
+
+    _v1: v1_grpc.TidelogAsyncStub
+
+    async def _retrying(self, attempt: Attempt[T], timeout: float | None = None) -> T:
+        raise NotImplementedError  # provided by AsyncClient
+
+    async def add_site(self, site_id: str, address: str) -> SiteInfo:
+        """Declare remote site ``site_id`` at ``address`` (``HOST:PORT``)."""
+        request = v1.AddSiteRequest(site_id=site_id, address=address)
+
+        async def attempt(timeout: float | None, number: int) -> v1.AddSiteResponse:
+            return await self._v1.AddSite(request, timeout=timeout)
+
+        return SiteInfo.from_wire((await self._retrying(attempt)).site)
+
+    async def remove_site(self, site_id: str) -> None:
+        request = v1.RemoveSiteRequest(site_id=site_id)
+        await self._retrying(removal(lambda timeout: self._v1.RemoveSite(request, timeout=timeout)))
+
+    async def list_sites(self) -> tuple[str, list[SiteInfo]]:
+        """This server's site id and the remote sites it replicates to."""
+
+        async def attempt(timeout: float | None, number: int) -> v1.ListSitesResponse:
+            return await self._v1.ListSites(v1.ListSitesRequest(), timeout=timeout)
+
+        response = await self._retrying(attempt)
+        return response.local_site, [SiteInfo.from_wire(s) for s in response.sites]
+
+    async def transmit(self, client_name: str, payload: bytes, destinations: Sequence[str]) -> int:
+        """Store ``payload`` once for ``destinations``; its position in the send queue."""
+        (position,) = await self.transmit_many(client_name, [(payload, destinations)])
+        return position
+
+    async def transmit_many(
+        self, client_name: str, items: Iterable[tuple[bytes, Sequence[str]]]
+    ) -> list[int]:
+        """Store each payload once for its destinations, in order, in one call; their
+        positions. A refused item stores nothing of the call."""
+        request = v1.TransmitRequest(
+            client_name=client_name,
+            entries=[
+                v1.TransmitEntry(payload=payload, destinations=list(destinations))
+                for payload, destinations in items
+            ],
+        )
+        try:
+            response = await self._v1.Transmit(request)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        return list(response.positions)
+
+
+class SyncSiteCalls:
+    """The blocking forms of :class:`SiteCalls`, mixed into :class:`~tidelog.client.Client`."""
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        raise NotImplementedError  # provided by Client
+
+    def _site_calls(self) -> SiteCalls:
+        raise NotImplementedError  # provided by Client
+
+    def add_site(self, site_id: str, address: str) -> SiteInfo:
+        return self._run(self._site_calls().add_site(site_id, address))
+
+    def remove_site(self, site_id: str) -> None:
+        self._run(self._site_calls().remove_site(site_id))
+
+    def list_sites(self) -> tuple[str, list[SiteInfo]]:
+        return self._run(self._site_calls().list_sites())
+
+    def transmit(self, client_name: str, payload: bytes, destinations: Sequence[str]) -> int:
+        return self._run(self._site_calls().transmit(client_name, payload, destinations))
+
+    def transmit_many(
+        self, client_name: str, items: Iterable[tuple[bytes, Sequence[str]]]
+    ) -> list[int]:
+        return self._run(self._site_calls().transmit_many(client_name, list(items)))

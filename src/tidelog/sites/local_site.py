@@ -1,0 +1,45 @@
+"""This site: its registry of remote sites and its delta queue, opened on a running broker.
+
+The face of ``tidelog.sites`` for the api: declare and forget remote sites, list them, and
+transmit payloads. A removed site's tag list is dropped at once; its entries stay in the queue
+until retention removes them (they are never sent to a site that later takes its number).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+from tidelog.broker import Broker
+from tidelog.sites.registry import SITES_FILE, Site, SiteRegistry
+from tidelog.sites.send_queue import SendQueue, Transmission
+
+
+class LocalSite:
+    def __init__(self, broker: Broker, site_id: str, data_dir: Path) -> None:
+        self.registry = SiteRegistry(site_id, data_dir / SITES_FILE)
+        self.queue = SendQueue(broker, self.registry)
+
+    @property
+    def site_id(self) -> str:
+        return self.registry.local_site
+
+    async def open(self) -> None:
+        """Create the queue if needed and rebuild its tag index (in a thread: it reads the
+        whole queue)."""
+        await asyncio.to_thread(self.queue.open)
+
+    def add_site(self, site_id: str, address: str) -> Site:
+        return self.registry.add(site_id, address, self.queue.next_offset)
+
+    def remove_site(self, site_id: str) -> Site:
+        site = self.registry.remove(site_id)
+        self.queue.index.forget_site(site.number)
+        return site
+
+    def sites(self) -> list[Site]:
+        return self.registry.list()
+
+    async def transmit(self, client: str, items: Sequence[Transmission]) -> list[int]:
+        return await self.queue.transmit(client, items)

@@ -1,0 +1,70 @@
+"""The site RPCs of ``tidelog.v1`` through the client, against real servers: one started with a
+site id, one without (docs/replication.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.support.server import ServerProcess, served
+
+import tidelog
+from tidelog.client import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from tidelog.sites.envelope import decode, split_position
+
+
+@pytest.fixture(scope="module")
+def site_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with served(Path(tmp_path_factory.mktemp("site")) / "data", "--site-id", "a") as process:
+        yield process
+
+
+def test_sites_are_declared_listed_and_kept_across_a_restart(site_server: ServerProcess) -> None:
+    with tidelog.Client(site_server.address) as client:
+        b = client.add_site("b", "127.0.0.1:9301")
+        c = client.add_site("c", "127.0.0.1:9302")
+        assert (b.number, c.number) == (0, 1)
+        with pytest.raises(AlreadyExists):
+            client.add_site("b", "127.0.0.1:9301")
+        with pytest.raises(InvalidArgument, match="own id"):
+            client.add_site("a", "127.0.0.1:9300")
+        local, sites = client.list_sites()
+        assert local == "a" and [s.site_id for s in sites] == ["b", "c"]
+    site_server.restart()
+    with tidelog.Client(site_server.address) as client:
+        assert [s.site_id for s in client.list_sites()[1]] == ["b", "c"]
+        client.remove_site("c")
+        with pytest.raises(NotFound, match="unknown site 'c'"):
+            client.remove_site("c")
+        client.add_site("c", "127.0.0.1:9302")
+
+
+def test_transmit_stores_each_payload_once_for_its_sites(site_server: ServerProcess) -> None:
+    with tidelog.Client(site_server.address) as client:
+        for site, port in (("x1", 9311), ("x2", 9312)):
+            client.add_site(site, f"127.0.0.1:{port}")
+        first = client.transmit("orders", b"one", ["x1"])
+        many = client.transmit_many("orders", [(b"two", ["x1", "x2"]), (b"three", ["x2"])])
+        assert [split_position(p)[1] for p in many] == [0, 1]
+        assert split_position(many[0])[0] == split_position(first)[0] + 1
+        with pytest.raises(NotFound, match="unknown site 'nowhere'"):
+            client.transmit("orders", b"lost", ["x1", "nowhere"])
+        with pytest.raises(InvalidArgument, match="this site"):
+            client.transmit("orders", b"lost", ["a"])
+        with pytest.raises(InvalidArgument, match="at least one destination"):
+            client.transmit("orders", b"lost", [])
+        # The queue is an internal stream: readable, and it holds the three payloads only.
+        values = [m.value for m in client.subscribe("__lrq_delta", start="earliest", stop="latest")]
+        payloads = [e.payload for v in values for e in decode(v).entries]
+        assert payloads[-3:] == [b"one", b"two", b"three"]
+        assert b"lost" not in payloads
+
+
+def test_without_a_site_id_the_site_calls_say_how_to_enable_them(tmp_path: Path) -> None:
+    with served(tmp_path / "data") as process, tidelog.Client(process.address) as client:
+        with pytest.raises(FailedPrecondition, match="--site-id"):
+            client.list_sites()
+        with pytest.raises(FailedPrecondition, match="--site-id"):
+            client.transmit("orders", b"x", ["b"])
+        assert "__lrq_delta" not in [s.name for s in client.list_streams()]
