@@ -1,0 +1,148 @@
+"""The sink side (``tidelog/sites/sink.py``) on an in-process broker: batches applied exactly once
+into the receive queues, whatever the order and repeats, across a restart and a full disk."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from tests.broker.brokertools import broker_config, running
+
+from tidelog.broker import Broker
+from tidelog.errors import DiskFull, InvalidArgument
+from tidelog.log.files import WRITE, faults
+from tidelog.sites.negotiation import NONE
+from tidelog.sites.sink import POSITION_HEADER, RoutedEntry, Sink, receive_queue
+from tidelog.sites.windows import Framed
+
+
+@pytest.fixture(autouse=True)
+def _no_faults_left() -> Iterator[None]:
+    faults.clear()
+    yield
+    faults.clear()
+
+
+def batch(prev: int, *entries: tuple[int, str, bytes]) -> Framed[Sequence[RoutedEntry]]:
+    routed = tuple(RoutedEntry(p, c, v) for p, c, v in entries)
+    return Framed(prev, routed[-1].position, routed)
+
+
+def received(broker: Broker, client: str, source: str) -> list[tuple[int, bytes]]:
+    stream = broker.find_stream(receive_queue(client, source))
+    if stream is None:
+        return []
+    log = stream.partitions[0].log
+    if log.high_watermark < 0:
+        return []
+    found = []
+    for b in log.forward_reader(0):
+        for headers, value in zip(b.headers(), b.values(), strict=True):
+            found.append((int.from_bytes(headers[POSITION_HEADER], "big"), value))
+    return found
+
+
+B1 = batch(NONE, (3, "orders", b"o3"), (5, "audit", b"a5"), (7, "orders", b"o7"))
+B2 = batch(7, (9, "orders", b"o9"), (10, "orders", b"o10"))
+B3 = batch(10, (12, "audit", b"a12"))
+
+
+def test_batches_land_in_their_clients_receive_queues(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            sink = Sink(broker, "b")
+            assert await sink.receive("a", B1) == 7
+            assert await sink.receive("a", B2) == 10
+            assert received(broker, "orders", "a") == [
+                (3, b"o3"),
+                (7, b"o7"),
+                (9, b"o9"),
+                (10, b"o10"),
+            ]
+            assert received(broker, "audit", "a") == [(5, b"a5")]
+
+    asyncio.run(main())
+
+
+def test_early_batches_wait_and_repeats_are_dropped(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            sink = Sink(broker, "b")
+            assert await sink.receive("a", B3) == NONE  # early: waits for B1 and B2
+            assert await sink.receive("a", B2) == NONE
+            assert await sink.receive("a", B1) == 12  # the gap closes: all three apply
+            for resent in (B1, B2, B3):
+                assert await sink.receive("a", resent) == 12
+            assert [p for p, _ in received(broker, "orders", "a")] == [3, 7, 9, 10]
+            assert [p for p, _ in received(broker, "audit", "a")] == [5, 12]
+
+    asyncio.run(main())
+
+
+def test_after_a_restart_the_queues_say_what_was_applied(tmp_path: Path) -> None:
+    async def first() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            sink = Sink(broker, "b")
+            await sink.receive("a", B1)
+            await sink.receive("other", batch(NONE, (1, "orders", b"x1")))
+
+    async def second() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            sink = Sink(broker, "b")
+            assert sink.last_processed("a") == 7
+            assert sink.last_processed("other") == 1
+            assert sink.last_processed("never") == NONE
+            assert await sink.receive("a", B1) == 7  # the resend of an applied batch: dropped
+            assert await sink.receive("a", B2) == 10
+            assert [p for p, _ in received(broker, "orders", "a")] == [3, 7, 9, 10]
+
+    asyncio.run(first())
+    asyncio.run(second())
+
+
+def test_a_failed_append_is_applied_once_when_resent(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            sink = Sink(broker, "b")
+            await sink.receive("a", batch(NONE, (1, "orders", b"o1")))
+            faults.fail(receive_queue("audit", "a"), op=WRITE)
+            with pytest.raises(DiskFull):
+                await sink.receive("a", B1)  # o3 applied, a5 fails, o7 never tried
+            assert faults.hits, "the fault was never reached"
+            assert sink.last_processed("a") == 3
+            assert (
+                await sink.receive(
+                    "a", batch(1, *[(e.position, e.client, e.payload) for e in B1.entries])
+                )
+                == 7
+            )
+            assert [p for p, _ in received(broker, "orders", "a")] == [1, 3, 7]
+            assert [p for p, _ in received(broker, "audit", "a")] == [5]
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("source", "bad", "match"),
+    [
+        ("a", Framed(NONE, 5, (RoutedEntry(5, "c", b""), RoutedEntry(4, "c", b""))), "in order"),
+        ("a", Framed(NONE, 9, (RoutedEntry(5, "c", b""),)), "must end with the entry at 9"),
+        ("a", Framed(NONE, 5, ()), "must end"),
+        ("a", Framed(NONE, 5, (RoutedEntry(5, "no.dots", b""),)), "invalid site id"),
+        ("b", B1, "this site"),
+    ],
+)
+def test_malformed_batches_apply_nothing(
+    tmp_path: Path, source: str, bad: Framed[Sequence[RoutedEntry]], match: str
+) -> None:
+    async def main() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            sink = Sink(broker, "b")
+            with pytest.raises(InvalidArgument, match=match):
+                await sink.receive(source, bad)
+            assert sink.last_processed(source) == NONE
+            assert not [s for s in broker.list_streams() if s.name.startswith("__lrq_recv")]
+
+    asyncio.run(main())
