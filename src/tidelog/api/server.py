@@ -156,6 +156,8 @@ class Server:
         LOG.info("shutting down: ending subscriptions, finishing in-flight calls")
         self._health_servicer.enter_graceful_shutdown()
         self.broker.drain()
+        if self.local_site is not None:
+            await self.local_site.close()
         await self._grpc.stop(self.settings.shutdown_grace_s)
         await self.broker.close()
         self.metrics.close()

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Sequence
+
 import grpc
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 from tidelog.api.status import grpc_errors
-from tidelog.errors import FailedPrecondition
+from tidelog.errors import FailedPrecondition, InvalidArgument
+from tidelog.sites.envelope import RoutedEntry
 from tidelog.sites.local_site import LocalSite
+from tidelog.sites.negotiation import NONE
 from tidelog.sites.registry import Site
 from tidelog.sites.send_queue import Transmission
+from tidelog.sites.windows import Framed
 
 Context = grpc.aio.ServicerContext[object, object]
 
@@ -45,7 +50,7 @@ class SiteService(v1_grpc.TidelogServicer):
         self, request: v1.RemoveSiteRequest, context: Context
     ) -> v1.RemoveSiteResponse:
         async with grpc_errors(context):
-            self._site().remove_site(request.site_id)
+            await self._site().remove_site(request.site_id)
         return v1.RemoveSiteResponse()
 
     async def ListSites(
@@ -66,3 +71,42 @@ class SiteService(v1_grpc.TidelogServicer):
             )
             return v1.TransmitResponse(positions=positions)
         raise AssertionError("unreachable")
+
+    async def Replicate(
+        self, request_iterator: AsyncIterator[v1.ReplicationRequest], context: Context
+    ) -> AsyncIterator[v1.ReplicationReply]:
+        """A source site's sender: its hello, answered with this sink's progress for it, then
+        delta batches, each answered with the cumulative ack once applied and synced."""
+        async with grpc_errors(context):
+            site = self._site()
+            first = await anext(request_iterator, None)
+            if first is None or not first.HasField("hello"):
+                raise InvalidArgument("a replication stream starts with a hello")
+            hello = first.hello
+            if hello.sink_site != site.site_id:
+                raise FailedPrecondition(
+                    f"this server is site {site.site_id!r}, not {hello.sink_site!r}: check the "
+                    f"address declared for that site"
+                )
+            source = hello.source_site
+            yield v1.ReplicationReply(
+                progress=v1.SinkProgress(
+                    snapshot_started=NONE,
+                    snapshot_transferred=NONE,
+                    snapshot_applied=NONE,
+                    last_processed=site.sink.last_processed(source),
+                )
+            )
+            async for request in request_iterator:
+                if not request.HasField("deltas"):
+                    raise InvalidArgument("after the hello a replication stream sends batches")
+                acked = await site.sink.receive(source, _batch(request.deltas))
+                yield v1.ReplicationReply(acked=acked)
+
+
+def _batch(deltas: v1.DeltaBatch) -> Framed[Sequence[RoutedEntry]]:
+    entries = tuple(RoutedEntry(e.position, e.client_name, e.payload) for e in deltas.entries)
+    try:
+        return Framed(deltas.prev, deltas.current, entries)
+    except ValueError as error:
+        raise InvalidArgument(str(error)) from None

@@ -9,8 +9,8 @@ Built so far, as sans-IO cores tested alone: the sender session's state table
 (``sync_states.py``), negotiation (``negotiation.py``), the two ends of a transfer — the sink's
 apply window and the sender's resend window (``windows.py``) — the send queue's record format
 (``envelope.py``) and the tag index (``tag_index.py``); on the broker, the site registry
-(``registry.py``), the delta queue with its checks (``send_queue.py``), this site's face for
-the api (``local_site.py``), and the sink's exactly-once apply into receive queues
-(``sink.py``). Still to come: the wire protocol and the senders, snapshot sync and the listener
-(issue 13).
+(``registry.py``), the delta queue with its checks (``send_queue.py``), the sender per remote
+site (``sender.py``, over ``tidelog.v1/Replicate``), the sink's exactly-once apply into receive
+queues (``sink.py``), and this site's face for the api (``local_site.py``). Still to come:
+snapshot sync, the listener, status and metrics (issue 13).
 """

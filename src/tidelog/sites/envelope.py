@@ -63,6 +63,16 @@ class RoutingRecord:
     entries: tuple[Entry, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class RoutedEntry:
+    """One entry as it travels to a sink: its position, its client, its payload (the
+    destinations stripped)."""
+
+    position: int
+    client: str
+    payload: bytes
+
+
 def position(offset: int, index: int) -> int:
     """An entry's position: its record's offset and its index in the record, as one integer
     that orders entries as the queue does."""
@@ -177,6 +187,18 @@ def destinations_of(value: bytes | memoryview) -> int:
     for _, mask, _ in _entries(data, count, at):
         union |= mask
     return union
+
+
+def routed_for(value: bytes | memoryview, offset: int, site_number: int) -> list[RoutedEntry]:
+    """The entries of the record at ``offset`` for one site, as they travel."""
+    bit = 1 << site_number
+    data = memoryview(value)
+    _, client, _, count, at = _header(data)
+    return [
+        RoutedEntry(position(offset, i), client, bytes(payload))
+        for i, mask, payload in _entries(data, count, at)
+        if mask & bit
+    ]
 
 
 def entries_for(value: bytes | memoryview, site_number: int) -> list[tuple[int, bytes]]:

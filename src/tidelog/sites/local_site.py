@@ -14,12 +14,16 @@ from pathlib import Path
 from tidelog.broker import Broker
 from tidelog.sites.registry import SITES_FILE, Site, SiteRegistry
 from tidelog.sites.send_queue import SendQueue, Transmission
+from tidelog.sites.sender import Sender
+from tidelog.sites.sink import Sink
 
 
 class LocalSite:
     def __init__(self, broker: Broker, site_id: str, data_dir: Path) -> None:
         self.registry = SiteRegistry(site_id, data_dir / SITES_FILE)
         self.queue = SendQueue(broker, self.registry)
+        self.sink = Sink(broker, site_id)
+        self.senders: dict[str, Sender] = {}
 
     @property
     def site_id(self) -> str:
@@ -27,15 +31,33 @@ class LocalSite:
 
     async def open(self) -> None:
         """Create the queue if needed and rebuild its tag index (in a thread: it reads the
-        whole queue)."""
+        whole queue), then start a sender per declared site."""
         await asyncio.to_thread(self.queue.open)
+        for site in self.registry.list():
+            self._start_sender(site)
+
+    async def close(self) -> None:
+        """Stop every sender (before the broker closes)."""
+        for sender in list(self.senders.values()):
+            await sender.stop()
+        self.senders.clear()
+
+    def _start_sender(self, site: Site) -> None:
+        sender = Sender(self.queue, site, self.site_id)
+        self.senders[site.site_id] = sender
+        sender.start()
 
     def add_site(self, site_id: str, address: str) -> Site:
-        return self.registry.add(site_id, address, self.queue.next_offset)
+        site = self.registry.add(site_id, address, self.queue.next_offset)
+        self._start_sender(site)
+        return site
 
-    def remove_site(self, site_id: str) -> Site:
+    async def remove_site(self, site_id: str) -> Site:
         site = self.registry.remove(site_id)
         self.queue.index.forget_site(site.number)
+        sender = self.senders.pop(site_id, None)
+        if sender is not None:
+            await sender.stop()
         return site
 
     def sites(self) -> list[Site]:

@@ -23,10 +23,13 @@ from tidelog.sites.envelope import (
     MAX_ENTRIES,
     Entry,
     EntryKind,
+    RoutedEntry,
     RoutingRecord,
     destinations_of,
     encode,
     position,
+    routed_for,
+    split_position,
 )
 from tidelog.sites.registry import SiteRegistry, validate_site_id
 from tidelog.sites.tag_index import TagIndex
@@ -78,6 +81,31 @@ class SendQueue:
             for offset, value in zip(batch.offsets.tolist(), batch.values(), strict=True):
                 self._index(offset, destinations_of(value))
         self.index.trim(log.oldest_offset)
+
+    def read_for(self, site_number: int, after: int, limit: int) -> list[RoutedEntry]:
+        """Up to about ``limit`` entries for one site with positions after ``after``, in order
+        (whole records: a record's entries are not split across reads). Reads only the records
+        the tag index lists for the site (blocking; a few records per call)."""
+        from_offset = split_position(after)[0] if after >= 0 else 0
+        offsets = self.index.records_for(site_number, from_offset, limit)
+        found: list[RoutedEntry] = []
+        log = self.partition.log
+        wanted = set(offsets)
+        for first, last in _runs(offsets):
+            for batch in log.forward_reader(first, stop_offset=last):
+                for offset, value in zip(batch.offsets.tolist(), batch.values(), strict=True):
+                    if offset in wanted:
+                        found += [
+                            e for e in routed_for(value, offset, site_number) if e.position > after
+                        ]
+            if len(found) >= limit:
+                break
+        return found
+
+    def oldest_position(self) -> int:
+        """The position of the oldest entry the queue still holds (or of the next one)."""
+        log = self.partition.log
+        return position(log.oldest_offset if log.newest_offset >= 0 else self.next_offset, 0)
 
     def _index(self, offset: int, destinations: int) -> None:
         live = 0
@@ -147,3 +175,14 @@ class SendQueue:
             size += cost
         records.append(RoutingRecord(EntryKind.DELTA, client, 0, tuple(current)))
         return records
+
+
+def _runs(offsets: list[int]) -> list[tuple[int, int]]:
+    """Consecutive offsets as (first, last) runs: one reader per run."""
+    runs: list[tuple[int, int]] = []
+    for offset in offsets:
+        if runs and offset == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], offset)
+        else:
+            runs.append((offset, offset))
+    return runs

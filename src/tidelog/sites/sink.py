@@ -17,13 +17,14 @@ resend fills the gap and nothing is applied twice.
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from tidelog.broker import Broker, NewRecord, Stream, StreamConfig
 from tidelog.errors import InvalidArgument, echo
+from tidelog.sites.envelope import RoutedEntry
 from tidelog.sites.negotiation import NONE
 from tidelog.sites.registry import validate_site_id
 from tidelog.sites.windows import ApplyWindow, Framed
@@ -37,15 +38,6 @@ def receive_queue(client: str, source: str) -> str:
     return f"{RECEIVE_PREFIX}{client}.{source}"
 
 
-@dataclass(frozen=True, slots=True)
-class RoutedEntry:
-    """One entry as it travels to a sink: destinations stripped."""
-
-    position: int
-    client: str
-    payload: bytes
-
-
 Batch = Framed[Sequence[RoutedEntry]]
 
 
@@ -54,6 +46,9 @@ class Sink:
         self.broker = broker
         self.local_site = validate_site_id(local_site)
         self._windows: dict[str, ApplyWindow[Sequence[RoutedEntry]]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        """One apply at a time per source: two streams from one source (a reconnect while the
+        old stream lingers) must not interleave their appends."""
 
     def last_processed(self, source: str) -> int:
         """The position of the last entry applied from ``source`` (``NONE``: nothing yet)."""
@@ -91,16 +86,17 @@ class Sink:
         """Apply what ``batch`` brings from ``source``, exactly once; returns the cumulative ack
         (the last position applied and synced)."""
         _check(source, self.local_site, batch)
-        window = self._window(source)
-        try:
-            for ready in window.offer(batch):
-                fresh = [e for e in ready.batch.entries if e.position > ready.skip_through]
-                await self._apply(source, fresh)
-        except BaseException:
-            # The window counted the batch applied; the queues say what really is.
-            self._windows[source] = ApplyWindow(self._recovered(source), window.capacity)
-            raise
-        return window.last_applied
+        async with self._locks.setdefault(source, asyncio.Lock()):
+            window = self._window(source)
+            try:
+                for ready in window.offer(batch):
+                    fresh = [e for e in ready.batch.entries if e.position > ready.skip_through]
+                    await self._apply(source, fresh)
+            except BaseException:
+                # The window counted the batch applied; the queues say what really is.
+                self._windows[source] = ApplyWindow(self._recovered(source), window.capacity)
+                raise
+            return window.last_applied
 
     async def _apply(self, source: str, entries: Sequence[RoutedEntry]) -> None:
         start = 0

@@ -137,6 +137,167 @@ END_REASON_READONLY: EndReason.ValueType  # 3
 Global___EndReason: _TypeAlias = EndReason  # noqa: Y015
 
 @_typing.final
+class ReplicationHello(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SOURCE_SITE_FIELD_NUMBER: _builtins.int
+    SINK_SITE_FIELD_NUMBER: _builtins.int
+    source_site: _builtins.str
+    """The sender's own site id."""
+    sink_site: _builtins.str
+    """The site the sender means to reach: a server with another site id refuses the stream."""
+    def __init__(
+        self,
+        *,
+        source_site: _builtins.str = ...,
+        sink_site: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["sink_site", b"sink_site", "source_site", b"source_site"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicationHello: _TypeAlias = ReplicationHello  # noqa: Y015
+
+@_typing.final
+class RoutedEntry(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POSITION_FIELD_NUMBER: _builtins.int
+    CLIENT_NAME_FIELD_NUMBER: _builtins.int
+    PAYLOAD_FIELD_NUMBER: _builtins.int
+    position: _builtins.int
+    """The entry's position in the source's delta queue."""
+    client_name: _builtins.str
+    payload: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        position: _builtins.int = ...,
+        client_name: _builtins.str = ...,
+        payload: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_name", b"client_name", "payload", b"payload", "position", b"position"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RoutedEntry: _TypeAlias = RoutedEntry  # noqa: Y015
+
+@_typing.final
+class DeltaBatch(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PREV_FIELD_NUMBER: _builtins.int
+    CURRENT_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    prev: _builtins.int
+    """The position of the last entry for this sink before the batch (-1: none)."""
+    current: _builtins.int
+    """The position of the batch's last entry."""
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___RoutedEntry]: ...
+    def __init__(
+        self,
+        *,
+        prev: _builtins.int = ...,
+        current: _builtins.int = ...,
+        entries: _abc.Iterable[Global___RoutedEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current", b"current", "entries", b"entries", "prev", b"prev"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeltaBatch: _TypeAlias = DeltaBatch  # noqa: Y015
+
+@_typing.final
+class ReplicationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HELLO_FIELD_NUMBER: _builtins.int
+    DELTAS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def hello(self) -> Global___ReplicationHello: ...
+    @_builtins.property
+    def deltas(self) -> Global___DeltaBatch: ...
+    def __init__(
+        self,
+        *,
+        hello: Global___ReplicationHello | None = ...,
+        deltas: Global___DeltaBatch | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deltas", b"deltas", "frame", b"frame", "hello", b"hello"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deltas", b"deltas", "frame", b"frame", "hello", b"hello"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_frame: _TypeAlias = _typing.Literal["hello", "deltas"]  # noqa: Y015
+    _WhichOneofArgType_frame: _TypeAlias = _typing.Literal["frame", b"frame"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_frame) -> _WhichOneofReturnType_frame | None: ...
+
+Global___ReplicationRequest: _TypeAlias = ReplicationRequest  # noqa: Y015
+
+@_typing.final
+class SinkProgress(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SNAPSHOT_STARTED_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_TRANSFERRED_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_APPLIED_FIELD_NUMBER: _builtins.int
+    LAST_PROCESSED_FIELD_NUMBER: _builtins.int
+    snapshot_started: _builtins.int
+    """-1 where nothing happened yet."""
+    snapshot_transferred: _builtins.int
+    snapshot_applied: _builtins.int
+    last_processed: _builtins.int
+    def __init__(
+        self,
+        *,
+        snapshot_started: _builtins.int = ...,
+        snapshot_transferred: _builtins.int = ...,
+        snapshot_applied: _builtins.int = ...,
+        last_processed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_processed", b"last_processed", "snapshot_applied", b"snapshot_applied", "snapshot_started", b"snapshot_started", "snapshot_transferred", b"snapshot_transferred"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SinkProgress: _TypeAlias = SinkProgress  # noqa: Y015
+
+@_typing.final
+class ReplicationReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    ACKED_FIELD_NUMBER: _builtins.int
+    acked: _builtins.int
+    """Every entry up to this position is applied and synced."""
+    @_builtins.property
+    def progress(self) -> Global___SinkProgress:
+        """The answer to the hello."""
+
+    def __init__(
+        self,
+        *,
+        progress: Global___SinkProgress | None = ...,
+        acked: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "progress", b"progress", "reply", b"reply"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "progress", b"progress", "reply", b"reply"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_reply: _TypeAlias = _typing.Literal["progress", "acked"]  # noqa: Y015
+    _WhichOneofArgType_reply: _TypeAlias = _typing.Literal["reply", b"reply"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_reply) -> _WhichOneofReturnType_reply | None: ...
+
+Global___ReplicationReply: _TypeAlias = ReplicationReply  # noqa: Y015
+
+@_typing.final
 class SiteInfo(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

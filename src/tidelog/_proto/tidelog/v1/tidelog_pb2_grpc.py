@@ -104,6 +104,11 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.TransmitRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.TransmitResponse.FromString,
                 _registered_method=True)
+        self.Replicate = channel.stream_stream(
+                '/tidelog.v1.Tidelog/Replicate',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ReplicationRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ReplicationReply.FromString,
+                _registered_method=True)
 
 
 class TidelogServicer:
@@ -213,6 +218,15 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Replicate(self, request_iterator, context):
+        """Site to site: a source site's sender opens this on the sink site's server. The first
+        request is a hello, answered with the sink's progress for that source; then delta batches,
+        each answered with a cumulative ack once what it brought is applied and synced.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TidelogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -285,6 +299,11 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.Transmit,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.TransmitRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.TransmitResponse.SerializeToString,
+            ),
+            'Replicate': grpc.stream_stream_rpc_method_handler(
+                    servicer.Replicate,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ReplicationRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.ReplicationReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -665,6 +684,33 @@ class Tidelog:
             '/tidelog.v1.Tidelog/Transmit',
             tidelog_dot_v1_dot_tidelog__pb2.TransmitRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.TransmitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Replicate(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tidelog.v1.Tidelog/Replicate',
+            tidelog_dot_v1_dot_tidelog__pb2.ReplicationRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.ReplicationReply.FromString,
             options,
             channel_credentials,
             insecure,

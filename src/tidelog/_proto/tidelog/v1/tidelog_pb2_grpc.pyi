@@ -81,6 +81,11 @@ class TidelogStub:
     """Store payloads once, each tagged with its destination sites; answers each one's position.
     The whole request is checked first: a refused entry stores nothing of the request.
     """
+    Replicate: _grpc.StreamStreamMultiCallable[_tidelog_pb2.ReplicationRequest, _tidelog_pb2.ReplicationReply]
+    """Site to site: a source site's sender opens this on the sink site's server. The first
+    request is a hello, answered with the sink's progress for that source; then delta batches,
+    each answered with a cumulative ack once what it brought is applied and synced.
+    """
 
 @_typing.type_check_only
 class TidelogAsyncStub(TidelogStub):
@@ -124,6 +129,11 @@ class TidelogAsyncStub(TidelogStub):
     Transmit: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.TransmitRequest, _tidelog_pb2.TransmitResponse]  # type: ignore[assignment]
     """Store payloads once, each tagged with its destination sites; answers each one's position.
     The whole request is checked first: a refused entry stores nothing of the request.
+    """
+    Replicate: _aio.StreamStreamMultiCallable[_tidelog_pb2.ReplicationRequest, _tidelog_pb2.ReplicationReply]  # type: ignore[assignment]
+    """Site to site: a source site's sender opens this on the sink site's server. The first
+    request is a hello, answered with the sink's progress for that source; then delta batches,
+    each answered with a cumulative ack once what it brought is applied and synced.
     """
 
 class TidelogServicer(metaclass=_abc_1.ABCMeta):
@@ -249,6 +259,17 @@ class TidelogServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_tidelog_pb2.TransmitResponse, _abc.Awaitable[_tidelog_pb2.TransmitResponse]]:
         """Store payloads once, each tagged with its destination sites; answers each one's position.
         The whole request is checked first: a refused entry stores nothing of the request.
+        """
+
+    @_abc_1.abstractmethod
+    def Replicate(
+        self,
+        request_iterator: _MaybeAsyncIterator[_tidelog_pb2.ReplicationRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_tidelog_pb2.ReplicationReply], _abc.AsyncIterator[_tidelog_pb2.ReplicationReply]]:
+        """Site to site: a source site's sender opens this on the sink site's server. The first
+        request is a hello, answered with the sink's progress for that source; then delta batches,
+        each answered with a cumulative ack once what it brought is applied and synced.
         """
 
 def add_TidelogServicer_to_server(servicer: TidelogServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,107 @@
+"""Delta replication between real servers (docs/replication.md): payloads transmitted on a source
+site arrive at each destination's receive queue once, in order, across a kill -9 of the sink and
+of the source."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.support.server import ServerProcess, served
+
+import tidelog
+from tidelog.sites.sink import POSITION_HEADER, receive_queue
+
+DEADLINE_S = 60.0
+
+
+def received(address: str, client: str, source: str) -> list[tuple[int, bytes]]:
+    """(position, payload) of every record in a sink's receive queue."""
+    with tidelog.Client(address) as client_:
+        names = [s.name for s in client_.list_streams()]
+        name = receive_queue(client, source)
+        if name not in names or client_.stream_info(name).partitions[0].high_watermark < 0:
+            return []
+        return [
+            (int.from_bytes(m.headers[POSITION_HEADER], "big"), m.value)
+            for m in client_.subscribe(name, start="earliest", stop="latest")
+        ]
+
+
+def wait_for(address: str, client: str, source: str, count: int) -> list[tuple[int, bytes]]:
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        found = received(address, client, source)
+        if len(found) >= count or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def sites(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess, ServerProcess]]:
+    with (
+        served(tmp_path / "a", "--site-id", "a") as a,
+        served(tmp_path / "b", "--site-id", "b") as b,
+        served(tmp_path / "c", "--site-id", "c") as c,
+    ):
+        with tidelog.Client(a.address) as client:
+            client.add_site("b", b.address)
+            client.add_site("c", c.address)
+        yield a, b, c
+
+
+def test_each_payload_reaches_exactly_its_destinations_in_order(
+    sites: tuple[ServerProcess, ServerProcess, ServerProcess],
+) -> None:
+    a, b, c = sites
+    rng = random.Random(13)
+    expected: dict[str, list[bytes]] = {"b": [], "c": []}
+    with tidelog.Client(a.address) as client:
+        for round_ in range(20):
+            items = []
+            for i in range(100):
+                destinations = rng.choice([["b"], ["c"], ["b", "c"]])
+                payload = b"%d-%d" % (round_, i)
+                items.append((payload, destinations))
+                for site in destinations:
+                    expected[site].append(payload)
+            client.transmit_many("orders", items)
+    for sink, site in ((b, "b"), (c, "c")):
+        got = wait_for(sink.address, "orders", "a", len(expected[site]))
+        assert [payload for _, payload in got] == expected[site]
+        positions = [p for p, _ in got]
+        assert positions == sorted(set(positions)), "no duplicate, in position order"
+
+
+def test_a_sink_killed_mid_stream_resumes_without_gaps_or_duplicates(
+    sites: tuple[ServerProcess, ServerProcess, ServerProcess],
+) -> None:
+    a, b, _ = sites
+    payloads = [b"p%05d" % i for i in range(3000)]
+    with tidelog.Client(a.address) as client:
+        for start in range(0, 1500, 100):
+            client.transmit_many("orders", [(p, ["b"]) for p in payloads[start : start + 100]])
+        b.kill()  # kill -9, whatever it was doing
+        for start in range(1500, 3000, 100):
+            client.transmit_many("orders", [(p, ["b"]) for p in payloads[start : start + 100]])
+    b.extra += ["--port", str(b.port)]  # back at the address the source knows
+    b.start()
+    got = wait_for(b.address, "orders", "a", len(payloads))
+    assert [payload for _, payload in got] == payloads
+
+
+def test_a_source_killed_mid_stream_resumes_from_what_the_sink_applied(
+    sites: tuple[ServerProcess, ServerProcess, ServerProcess],
+) -> None:
+    a, b, _ = sites
+    payloads = [b"q%05d" % i for i in range(2000)]
+    with tidelog.Client(a.address) as client:
+        for start in range(0, 2000, 100):
+            client.transmit_many("jobs", [(p, ["b"]) for p in payloads[start : start + 100]])
+    a.kill()
+    a.start()
+    got = wait_for(b.address, "jobs", "a", len(payloads))
+    assert [payload for _, payload in got] == payloads
