@@ -5,6 +5,7 @@ of the source."""
 from __future__ import annotations
 
 import random
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,3 +106,30 @@ def test_a_source_killed_mid_stream_resumes_from_what_the_sink_applied(
     a.start()
     got = wait_for(b.address, "jobs", "a", len(payloads))
     assert [payload for _, payload in got] == payloads
+
+
+def test_status_tells_caught_up_from_stalled(
+    sites: tuple[ServerProcess, ServerProcess, ServerProcess],
+) -> None:
+    a, b, _ = sites
+    with socket.socket() as probe:  # an address where nothing listens
+        probe.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{probe.getsockname()[1]}"
+    with tidelog.Client(a.address) as client:
+        client.add_site("dead", dead)
+        client.transmit_many("orders", [(b"x%d" % i, ["b", "dead"]) for i in range(5)])
+        wait_for(b.address, "orders", "a", 5)
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            states = {s.site_id: s for s in client.site_status()}
+            if states["b"].caught_up or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    assert states["b"].caught_up and not states["b"].stalled
+    assert (states["b"].lag_entries, states["b"].state) == (0, "log_entry_sync")
+    assert states["b"].last_ack_unix_s is not None
+    gone = states["dead"]
+    assert gone.lag_entries == 5 and gone.lag_seconds >= 0
+    assert gone.stalled and not gone.caught_up, "a site that never acked is never lag 0"
+    assert gone.reason  # why it is not syncing (the connection error)
+    assert states["c"].lag_entries == 0  # nothing was for c

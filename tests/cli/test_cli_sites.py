@@ -34,6 +34,13 @@ def test_site_add_list_transmit_remove(site_cli: Cli) -> None:
     lines = site_cli("site", "transmit", "orders", "b", "--file", "-", input="x\ny\nz\n")
     assert "transmitted 3 payloads" in lines.stdout, lines.stderr
 
+    status = site_cli("site", "status", "--json")
+    assert status.returncode == 0, status.stderr
+    (state,) = [json.loads(line) for line in status.stdout.splitlines()]
+    # Nothing listens at b's address: 4 entries outstanding, never acknowledged.
+    assert (state["site_id"], state["lag_entries"], state["stalled"]) == ("b", 4, True)
+    assert "STALLED" in site_cli("site", "status").stdout
+
     unknown = site_cli("site", "transmit", "orders", "b,elsewhere", "v")
     assert unknown.returncode == 1
     assert "unknown site 'elsewhere'" in one_error_line(unknown)

@@ -15,6 +15,7 @@ from tidelog.sites.envelope import (
     EntryKind,
     MalformedRecord,
     RoutingRecord,
+    count_sites,
     decode,
     destinations_of,
     encode,
@@ -101,22 +102,44 @@ def test_positions_order_entries_as_the_queue_does() -> None:
 # -- the tag index ---------------------------------------------------------------------------------
 
 
+def one_each(mask: int) -> dict[int, int]:
+    """One entry for every site set in ``mask``."""
+    counts: dict[int, int] = {}
+    count_sites(mask, counts)
+    return counts
+
+
 def test_a_site_reads_only_its_records() -> None:
     index = TagIndex()
     for offset, mask in enumerate([0b01, 0b10, 0b11, 0b01, 0b100]):
-        index.add(offset, mask)
+        index.add(offset, one_each(mask))
     assert index.records_for(0, 0, 10) == [0, 2, 3]
     assert index.records_for(1, 0, 10) == [1, 2]
     assert index.records_for(0, 1, 1) == [2]
     assert index.count_for(0, 3) == 1 and index.count_for(5, 0) == 0
     with pytest.raises(ValueError, match="not after"):
-        index.add(4, 0b1)
+        index.add(4, {0: 1})
+    with pytest.raises(ValueError, match="at least one destination"):
+        index.add(9, {})
+
+
+def test_entries_per_site_are_counted_for_lag() -> None:
+    index = TagIndex()
+    index.add(0, {0: 3, 1: 1})
+    index.add(2, {1: 5})
+    index.add(5, {0: 2})
+    assert [index.entries_for(0, at) for at in (0, 1, 5, 6)] == [5, 2, 2, 0]
+    assert [index.entries_for(1, at) for at in (0, 1, 3)] == [6, 5, 0]
+    index.trim(2)
+    assert (index.entries_for(0, 0), index.entries_for(1, 0)) == (2, 5)
+    restored = TagIndex.restore(index.snapshot())
+    assert (restored.entries_for(0, 0), restored.entries_for(1, 0)) == (2, 5)
 
 
 def test_trim_and_forget() -> None:
     index = TagIndex()
     for offset in range(10):
-        index.add(offset, 0b11 if offset % 2 else 0b01)
+        index.add(offset, one_each(0b11 if offset % 2 else 0b01))
     index.trim(6)
     assert index.records_for(0, 0, 100) == [6, 7, 8, 9]
     assert index.records_for(1, 0, 100) == [7, 9]
@@ -137,14 +160,15 @@ def test_snapshot_plus_the_records_after_it_rebuilds_the_same_index(
     trim_at = data.draw(st.integers(0, offset + 1 if offsets else 0))
     whole, part = TagIndex(), TagIndex()
     for at, mask in offsets[:cut]:
-        whole.add(at, mask)
-        part.add(at, mask)
+        whole.add(at, one_each(mask))
+        part.add(at, one_each(mask))
     whole.trim(trim_at)
     part.trim(trim_at)
     restored = TagIndex.restore(part.snapshot())
     for at, mask in offsets[cut:]:
-        whole.add(at, mask)
-        restored.add(at, mask)
+        whole.add(at, one_each(mask))
+        restored.add(at, one_each(mask))
     for site in range(64):
         assert restored.records_for(site, 0, 10**6) == whole.records_for(site, 0, 10**6)
+        assert restored.entries_for(site, 0) == whole.entries_for(site, 0)
     assert restored.covers == whole.covers

@@ -63,6 +63,31 @@ class SiteService(v1_grpc.TidelogServicer):
             )
         raise AssertionError("unreachable")
 
+    async def SiteStatus(
+        self, request: v1.SiteStatusRequest, context: Context
+    ) -> v1.SiteStatusResponse:
+        async with grpc_errors(context):
+            site = self._site()
+            return v1.SiteStatusResponse(
+                local_site=site.site_id,
+                sites=[
+                    v1.SiteState(
+                        site_id=s.site_id,
+                        address=s.address,
+                        state=s.state.value,
+                        acked=s.acked,
+                        lag_entries=s.lag_entries,
+                        lag_seconds=s.lag_seconds,
+                        last_ack_unix_s=s.last_ack_s or 0.0,
+                        caught_up=s.caught_up,
+                        stalled=s.stalled,
+                        reason=s.reason,
+                    )
+                    for s in site.status()
+                ],
+            )
+        raise AssertionError("unreachable")
+
     async def Transmit(self, request: v1.TransmitRequest, context: Context) -> v1.TransmitResponse:
         async with grpc_errors(context):
             positions = await self._site().transmit(

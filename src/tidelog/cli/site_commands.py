@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -62,6 +63,36 @@ def site_list(
         table.add_column(column)
     for site in sites:
         table.add_row(site.site_id, site.address, str(site.number), str(site.since))
+    out.print(table)
+
+
+@site_app.command("status")
+def site_status(
+    server: ServerOption = DEFAULT_SERVER,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per site")] = False,
+) -> None:
+    """Each remote site's sync state, last acknowledged position and lag: caught up, behind,
+    or stalled (entries outstanding and no acknowledgement for 10 s)."""
+    with guarded(server) as client:
+        states = client.site_status()
+    if as_json:
+        for s in states:
+            print(json.dumps(dataclasses.asdict(s)))
+        return
+    table = Table(title="remote sites")
+    for column in ("site", "state", "acked", "lag (entries)", "lag (s)", "health", "reason"):
+        table.add_column(column)
+    for s in states:
+        health = "caught up" if s.caught_up else "STALLED" if s.stalled else "behind"
+        table.add_row(
+            s.site_id,
+            s.state,
+            str(s.acked),
+            str(s.lag_entries),
+            f"{s.lag_seconds:.1f}",
+            health,
+            s.reason,
+        )
     out.print(table)
 
 

@@ -18,7 +18,7 @@ from tidelog.client.errors import (
 )
 from tidelog.client.models import Ack, Message, PartitionInfo, ReceivedMessage, StreamInfo
 from tidelog.client.settings import ClientSettings
-from tidelog.client.site_calls import SiteInfo
+from tidelog.client.site_calls import SiteInfo, SiteStatus
 from tidelog.client.sync import Client
 from tidelog.client.view_calls import View, ViewEntry, ViewStatus
 
@@ -42,6 +42,7 @@ __all__ = [
     "PartitionReadonly",
     "ReceivedMessage",
     "SiteInfo",
+    "SiteStatus",
     "StreamEmpty",
     "StreamInfo",
     "Unavailable",

@@ -38,6 +38,39 @@ class SiteInfo:
         return cls(site.site_id, site.address, site.number, site.since)
 
 
+@dataclass(frozen=True, slots=True)
+class SiteStatus:
+    """A remote site's sync state and lag, as its source sees it."""
+
+    site_id: str
+    address: str
+    state: str
+    """initialized, negotiating, snapshot_sync, wait_snapshot_apply, log_entry_sync, error or
+    stopped"""
+    acked: int
+    lag_entries: int
+    lag_seconds: float
+    last_ack_unix_s: float | None
+    caught_up: bool
+    stalled: bool
+    reason: str
+
+    @classmethod
+    def from_wire(cls, site: v1.SiteState) -> SiteStatus:
+        return cls(
+            site.site_id,
+            site.address,
+            site.state,
+            site.acked,
+            site.lag_entries,
+            site.lag_seconds,
+            site.last_ack_unix_s or None,
+            site.caught_up,
+            site.stalled,
+            site.reason,
+        )
+
+
 class SiteCalls:
     """The site calls of :class:`~tidelog.client.AsyncClient`."""
 
@@ -67,6 +100,14 @@ class SiteCalls:
 
         response = await self._retrying(attempt)
         return response.local_site, [SiteInfo.from_wire(s) for s in response.sites]
+
+    async def site_status(self) -> list[SiteStatus]:
+        """Per remote site: its sender's state, what it acknowledged, and its lag."""
+
+        async def attempt(timeout: float | None, number: int) -> v1.SiteStatusResponse:
+            return await self._v1.SiteStatus(v1.SiteStatusRequest(), timeout=timeout)
+
+        return [SiteStatus.from_wire(s) for s in (await self._retrying(attempt)).sites]
 
     async def transmit(self, client_name: str, payload: bytes, destinations: Sequence[str]) -> int:
         """Store ``payload`` once for ``destinations``; its position in the send queue."""
@@ -109,6 +150,9 @@ class SyncSiteCalls:
 
     def list_sites(self) -> tuple[str, list[SiteInfo]]:
         return self._run(self._site_calls().list_sites())
+
+    def site_status(self) -> list[SiteStatus]:
+        return self._run(self._site_calls().site_status())
 
     def transmit(self, client_name: str, payload: bytes, destinations: Sequence[str]) -> int:
         return self._run(self._site_calls().transmit(client_name, payload, destinations))

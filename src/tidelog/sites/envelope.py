@@ -179,6 +179,26 @@ def decode(value: bytes | memoryview) -> RoutingRecord:
     return RoutingRecord(kind, client, cycle, entries)
 
 
+def site_counts(value: bytes | memoryview) -> dict[int, int]:
+    """Site number -> how many of the record's entries are for it (what the tag index keeps)."""
+    data = memoryview(value)
+    _, _, _, count, at = _header(data)
+    counts: dict[int, int] = {}
+    for _, mask, _ in _entries(data, count, at):
+        count_sites(mask, counts)
+    return counts
+
+
+def count_sites(mask: int, counts: dict[int, int]) -> None:
+    """Add one to ``counts`` for every site number set in ``mask``."""
+    number = 0
+    while mask:
+        if mask & 1:
+            counts[number] = counts.get(number, 0) + 1
+        mask >>= 1
+        number += 1
+
+
 def destinations_of(value: bytes | memoryview) -> int:
     """The union of the record's destination masks (what the tag index records)."""
     data = memoryview(value)

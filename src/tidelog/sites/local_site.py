@@ -16,6 +16,7 @@ from tidelog.sites.registry import SITES_FILE, Site, SiteRegistry
 from tidelog.sites.send_queue import SendQueue, Transmission
 from tidelog.sites.sender import Sender
 from tidelog.sites.sink import Sink
+from tidelog.sites.status import SiteState, site_state
 
 
 class LocalSite:
@@ -62,6 +63,14 @@ class LocalSite:
 
     def sites(self) -> list[Site]:
         return self.registry.list()
+
+    def status(self) -> list[SiteState]:
+        """Each remote site's sync state and lag (reads at most two records per site)."""
+        return [
+            site_state(self.queue, self.senders[site.site_id])
+            for site in self.registry.list()
+            if site.site_id in self.senders
+        ]
 
     async def transmit(self, client: str, items: Sequence[Transmission]) -> list[int]:
         return await self.queue.transmit(client, items)

@@ -25,10 +25,11 @@ from tidelog.sites.envelope import (
     EntryKind,
     RoutedEntry,
     RoutingRecord,
-    destinations_of,
+    count_sites,
     encode,
     position,
     routed_for,
+    site_counts,
     split_position,
 )
 from tidelog.sites.registry import SiteRegistry, validate_site_id
@@ -79,7 +80,7 @@ class SendQueue:
             return
         for batch in log.forward_reader(0):
             for offset, value in zip(batch.offsets.tolist(), batch.values(), strict=True):
-                self._index(offset, destinations_of(value))
+                self._index(offset, site_counts(value))
         self.index.trim(log.oldest_offset)
 
     def read_for(self, site_number: int, after: int, limit: int) -> list[RoutedEntry]:
@@ -107,11 +108,12 @@ class SendQueue:
         log = self.partition.log
         return position(log.oldest_offset if log.newest_offset >= 0 else self.next_offset, 0)
 
-    def _index(self, offset: int, destinations: int) -> None:
-        live = 0
-        for site in self.registry.list():
-            if destinations >> site.number & 1 and site.since <= offset:
-                live |= 1 << site.number
+    def _index(self, offset: int, counts: dict[int, int]) -> None:
+        live = {
+            site.number: counts[site.number]
+            for site in self.registry.list()
+            if site.number in counts and site.since <= offset
+        }
         if live:
             self.index.add(offset, live)
 
@@ -122,11 +124,11 @@ class SendQueue:
         published = await self.partition.publish([encode(r) for r in records])
         positions: list[int] = []
         for offset, record in zip(published.offsets, records, strict=True):
-            union = 0
+            counts: dict[int, int] = {}
             for index, entry in enumerate(record.entries):
-                union |= entry.destinations
                 positions.append(position(offset, index))
-            self.index.add(offset, union)
+                count_sites(entry.destinations, counts)
+            self.index.add(offset, counts)
         return positions
 
     def _checked(self, client: str, items: Sequence[Transmission]) -> Sequence[Transmission]:

@@ -3,7 +3,7 @@
 A sender for site X reads only the records listed under X's number, so catching X up costs
 O(records for X), not O(every record of the queue). The index is materialised from the queue, as
 the cursor index is from ``__cursors``: :meth:`TagIndex.add` is called for each record appended
-(with the union of its entries' destination masks, ``envelope.destinations_of``), and after a
+(with how many of its entries are for each site, ``envelope.site_counts``), and after a
 restart it is rebuilt from a snapshot (:meth:`TagIndex.snapshot`, which says up to which offset
 it covers) plus the records after it. Retention trims it from the front (:meth:`trim`); a
 removed site's list is dropped (:meth:`forget_site`).
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Mapping
 from typing import Any
 
 from tidelog.sites.envelope import MAX_SITES
@@ -26,25 +27,39 @@ class TagIndex:
     def __init__(self) -> None:
         self._offsets: dict[int, list[int]] = {}
         """Site number -> record offsets, increasing."""
+        self._totals: dict[int, list[int]] = {}
+        """Site number -> entries for it in its records up to each one (running totals)."""
         self._start: dict[int, int] = {}
         """Site number -> how many leading offsets are trimmed (compacted lazily)."""
         self.covers = -1
         self.oldest = 0
         """Records below this offset were trimmed."""
 
-    def add(self, offset: int, destinations: int) -> None:
-        """Record ``offset`` under every site whose bit is set in ``destinations``."""
+    def add(self, offset: int, entries: Mapping[int, int]) -> None:
+        """Record ``offset`` under every site in ``entries`` (site number -> how many of the
+        record's entries are for it)."""
         if offset <= self.covers:
             raise ValueError(f"record {offset} is not after the last one indexed ({self.covers})")
-        if not 0 < destinations < 1 << MAX_SITES:
+        if not entries or not all(0 <= n < MAX_SITES and c > 0 for n, c in entries.items()):
             raise ValueError("a record needs at least one destination, site numbers below 64")
-        mask, number = destinations, 0
-        while mask:
-            if mask & 1:
-                self._offsets.setdefault(number, []).append(offset)
-            mask >>= 1
-            number += 1
+        for number, count in entries.items():
+            offsets = self._offsets.setdefault(number, [])
+            totals = self._totals.setdefault(number, [])
+            offsets.append(offset)
+            totals.append((totals[-1] if totals else 0) + count)
         self.covers = offset
+
+    def entries_for(self, site: int, from_offset: int) -> int:
+        """How many entries for ``site`` the records at or after ``from_offset`` hold."""
+        offsets = self._offsets.get(site)
+        if not offsets:
+            return 0
+        totals = self._totals[site]
+        lo = max(bisect.bisect_left(offsets, from_offset), self._start.get(site, 0))
+        if lo >= len(offsets):
+            return 0
+        before = totals[lo - 1] if lo else 0
+        return totals[-1] - before
 
     def records_for(self, site: int, from_offset: int, limit: int) -> list[int]:
         """Up to ``limit`` offsets of records for ``site``, from ``from_offset`` on."""
@@ -71,11 +86,13 @@ class TagIndex:
             start = bisect.bisect_left(offsets, oldest)
             if start > len(offsets) // 2:  # compact once half is dead: amortised O(1)
                 del offsets[:start]
+                del self._totals[site][:start]
                 start = 0
             self._start[site] = start
 
     def forget_site(self, site: int) -> None:
         self._offsets.pop(site, None)
+        self._totals.pop(site, None)
         self._start.pop(site, None)
 
     def sites(self) -> list[int]:
@@ -91,7 +108,15 @@ class TagIndex:
                 str(site): offsets[self._start.get(site, 0) :]
                 for site, offsets in self._offsets.items()
             },
+            "totals": {str(site): self._kept_totals(site) for site in self._totals},
         }
+
+    def _kept_totals(self, site: int) -> list[int]:
+        """The running totals of the records not trimmed, counted from the first of them."""
+        start = self._start.get(site, 0)
+        totals = self._totals[site]
+        base = totals[start - 1] if start else 0
+        return [t - base for t in totals[start:]]
 
     @classmethod
     def restore(cls, data: dict[str, Any]) -> TagIndex:
@@ -102,5 +127,9 @@ class TagIndex:
             listed = [int(o) for o in offsets]
             if any(b <= a for a, b in itertools.pairwise(listed)):
                 raise ValueError(f"tag index snapshot: offsets of site {site} do not increase")
+            totals = [int(t) for t in data["totals"][site]]
+            if len(totals) != len(listed):
+                raise ValueError(f"tag index snapshot: site {site} has offsets and totals apart")
             index._offsets[int(site)] = listed
+            index._totals[int(site)] = totals
         return index

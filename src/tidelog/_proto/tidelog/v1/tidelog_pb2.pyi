@@ -137,6 +137,98 @@ END_REASON_READONLY: EndReason.ValueType  # 3
 Global___EndReason: _TypeAlias = EndReason  # noqa: Y015
 
 @_typing.final
+class SiteStatusRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SiteStatusRequest: _TypeAlias = SiteStatusRequest  # noqa: Y015
+
+@_typing.final
+class SiteState(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SITE_ID_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    ACKED_FIELD_NUMBER: _builtins.int
+    LAG_ENTRIES_FIELD_NUMBER: _builtins.int
+    LAG_SECONDS_FIELD_NUMBER: _builtins.int
+    LAST_ACK_UNIX_S_FIELD_NUMBER: _builtins.int
+    CAUGHT_UP_FIELD_NUMBER: _builtins.int
+    STALLED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    site_id: _builtins.str
+    address: _builtins.str
+    state: _builtins.str
+    """initialized, negotiating, snapshot_sync, wait_snapshot_apply, log_entry_sync, error, stopped"""
+    acked: _builtins.int
+    """The last position the site acknowledged (-1: none)."""
+    lag_entries: _builtins.int
+    """Entries for the site not acknowledged yet."""
+    lag_seconds: _builtins.float
+    """Age of the oldest of them (0 when none)."""
+    last_ack_unix_s: _builtins.float
+    """Unix time of the site's last acknowledgement since this server started (0: none)."""
+    caught_up: _builtins.bool
+    """Nothing outstanding and the sender in delta sync."""
+    stalled: _builtins.bool
+    """Entries outstanding and no acknowledgement for stall_after_s (or none at all)."""
+    reason: _builtins.str
+    """The last negotiation's reason, or the last error."""
+    def __init__(
+        self,
+        *,
+        site_id: _builtins.str = ...,
+        address: _builtins.str = ...,
+        state: _builtins.str = ...,
+        acked: _builtins.int = ...,
+        lag_entries: _builtins.int = ...,
+        lag_seconds: _builtins.float = ...,
+        last_ack_unix_s: _builtins.float = ...,
+        caught_up: _builtins.bool = ...,
+        stalled: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "address", b"address", "caught_up", b"caught_up", "lag_entries", b"lag_entries", "lag_seconds", b"lag_seconds", "last_ack_unix_s", b"last_ack_unix_s", "reason", b"reason", "site_id", b"site_id", "stalled", b"stalled", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SiteState: _TypeAlias = SiteState  # noqa: Y015
+
+@_typing.final
+class SiteStatusResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOCAL_SITE_FIELD_NUMBER: _builtins.int
+    SITES_FIELD_NUMBER: _builtins.int
+    local_site: _builtins.str
+    @_builtins.property
+    def sites(self) -> _containers.RepeatedCompositeFieldContainer[Global___SiteState]: ...
+    def __init__(
+        self,
+        *,
+        local_site: _builtins.str = ...,
+        sites: _abc.Iterable[Global___SiteState] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["local_site", b"local_site", "sites", b"sites"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SiteStatusResponse: _TypeAlias = SiteStatusResponse  # noqa: Y015
+
+@_typing.final
 class ReplicationHello(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

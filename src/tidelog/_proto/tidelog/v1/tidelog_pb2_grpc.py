@@ -104,6 +104,11 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.TransmitRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.TransmitResponse.FromString,
                 _registered_method=True)
+        self.SiteStatus = channel.unary_unary(
+                '/tidelog.v1.Tidelog/SiteStatus',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.SiteStatusRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.SiteStatusResponse.FromString,
+                _registered_method=True)
         self.Replicate = channel.stream_stream(
                 '/tidelog.v1.Tidelog/Replicate',
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ReplicationRequest.SerializeToString,
@@ -218,6 +223,13 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SiteStatus(self, request, context):
+        """Per remote site: its sender's state, what it acknowledged, and how far behind it is.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Replicate(self, request_iterator, context):
         """Site to site: a source site's sender opens this on the sink site's server. The first
         request is a hello, answered with the sink's progress for that source; then delta batches,
@@ -299,6 +311,11 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.Transmit,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.TransmitRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.TransmitResponse.SerializeToString,
+            ),
+            'SiteStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.SiteStatus,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.SiteStatusRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.SiteStatusResponse.SerializeToString,
             ),
             'Replicate': grpc.stream_stream_rpc_method_handler(
                     servicer.Replicate,
@@ -684,6 +701,33 @@ class Tidelog:
             '/tidelog.v1.Tidelog/Transmit',
             tidelog_dot_v1_dot_tidelog__pb2.TransmitRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.TransmitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SiteStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/SiteStatus',
+            tidelog_dot_v1_dot_tidelog__pb2.SiteStatusRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.SiteStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

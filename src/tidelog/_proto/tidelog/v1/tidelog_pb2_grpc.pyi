@@ -81,6 +81,8 @@ class TidelogStub:
     """Store payloads once, each tagged with its destination sites; answers each one's position.
     The whole request is checked first: a refused entry stores nothing of the request.
     """
+    SiteStatus: _grpc.UnaryUnaryMultiCallable[_tidelog_pb2.SiteStatusRequest, _tidelog_pb2.SiteStatusResponse]
+    """Per remote site: its sender's state, what it acknowledged, and how far behind it is."""
     Replicate: _grpc.StreamStreamMultiCallable[_tidelog_pb2.ReplicationRequest, _tidelog_pb2.ReplicationReply]
     """Site to site: a source site's sender opens this on the sink site's server. The first
     request is a hello, answered with the sink's progress for that source; then delta batches,
@@ -130,6 +132,8 @@ class TidelogAsyncStub(TidelogStub):
     """Store payloads once, each tagged with its destination sites; answers each one's position.
     The whole request is checked first: a refused entry stores nothing of the request.
     """
+    SiteStatus: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.SiteStatusRequest, _tidelog_pb2.SiteStatusResponse]  # type: ignore[assignment]
+    """Per remote site: its sender's state, what it acknowledged, and how far behind it is."""
     Replicate: _aio.StreamStreamMultiCallable[_tidelog_pb2.ReplicationRequest, _tidelog_pb2.ReplicationReply]  # type: ignore[assignment]
     """Site to site: a source site's sender opens this on the sink site's server. The first
     request is a hello, answered with the sink's progress for that source; then delta batches,
@@ -260,6 +264,14 @@ class TidelogServicer(metaclass=_abc_1.ABCMeta):
         """Store payloads once, each tagged with its destination sites; answers each one's position.
         The whole request is checked first: a refused entry stores nothing of the request.
         """
+
+    @_abc_1.abstractmethod
+    def SiteStatus(
+        self,
+        request: _tidelog_pb2.SiteStatusRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tidelog_pb2.SiteStatusResponse, _abc.Awaitable[_tidelog_pb2.SiteStatusResponse]]:
+        """Per remote site: its sender's state, what it acknowledged, and how far behind it is."""
 
     @_abc_1.abstractmethod
     def Replicate(
