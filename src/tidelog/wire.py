@@ -15,3 +15,9 @@ DEFAULT_PORT: Final = 9292
 MAX_FRAME: Final = 64 << 20
 """The largest gRPC message either end sends or accepts: room for a 64 MiB message or a large
 batch."""
+RECEIVE_QUEUE_PREFIX: Final = "__lrq_recv."
+"""Multi-site replication: a sink keeps what source site S sent for client name C in the
+internal stream ``__lrq_recv.C.S``, which the client's routing listener reads."""
+POSITION_HEADER: Final = "__position"
+"""The header of each receive-queue record holding the entry's position at its source site
+(8 bytes, big-endian)."""

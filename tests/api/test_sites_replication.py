@@ -133,3 +133,51 @@ def test_status_tells_caught_up_from_stalled(
     assert gone.stalled and not gone.caught_up, "a site that never acked is never lag 0"
     assert gone.reason  # why it is not syncing (the connection error)
     assert states["c"].lag_entries == 0  # nothing was for c
+
+
+def test_a_listener_gets_every_entry_and_a_failing_callback_skips_nothing(
+    sites: tuple[ServerProcess, ServerProcess, ServerProcess],
+) -> None:
+    a, b, c = sites
+    with tidelog.Client(c.address) as client:  # a second source for b
+        client.add_site("b", b.address)
+        client.transmit_many("orders", [(b"c%03d" % i, ["b"]) for i in range(50)])
+    with tidelog.Client(a.address) as client:
+        client.transmit_many("orders", [(b"a%03d" % i, ["b"]) for i in range(300)])
+    wait_for(b.address, "orders", "a", 300)
+    wait_for(b.address, "orders", "c", 50)
+
+    first: list[tidelog.RoutedMessage] = []
+
+    def fail_at_150(entry: tidelog.RoutedMessage) -> None:
+        if entry.source_site == "a" and len([e for e in first if e.source_site == "a"]) == 150:
+            raise RuntimeError("the application crashed")
+        first.append(entry)
+
+    with tidelog.Client(b.address) as client:
+        listener = client.routing_listener("orders", fail_at_150, commit_every=40, discover_s=0.1)
+        listener.start()
+        with pytest.raises(RuntimeError, match="crashed"):
+            deadline = time.monotonic() + DEADLINE_S
+            while time.monotonic() < deadline:
+                time.sleep(0.1)
+                if len([e for e in first if e.source_site == "a"]) == 150:
+                    listener.stop()
+        again: list[tidelog.RoutedMessage] = []
+        with client.routing_listener("orders", again.append, discover_s=0.1):
+            deadline = time.monotonic() + DEADLINE_S
+            while (
+                time.monotonic() < deadline
+                and len({(e.source_site, e.position) for e in first + again}) < 350
+            ):
+                time.sleep(0.1)
+    for source, count in (("a", 300), ("c", 50)):
+        before = [e.payload for e in first if e.source_site == source]
+        after = [e.payload for e in again if e.source_site == source]
+        # The second listener starts at or before where the first stopped: nothing skipped,
+        # and only entries after the last commit are handed over twice.
+        expected = {b"%s%03d" % (source.encode(), i) for i in range(count)}
+        assert set(before) | set(after) == expected
+        assert after == sorted(after) and before == sorted(before)
+        assert len(set(before) & set(after)) <= 40
+    assert len([e for e in again if e.source_site == "a"]) >= 150  # a resumed where it failed

@@ -17,6 +17,7 @@ from tidelog.client.errors import (
     Unimplemented,
 )
 from tidelog.client.models import Ack, Message, PartitionInfo, ReceivedMessage, StreamInfo
+from tidelog.client.routing_listener import RoutedMessage
 from tidelog.client.settings import ClientSettings
 from tidelog.client.site_calls import SiteInfo, SiteStatus
 from tidelog.client.sync import Client
@@ -41,6 +42,7 @@ __all__ = [
     "PartitionPaused",
     "PartitionReadonly",
     "ReceivedMessage",
+    "RoutedMessage",
     "SiteInfo",
     "SiteStatus",
     "StreamEmpty",

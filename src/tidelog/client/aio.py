@@ -47,6 +47,12 @@ from tidelog.client.models import (
     StreamInfo,
 )
 from tidelog.client.retry import Attempt, removal, retrying
+from tidelog.client.routing_listener import (
+    COMMIT_EVERY,
+    DISCOVER_S,
+    Callback,
+    RoutingListener,
+)
 from tidelog.client.settings import ClientSettings
 from tidelog.client.site_calls import SiteCalls
 from tidelog.client.view_calls import View, ViewCalls
@@ -513,6 +519,20 @@ class AsyncClient(ViewCalls, SiteCalls):
         ):
             for message in decode(batch, stream, partition):
                 yield message
+
+    def routing_listener(
+        self,
+        client_name: str,
+        callback: Callback,
+        *,
+        commit_every: int = COMMIT_EVERY,
+        discover_s: float = DISCOVER_S,
+    ) -> RoutingListener:
+        """A listener handing ``callback`` every entry other sites sent to ``client_name`` on
+        this (sink) server; ``await listener.run()`` (see ``tidelog.client.routing_listener``)."""
+        return RoutingListener(
+            self, client_name, callback, commit_every=commit_every, discover_s=discover_s
+        )
 
     # -- cursors ---------------------------------------------------------------------------------
 

@@ -21,6 +21,12 @@ from tidelog.client.codec import decode
 from tidelog.client.consumer import DEFAULT_PREFETCH, Consumer
 from tidelog.client.errors import InvalidArgument
 from tidelog.client.models import Ack, Acks, Message, ReceivedMessage, Start, Stop, StreamInfo
+from tidelog.client.routing_listener import (
+    COMMIT_EVERY,
+    DISCOVER_S,
+    Callback,
+    SyncRoutingListener,
+)
 from tidelog.client.settings import ClientSettings
 from tidelog.client.site_calls import SiteCalls, SyncSiteCalls
 from tidelog.client.view_calls import SyncViewCalls, ViewCalls
@@ -242,6 +248,21 @@ class Client(SyncViewCalls, SyncSiteCalls):
 
     def _site_calls(self) -> SiteCalls:
         return self._client
+
+    def routing_listener(
+        self,
+        client_name: str,
+        callback: Callback,
+        *,
+        commit_every: int = COMMIT_EVERY,
+        discover_s: float = DISCOVER_S,
+    ) -> SyncRoutingListener:
+        """The blocking form of ``AsyncClient.routing_listener``: ``start()`` / ``stop()``, or a
+        ``with`` block; the callback runs on the client's event loop thread."""
+        listener = self._client.routing_listener(
+            client_name, callback, commit_every=commit_every, discover_s=discover_s
+        )
+        return SyncRoutingListener(listener, self._loop)
 
     def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
         self._run(self._client.set_cursor(cursor_id, stream, partition, offset))

@@ -28,9 +28,9 @@ from tidelog.sites.envelope import RoutedEntry
 from tidelog.sites.negotiation import NONE
 from tidelog.sites.registry import validate_site_id
 from tidelog.sites.windows import ApplyWindow, Framed
+from tidelog.wire import POSITION_HEADER, RECEIVE_QUEUE_PREFIX
 
-RECEIVE_PREFIX: Final = "__lrq_recv."
-POSITION_HEADER: Final = "__position"
+RECEIVE_PREFIX: Final = RECEIVE_QUEUE_PREFIX
 _POSITION = struct.Struct(">q")
 
 

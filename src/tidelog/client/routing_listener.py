@@ -1,0 +1,163 @@
+"""The sink application's side of multi-site replication: every entry sent to a client name,
+from every source site, handed to a callback (``docs/replication.md``).
+
+A sink keeps what source site S sent for client name C in the receive queue ``__lrq_recv.C.S``.
+A :class:`RoutingListener` follows every receive queue of its client name (it looks for new
+sources every ``discover_s``), calls the callback once per entry, in each source's order, and
+commits its position in a cursor (``routing-listener:C``, one per receive queue) only after the
+callback returned: at most every ``commit_every`` entries, and whenever a queue goes quiet. An
+application that crashes, or a callback that raises, is handed the entries after the last commit
+again: entries are redelivered, never skipped. The callback should therefore be idempotent for
+the last few entries, or keep its own record of positions (each entry carries its position at
+its source, which never repeats).
+
+Not built yet: the snapshot events (snapshot start, entries and end, delivered before deltas).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from tidelog.wire import POSITION_HEADER, RECEIVE_QUEUE_PREFIX
+
+if TYPE_CHECKING:
+    from tidelog.client.aio import AsyncClient
+
+COMMIT_EVERY: Final = 100
+DISCOVER_S: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class RoutedMessage:
+    source_site: str
+    client_name: str
+    position: int
+    """The entry's position in its source site's queue: increasing per source, never reused."""
+    payload: bytes
+    kind: str = "delta"
+
+
+Callback = Callable[[RoutedMessage], Awaitable[None] | None]
+
+
+class RoutingListener:
+    def __init__(
+        self,
+        client: AsyncClient,
+        client_name: str,
+        callback: Callback,
+        *,
+        commit_every: int = COMMIT_EVERY,
+        discover_s: float = DISCOVER_S,
+    ) -> None:
+        self._client = client
+        self.client_name = client_name
+        self._callback = callback
+        self.commit_every = commit_every
+        self.discover_s = discover_s
+        self.cursor_id = f"routing-listener:{client_name}"
+        self._followers: dict[str, asyncio.Task[None]] = {}
+
+    async def run(self) -> None:
+        """Deliver until cancelled; raises what a callback raised (its entry uncommitted), also
+        when it is cancelled after the callback failed."""
+        prefix = f"{RECEIVE_QUEUE_PREFIX}{self.client_name}."
+        ended = asyncio.Event()
+        try:
+            while not ended.is_set():
+                for stream in await self._client.list_streams():
+                    if stream.name.startswith(prefix) and stream.name not in self._followers:
+                        source = stream.name[len(prefix) :]
+                        task = asyncio.create_task(self._follow(stream.name, source))
+                        task.add_done_callback(lambda _: ended.set())
+                        self._followers[stream.name] = task
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(ended.wait(), self.discover_s)
+        finally:
+            for task in self._followers.values():
+                task.cancel()
+            errors: list[BaseException] = []
+            for task in self._followers.values():
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+                except Exception as error:  # a callback's (or the connection's) failure
+                    errors.append(error)
+            if errors:
+                raise errors[0]
+
+    async def _follow(self, queue: str, source: str) -> None:
+        committed = await self._client.fetch_cursor(self.cursor_id, queue, 0)
+        start: Any = committed + 1 if committed >= 0 else "earliest"
+        done, pending = committed, 0
+        messages = self._client.subscribe(queue, 0, start=start).__aiter__()
+        following: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                # The same pending read across quiet spells (cancelling it would end the
+                # subscription): a quiet spell commits what was handled.
+                following = following or asyncio.ensure_future(messages.__anext__())
+                ready, _ = await asyncio.wait({following}, timeout=0.2)
+                if not ready:
+                    if pending:
+                        await self._client.set_cursor(self.cursor_id, queue, 0, done)
+                        pending = 0
+                    continue
+                message, following = following.result(), None
+                entry = RoutedMessage(
+                    source,
+                    self.client_name,
+                    int.from_bytes(message.headers[POSITION_HEADER], "big"),
+                    message.value,
+                )
+                outcome = self._callback(entry)
+                if inspect.isawaitable(outcome):
+                    await outcome
+                done, pending = message.offset, pending + 1
+                if pending >= self.commit_every:
+                    await self._client.set_cursor(self.cursor_id, queue, 0, done)
+                    pending = 0
+        finally:
+            if following is not None:
+                following.cancel()
+            if pending:
+                with contextlib.suppress(Exception):
+                    await self._client.set_cursor(self.cursor_id, queue, 0, done)
+
+
+class SyncRoutingListener:
+    """The blocking client's listener: it runs on the client's event loop thread (so does the
+    callback). ``start()``, then ``stop()``; or ``with client.routing_listener(...):``."""
+
+    def __init__(self, listener: RoutingListener, loop: asyncio.AbstractEventLoop) -> None:
+        self._listener = listener
+        self._loop = loop
+        self._future: concurrent.futures.Future[None] | None = None
+
+    def start(self) -> SyncRoutingListener:
+        self._future = asyncio.run_coroutine_threadsafe(self._listener.run(), self._loop)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop delivering (what was handled is committed); raises what a callback raised."""
+        future = self._future
+        if future is None:
+            return
+        if not future.done():
+            future.cancel()
+        with contextlib.suppress(concurrent.futures.CancelledError):
+            concurrent.futures.wait([future], timeout)
+            future.result(0)
+
+    def __enter__(self) -> SyncRoutingListener:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
