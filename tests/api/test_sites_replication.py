@@ -181,3 +181,27 @@ def test_a_listener_gets_every_entry_and_a_failing_callback_skips_nothing(
         assert after == sorted(after) and before == sorted(before)
         assert len(set(before) & set(after)) <= 40
     assert len([e for e in again if e.source_site == "a"]) >= 150  # a resumed where it failed
+
+
+def test_two_way_replication_does_not_loop(
+    sites: tuple[ServerProcess, ServerProcess, ServerProcess],
+) -> None:
+    a, b, _ = sites
+    with tidelog.Client(b.address) as client:
+        client.add_site("a", a.address)  # b -> a, beside a -> b
+        client.transmit_many("chat", [(b"from-b-%d" % i, ["a"]) for i in range(100)])
+    with tidelog.Client(a.address) as client:
+        client.transmit_many("chat", [(b"from-a-%d" % i, ["b"]) for i in range(100)])
+    at_a = wait_for(a.address, "chat", "b", 100)
+    at_b = wait_for(b.address, "chat", "a", 100)
+    assert [v for _, v in at_a] == [b"from-b-%d" % i for i in range(100)]
+    assert [v for _, v in at_b] == [b"from-a-%d" % i for i in range(100)]
+    time.sleep(1.0)  # had received entries been sent on, they would come back by now
+    for address, source in ((a.address, "a"), (b.address, "b")):
+        assert received(address, "chat", source) == [], "a site never receives its own entries"
+        with tidelog.Client(address) as client:
+            state = {s.site_id: s for s in client.site_status()}
+            other = "b" if source == "a" else "a"
+            assert state[other].lag_entries == 0
+    assert len(received(a.address, "chat", "b")) == 100
+    assert len(received(b.address, "chat", "a")) == 100
