@@ -5,6 +5,7 @@ whole, the tag index rebuilt after a restart, numbers of removed sites never lea
 from __future__ import annotations
 
 import asyncio
+import itertools
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,30 @@ def test_the_registry_refuses_what_it_cannot_route(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match="cannot read the site registry"):
         SiteRegistry("a", tmp_path / SITES_FILE)
     assert DELTA_QUEUE.startswith("__")
+
+
+def test_a_sender_reads_whole_records_up_to_its_limits(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            queue = opened(broker, tmp_path)
+            queue.registry.add("b", "h:1", queue.next_offset)
+            queue.registry.add("c", "h:2", queue.next_offset)
+            for call in range(5):
+                items = [
+                    Transmission(b"%d-%03d" % (call, i), ["b"] if i % 2 else ["c"])
+                    for i in range(300)
+                ]
+                await queue.transmit("app", items)
+            b = queue.registry.get("b").number
+            first = queue.read_for(b, -1, limit=200)
+            assert len(first) == 150 * 2  # whole records: 150 entries for b in each
+            assert [e.payload for e in first[:2]] == [b"0-001", b"0-003"]
+            assert all(x.position < y.position for x, y in itertools.pairwise(first))
+            rest = queue.read_for(b, first[-1].position, limit=10_000)
+            assert len(rest) == 3 * 150 and rest[0].payload == b"2-001"
+            small = queue.read_for(b, -1, limit=10_000, max_bytes=100)
+            assert len(small) == 150  # the first record, however small max_bytes is
+            middle = queue.read_for(b, first[10].position, limit=1)
+            assert middle[0].position == first[11].position and len(middle) == 139
+
+    asyncio.run(main())

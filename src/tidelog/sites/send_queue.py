@@ -39,6 +39,8 @@ DELTA_QUEUE: Final = "__lrq_delta"
 ENVELOPE_ROOM: Final = 300
 """Bytes of a record's size limit kept for its envelope (kind, cycle, client name, counts):
 the largest payload is the stream's ``max_message_bytes`` minus this."""
+READ_BYTES: Final = 4 << 20
+"""Payload bytes a sender reads (and ships in one batch) at most, past the first record."""
 _ENTRY_ROOM: Final = 15
 """Bytes of framing per entry at most: a 64-bit mask and a length, as varints."""
 
@@ -83,24 +85,31 @@ class SendQueue:
                 self._index(offset, site_counts(value))
         self.index.trim(log.oldest_offset)
 
-    def read_for(self, site_number: int, after: int, limit: int) -> list[RoutedEntry]:
-        """Up to about ``limit`` entries for one site with positions after ``after``, in order
-        (whole records: a record's entries are not split across reads). Reads only the records
-        the tag index lists for the site (blocking; a few records per call)."""
+    def read_for(
+        self, site_number: int, after: int, limit: int, max_bytes: int = READ_BYTES
+    ) -> list[RoutedEntry]:
+        """The entries for one site with positions after ``after``, in order, whole records at
+        a time, stopping after the record that reaches ``limit`` entries or ``max_bytes`` of
+        payload (at least one record). Reads only the records the tag index lists for the site
+        (blocking: a few records per call)."""
         from_offset = split_position(after)[0] if after >= 0 else 0
         offsets = self.index.records_for(site_number, from_offset, limit)
         found: list[RoutedEntry] = []
+        size = 0
         log = self.partition.log
         wanted = set(offsets)
         for first, last in _runs(offsets):
             for batch in log.forward_reader(first, stop_offset=last):
                 for offset, value in zip(batch.offsets.tolist(), batch.values(), strict=True):
-                    if offset in wanted:
-                        found += [
-                            e for e in routed_for(value, offset, site_number) if e.position > after
-                        ]
-            if len(found) >= limit:
-                break
+                    if offset not in wanted:
+                        continue
+                    fresh = [
+                        e for e in routed_for(value, offset, site_number) if e.position > after
+                    ]
+                    found += fresh
+                    size += sum(len(e.payload) for e in fresh)
+                    if len(found) >= limit or size >= max_bytes:
+                        return found
         return found
 
     def oldest_position(self) -> int:
