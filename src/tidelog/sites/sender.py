@@ -106,8 +106,10 @@ class Sender:
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # any failure: reconnect and negotiate again
-                self.reason = _describe(error)
-                LOG.info("site %s: %s; reconnecting", self.site.site_id, self.reason)
+                reason = _describe(error)
+                if reason != self.reason:  # once per new reason, not once per retry
+                    LOG.info("site %s: %s; reconnecting", self.site.site_id, reason)
+                self.reason = reason
             if self.session.state is not SyncState.INITIALIZED:
                 self.session.handle(SyncEvent.DISCONNECTED)
             await asyncio.sleep(pause)
