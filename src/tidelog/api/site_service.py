@@ -103,8 +103,10 @@ class SiteService(v1_grpc.TidelogServicer):
         """A source site's sender: its hello, answered with this sink's progress for it, then
         delta batches, each answered with the cumulative ack once applied and synced."""
         async with grpc_errors(context):
-            site = self._site()
+            # The hello first: bytes that do not decode are the caller's error, whatever this
+            # server is (INVALID_ARGUMENT, as for every method).
             first = await anext(request_iterator, None)
+            site = self._site()
             if first is None or not first.HasField("hello"):
                 raise InvalidArgument("a replication stream starts with a hello")
             hello = first.hello
