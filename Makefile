@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PEERS_STAMP := $(VENV)/.peers-installed
 
-.PHONY: install peers serve test demo demo-broker bench bench-e2e bench-peers bench-cursors bench-windows bench-spark bench-isolation java lint proto clean
+.PHONY: install peers serve test demo sites demo-broker bench bench-e2e bench-peers bench-cursors bench-windows bench-spark bench-isolation java lint proto clean
 
 install: $(STAMP)
 
@@ -43,6 +43,10 @@ test: install peers java
 
 demo: install java
 	$(BIN)/python scripts/demo.py
+
+# Three sites on loopback (ports 9301-9303), each declared on the others, until Ctrl-C.
+sites: install
+	$(BIN)/python scripts/sites.py
 
 # The broker alone end to end (publish, catch-up, reverse, live, cursor, kill -9, restart).
 demo-broker: install

@@ -91,7 +91,7 @@ def site_status(
             str(s.lag_entries),
             f"{s.lag_seconds:.1f}",
             health,
-            s.reason,
+            "" if s.caught_up else s.reason,
         )
     out.print(table)
 
