@@ -110,6 +110,8 @@ class Sender:
                 if reason != self.reason:  # once per new reason, not once per retry
                     LOG.info("site %s: %s; reconnecting", self.site.site_id, reason)
                 self.reason = reason
+            if self.session.state is SyncState.LOG_ENTRY_SYNC:
+                pause = 0.1  # it was syncing: reconnect soon, the site is probably back
             if self.session.state is not SyncState.INITIALIZED:
                 self.session.handle(SyncEvent.DISCONNECTED)
             await asyncio.sleep(pause)
@@ -161,11 +163,13 @@ class Sender:
             self.window_batches, resend_after_s=self.ack_timeout_s, max_resends=0
         )
         window.ack(resume_after)
-        self.acked = max(self.acked, resume_after)
+        self.acked = resume_after  # what the sink says it holds, even if it lost some
         cursor = resume_after
         reader = asyncio.create_task(self._read_acks(call, window))
         try:
             while True:
+                # Taken before reading: an ack or an append from here on wakes the wait below.
+                self._acks.clear()
                 signal = self.queue.partition.signal.current()
                 while window.has_room:
                     entries = self.queue.read_for(self.site.number, cursor, self.batch_entries)
@@ -186,7 +190,6 @@ class Sender:
                 if reader.done():
                     reader.result()  # raises what ended it
                     raise ConnectionError("the sink closed the stream")
-                self._acks.clear()
                 waiter = asyncio.ensure_future(self._acks.wait())
                 wakers: set[asyncio.Future[Any]] = {signal, waiter, reader}
                 try:
