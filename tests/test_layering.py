@@ -2,7 +2,8 @@
 
 Every module under ``src/tidelog`` is parsed (not imported) and every import of a tidelog module
 is checked against :data:`MAY_IMPORT`, the one table of which part may use which. On top of it:
-the api imports nothing from ``tidelog.log`` (it talks to the broker's face), no import cycle
+the api and sites import nothing from ``tidelog.log`` nor a broker submodule (they talk to the
+broker's face), no import cycle
 exists between modules, and no tidelog module is imported inside a function (a late import is how
 a cycle gets hidden) except the entries of :data:`LATE_IMPORTS_ALLOWED`, each with its reason.
 
@@ -192,14 +193,20 @@ def test_every_part_imports_only_what_the_table_allows(imports: list[Import]) ->
     assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
 
 
-def test_the_api_imports_nothing_from_the_log(imports: list[Import]) -> None:
+def test_the_api_and_sites_use_only_the_brokers_face(imports: list[Import]) -> None:
+    """Above the broker, nothing imports ``tidelog.log`` or a broker submodule: the broker's
+    ``__init__`` is its face."""
     wrong = [
         i.where()
         for i in imports
-        if part_of(i.module) == "api"
-        and (i.target == "tidelog.log" or i.target.startswith("tidelog.log."))
+        if part_of(i.module) in ("api", "sites")
+        and (
+            i.target == "tidelog.log"
+            or i.target.startswith("tidelog.log.")
+            or i.target.startswith("tidelog.broker.")
+        )
     ]
-    assert not wrong, "the api talks to the broker's face only:\n" + "\n".join(wrong)
+    assert not wrong, "the api and sites talk to the broker's face only:\n" + "\n".join(wrong)
 
 
 def test_no_import_cycle(imports: list[Import]) -> None:

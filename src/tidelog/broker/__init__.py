@@ -39,6 +39,7 @@ from tidelog.broker.config import (
     validate_stream_name,
 )
 from tidelog.broker.delivery import delivery_gate
+from tidelog.broker.jsonfile import replace_json
 from tidelog.broker.partition import Partition
 from tidelog.broker.partition_view import ViewEntry, ViewKind, ViewSpec
 from tidelog.broker.producers import Published
@@ -107,5 +108,6 @@ __all__ = [
     "ViewSpec",
     "arm_faults_from_environment",
     "delivery_gate",
+    "replace_json",
     "validate_stream_name",
 ]

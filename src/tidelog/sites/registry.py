@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from tidelog.broker.jsonfile import replace_json
+from tidelog.broker import replace_json
 from tidelog.errors import InvalidArgument, SiteExists, SiteNotFound, echo
 from tidelog.sites.envelope import MAX_SITES
 
