@@ -3,6 +3,9 @@ site id, one without (docs/replication.md)."""
 
 from __future__ import annotations
 
+import re
+import socket
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,3 +71,24 @@ def test_without_a_site_id_the_site_calls_say_how_to_enable_them(tmp_path: Path)
         with pytest.raises(FailedPrecondition, match="--site-id"):
             client.transmit("orders", b"x", ["b"])
         assert "__lrq_delta" not in [s.name for s in client.list_streams()]
+
+
+def test_site_lag_and_state_are_prometheus_metrics(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        metrics_port = probe.getsockname()[1]
+    with socket.socket() as probe:  # an address where no site listens
+        probe.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{probe.getsockname()[1]}"
+    data = tmp_path / "data"
+    with served(data, "--site-id", "a", "--metrics-port", str(metrics_port)) as process:
+        with tidelog.Client(process.address) as client:
+            client.add_site("far", dead)
+            client.transmit_many("orders", [(b"%d" % i, ["far"]) for i in range(3)])
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    assert 'tidelog_site_lag_entries{site="far"} 3.0' in text
+    assert 'tidelog_site_stalled{site="far"} 1.0' in text
+    assert 'tidelog_site_caught_up{site="far"} 0.0' in text
+    assert 'tidelog_site_acked_position{site="far"} -1.0' in text
+    assert re.search(r'tidelog_site_state\{site="far",state="[a-z_]+"\} 1\.0', text)

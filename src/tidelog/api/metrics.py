@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from tidelog.broker import Broker
+from tidelog.sites.local_site import LocalSite
 
 PUBLISH_LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0)
 
@@ -61,6 +62,42 @@ class BrokerCollector(Collector):
         yield from (messages_in, bytes_in, messages_out, bytes_out, subscribers, size, newest)
 
 
+class SitesCollector(Collector):
+    """Multi-site replication, per remote site (``tidelog.sites.status``): what ``tidelog site
+    status`` shows, at scrape time."""
+
+    def __init__(self, local_site: LocalSite) -> None:
+        self.local_site = local_site
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        def gauge(name: str, text: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, text, labels=["site"])
+
+        lag = gauge("tidelog_site_lag_entries", "Entries for the site not acknowledged yet")
+        lag_s = gauge("tidelog_site_lag_seconds", "Age of the oldest unacknowledged entry")
+        acked = gauge("tidelog_site_acked_position", "Last position the site acknowledged")
+        last_ack = gauge(
+            "tidelog_site_last_ack_timestamp_seconds", "Unix time of the site's last ack (0: none)"
+        )
+        caught_up = gauge("tidelog_site_caught_up", "1 when nothing is outstanding and in sync")
+        stalled = gauge(
+            "tidelog_site_stalled", "1 when entries are outstanding and the site is not acking"
+        )
+        state = GaugeMetricFamily(
+            "tidelog_site_state", "1 for the sender's current state", labels=["site", "state"]
+        )
+        for site in self.local_site.status():
+            labels = [site.site_id]
+            lag.add_metric(labels, site.lag_entries)
+            lag_s.add_metric(labels, site.lag_seconds)
+            acked.add_metric(labels, site.acked)
+            last_ack.add_metric(labels, site.last_ack_s or 0.0)
+            caught_up.add_metric(labels, int(site.caught_up))
+            stalled.add_metric(labels, int(site.stalled))
+            state.add_metric([site.site_id, site.state.value], 1)
+        yield from (lag, lag_s, acked, last_ack, caught_up, stalled, state)
+
+
 class Metrics:
     """The server's registry: broker counters plus the publish latency histogram."""
 
@@ -75,6 +112,10 @@ class Metrics:
             buckets=PUBLISH_LATENCY_BUCKETS,
             registry=self.registry,
         )
+
+    def add_sites(self, local_site: LocalSite) -> None:
+        """Export multi-site replication's per-site lag and state too."""
+        self.registry.register(SitesCollector(local_site))
 
     def serve(self, host: str, port: int) -> int:
         """Start the /metrics HTTP endpoint in a background thread; return its port.

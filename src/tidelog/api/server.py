@@ -109,6 +109,7 @@ class Server:
             if settings.site_id:
                 self.local_site = LocalSite(self.broker, settings.site_id, settings.data_dir)
                 await self.local_site.open()
+                self.metrics.add_sites(self.local_site)
             self._add_services(server)
             await server.start()
         except BaseException:
