@@ -92,3 +92,36 @@ def test_site_lag_and_state_are_prometheus_metrics(tmp_path: Path) -> None:
     assert 'tidelog_site_caught_up{site="far"} 0.0' in text
     assert 'tidelog_site_acked_position{site="far"} -1.0' in text
     assert re.search(r'tidelog_site_state\{site="far",state="[a-z_]+"\} 1\.0', text)
+
+
+def test_sites_declared_in_the_settings_file(tmp_path: Path) -> None:
+    config = tmp_path / "site.toml"
+    config.write_text('site_id = "a"\n[sites]\nb = "127.0.0.1:9301"\nc = "127.0.0.1:9302"\n')
+    data = tmp_path / "data"
+    with served(data, "--config", str(config)) as process:
+        with tidelog.Client(process.address) as client:
+            local, sites = client.list_sites()
+            assert local == "a"
+            assert [(s.site_id, s.address) for s in sites] == [
+                ("b", "127.0.0.1:9301"),
+                ("c", "127.0.0.1:9302"),
+            ]
+            numbers = {s.site_id: s.number for s in sites}
+        # b moved: the file's address wins, its number (and so its entries) stay.
+        config.write_text('site_id = "a"\n[sites]\nb = "127.0.0.1:9400"\n')
+        process.restart()
+        with tidelog.Client(process.address) as client:
+            moved = {s.site_id: s for s in client.list_sites()[1]}
+            assert moved["b"].address == "127.0.0.1:9400"
+            assert moved["b"].number == numbers["b"]
+            assert "c" in moved  # declared before, kept: the file adds, it does not remove
+
+
+def test_sites_without_a_site_id_are_refused_at_start(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text('[sites]\nb = "127.0.0.1:9301"\n')
+    with (
+        pytest.raises(RuntimeError, match="site_id is not set"),
+        served(tmp_path / "data", "--config", str(config)),
+    ):
+        pass

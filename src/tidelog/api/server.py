@@ -108,7 +108,7 @@ class Server:
             broker_started = True
             if settings.site_id:
                 self.local_site = LocalSite(self.broker, settings.site_id, settings.data_dir)
-                await self.local_site.open()
+                await self.local_site.open(settings.sites)
                 self.metrics.add_sites(self.local_site)
             self._add_services(server)
             await server.start()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -60,6 +60,10 @@ class ServerSettings(BaseSettings):
         pattern=r"^([A-Za-z0-9][A-Za-z0-9_-]{0,62})?$",
         description="this deployment's site id for multi-site replication (empty: sites off)",
     )
+    sites: dict[str, str] = Field(
+        default_factory=dict,
+        description="remote sites to declare at start, site id -> HOST:PORT (needs site_id)",
+    )
     metrics_port: int = Field(
         9293, ge=0, le=65535, description="Prometheus /metrics port on host (0: disabled)"
     )
@@ -92,6 +96,15 @@ class ServerSettings(BaseSettings):
     shutdown_grace_s: float = Field(5.0, ge=0, description="time in-flight calls get on SIGTERM")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["text", "json"] = "text"
+
+    @model_validator(mode="after")
+    def _sites_need_a_site_id(self) -> ServerSettings:
+        if self.sites and not self.site_id:
+            raise ValueError(
+                "sites are declared but site_id is not set: give this server a site id "
+                "(--site-id, or site_id) to replicate to them"
+            )
+        return self
 
     def broker_config(self) -> BrokerConfig:
         return BrokerConfig(

@@ -8,7 +8,7 @@ until retention removes them (they are never sent to a site that later takes its
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tidelog.broker import Broker
@@ -30,10 +30,17 @@ class LocalSite:
     def site_id(self) -> str:
         return self.registry.local_site
 
-    async def open(self) -> None:
+    async def open(self, configured: Mapping[str, str] | None = None) -> None:
         """Create the queue if needed and rebuild its tag index (in a thread: it reads the
-        whole queue), then start a sender per declared site."""
+        whole queue), declare the ``configured`` sites (id -> address; a declared one that
+        moved gets its new address), then start a sender per declared site."""
         await asyncio.to_thread(self.queue.open)
+        for site_id, address in sorted((configured or {}).items()):
+            known = {s.site_id: s for s in self.registry.list()}.get(site_id)
+            if known is None:
+                self.registry.add(site_id, address, self.queue.next_offset)
+            elif known.address != address:
+                self.registry.move(site_id, address)
         for site in self.registry.list():
             self._start_sender(site)
 

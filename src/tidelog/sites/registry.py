@@ -63,8 +63,7 @@ class SiteRegistry:
             raise InvalidArgument(
                 f"{echo(site_id)} is this site's own id: a site replicates to others only"
             )
-        if not _ADDRESS.fullmatch(address) or not 0 < int(address.rsplit(":", 1)[1]) < 65536:
-            raise InvalidArgument(f"invalid address {echo(address)}: give HOST:PORT")
+        _check_address(address)
         if site_id in self._sites:
             raise SiteExists(site_id)
         taken = {site.number for site in self._sites.values()}
@@ -74,6 +73,14 @@ class SiteRegistry:
         site = Site(site_id, address, free[0], since)
         self._change(lambda sites: sites.__setitem__(site_id, site))
         return site
+
+    def move(self, site_id: str, address: str) -> Site:
+        """A declared site's new address (its number and ``since`` stay)."""
+        site = self.get(site_id)
+        _check_address(address)
+        moved = Site(site.site_id, address, site.number, site.since)
+        self._change(lambda sites: sites.__setitem__(site_id, moved))
+        return moved
 
     def remove(self, site_id: str) -> Site:
         site = self.get(site_id)
@@ -105,6 +112,11 @@ class SiteRegistry:
                 indent=1,
             )
         self._sites = sites
+
+
+def _check_address(address: str) -> None:
+    if not _ADDRESS.fullmatch(address) or not 0 < int(address.rsplit(":", 1)[1]) < 65536:
+        raise InvalidArgument(f"invalid address {echo(address)}: give HOST:PORT")
 
 
 def _decode(path: Path) -> dict[str, Site]:
