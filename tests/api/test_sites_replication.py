@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,21 +149,20 @@ def test_a_listener_gets_every_entry_and_a_failing_callback_skips_nothing(
     wait_for(b.address, "orders", "c", 50)
 
     first: list[tidelog.RoutedMessage] = []
+    crashed = threading.Event()
 
     def fail_at_150(entry: tidelog.RoutedMessage) -> None:
         if entry.source_site == "a" and len([e for e in first if e.source_site == "a"]) == 150:
+            crashed.set()
             raise RuntimeError("the application crashed")
         first.append(entry)
 
     with tidelog.Client(b.address) as client:
         listener = client.routing_listener("orders", fail_at_150, commit_every=40, discover_s=0.1)
         listener.start()
+        assert crashed.wait(DEADLINE_S), "the callback never reached entry 150"
         with pytest.raises(RuntimeError, match="crashed"):
-            deadline = time.monotonic() + DEADLINE_S
-            while time.monotonic() < deadline:
-                time.sleep(0.1)
-                if len([e for e in first if e.source_site == "a"]) == 150:
-                    listener.stop()
+            listener.stop()
         again: list[tidelog.RoutedMessage] = []
         with client.routing_listener("orders", again.append, discover_s=0.1):
             deadline = time.monotonic() + DEADLINE_S

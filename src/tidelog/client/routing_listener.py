@@ -63,35 +63,46 @@ class RoutingListener:
         self.discover_s = discover_s
         self.cursor_id = f"routing-listener:{client_name}"
         self._followers: dict[str, asyncio.Task[None]] = {}
+        self._wake = asyncio.Event()
+        """Set when a follower ends (a callback failed) or a stop is asked for."""
+        self._stopping = False
+        self._errors: list[BaseException] = []
+        """What ended a follower (a callback's error first), raised by :meth:`run`."""
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to end (on the listener's loop): it stops its followers, commits what
+        they handled, and returns, or raises what a callback raised before."""
+        self._stopping = True
+        self._wake.set()
 
     async def run(self) -> None:
         """Deliver until cancelled; raises what a callback raised (its entry uncommitted), also
         when it is cancelled after the callback failed."""
         prefix = f"{RECEIVE_QUEUE_PREFIX}{self.client_name}."
-        ended = asyncio.Event()
+        wake = self._wake
         try:
-            while not ended.is_set():
+            while not wake.is_set():
                 for stream in await self._client.list_streams():
                     if stream.name.startswith(prefix) and stream.name not in self._followers:
                         source = stream.name[len(prefix) :]
                         task = asyncio.create_task(self._follow(stream.name, source))
-                        task.add_done_callback(lambda _: ended.set())
+                        task.add_done_callback(lambda _: wake.set())
                         self._followers[stream.name] = task
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(ended.wait(), self.discover_s)
+                    await asyncio.wait_for(wake.wait(), self.discover_s)
         finally:
             for task in self._followers.values():
                 task.cancel()
-            errors: list[BaseException] = []
             for task in self._followers.values():
                 try:
                     await task
                 except asyncio.CancelledError:
                     pass
-                except Exception as error:  # a callback's (or the connection's) failure
-                    errors.append(error)
-            if errors:
-                raise errors[0]
+                except Exception as error:  # the connection's failure, if not recorded yet
+                    if error not in self._errors:
+                        self._errors.append(error)
+            if self._errors:
+                raise self._errors[0]
 
     async def _follow(self, queue: str, source: str) -> None:
         committed = await self._client.fetch_cursor(self.cursor_id, queue, 0)
@@ -117,9 +128,15 @@ class RoutingListener:
                     int.from_bytes(message.headers[POSITION_HEADER], "big"),
                     message.value,
                 )
-                outcome = self._callback(entry)
-                if inspect.isawaitable(outcome):
-                    await outcome
+                try:
+                    outcome = self._callback(entry)
+                    if inspect.isawaitable(outcome):
+                        await outcome
+                except Exception as error:
+                    # Recorded before anything else can happen: stopping cancels this task,
+                    # which must not hide the error behind the cancellation.
+                    self._errors.append(error)
+                    raise
                 done, pending = message.offset, pending + 1
                 if pending >= self.commit_every:
                     await self._client.set_cursor(self.cursor_id, queue, 0, done)
@@ -150,11 +167,12 @@ class SyncRoutingListener:
         future = self._future
         if future is None:
             return
-        if not future.done():
+        self._loop.call_soon_threadsafe(self._listener.stop)
+        done, _ = concurrent.futures.wait([future], timeout)
+        if not done:
             future.cancel()
-        with contextlib.suppress(concurrent.futures.CancelledError):
-            concurrent.futures.wait([future], timeout)
-            future.result(0)
+            raise TimeoutError(f"the routing listener did not stop within {timeout} s")
+        future.result()
 
     def __enter__(self) -> SyncRoutingListener:
         return self.start()
