@@ -14,14 +14,15 @@ from tidelog.sites.envelope import (
     Entry,
     EntryKind,
     MalformedRecord,
+    RoutedEntry,
     RoutingRecord,
     count_sites,
     decode,
-    destinations_of,
     encode,
-    entries_for,
     mask_of,
     position,
+    routed_for,
+    site_counts,
     split_position,
 )
 from tidelog.sites.tag_index import TagIndex
@@ -42,19 +43,24 @@ records = st.builds(
 def test_a_record_round_trips(record: RoutingRecord) -> None:
     value = encode(record)
     assert decode(value) == record
-    assert destinations_of(value) == _union(record)
+    assert site_counts(value) == _counts(record)
     for site in (0, 1, 7, 63):
         expected = [
-            (i, e.payload) for i, e in enumerate(record.entries) if e.destinations >> site & 1
+            RoutedEntry(position(5, i), record.client, e.payload)
+            for i, e in enumerate(record.entries)
+            if e.destinations >> site & 1
         ]
-        assert entries_for(value, site) == expected
+        assert routed_for(value, 5, site) == expected
 
 
-def _union(record: RoutingRecord) -> int:
-    union = 0
+def _counts(record: RoutingRecord) -> dict[int, int]:
+    """Site number -> entries of the record for it, counted bit by bit."""
+    counts: dict[int, int] = {}
     for entry in record.entries:
-        union |= entry.destinations
-    return union
+        for site in range(64):
+            if entry.destinations >> site & 1:
+                counts[site] = counts.get(site, 0) + 1
+    return counts
 
 
 @settings(max_examples=300, deadline=None)
@@ -116,7 +122,7 @@ def test_a_site_reads_only_its_records() -> None:
     assert index.records_for(0, 0, 10) == [0, 2, 3]
     assert index.records_for(1, 0, 10) == [1, 2]
     assert index.records_for(0, 1, 1) == [2]
-    assert index.count_for(0, 3) == 1 and index.count_for(5, 0) == 0
+    assert index.entries_for(0, 3) == 1 and index.entries_for(5, 0) == 0
     with pytest.raises(ValueError, match="not after"):
         index.add(4, {0: 1})
     with pytest.raises(ValueError, match="at least one destination"):
@@ -144,7 +150,8 @@ def test_trim_and_forget() -> None:
     assert index.records_for(0, 0, 100) == [6, 7, 8, 9]
     assert index.records_for(1, 0, 100) == [7, 9]
     index.forget_site(1)
-    assert index.sites() == [0]
+    assert index.records_for(1, 0, 100) == [] and index.entries_for(1, 0) == 0
+    assert index.records_for(0, 0, 100) == [6, 7, 8, 9]
 
 
 @settings(max_examples=200, deadline=None)

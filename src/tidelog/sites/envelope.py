@@ -20,7 +20,7 @@ Value layout (little-endian; varints are unsigned LEB128):
 
 Sites are numbered once, never reused, at most 64 of them (a mask is 64 bits). The payload bytes
 are written once, whatever the number of destinations; a sender strips the
-destination bits before it ships an entry (:func:`entries_for`).
+destination bits before it ships an entry (:func:`routed_for`).
 """
 
 from __future__ import annotations
@@ -199,16 +199,6 @@ def count_sites(mask: int, counts: dict[int, int]) -> None:
         number += 1
 
 
-def destinations_of(value: bytes | memoryview) -> int:
-    """The union of the record's destination masks (what the tag index records)."""
-    data = memoryview(value)
-    _, _, _, count, at = _header(data)
-    union = 0
-    for _, mask, _ in _entries(data, count, at):
-        union |= mask
-    return union
-
-
 def routed_for(value: bytes | memoryview, offset: int, site_number: int) -> list[RoutedEntry]:
     """The entries of the record at ``offset`` for one site, as they travel."""
     bit = 1 << site_number
@@ -219,11 +209,3 @@ def routed_for(value: bytes | memoryview, offset: int, site_number: int) -> list
         for i, mask, payload in _entries(data, count, at)
         if mask & bit
     ]
-
-
-def entries_for(value: bytes | memoryview, site_number: int) -> list[tuple[int, bytes]]:
-    """(index, payload) of the record's entries for one site, destinations stripped."""
-    bit = 1 << site_number
-    data = memoryview(value)
-    _, _, _, count, at = _header(data)
-    return [(i, bytes(payload)) for i, mask, payload in _entries(data, count, at) if mask & bit]

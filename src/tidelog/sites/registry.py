@@ -96,12 +96,6 @@ class SiteRegistry:
     def list(self) -> list[Site]:
         return sorted(self._sites.values(), key=lambda s: s.site_id)
 
-    def by_number(self, number: int) -> Site | None:
-        for site in self._sites.values():
-            if site.number == number:
-                return site
-        return None
-
     def _change(self, change: Callable[[dict[str, Site]], object]) -> None:
         sites = dict(self._sites)
         change(sites)

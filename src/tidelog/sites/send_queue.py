@@ -32,7 +32,7 @@ from tidelog.sites.envelope import (
     site_counts,
     split_position,
 )
-from tidelog.sites.registry import SiteRegistry, validate_site_id
+from tidelog.sites.registry import Site, SiteRegistry, validate_site_id
 from tidelog.sites.tag_index import TagIndex
 
 DELTA_QUEUE: Final = "__lrq_delta"
@@ -80,9 +80,10 @@ class SendQueue:
         self.index = TagIndex()
         if log.newest_offset < 0:
             return
+        sites = self.registry.list()
         for batch in log.forward_reader(0):
             for offset, value in zip(batch.offsets.tolist(), batch.values(), strict=True):
-                self._index(offset, site_counts(value))
+                self._index(offset, site_counts(value), sites)
         self.index.trim(log.oldest_offset)
 
     def read_for(
@@ -117,10 +118,10 @@ class SendQueue:
         log = self.partition.log
         return position(log.oldest_offset if log.newest_offset >= 0 else self.next_offset, 0)
 
-    def _index(self, offset: int, counts: dict[int, int]) -> None:
+    def _index(self, offset: int, counts: dict[int, int], sites: list[Site]) -> None:
         live = {
             site.number: counts[site.number]
-            for site in self.registry.list()
+            for site in sites
             if site.number in counts and site.since <= offset
         }
         if live:

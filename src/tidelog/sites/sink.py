@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections.abc import Sequence
-from typing import Final
 
 from tidelog.broker import Broker, NewRecord, Stream, StreamConfig
 from tidelog.errors import InvalidArgument, echo
@@ -30,12 +29,11 @@ from tidelog.sites.registry import validate_site_id
 from tidelog.sites.windows import ApplyWindow, Framed
 from tidelog.wire import POSITION_HEADER, RECEIVE_QUEUE_PREFIX
 
-RECEIVE_PREFIX: Final = RECEIVE_QUEUE_PREFIX
 _POSITION = struct.Struct(">q")
 
 
 def receive_queue(client: str, source: str) -> str:
-    return f"{RECEIVE_PREFIX}{client}.{source}"
+    return f"{RECEIVE_QUEUE_PREFIX}{client}.{source}"
 
 
 Batch = Framed[Sequence[RoutedEntry]]
@@ -79,7 +77,7 @@ class Sink:
         return [
             s
             for s in self.broker.list_streams()
-            if s.name.startswith(RECEIVE_PREFIX) and s.name.endswith(suffix)
+            if s.name.startswith(RECEIVE_QUEUE_PREFIX) and s.name.endswith(suffix)
         ]
 
     async def receive(self, source: str, batch: Batch) -> int:

@@ -69,14 +69,6 @@ class TagIndex:
         lo = max(bisect.bisect_left(offsets, from_offset), self._start.get(site, 0))
         return offsets[lo : lo + limit]
 
-    def count_for(self, site: int, from_offset: int) -> int:
-        """How many records for ``site`` lie at or after ``from_offset`` (its backlog)."""
-        offsets = self._offsets.get(site)
-        if not offsets:
-            return 0
-        lo = max(bisect.bisect_left(offsets, from_offset), self._start.get(site, 0))
-        return len(offsets) - lo
-
     def trim(self, oldest: int) -> None:
         """Retention removed every record below ``oldest``."""
         if oldest <= self.oldest:
@@ -94,9 +86,6 @@ class TagIndex:
         self._offsets.pop(site, None)
         self._totals.pop(site, None)
         self._start.pop(site, None)
-
-    def sites(self) -> list[int]:
-        return sorted(site for site in self._offsets if self.count_for(site, 0))
 
     def snapshot(self) -> dict[str, Any]:
         """A JSON-able copy; restore it with :meth:`restore`, then ``add`` the records after

@@ -198,7 +198,3 @@ class SendWindow(Generic[T]):
             flight.due = now + wait
             again.append(flight.batch)
         return again
-
-    def clear(self) -> None:
-        """Forget every batch in flight (a new sync cycle starts)."""
-        self._in_flight.clear()
