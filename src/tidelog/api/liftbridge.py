@@ -141,11 +141,11 @@ INCORRECT_OFFSET_TEXT = "incorrect expected offset"
 OCC_NEEDS_ACK_TEXT = "stream with concurrency control must have AckPolicy set"
 
 
-def _liftbridge_text(error: IncorrectOffset) -> FailedPrecondition:
+def _liftbridge_text(error: IncorrectOffset) -> str:
     """The conflict as Liftbridge words it; tidelog's explanation (which offset the partition
     is at) goes to the server's debug log."""
     _log.debug("publish refused: %s", error)
-    return FailedPrecondition(INCORRECT_OFFSET_TEXT)
+    return INCORRECT_OFFSET_TEXT
 
 
 def _message(request: pb.PublishRequest | pb.PublishToSubjectRequest) -> bytes | NewRecord:
@@ -162,9 +162,7 @@ def _async_error(error: BaseException) -> pb.PublishAsyncError:
     elif isinstance(error, PartitionReadonly):
         code = codes.READONLY
     elif isinstance(error, IncorrectOffset):
-        return pb.PublishAsyncError(
-            code=codes.INCORRECT_OFFSET, message=_liftbridge_text(error).args[0]
-        )
+        return pb.PublishAsyncError(code=codes.INCORRECT_OFFSET, message=_liftbridge_text(error))
     elif isinstance(error, PermissionDenied):
         code = codes.PERMISSION_DENIED
     elif isinstance(error, InvalidArgument | MessageTooLarge):
@@ -338,7 +336,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
                     durable=request.ackPolicy == pb.ALL,
                 )
             except IncorrectOffset as error:
-                raise _liftbridge_text(error) from None
+                raise FailedPrecondition(_liftbridge_text(error)) from None
             self._observe(started)
             if request.ackPolicy == pb.NONE:
                 return pb.PublishResponse()
