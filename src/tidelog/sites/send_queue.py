@@ -78,6 +78,7 @@ class SendQueue:
         self._partition = stream.partitions[0]
         log = self._partition.log
         self.index = TagIndex()
+        self.index.base = self.index.oldest = log.oldest_offset
         if log.newest_offset < 0:
             return
         sites = self.registry.list()
@@ -112,6 +113,14 @@ class SendQueue:
                     if len(found) >= limit or size >= max_bytes:
                         return found
         return found
+
+    def held_from(self, site_number: int) -> int:
+        """The record offset from which the queue holds every entry for the site."""
+        return self.index.held_from(site_number)
+
+    def lost_for(self, site_number: int, after: int) -> bool:
+        """Whether retention removed entries for the site after position ``after``."""
+        return self.index.held_from(site_number) > split_position(after)[0] + 1
 
     def oldest_position(self) -> int:
         """The position of the oldest entry the queue still holds (or of the next one)."""
