@@ -15,7 +15,8 @@ What a snapshot covers: every delta up to the position the server noted at its b
 callback runs after it. An application that updates its state before it transmits has every
 such delta in its state; deltas transmitted while the callback runs are shipped after the
 snapshot too (``docs/replication.md``). A callback that raises ends :meth:`run` with its error;
-the request is not committed, and the server asks again once the snapshot stalls.
+the request is not committed, and the server asks again once the snapshot stalls. A plain
+(not ``async``) callback, and the iterable it returns, run in a worker thread: they may block.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+import itertools
 import json
 import logging
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
@@ -106,13 +108,16 @@ class SnapshotProvider:
                 "snapshot %s for site %s: skipped (%s)", request.snapshot, request.site_id, refused
             )
             return
-        items = self._callback(request)
-        if inspect.isawaitable(items):
-            items = await items
+        if inspect.iscoroutinefunction(self._callback):
+            items = await self._callback(request)
+        else:  # a plain function may block (a lock, a database): not on the client's loop
+            items = await asyncio.to_thread(self._callback, request)
+            if inspect.isawaitable(items):
+                items = await items
         batch: list[tuple[str, bytes]] = []
         size = 0
         try:
-            async for item in _each(items):
+            async for item in _each(items, self.batch_entries):
                 batch.append(item)
                 size += len(item[1])
                 if len(batch) >= self.batch_entries or size >= self.batch_bytes:
@@ -127,18 +132,22 @@ class SnapshotProvider:
         self.provided.append(request)
 
 
-async def _each(items: Items) -> Any:
+async def _each(items: Items, chunk: int) -> Any:
+    """The items, an iterable's taken ``chunk`` at a time in a thread (a generator that reads a
+    database must not block the client's loop)."""
     if isinstance(items, AsyncIterable):
         async for item in items:
             yield item
-    else:
-        for item in items:
+        return
+    iterator = iter(items)
+    while taken := await asyncio.to_thread(lambda: list(itertools.islice(iterator, chunk))):
+        for item in taken:
             yield item
 
 
 class SyncSnapshotProvider:
-    """The blocking client's provider: it runs on the client's event loop thread (so does the
-    callback). ``start()``, then ``stop()``; or ``with client.snapshot_provider(...):``."""
+    """The blocking client's provider: it runs on the client's event loop thread, the callback
+    in a worker thread. ``start()``, then ``stop()``; or ``with client.snapshot_provider(...):``."""
 
     def __init__(self, provider: SnapshotProvider, loop: asyncio.AbstractEventLoop) -> None:
         self._provider = provider

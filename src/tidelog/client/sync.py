@@ -275,7 +275,7 @@ class Client(SyncViewCalls, SyncSiteCalls):
         batch_bytes: int = SNAPSHOT_BATCH_BYTES,
     ) -> SyncSnapshotProvider:
         """The blocking form of ``AsyncClient.snapshot_provider``: ``start()`` / ``stop()``, or
-        a ``with`` block; the callback runs on the client's event loop thread."""
+        a ``with`` block; the callback runs in a worker thread."""
         provider = self._client.snapshot_provider(
             callback, batch_entries=batch_entries, batch_bytes=batch_bytes
         )

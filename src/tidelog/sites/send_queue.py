@@ -94,6 +94,7 @@ class SendQueue:
         a time, stopping after the record that reaches ``limit`` entries or ``max_bytes`` of
         payload (at least one record). Reads only the records the tag index lists for the site
         (blocking: a few records per call)."""
+        self._follow_retention()
         from_offset = split_position(after)[0] if after >= 0 else 0
         offsets = self.index.records_for(site_number, from_offset, limit)
         found: list[RoutedEntry] = []
@@ -116,11 +117,16 @@ class SendQueue:
 
     def held_from(self, site_number: int) -> int:
         """The record offset from which the queue holds every entry for the site."""
+        self._follow_retention()
         return self.index.held_from(site_number)
 
     def lost_for(self, site_number: int, after: int) -> bool:
         """Whether retention removed entries for the site after position ``after``."""
-        return self.index.held_from(site_number) > split_position(after)[0] + 1
+        return self.held_from(site_number) > split_position(after)[0] + 1
+
+    def _follow_retention(self) -> None:
+        """Trim the index to what the log still holds (retention runs in the broker)."""
+        self.index.trim(self.partition.log.oldest_offset)
 
     def oldest_position(self) -> int:
         """The position of the oldest entry the queue still holds (or of the next one)."""
