@@ -5,6 +5,7 @@ snapshot covers, with no gap and no duplicate."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -79,7 +80,10 @@ def wait_until_equal(source: SourceApp, sink: SinkApp) -> None:
         time.sleep(0.1)
     with source.lock:
         missing = {k for k in source.table if sink.table.get(k) != source.table[k]}
-    raise AssertionError(f"the sink's table differs on {len(missing)} keys, e.g. {sorted(missing)[:5]}")
+    raise AssertionError(
+        f"the sink's table differs on {len(missing)} keys, e.g. {sorted(missing)[:5]}; "
+        f"the source says {source.client.site_status()}"
+    )
 
 
 def assert_deltas_resume_exactly(source: SourceApp, sink: SinkApp) -> None:
@@ -88,21 +92,33 @@ def assert_deltas_resume_exactly(source: SourceApp, sink: SinkApp) -> None:
     assert after == [p for p in source.positions if p > covered], "and no gap"
 
 
-@pytest.fixture
-def pair(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+@contextlib.contextmanager
+def two_sites(root: Path, **source_env: str) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     with (
-        served(tmp_path / "a", "--site-id", "a", env=TRIMMING) as a,
-        served(tmp_path / "b", "--site-id", "b") as b,
+        served(root / "a", "--site-id", "a", env=source_env or None) as a,
+        served(root / "b", "--site-id", "b") as b,
     ):
         with tidelog.Client(a.address) as client:
             client.add_site("b", b.address)
         yield a, b
 
 
+@pytest.fixture
+def trimming(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    with two_sites(tmp_path, **TRIMMING) as pair:
+        yield pair
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    with two_sites(tmp_path) as pair:
+        yield pair
+
+
 def test_a_sink_behind_a_trim_gets_a_snapshot_then_deltas(
-    pair: tuple[ServerProcess, ServerProcess],
+    trimming: tuple[ServerProcess, ServerProcess],
 ) -> None:
-    a, b = pair
+    a, b = trimming
     sink = SinkApp()
     with tidelog.Client(a.address) as client:
         source = SourceApp(client)
@@ -149,13 +165,23 @@ def test_a_resync_while_deltas_flow_replaces_the_state_and_loses_nothing(
         ):
             for round_ in range(150):
                 source.put_many([(f"k{(round_ * 10 + i) % 97}", str(round_)) for i in range(10)])
-                if round_ in (40, 100):
+                if round_ == 40:
+                    client.resync_site("b")
+                if round_ == 100:  # the second once the first is applied: two snapshots
+                    _wait_for_snapshots(sink, 1)
                     client.resync_site("b")
             wait_until_equal(source, sink)
             assert len(provider.provided) == 2
     kinds = [e.kind for e in sink.events]
     assert kinds.count("snapshot_start") == kinds.count("snapshot_end") == 2
     assert_deltas_resume_exactly(source, sink)
+
+
+def _wait_for_snapshots(sink: SinkApp, count: int) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while sum(e.kind == "snapshot_end" for e in list(sink.events)) < count:
+        assert time.monotonic() < deadline, f"{count} snapshot(s) did not reach the sink"
+        time.sleep(0.05)
 
 
 def _first_of(client: tidelog.Client, stream: str) -> list[tidelog.client.ReceivedMessage]:

@@ -215,8 +215,14 @@ class Sender:
             f"(client.snapshot_provider) to begin it"
         )
         try:
+            asked = time.monotonic()
             while not wanted.begun.is_set():
                 if self.session.cycle != cycle:
+                    return None
+                if time.monotonic() - asked > self.provider_timeout_s:
+                    # No provider was running, or it missed the request: ask again (a provider
+                    # started later answers the newest and skips the older ones).
+                    self.resync(self._resync_asked or self.reason)
                     return None
                 self._wake.clear()
                 await self._pause(link, wanted.begun.wait())

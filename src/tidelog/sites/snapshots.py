@@ -74,6 +74,7 @@ class Snapshots:
         self.registry = registry
         self.deltas = deltas
         self._wanted: dict[str, Wanted] = {}
+        self._requesting = asyncio.Lock()
         self._queue: Partition | None = None
         self._requests: Partition | None = None
 
@@ -89,12 +90,20 @@ class Snapshots:
 
     async def request(self, site: Site) -> Wanted:
         """Ask the application for a snapshot for ``site`` (replacing any it was asked for)."""
-        assert self._requests is not None, "Snapshots.open() has not run"
-        offset = self._requests.newest_offset + 1
-        body = json.dumps({"site": site.site_id, "snapshot": offset}).encode()
-        published = await self._requests.publish([body], durable=True)
-        wanted = Wanted(site, published.offsets[0])
-        self._wanted[site.site_id] = wanted
+        requests = self._requests
+        assert requests is not None, "Snapshots.open() has not run"
+        async with self._requesting:
+            # Known before it is written: a provider may answer the request before the publish
+            # returns, and the answer must find the snapshot wanted.
+            wanted = Wanted(site, requests.newest_offset + 1)
+            self._wanted[site.site_id] = wanted
+            body = json.dumps({"site": site.site_id, "snapshot": wanted.snapshot}).encode()
+            try:
+                published = await requests.publish([body], durable=True)
+            except BaseException:
+                self.forget(wanted)
+                raise
+            assert published.offsets[0] == wanted.snapshot, "only request() writes the stream"
         return wanted
 
     def forget(self, wanted: Wanted) -> None:
