@@ -13,10 +13,12 @@ Snapshot sync (``snapshots.py``) runs on the same stream: the sender asks the ap
 snapshot, ships its start, entries and end as the provider writes them, waits for the sink to
 apply it, and ships deltas after the position it covers. It starts when negotiation says so, on
 a resync request (:meth:`Sender.resync`), when retention removed entries the site had not been
-sent (a trimmed read), when an ack or a snapshot's apply does not arrive within
-``ack_timeout_s``, and after the sink refused a batch. A provider that begins a snapshot and then
-writes nothing for ``provider_timeout_s`` gets a new request. Until a provider begins, the site
-waits in SNAPSHOT_SYNC, and its status says so.
+sent (a trimmed read), when a batch stays unacked through ``max_resends`` resends (the first
+after ``ack_timeout_s``, each wait twice the one before) or a snapshot's apply does not arrive
+within ``ack_timeout_s``, and after the sink refused a batch. A provider that begins a snapshot
+and then writes nothing for ``provider_timeout_s``, or a request no provider begins in that
+time, gets a new request. Until a provider begins, the site waits in SNAPSHOT_SYNC, and its
+status says so.
 
 One exception, on purpose: a site that has received nothing yet, while the queue still holds
 every entry since the site was declared (its ``since``), starts with deltas from there instead of
@@ -87,10 +89,14 @@ class Sender:
         ack_timeout_s: float = 10.0,
         max_pause_s: float = 5.0,
         provider_timeout_s: float = 60.0,
+        max_resends: int = 2,
     ) -> None:
         self.queue = queue
         self.snapshots = snapshots
         self.provider_timeout_s = provider_timeout_s
+        self.max_resends = max_resends
+        """Resends of an unacked batch (after ``ack_timeout_s``, then twice as long each time)
+        before the session gives up on deltas and starts a snapshot sync."""
         self.site = site
         self.local_site = local_site
         self.batch_entries = batch_entries
@@ -318,7 +324,7 @@ class Sender:
         """Ship deltas after ``resume_after`` until the session leaves delta sync."""
         cycle = self.session.cycle
         window: SendWindow[Sequence[RoutedEntry]] = SendWindow(
-            self.window_batches, resend_after_s=self.ack_timeout_s, max_resends=0
+            self.window_batches, resend_after_s=self.ack_timeout_s, max_resends=self.max_resends
         )
         window.ack(resume_after)
         self._window = window
@@ -347,12 +353,13 @@ class Sender:
                     await link.call.write(v1.ReplicationRequest(deltas=_wire(framed)))
                     cursor = framed.current
                 try:
-                    window.due()
+                    for again in window.due():  # the sink drops what it applied already
+                        await link.call.write(v1.ReplicationRequest(deltas=_wire(again)))
                 except AckTimeout:
                     self.session.handle(SyncEvent.ACK_TIMEOUT, cycle)
                     self.reason = (
-                        f"no ack from site {self.site.site_id} within {self.ack_timeout_s} s: "
-                        f"a snapshot sync"
+                        f"no ack from site {self.site.site_id} for a batch sent "
+                        f"{self.max_resends + 1} times: a snapshot sync"
                     )
                     return
                 await self._pause(link, signal)
