@@ -14,12 +14,13 @@ from tests.broker.brokertools import broker_config, running
 
 from tidelog.broker import Broker
 from tidelog.errors import FailedPrecondition, InvalidArgument, SiteNotFound
+from tidelog.log import FlushPolicy, LogConfig
 from tidelog.sites.envelope import EntryKind, RoutedEntry, position
 from tidelog.sites.negotiation import NONE, Outcome, SinkProgress, negotiate
 from tidelog.sites.registry import SITES_FILE, SiteRegistry
 from tidelog.sites.send_queue import SendQueue, Transmission
 from tidelog.sites.sink import Sink, SnapshotFrame, receive_queue
-from tidelog.sites.snapshots import Snapshots
+from tidelog.sites.snapshots import Snapshots, SnapshotTrimmed
 from tidelog.sites.windows import Framed
 from tidelog.wire import KIND_HEADER, POSITION_HEADER, SNAPSHOT_REQUESTS
 
@@ -147,3 +148,28 @@ def test_a_sink_applies_a_snapshot_into_every_queue_of_its_source(tmp_path: Path
 
     asyncio.run(first())
     asyncio.run(second())
+
+
+def test_a_snapshot_retention_cut_into_is_reported_not_shipped_with_a_hole(tmp_path: Path) -> None:
+    log = LogConfig(
+        flush_policy=FlushPolicy.NEVER,
+        retention_age_s=None,
+        segment_max_bytes=256,
+        retention_messages=2,
+    )
+
+    async def main() -> None:
+        async with running(broker_config(tmp_path, log=log)) as broker:
+            snapshots = source(broker, tmp_path)
+            wanted = await snapshots.request(snapshots.registry.get("b"))
+            await snapshots.write("b", wanted.snapshot, [], begin=True)
+            for i in range(6):  # a record of 300 bytes each: a segment each
+                await snapshots.write("b", wanted.snapshot, [("kv", b"%d" % i * 300)])
+            assert wanted.start_offset == 0
+            assert len(snapshots.read(wanted, 0, 100)) == 7
+            await broker.maintain()
+            assert snapshots.queue.log.oldest_offset > 0
+            with pytest.raises(SnapshotTrimmed, match="snapshot 0 before they were sent"):
+                snapshots.read(wanted, 0, 100)
+
+    asyncio.run(main())

@@ -45,7 +45,7 @@ from tidelog.sites.envelope import EntryKind, RoutedEntry, position
 from tidelog.sites.negotiation import NONE, Decision, Outcome, SinkProgress, negotiate
 from tidelog.sites.registry import Site
 from tidelog.sites.send_queue import SendQueue
-from tidelog.sites.snapshots import SnapshotRecord, Snapshots, Wanted
+from tidelog.sites.snapshots import SnapshotRecord, Snapshots, SnapshotTrimmed, Wanted
 from tidelog.sites.sync_states import SenderSession, SyncEvent, SyncState
 from tidelog.sites.windows import AckTimeout, Framed, SendWindow
 
@@ -241,7 +241,11 @@ class Sender:
                     return None
                 self._wake.clear()
                 signal = self.snapshots.queue.signal.current()
-                records = self.snapshots.read(wanted, offset, 64)
+                try:
+                    records = self.snapshots.read(wanted, offset, 64)
+                except SnapshotTrimmed as trimmed:
+                    self.resync(f"{trimmed}: asking for a new one")
+                    return None
                 for record in records:
                     await link.call.write(v1.ReplicationRequest(snapshot=_frame(wanted, record)))
                     offset = record.offset + 1

@@ -42,6 +42,10 @@ MARKER_CLIENT: Final = "snapshot"
 _COVERED = struct.Struct(">q")
 
 
+class SnapshotTrimmed(Exception):
+    """Retention removed part of a snapshot before the sender read it: it needs a new one."""
+
+
 @dataclass(frozen=True, slots=True)
 class SnapshotRecord:
     """One record of a snapshot as the sender reads it."""
@@ -207,8 +211,12 @@ class Snapshots:
         found: list[SnapshotRecord] = []
         if from_offset > log.newest_offset:
             return found
+        if from_offset < log.oldest_offset:
+            raise SnapshotTrimmed(
+                f"retention removed records of snapshot {wanted.snapshot} before they were sent"
+            )
         bit = 1 << wanted.site.number
-        for batch in log.forward_reader(max(from_offset, log.oldest_offset)):
+        for batch in log.forward_reader(from_offset):
             for offset, value in zip(batch.offsets.tolist(), batch.values(), strict=True):
                 record = decode(value)
                 if record.cycle != wanted.snapshot or not record.entries[0].destinations & bit:
