@@ -188,3 +188,49 @@ def _first_of(client: tidelog.Client, stream: str) -> list[tidelog.client.Receiv
     for message in client.subscribe(stream, start="earliest", stop="latest"):
         return [message]
     raise AssertionError(f"{stream} is empty")
+
+
+def test_a_sink_killed_mid_snapshot_gets_a_whole_one_after_its_restart(
+    pair: tuple[ServerProcess, ServerProcess],
+) -> None:
+    a, b = pair
+    started = threading.Event()
+
+    def slow_provide(request: SnapshotRequest) -> Iterator[tuple[str, bytes]]:
+        """20,000 entries over about two seconds: long enough to kill the sink inside it."""
+        for i in range(20_000):
+            if i % 1000 == 999:
+                started.set()
+                time.sleep(0.1)
+            yield "kv", f"s{i}={request.snapshot}".encode()
+
+    with tidelog.Client(a.address) as client:
+        with client.snapshot_provider(slow_provide) as provider:
+            client.resync_site("b")
+            assert started.wait(DEADLINE_S), "the provider was never asked"
+            time.sleep(0.3)
+            b.kill()  # kill -9 with part of the snapshot in its receive queue
+            b.extra += ["--port", str(b.port)]
+            b.start()
+            deadline = time.monotonic() + DEADLINE_S
+            while not provider.provided or not _caught_up(client):
+                assert time.monotonic() < deadline, f"no whole snapshot: {client.site_status()}"
+                time.sleep(0.2)
+            last = provider.provided[-1].snapshot
+    sink = SinkApp()
+    with tidelog.Client(b.address) as at_b, at_b.routing_listener("kv", sink.on_entry):
+        deadline = time.monotonic() + DEADLINE_S
+        while not any(e.kind == "snapshot_end" for e in list(sink.events)):
+            assert time.monotonic() < deadline, "the sink application got no snapshot end"
+            time.sleep(0.1)
+    # The broken transfer's start is followed by a new start: what the listener holds after the
+    # end is the whole snapshot, nothing of the broken one.
+    assert sink.table == {f"s{i}": str(last) for i in range(20_000)}
+    kinds = [e.kind for e in sink.events]
+    assert kinds.count("snapshot_end") == 1
+    assert kinds.count("snapshot_start") == 2, "the broken transfer's start, then the whole one"
+    assert [r.snapshot for r in provider.provided] == [last], "the broken one was given up"
+
+
+def _caught_up(client: tidelog.Client) -> bool:
+    return all(s.state == "log_entry_sync" for s in client.site_status())
