@@ -204,19 +204,21 @@ def test_a_sink_killed_mid_snapshot_gets_a_whole_one_after_its_restart(
                 time.sleep(0.1)
             yield "kv", f"s{i}={request.snapshot}".encode()
 
-    with tidelog.Client(a.address) as client:
-        with client.snapshot_provider(slow_provide) as provider:
-            client.resync_site("b")
-            assert started.wait(DEADLINE_S), "the provider was never asked"
-            time.sleep(0.3)
-            b.kill()  # kill -9 with part of the snapshot in its receive queue
-            b.extra += ["--port", str(b.port)]
-            b.start()
-            deadline = time.monotonic() + DEADLINE_S
-            while not provider.provided or not _caught_up(client):
-                assert time.monotonic() < deadline, f"no whole snapshot: {client.site_status()}"
-                time.sleep(0.2)
-            last = provider.provided[-1].snapshot
+    with (
+        tidelog.Client(a.address) as client,
+        client.snapshot_provider(slow_provide) as provider,
+    ):
+        client.resync_site("b")
+        assert started.wait(DEADLINE_S), "the provider was never asked"
+        time.sleep(0.3)
+        b.kill()  # kill -9 with part of the snapshot in its receive queue
+        b.extra += ["--port", str(b.port)]
+        b.start()
+        deadline = time.monotonic() + DEADLINE_S
+        while not provider.provided or not _caught_up(client):
+            assert time.monotonic() < deadline, f"no whole snapshot: {client.site_status()}"
+            time.sleep(0.2)
+        last = provider.provided[-1].snapshot
     sink = SinkApp()
     with tidelog.Client(b.address) as at_b, at_b.routing_listener("kv", sink.on_entry):
         deadline = time.monotonic() + DEADLINE_S
