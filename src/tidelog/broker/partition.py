@@ -187,6 +187,16 @@ class Partition:
             producers.forget_before(log.oldest_offset)
             producers.save(log, self.directory)
 
+    async def release_before(self, offset: int) -> list[int]:
+        """Delete the sealed segments whose records all lie below ``offset`` (exclusive): the
+        partition's owner needs none of them (the sites' delta queue, once every site acked
+        them). Runs in a thread, as retention does; a paused or closed partition releases
+        nothing. Returns the deleted segments' base offsets."""
+        log = self._log
+        if log is None or self.deleted or self.closed:
+            return []
+        return await asyncio.to_thread(log.release_before, offset)
+
     def _on_commit(self, high_watermark: int) -> None:
         self.signal.fire_threadsafe()
 

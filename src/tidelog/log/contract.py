@@ -187,6 +187,13 @@ class CommitLog(Protocol):
         """Roll an over-age active segment, then apply retention; the base offsets deleted."""
         ...
 
+    def release_before(self, offset: int) -> list[int]:
+        """Delete the whole sealed segments whose records all lie below ``offset`` (exclusive)
+        and are committed: the owner needs none of them. The active segment and any segment
+        holding an offset at or above ``offset`` stay, so the log may keep records below it.
+        Returns the deleted segments' base offsets (empty when none qualifies)."""
+        ...
+
     def compact(self) -> CompactionReport:
         """Keep the latest record per key in the sealed segments (below the high watermark)."""
         ...
