@@ -179,6 +179,12 @@ class Partition:
         log.add_listener(self._on_commit)
         self._log = log
 
+    def reconfigure(self, log_config: LogConfig) -> None:
+        """New limits and retention for the log, open or reopened later."""
+        self.log_config = log_config
+        if self._log is not None:
+            self._log.config = log_config
+
     def save_producers(self) -> None:
         """Forget producers whose batches retention removed, then snapshot the producer table
         if it changed (a no-op while paused or closed)."""

@@ -93,6 +93,12 @@ class CommitLog(Protocol):
         """The limits, retention and flush policy the log runs with."""
         ...
 
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        """New limits and retention from the next operation on (the flush policy of the open
+        stays)."""
+        ...
+
     @property
     def size_bytes(self) -> int:
         """Bytes of record data held (index files not counted)."""
