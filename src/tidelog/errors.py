@@ -118,6 +118,20 @@ class SiteExists(BrokerError):
         super().__init__(f"site {echo(site_id)} is declared already; remove it first")
 
 
+class PositionTrimmed(BrokerError):
+    """A remote site's next entries may have been removed by the delta queue's retention: deltas
+    cannot go on from its position, only a snapshot sync (multi-site replication)."""
+
+    def __init__(self, site_id: str, after: int, oldest: int) -> None:
+        self.site_id = site_id
+        self.after = after
+        self.oldest = oldest
+        super().__init__(
+            f"site {echo(site_id)}: retention trimmed the delta queue past position {after} "
+            f"(its oldest is {oldest}): the site needs a snapshot sync"
+        )
+
+
 class PartitionNotFound(BrokerError):
     """The stream exists but has no partition of that number."""
 
