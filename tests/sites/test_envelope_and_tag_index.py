@@ -149,6 +149,8 @@ def test_trim_and_forget() -> None:
     index.trim(6)
     assert index.records_for(0, 0, 100) == [6, 7, 8, 9]
     assert index.records_for(1, 0, 100) == [7, 9]
+    # The trim compacted the lists (over half dead): the trimmed entries no longer count.
+    assert (index.entries_for(0, 0), index.entries_for(1, 0)) == (4, 2)
     index.forget_site(1)
     assert index.records_for(1, 0, 100) == [] and index.entries_for(1, 0) == 0
     assert index.records_for(0, 0, 100) == [6, 7, 8, 9]

@@ -77,8 +77,10 @@ class TagIndex:
         for site, offsets in self._offsets.items():
             start = bisect.bisect_left(offsets, oldest)
             if start > len(offsets) // 2:  # compact once half is dead: amortised O(1)
+                totals = self._totals[site]
+                base = totals[start - 1] if start else 0  # running totals start again at 0
                 del offsets[:start]
-                del self._totals[site][:start]
+                self._totals[site] = [t - base for t in totals[start:]]
                 start = 0
             self._start[site] = start
 
