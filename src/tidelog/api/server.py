@@ -30,7 +30,7 @@ from tidelog.api.settings import ServerSettings
 from tidelog.api.v1 import TidelogService
 from tidelog.broker import Broker, arm_faults_from_environment
 from tidelog.sites.local_site import LocalSite
-from tidelog.sites.send_queue import QueueRetention
+from tidelog.sites.send_queue import QUEUE_SEGMENT_BYTES, QueueRetention
 from tidelog.wire import MAX_FRAME
 
 LOG = logging.getLogger("tidelog.server")
@@ -113,7 +113,10 @@ class Server:
                     settings.site_id,
                     settings.data_dir,
                     QueueRetention(
-                        settings.sites_queue_retention_bytes, settings.sites_queue_retention_age_s
+                        settings.sites_queue_retention_bytes,
+                        settings.sites_queue_retention_age_s,
+                        # A server run with smaller segments (tests, small disks) keeps them.
+                        min(QUEUE_SEGMENT_BYTES, settings.segment_max_bytes),
                     ),
                 )
                 await self.local_site.open(settings.sites)
