@@ -171,6 +171,7 @@ def test_acknowledged_positions_survive_a_restart_for_the_sites_they_were_saved_
             # A site removed and declared again under the same id is another site.
             queue.registry.remove("c")
             queue.registry.add("c", "h:2", queue.next_offset)
+            assert upkeep.acked() == {"b": position(30, 0), "c": NONE}
             assert load_acked(tmp_path / ACKED_FILE, queue.registry.list()) == {
                 "b": position(30, 0)
             }

@@ -91,6 +91,14 @@ def save_acked(path: Path, sites: Sequence[Site], acked: Mapping[str, int]) -> N
     replace_json(path, {"version": 1, "sites": entries}, indent=1)
 
 
+def _identified(sites: Sequence[Site], acked: Mapping[str, int]) -> dict[str, tuple[int, int, int]]:
+    return {
+        s.site_id: (s.number, s.since, acked[s.site_id])
+        for s in sites
+        if acked.get(s.site_id, NONE) != NONE
+    }
+
+
 class QueueUpkeep:
     """Runs a pass every ``interval_s`` on the loop (:meth:`start`), and a last one at
     :meth:`close`."""
@@ -102,7 +110,10 @@ class QueueUpkeep:
         self.senders = senders
         self.acked_file = data_dir / ACKED_FILE
         self.interval_s = interval_s
-        self._saved: dict[str, int] = load_acked(self.acked_file, queue.registry.list())
+        sites = queue.registry.list()
+        self._saved = _identified(sites, load_acked(self.acked_file, sites))
+        """Site id -> (number, since, position) as last saved: a position counts only for the
+        site it was saved for, not for a later one declared under the same id."""
         self._task: asyncio.Task[None] | None = None
 
     def acked(self) -> dict[str, int]:
@@ -111,7 +122,10 @@ class QueueUpkeep:
         for site in self.queue.registry.list():
             sender = self.senders.get(site.site_id)
             live = NONE if sender is None else sender.acked
-            found[site.site_id] = live if live != NONE else self._saved.get(site.site_id, NONE)
+            number, since, saved = self._saved.get(site.site_id, (-1, -1, NONE))
+            if (number, since) != (site.number, site.since):
+                saved = NONE
+            found[site.site_id] = live if live != NONE else saved
         return found
 
     async def run_once(self) -> list[int]:
@@ -121,7 +135,7 @@ class QueueUpkeep:
         queue = self.queue
         sites = queue.registry.list()
         acked = self.acked()
-        known = {site_id: p for site_id, p in acked.items() if p != NONE}
+        known = _identified(sites, acked)
         if known != self._saved:
             await asyncio.to_thread(save_acked, self.acked_file, sites, acked)
             self._saved = known
