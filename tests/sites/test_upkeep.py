@@ -15,6 +15,7 @@ from tests.broker.brokertools import broker_config, running
 from tidelog.broker import Broker
 from tidelog.errors import PositionTrimmed
 from tidelog.sites.envelope import position, split_position
+from tidelog.sites.local_site import LocalSite
 from tidelog.sites.negotiation import NONE, Outcome, SinkProgress, negotiate
 from tidelog.sites.registry import SITES_FILE, Site, SiteRegistry
 from tidelog.sites.send_queue import QueueRetention, SendQueue, Transmission
@@ -180,3 +181,23 @@ def test_acknowledged_positions_survive_a_restart_for_the_sites_they_were_saved_
     asyncio.run(second())
     (tmp_path / ACKED_FILE).write_text("{torn")
     assert load_acked(tmp_path / ACKED_FILE, []) == {}
+
+
+def test_a_failed_last_pass_does_not_stop_the_close(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            site = LocalSite(broker, "a", tmp_path, upkeep_interval_s=3600.0)
+            await site.open()
+            site.add_site("b", "127.0.0.1:1")
+            await site.transmit("app", [Transmission(b"x", ["b"])])
+
+            async def full_disk() -> bool:
+                raise OSError(28, "No space left on device")
+
+            site.queue.save_index = full_disk  # type: ignore[method-assign]
+            await site.close()  # logged, not raised: the broker still closes after it
+
+    asyncio.run(main())
+    assert "last upkeep pass failed" in caplog.text

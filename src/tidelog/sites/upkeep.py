@@ -162,10 +162,14 @@ class QueueUpkeep:
 
     async def close(self) -> None:
         """Stop the passes and run a last one (the senders are stopped: their positions are
-        final)."""
+        final). A failed last pass is logged, not raised: the broker must still close, and the
+        next start rebuilds what was not saved."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        await self.run_once()
+        try:
+            await self.run_once()
+        except Exception:
+            LOG.exception("the delta queue's last upkeep pass failed")
