@@ -220,6 +220,9 @@ def test_the_source_queue_shrinks_once_every_sink_acknowledged(tmp_path: Path) -
         served(tmp_path / "b", "--site-id", "b") as b,
         served(tmp_path / "c", "--site-id", "c") as c,
     ):
+        for sink in (b, c):  # down while the payloads are stored: nothing is acknowledged
+            sink.kill()
+            sink.extra += ["--port", str(sink.port)]  # back later at the address declared
         payloads = [b"%05d" % i + b"x" * 1000 for i in range(2000)]
         with tidelog.Client(a.address) as client:
             client.add_site("b", b.address)
@@ -229,6 +232,10 @@ def test_the_source_queue_shrinks_once_every_sink_acknowledged(tmp_path: Path) -
                 client.transmit_many("orders", [(p, ["b", "c"]) for p in chunk])
         stored = queue_bytes(tmp_path / "a")
         assert stored > len(payloads) * 1000
+        time.sleep(1.0)  # several upkeep passes: sites that acknowledged nothing hold it all
+        assert queue_bytes(tmp_path / "a") == stored
+        for sink in (b, c):
+            sink.start()
         for sink in (b, c):
             assert len(wait_for(sink.address, "orders", "a", len(payloads))) == len(payloads)
         deadline = time.monotonic() + DEADLINE_S
