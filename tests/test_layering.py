@@ -30,9 +30,10 @@ MAY_IMPORT: dict[str, set[str]] = {
     "columns": {"_proto"},
     # the server side, top to bottom
     "cli": {"api", "broker", "client", "errors", "process", "wire", "tidelog"},
-    "api": {"broker", "sites", "errors", "columns", "wire", "_proto", "tidelog"},
+    "api": {"broker", "sites", "cluster", "errors", "columns", "wire", "_proto", "tidelog"},
     "broker": {"log", "store", "errors"},
     "sites": {"broker", "client", "errors", "wire", "_proto", "tidelog"},
+    "cluster": {"broker", "errors", "wire", "_proto"},
     "log": {"errors"},
     "store": {"errors"},
     # talk to brokers only over gRPC, through the client

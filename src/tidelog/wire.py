@@ -21,3 +21,11 @@ internal stream ``__lrq_recv.C.S``, which the client's routing listener reads.""
 POSITION_HEADER: Final = "__position"
 """The header of each receive-queue record holding the entry's position at its source site
 (8 bytes, big-endian)."""
+KIND_HEADER: Final = "__kind"
+"""The header of a receive-queue record that belongs to a snapshot: ``snapshot_start``,
+``snapshot_entry`` or ``snapshot_end`` (a record without it is a delta)."""
+SNAPSHOT_HEADER: Final = "__snapshot"
+"""With ``KIND_HEADER``: the snapshot's id (8 bytes, big-endian)."""
+SNAPSHOT_REQUESTS: Final = "__lrq_snapshot_requests"
+"""Multi-site replication: the source site's stream of snapshot requests, one JSON record
+``{"site": ID, "snapshot": N}`` each; the client's snapshot provider follows it."""

@@ -1,4 +1,4 @@
-"""``tidelog site add|remove|list|transmit`` against a server started with a site id."""
+"""``tidelog site add|remove|list|transmit|resync`` against a server started with a site id."""
 
 from __future__ import annotations
 
@@ -40,6 +40,12 @@ def test_site_add_list_transmit_remove(site_cli: Cli) -> None:
     # Nothing listens at b's address: 4 entries outstanding, never acknowledged.
     assert (state["site_id"], state["lag_entries"], state["stalled"]) == ("b", 4, True)
     assert "STALLED" in site_cli("site", "status").stdout
+
+    resync = site_cli("site", "resync", "b")
+    assert resync.returncode == 0, resync.stderr
+    assert "snapshot sync of site b requested" in resync.stdout
+    nowhere = site_cli("site", "resync", "elsewhere")
+    assert nowhere.returncode == 1 and "unknown site 'elsewhere'" in one_error_line(nowhere)
 
     unknown = site_cli("site", "transmit", "orders", "b,elsewhere", "v")
     assert unknown.returncode == 1

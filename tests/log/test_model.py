@@ -254,6 +254,21 @@ class LogMachine(RuleBasedStateMachine):
             assert self.log.size_bytes >= min(config.retention_bytes, size_before)
         self.check_everything()
 
+    @rule(data=st.data())
+    def truncate(self, data) -> None:
+        """A replica's cut (``truncate_to``): everything from the cut on goes, whichever
+        segment it falls in; appends continue from there."""
+        oldest = self.model[0].offset if self.model else self.log.next_offset
+        cut = data.draw(st.integers(oldest, self.next_offset + 2), label="cut at offset")
+        self.log.truncate_to(cut)
+        self.model = [r for r in self.model if r.offset < cut]
+        if cut < self.next_offset:
+            kept_end = self.model[-1].offset + 1 if self.model else 0
+            assert kept_end <= self.log.next_offset <= cut  # a cut in a gap ends at the record
+            self.next_offset = self.log.next_offset
+        self.after_reopen()
+        self.check_everything()
+
     @rule()
     def reopen(self) -> None:
         directory = self.log.directory

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidelog.sites.envelope import position
 from tidelog.sites.negotiation import NONE, Outcome, SinkProgress, negotiate
 from tidelog.sites.windows import AckTimeout, ApplyWindow, Framed, SendWindow
 
@@ -17,7 +18,7 @@ from tidelog.sites.windows import AckTimeout, ApplyWindow, Framed, SendWindow
 
 
 @pytest.mark.parametrize(
-    ("sink", "oldest", "outcome", "resume_after"),
+    ("sink", "held", "outcome", "resume_after"),
     [
         (SinkProgress(), 0, Outcome.SNAPSHOT, NONE),  # nothing replicated yet
         (SinkProgress(snapshot_started=3), 0, Outcome.SNAPSHOT, NONE),  # never received whole
@@ -33,19 +34,21 @@ from tidelog.sites.windows import AckTimeout, ApplyWindow, Framed, SendWindow
             Outcome.APPLY_PENDING,
             NONE,
         ),
-        (
-            SinkProgress(3, 3, 3, last_processed=41),
-            42,
-            Outcome.DELTAS,
-            41,
-        ),  # the next position is still held
-        (SinkProgress(3, 3, 3, last_processed=41), 10, Outcome.DELTAS, 41),
-        (SinkProgress(3, 3, 3, last_processed=41), 43, Outcome.SNAPSHOT, NONE),  # trimmed past
+        # "held" is the record offset from which the source holds every record for the site
+        (SinkProgress(3, 3, 3, last_processed=41), 1, Outcome.DELTAS, 41),  # next record held
+        (SinkProgress(3, 3, 3, last_processed=41), 0, Outcome.DELTAS, 41),
+        (SinkProgress(3, 3, 3, last_processed=41), 2, Outcome.SNAPSHOT, NONE),  # trimmed past
         (SinkProgress(last_processed=5), 0, Outcome.DELTAS, 5),  # deltas only, never trimmed
+        # the sink processed record 7 whole (its last entry for the site is index 3): a trimmed
+        # record 7 lost nothing for it, a trimmed record 8 may have
+        (SinkProgress(last_processed=position(7, 3)), 8, Outcome.DELTAS, position(7, 3)),
+        (SinkProgress(last_processed=position(7, 3)), 9, Outcome.SNAPSHOT, NONE),
+        # a snapshot of an empty queue covers position -1: deltas from the first record
+        (SinkProgress(4, 4, 4, last_processed=NONE), 0, Outcome.DELTAS, NONE),
     ],
 )
-def test_negotiation(sink: SinkProgress, oldest: int, outcome: Outcome, resume_after: int) -> None:
-    decision = negotiate(sink, oldest)
+def test_negotiation(sink: SinkProgress, held: int, outcome: Outcome, resume_after: int) -> None:
+    decision = negotiate(sink, held)
     assert (decision.outcome, decision.resume_after) == (outcome, resume_after)
     assert decision.reason
 

@@ -79,9 +79,11 @@ def test_segments_leave_only_below_every_live_sites_acknowledged_position(
             await upkeep.run_once()
             assert 20 < log.oldest_offset <= 45  # now b is the slowest
             # Every site can still go on from its position: deltas, never a snapshot.
-            for sender in senders.values():
+            for site_id, sender in senders.items():
                 progress = SinkProgress(last_processed=sender.acked)
-                assert negotiate(progress, queue.oldest_position()).outcome is Outcome.DELTAS
+                held = queue.held_from(queue.registry.get(site_id).number)
+                assert negotiate(progress, held).outcome is Outcome.DELTAS
+                assert not queue.lost_for(queue.registry.get(site_id).number, sender.acked)
             rest = queue.read_for(b, position(45, 0), limit=100)
             assert [split_position(e.position)[0] for e in rest] == list(range(46, 60))
 
@@ -139,9 +141,7 @@ def test_a_site_that_never_acknowledges_holds_entries_until_the_retention_backst
             with pytest.raises(PositionTrimmed, match="snapshot sync"):
                 queue.read_for(c, -1, limit=1000)
             # ... and negotiation sends it to a snapshot sync.
-            outcome = negotiate(
-                SinkProgress(last_processed=position(3, 0)), queue.oldest_position()
-            )
+            outcome = negotiate(SinkProgress(last_processed=position(3, 0)), queue.held_from(c))
             assert outcome.outcome is Outcome.SNAPSHOT
 
     asyncio.run(main())

@@ -12,9 +12,9 @@ from tidelog.api.status import grpc_errors
 from tidelog.errors import FailedPrecondition, InvalidArgument
 from tidelog.sites.envelope import RoutedEntry
 from tidelog.sites.local_site import LocalSite
-from tidelog.sites.negotiation import NONE
 from tidelog.sites.registry import Site
 from tidelog.sites.send_queue import Transmission
+from tidelog.sites.sink import SnapshotFrame
 from tidelog.sites.windows import Framed
 
 Context = grpc.aio.ServicerContext[object, object]
@@ -116,19 +116,59 @@ class SiteService(v1_grpc.TidelogServicer):
                     f"address declared for that site"
                 )
             source = hello.source_site
+            progress = site.sink.progress(source)
             yield v1.ReplicationReply(
                 progress=v1.SinkProgress(
-                    snapshot_started=NONE,
-                    snapshot_transferred=NONE,
-                    snapshot_applied=NONE,
-                    last_processed=site.sink.last_processed(source),
+                    snapshot_started=progress.snapshot_started,
+                    snapshot_transferred=progress.snapshot_transferred,
+                    snapshot_applied=progress.snapshot_applied,
+                    last_processed=progress.last_processed,
                 )
             )
             async for request in request_iterator:
-                if not request.HasField("deltas"):
-                    raise InvalidArgument("after the hello a replication stream sends batches")
-                acked = await site.sink.receive(source, _batch(request.deltas))
-                yield v1.ReplicationReply(acked=acked)
+                frame = request.WhichOneof("frame")
+                if frame == "deltas":
+                    acked = await site.sink.receive(source, _batch(request.deltas))
+                    yield v1.ReplicationReply(acked=acked)
+                elif frame == "snapshot":
+                    applied = await site.sink.receive_snapshot(source, _snapshot(request.snapshot))
+                    if applied is not None:
+                        yield v1.ReplicationReply(snapshot_applied=applied)
+                else:
+                    raise InvalidArgument(
+                        "after the hello a replication stream sends delta or snapshot batches"
+                    )
+
+    async def TransmitSnapshot(
+        self, request: v1.TransmitSnapshotRequest, context: Context
+    ) -> v1.TransmitSnapshotResponse:
+        async with grpc_errors(context):
+            covered = await self._site().transmit_snapshot(
+                request.site_id,
+                request.snapshot,
+                [(e.client_name, e.payload) for e in request.entries],
+                begin=request.begin,
+                end=request.end,
+            )
+            return v1.TransmitSnapshotResponse(covered=covered)
+        raise AssertionError("unreachable")
+
+    async def ResyncSite(
+        self, request: v1.ResyncSiteRequest, context: Context
+    ) -> v1.ResyncSiteResponse:
+        async with grpc_errors(context):
+            self._site().resync(request.site_id)
+        return v1.ResyncSiteResponse()
+
+
+def _snapshot(batch: v1.SnapshotBatch) -> SnapshotFrame:
+    return SnapshotFrame(
+        batch.snapshot,
+        batch.covered,
+        start=batch.start,
+        end=batch.end,
+        entries=[(e.client_name, e.payload) for e in batch.entries],
+    )
 
 
 def _batch(deltas: v1.DeltaBatch) -> Framed[Sequence[RoutedEntry]]:

@@ -96,6 +96,18 @@ def site_status(
     out.print(table)
 
 
+@site_app.command("resync")
+def site_resync(site_id: str, server: ServerOption = DEFAULT_SERVER) -> None:
+    """Start a snapshot sync of remote site SITE_ID: this site's snapshot provider sends its
+    application's state, then deltas resume (watch it with `tidelog site status`)."""
+    with guarded(server) as client:
+        client.resync_site(site_id)
+    out.print(
+        f"snapshot sync of site [bold]{site_id}[/bold] requested; it needs this site's "
+        f"snapshot provider running (client.snapshot_provider)"
+    )
+
+
 @site_app.command("transmit")
 def site_transmit(
     client_name: str,

@@ -20,6 +20,7 @@ from tidelog.client.models import Ack, Message, PartitionInfo, ReceivedMessage, 
 from tidelog.client.routing_listener import RoutedMessage
 from tidelog.client.settings import ClientSettings
 from tidelog.client.site_calls import SiteInfo, SiteStatus
+from tidelog.client.snapshot_provider import SnapshotRequest
 from tidelog.client.sync import Client
 from tidelog.client.view_calls import View, ViewEntry, ViewStatus
 
@@ -45,6 +46,7 @@ __all__ = [
     "RoutedMessage",
     "SiteInfo",
     "SiteStatus",
+    "SnapshotRequest",
     "StreamEmpty",
     "StreamInfo",
     "Unavailable",

@@ -55,6 +55,9 @@ from tidelog.client.routing_listener import (
 )
 from tidelog.client.settings import ClientSettings
 from tidelog.client.site_calls import SiteCalls
+from tidelog.client.snapshot_provider import BATCH_BYTES as SNAPSHOT_BATCH_BYTES
+from tidelog.client.snapshot_provider import BATCH_ENTRIES as SNAPSHOT_BATCH_ENTRIES
+from tidelog.client.snapshot_provider import Provide, SnapshotProvider
 from tidelog.client.view_calls import View, ViewCalls
 from tidelog.wire import DEFAULT_HOST, DEFAULT_PORT, MAX_FRAME
 
@@ -532,6 +535,20 @@ class AsyncClient(ViewCalls, SiteCalls):
         this (sink) server; ``await listener.run()`` (see ``tidelog.client.routing_listener``)."""
         return RoutingListener(
             self, client_name, callback, commit_every=commit_every, discover_s=discover_s
+        )
+
+    def snapshot_provider(
+        self,
+        callback: Provide,
+        *,
+        batch_entries: int = SNAPSHOT_BATCH_ENTRIES,
+        batch_bytes: int = SNAPSHOT_BATCH_BYTES,
+    ) -> SnapshotProvider:
+        """This (source) site's snapshot provider: ``callback`` returns the application's full
+        state for a site that needs it; ``await provider.run()`` (see
+        ``tidelog.client.snapshot_provider``)."""
+        return SnapshotProvider(
+            self, callback, batch_entries=batch_entries, batch_bytes=batch_bytes
         )
 
     # -- cursors ---------------------------------------------------------------------------------

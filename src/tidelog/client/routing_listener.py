@@ -11,7 +11,12 @@ again: entries are redelivered, never skipped. The callback should therefore be 
 the last few entries, or keep its own record of positions (each entry carries its position at
 its source, which never repeats).
 
-Not built yet: the snapshot events (snapshot start, entries and end, delivered before deltas).
+Snapshots. When a source site sends a snapshot (its application's full state), the callback gets
+``kind="snapshot_start"`` first (drop what this source sent for this client name: the snapshot
+replaces it), then ``"snapshot_entry"`` for each entry, then ``"snapshot_end"``, then the
+deltas (``"delta"``) after the position the snapshot covers. Start, entries and end carry the
+snapshot's id and its covered position. A start without an end means the transfer broke: another
+start follows.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from tidelog.wire import POSITION_HEADER, RECEIVE_QUEUE_PREFIX
+from tidelog.wire import KIND_HEADER, POSITION_HEADER, RECEIVE_QUEUE_PREFIX, SNAPSHOT_HEADER
 
 if TYPE_CHECKING:
     from tidelog.client.aio import AsyncClient
@@ -41,6 +46,9 @@ class RoutedMessage:
     """The entry's position in its source site's queue: increasing per source, never reused."""
     payload: bytes
     kind: str = "delta"
+    """``delta``, or ``snapshot_start``, ``snapshot_entry``, ``snapshot_end``."""
+    snapshot: int = -1
+    """The snapshot's id (-1 for a delta)."""
 
 
 Callback = Callable[[RoutedMessage], Awaitable[None] | None]
@@ -122,11 +130,15 @@ class RoutingListener:
                         pending = 0
                     continue
                 message, following = following.result(), None
+                headers = message.headers
+                kind = headers.get(KIND_HEADER)
                 entry = RoutedMessage(
                     source,
                     self.client_name,
-                    int.from_bytes(message.headers[POSITION_HEADER], "big"),
+                    int.from_bytes(headers[POSITION_HEADER], "big", signed=True),
                     message.value,
+                    kind.decode() if kind is not None else "delta",
+                    int.from_bytes(headers[SNAPSHOT_HEADER], "big") if kind is not None else -1,
                 )
                 try:
                     outcome = self._callback(entry)

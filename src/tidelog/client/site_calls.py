@@ -132,6 +132,41 @@ class SiteCalls:
             raise from_rpc_error(error) from None
         return list(response.positions)
 
+    async def resync_site(self, site_id: str) -> None:
+        """Start a snapshot sync of remote site ``site_id`` (this site's snapshot provider
+        sends its state, then deltas resume)."""
+        request = v1.ResyncSiteRequest(site_id=site_id)
+
+        async def attempt(timeout: float | None, number: int) -> v1.ResyncSiteResponse:
+            return await self._v1.ResyncSite(request, timeout=timeout)
+
+        await self._retrying(attempt)
+
+    async def transmit_snapshot(
+        self,
+        site_id: str,
+        snapshot: int,
+        items: Iterable[tuple[str, bytes]] = (),
+        *,
+        begin: bool = False,
+        end: bool = False,
+    ) -> int:
+        """Part of snapshot ``snapshot`` for ``site_id``: (client name, payload) items, the
+        first call with ``begin``, the last with ``end``; the delta position it covers. The
+        snapshot provider (``snapshot_provider``) makes these calls; not retried."""
+        request = v1.TransmitSnapshotRequest(
+            site_id=site_id,
+            snapshot=snapshot,
+            begin=begin,
+            end=end,
+            entries=[v1.SnapshotPayload(client_name=c, payload=p) for c, p in items],
+        )
+        try:
+            response = await self._v1.TransmitSnapshot(request)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        return response.covered
+
 
 class SyncSiteCalls:
     """The blocking forms of :class:`SiteCalls`, mixed into :class:`~tidelog.client.Client`."""
@@ -161,3 +196,6 @@ class SyncSiteCalls:
         self, client_name: str, items: Iterable[tuple[bytes, Sequence[str]]]
     ) -> list[int]:
         return self._run(self._site_calls().transmit_many(client_name, list(items)))
+
+    def resync_site(self, site_id: str) -> None:
+        self._run(self._site_calls().resync_site(site_id))

@@ -29,6 +29,9 @@ from tidelog.client.routing_listener import (
 )
 from tidelog.client.settings import ClientSettings
 from tidelog.client.site_calls import SiteCalls, SyncSiteCalls
+from tidelog.client.snapshot_provider import BATCH_BYTES as SNAPSHOT_BATCH_BYTES
+from tidelog.client.snapshot_provider import BATCH_ENTRIES as SNAPSHOT_BATCH_ENTRIES
+from tidelog.client.snapshot_provider import Provide, SyncSnapshotProvider
 from tidelog.client.view_calls import SyncViewCalls, ViewCalls
 
 T = TypeVar("T")
@@ -263,6 +266,20 @@ class Client(SyncViewCalls, SyncSiteCalls):
             client_name, callback, commit_every=commit_every, discover_s=discover_s
         )
         return SyncRoutingListener(listener, self._loop)
+
+    def snapshot_provider(
+        self,
+        callback: Provide,
+        *,
+        batch_entries: int = SNAPSHOT_BATCH_ENTRIES,
+        batch_bytes: int = SNAPSHOT_BATCH_BYTES,
+    ) -> SyncSnapshotProvider:
+        """The blocking form of ``AsyncClient.snapshot_provider``: ``start()`` / ``stop()``, or
+        a ``with`` block; the callback runs in a worker thread."""
+        provider = self._client.snapshot_provider(
+            callback, batch_entries=batch_entries, batch_bytes=batch_bytes
+        )
+        return SyncSnapshotProvider(provider, self._loop)
 
     def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
         self._run(self._client.set_cursor(cursor_id, stream, partition, offset))

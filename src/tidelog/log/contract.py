@@ -140,6 +140,21 @@ class CommitLog(Protocol):
         An empty sequence returns the newest timestamp (0 for an empty log)."""
         ...
 
+    def append_at(
+        self,
+        messages: Sequence[bytes | NewRecord],
+        offsets: Sequence[int],
+        *,
+        timestamp: int | None = None,
+    ) -> None:
+        """Append with caller-chosen offsets, strictly increasing from above the newest (a
+        replica keeps its leader's offsets)."""
+        ...
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at or after ``offset`` (a replica cutting a divergent tail)."""
+        ...
+
     def flush(self) -> None:
         """Sync everything appended so far (with ``always``, that commits it)."""
         ...

@@ -148,6 +148,17 @@ class LocalLog:
             segment.delete()
         return removed
 
+    def drop_newest(self, count: int) -> list[Segment]:
+        """Take the ``count`` newest segments out of the log and delete their files, the newest
+        first (a crash in between leaves a prefix of the log)."""
+        removed = self.segments[len(self.segments) - count :]
+        del self.segments[len(self.segments) - count :]
+        del self.bases[len(self.bases) - count :]
+        self.unsynced_sealed = [s for s in self.unsynced_sealed if s not in removed]
+        for segment in reversed(removed):
+            segment.delete()
+        return removed
+
     def close_files(self) -> None:
         """Let go of every segment's files (closing; nothing is written)."""
         for segment in self.segments:

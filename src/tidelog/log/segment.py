@@ -338,6 +338,22 @@ class Segment:
             self.count = slot
             self._set_bounds(index.entries[[0, -1]] if slot else None)
 
+    def unseal(self) -> None:
+        """Make a sealed segment active again (a replica truncating into it): its files reopen
+        for writing, the index mapped writable with room to grow. Raises, leaving it sealed,
+        if they cannot be opened."""
+        if self.active:
+            return
+        self._cache.discard(self)  # closes now, or when its current users are done
+        self.active = True
+        try:
+            with self._using():
+                pass
+        except BaseException:
+            self._cache.discard(self)
+            self.active = False
+            raise
+
     def seal(self) -> None:
         """Stop accepting appends and trim the index to its entries.
 

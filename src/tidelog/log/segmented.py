@@ -194,6 +194,17 @@ class SegmentedLog:
         gaps they leave stay gaps (readers skip them)."""
         self._writer.append_at(messages, offsets, timestamp)
 
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at or after ``offset``: a replica cutting a tail its new leader
+        never had (``tidelog.cluster.leader_epochs``). The next append goes at ``offset`` (or
+        after the newest record left, when the cut falls in a gap). Crash-safe: the recovery
+        point moves below the cut first, whole segments go newest first, and the segment the
+        cut falls in becomes the active one again, cut and synced. Raises
+        ``OffsetOutOfRange`` below the oldest offset. Callers must not read above the cut
+        while it runs (a follower serves reads only up to the replicated high watermark, which a
+        cut never passes)."""
+        self._writer.truncate_to(offset)
+
     def roll(self) -> None:
         """Seal the active segment now (if it holds anything) and start a new one."""
         self._writer.roll()

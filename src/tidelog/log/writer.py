@@ -12,6 +12,7 @@ so far, and appenders waiting for a sync share it (group commit).
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Callable, Sequence
 
@@ -23,7 +24,7 @@ from tidelog.log.config import FlushPolicy
 from tidelog.log.contract import AppendGuard
 from tidelog.log.local import LocalLog, SegmentChange
 from tidelog.log.record import NewRecord, encode_batch
-from tidelog.log.recovery import write_recovery_point
+from tidelog.log.recovery import read_recovery_point, write_recovery_point
 from tidelog.log.segment import Segment
 
 LOG = logging.getLogger("tidelog.log")
@@ -240,6 +241,49 @@ class LogWriter:
                     local.committed.notify_all()
         if advanced:
             self.notify(target)
+
+    def truncate_to(self, offset: int) -> None:
+        """See ``SegmentedLog.truncate_to``."""
+        local = self.local
+        with local.sync_lock, local.lock:
+            local.check_open()
+            if offset >= local.next_offset:
+                return
+            oldest = local.oldest_offset()
+            if offset < oldest:
+                raise OffsetOutOfRange(
+                    f"cannot truncate to offset {offset}: the log starts at {oldest}"
+                )
+            # First, nothing at or above the cut may count as synced after a crash.
+            if read_recovery_point(local.directory) >= offset:
+                write_recovery_point(local.directory, offset - 1)
+            # The segment the cut falls in: the newest one starting below it that keeps a
+            # record (the first one always stays, emptied when the cut is the oldest offset).
+            keep = max(bisect.bisect_left(local.bases, offset), 1)
+            while True:
+                slot = local.checked(local.segments[keep - 1]).slot_at_or_after(offset)
+                if slot or keep == 1:
+                    break
+                keep -= 1
+            try:
+                local.drop_newest(len(local.segments) - keep)
+                cut = local.active
+                cut.unseal()
+                local.unsynced_sealed = [s for s in local.unsynced_sealed if s is not cut]
+                cut.truncate(slot)
+                cut.sync_all()
+                sync_dir(local.directory)
+            finally:  # a failure part-way (no descriptor, a full disk) leaves a shorter log
+                local.next_offset = max(local.newest_written + 1, local.active.base_offset)
+                local.last_timestamp = max(
+                    (t for s in local.segments if (t := s.newest_timestamp) is not None),
+                    default=0,
+                )
+                newest = local.next_offset - 1
+                if self.high_watermark > newest:
+                    self.high_watermark = newest
+                    self.high_watermark_timestamp = local.last_timestamp
+                self.synced = min(self.synced, newest)
 
     # -- committed-offset notification -----------------------------------------------------------
 

@@ -17,6 +17,7 @@ from tidelog.sites.registry import SITES_FILE, Site, SiteRegistry
 from tidelog.sites.send_queue import QueueRetention, SendQueue, Transmission
 from tidelog.sites.sender import Sender
 from tidelog.sites.sink import Sink
+from tidelog.sites.snapshots import Snapshots
 from tidelog.sites.status import SiteState, site_state
 from tidelog.sites.tag_index_file import TAG_INDEX_FILE
 from tidelog.sites.upkeep import QueueUpkeep
@@ -38,6 +39,7 @@ class LocalSite:
         self.queue = SendQueue(
             broker, self.registry, retention, index_file=data_dir / TAG_INDEX_FILE
         )
+        self.snapshots = Snapshots(broker, self.registry, self.queue)
         self.sink = Sink(broker, site_id)
         self.senders: dict[str, Sender] = {}
         interval = upkeep_interval_s or broker.config.maintenance_interval_s
@@ -48,10 +50,12 @@ class LocalSite:
         return self.registry.local_site
 
     async def open(self, configured: Mapping[str, str] | None = None) -> None:
-        """Create the queue if needed and rebuild its tag index (in a thread: it reads the
-        whole queue), declare the ``configured`` sites (id -> address; a declared one that
-        moved gets its new address), then start a sender per declared site."""
+        """Create the queue if needed and restore its tag index (in a thread: it reads the
+        records after the index's snapshot, or the whole queue without one), declare the
+        ``configured`` sites (id -> address; a declared one that moved gets its new address),
+        then start a sender per declared site and the queue's upkeep."""
         await asyncio.to_thread(self.queue.open)
+        self.snapshots.open()
         for site_id, address in sorted((configured or {}).items()):
             known = {s.site_id: s for s in self.registry.list()}.get(site_id)
             if known is None:
@@ -71,7 +75,7 @@ class LocalSite:
         self.senders.clear()
 
     def _start_sender(self, site: Site) -> None:
-        sender = Sender(self.queue, site, self.site_id)
+        sender = Sender(self.queue, self.snapshots, site, self.site_id)
         self.senders[site.site_id] = sender
         sender.start()
 
@@ -101,3 +105,20 @@ class LocalSite:
 
     async def transmit(self, client: str, items: Sequence[Transmission]) -> list[int]:
         return await self.queue.transmit(client, items)
+
+    async def transmit_snapshot(
+        self,
+        site_id: str,
+        snapshot: int,
+        items: Sequence[tuple[str, bytes]],
+        *,
+        begin: bool,
+        end: bool,
+    ) -> int:
+        """A snapshot provider's call (``snapshots.py``); the position the snapshot covers."""
+        return await self.snapshots.write(site_id, snapshot, items, begin=begin, end=end)
+
+    def resync(self, site_id: str) -> None:
+        """Start a snapshot sync of ``site_id`` (NOT_FOUND when it is not declared)."""
+        self.registry.get(site_id)
+        self.senders[site_id].resync("a resync was requested (tidelog site resync)")

@@ -11,18 +11,24 @@ report and of the oldest position the source still holds:
 2. a snapshot started but never received whole → snapshot sync (a new one: the transfer is not
    resumed);
 3. a snapshot received whole but not applied → wait for its apply;
-4. the source still holds the position after the last one processed → resume deltas there;
-5. otherwise the source trimmed past the sink's position → snapshot sync.
+4. the source still holds every record for this site after the record of the last position
+   processed → resume deltas there;
+5. otherwise the source trimmed entries the sink never processed → snapshot sync.
 
-Rule 5 is conservative: entries trimmed between the sink's position and the oldest one held may
-not have been for this site at all, but once trimmed nobody can tell, and a snapshot is always
-safe where a skipped delta is silent loss.
+What the source holds is told per site (``TagIndex.held_from``): a record trimmed after every
+site acknowledged it does not send a site that had nothing in it into a snapshot. Records
+trimmed before the index was built (before this server started, when the index is rebuilt from
+the queue) may have been for any site: rule 5 then assumes they were, as a snapshot is always
+safe where a skipped delta is silent loss. A sink processes a record's entries for it whole, so
+comparing record offsets is exact.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
+from tidelog.sites.envelope import split_position
 
 NONE = -1
 """No position / no snapshot."""
@@ -55,9 +61,9 @@ class Decision:
     """With ``DELTAS``: ship the entries after this position."""
 
 
-def negotiate(sink: SinkProgress, source_oldest: int) -> Decision:
-    """How to go on with a sink that reports ``sink``, when the oldest delta position the source
-    still holds is ``source_oldest`` (the position the next entry will get when it holds none)."""
+def negotiate(sink: SinkProgress, held_from: int) -> Decision:
+    """How to go on with a sink that reports ``sink``, when the source holds every record for
+    the sink's site from record offset ``held_from`` on."""
     if sink.snapshot_started > max(sink.snapshot_transferred, NONE):
         return Decision(
             Outcome.SNAPSHOT, f"snapshot {sink.snapshot_started} was never received whole"
@@ -68,7 +74,7 @@ def negotiate(sink: SinkProgress, source_oldest: int) -> Decision:
         )
     if sink.snapshot_applied == NONE and sink.last_processed == NONE:
         return Decision(Outcome.SNAPSHOT, "nothing was replicated to this site yet")
-    if source_oldest <= sink.last_processed + 1:
+    if held_from <= split_position(sink.last_processed)[0] + 1:
         return Decision(
             Outcome.DELTAS,
             f"resuming after position {sink.last_processed}",
@@ -76,5 +82,6 @@ def negotiate(sink: SinkProgress, source_oldest: int) -> Decision:
         )
     return Decision(
         Outcome.SNAPSHOT,
-        f"the source trimmed past position {sink.last_processed} (its oldest is {source_oldest})",
+        f"the source trimmed entries for this site after position {sink.last_processed} "
+        f"(it holds them from record {held_from})",
     )

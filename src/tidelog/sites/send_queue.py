@@ -138,7 +138,14 @@ class SendQueue:
         self._partition = stream.partitions[0]
         log = self._partition.log
         restored = self._restored(log.oldest_offset, log.newest_offset)
-        self.index = TagIndex() if restored is None else restored
+        if restored is None:
+            self.index = TagIndex()
+            self.index.oldest = log.oldest_offset
+        else:
+            self.index = restored
+        # Which sites the records below the queue's front were for is not known after a
+        # restart (a snapshot's own record of them included): held_from starts there.
+        self.index.base = max(self.index.base, log.oldest_offset)
         self._saved_covers = self.index.covers
         self.records_read_at_open = 0
         sites = self.registry.list()
@@ -194,12 +201,12 @@ class SendQueue:
         """The entries for one site with positions after ``after``, in order, whole records at
         a time, stopping after the record that reaches ``limit`` entries or ``max_bytes`` of
         payload (at least one record). Reads only the records the tag index lists for the site
-        (blocking: a few records per call). Raises ``PositionTrimmed`` when the queue's oldest
-        position is past ``after + 1``: entries for the site may have been removed, and
-        reading on would skip them (the rule negotiation applies, ``negotiation.py``)."""
-        oldest = self.oldest_position()
-        if oldest > after + 1:
-            raise PositionTrimmed(self._site_id(site_number), after, oldest)
+        (blocking: a few records per call). Raises ``PositionTrimmed`` when retention removed
+        entries for the site after ``after`` (:meth:`lost_for`): reading on would skip them."""
+        self._follow_retention()
+        if self.lost_for(site_number, after):
+            held = position(self.index.held_from(site_number), 0)
+            raise PositionTrimmed(self._site_id(site_number), after, held)
         from_offset = split_position(after)[0] if after >= 0 else 0
         offsets = self.index.records_for(site_number, from_offset, limit)
         found: list[RoutedEntry] = []
@@ -219,6 +226,19 @@ class SendQueue:
                     if len(found) >= limit or size >= max_bytes:
                         return found
         return found
+
+    def held_from(self, site_number: int) -> int:
+        """The record offset from which the queue holds every entry for the site."""
+        self._follow_retention()
+        return self.index.held_from(site_number)
+
+    def lost_for(self, site_number: int, after: int) -> bool:
+        """Whether retention removed entries for the site after position ``after``."""
+        return self.held_from(site_number) > split_position(after)[0] + 1
+
+    def _follow_retention(self) -> None:
+        """Trim the index to what the log still holds (retention runs in the broker)."""
+        self.index.trim(self.partition.log.oldest_offset)
 
     def oldest_position(self) -> int:
         """The position of the oldest entry the queue still holds (or of the next one)."""

@@ -5,16 +5,26 @@ and gets the sink's progress for this source; :func:`~tidelog.sites.negotiation.
 decides how to go on, and the session's state table (``sync_states.py``) follows. In delta sync
 it reads the site's entries through the tag index, ships them in batches framed ``(prev,
 current]`` with at most ``window`` batches unacknowledged, and wakes on the queue's commit signal
-when it has caught up. Any failure - the connection lost, the sink refusing a batch, an ack not
-arriving within ``ack_timeout_s`` - ends the connection; the sender reconnects with a growing
+when it has caught up. A lost connection ends the stream; the sender reconnects with a growing
 pause and negotiates again, so it resumes from what the sink says it applied: the sink's
 receive queues, not the sender's memory, decide where deltas resume.
 
-Snapshot sync is not built yet. Until it is, a negotiation that asks for a snapshot is answered
-with deltas when the queue still holds every entry since the site was declared (its ``since``):
-for a sink that has nothing yet, those are exactly the entries a snapshot would have had to
-precede. Otherwise the session stays in SNAPSHOT_SYNC and the sender retries later; the state and
-the reason are in :attr:`Sender.status`.
+Snapshot sync (``snapshots.py``) runs on the same stream: the sender asks the application for a
+snapshot, ships its start, entries and end as the provider writes them, waits for the sink to
+apply it, and ships deltas after the position it covers. It starts when negotiation says so, on
+a resync request (:meth:`Sender.resync`), when retention removed entries the site had not been
+sent (a trimmed read), when a batch stays unacked through ``max_resends`` resends (the first
+after ``ack_timeout_s``, each wait twice the one before) or a snapshot's apply does not arrive
+within ``ack_timeout_s``, and after the sink refused a batch. A provider that begins a snapshot
+and then writes nothing for ``provider_timeout_s``, or a request no provider begins in that
+time, gets a new request. Until a provider begins, the site waits in SNAPSHOT_SYNC, and its
+status says so.
+
+One exception, on purpose: a site that has received nothing yet, while the queue still holds
+every entry since the site was declared (its ``since``), starts with deltas from there instead of
+a snapshot. Declaring a site starts replication from that moment, as a new subscriber starts at
+the end of a stream; an application whose older state must reach the site asks for a snapshot
+(``tidelog site resync``).
 """
 
 from __future__ import annotations
@@ -23,24 +33,35 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import grpc
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
-from tidelog.sites.envelope import RoutedEntry, position
+from tidelog.sites.envelope import EntryKind, RoutedEntry, position
 from tidelog.sites.negotiation import NONE, Decision, Outcome, SinkProgress, negotiate
 from tidelog.sites.registry import Site
 from tidelog.sites.send_queue import SendQueue
+from tidelog.sites.snapshots import SnapshotRecord, Snapshots, SnapshotTrimmed, Wanted
 from tidelog.sites.sync_states import SenderSession, SyncEvent, SyncState
 from tidelog.sites.windows import AckTimeout, Framed, SendWindow
 
 LOG = logging.getLogger("tidelog.sites")
 
 Call = grpc.aio.StreamStreamCall[v1.ReplicationRequest, v1.ReplicationReply]
+FIRST: Final = asyncio.FIRST_COMPLETED
+_NEGOTIATED: Final = {
+    Outcome.DELTAS: SyncEvent.NEGOTIATED_DELTAS,
+    Outcome.SNAPSHOT: SyncEvent.NEGOTIATED_SNAPSHOT,
+    Outcome.APPLY_PENDING: SyncEvent.NEGOTIATED_APPLY_PENDING,
+}
+_REFUSALS: Final = frozenset(
+    {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.DATA_LOSS, grpc.StatusCode.OUT_OF_RANGE}
+)
+"""How a sink that refuses what it was sent ends the stream (not how a lost one ends)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +80,7 @@ class Sender:
     def __init__(
         self,
         queue: SendQueue,
+        snapshots: Snapshots,
         site: Site,
         local_site: str,
         *,
@@ -66,8 +88,15 @@ class Sender:
         window: int = 8,
         ack_timeout_s: float = 10.0,
         max_pause_s: float = 5.0,
+        provider_timeout_s: float = 60.0,
+        max_resends: int = 2,
     ) -> None:
         self.queue = queue
+        self.snapshots = snapshots
+        self.provider_timeout_s = provider_timeout_s
+        self.max_resends = max_resends
+        """Resends of an unacked batch (after ``ack_timeout_s``, then twice as long each time)
+        before the session gives up on deltas and starts a snapshot sync."""
         self.site = site
         self.local_site = local_site
         self.batch_entries = batch_entries
@@ -79,7 +108,11 @@ class Sender:
         self.last_ack_s: float | None = None
         self.reason = "not connected yet"
         self._task: asyncio.Task[None] | None = None
-        self._acks = asyncio.Event()
+        self._wake = asyncio.Event()
+        """Set by an ack, a snapshot's apply or a resync request: the session looks again."""
+        self._window: SendWindow[Sequence[RoutedEntry]] | None = None
+        self._resync_asked: str | None = None
+        """Why the next negotiation must start a snapshot (None: let it decide)."""
 
     @property
     def status(self) -> SenderStatus:
@@ -128,12 +161,145 @@ class Sender:
             self.session.handle(SyncEvent.START)
             cycle = self.session.cycle
             decision = self._decide(reply.progress)
+            if self._resync_asked is not None:
+                decision = Decision(Outcome.SNAPSHOT, self._resync_asked)
             self.reason = decision.reason
-            if decision.outcome is not Outcome.DELTAS:
-                self.session.handle(SyncEvent.NEGOTIATED_SNAPSHOT, cycle)
-                raise ConnectionAbortedError(f"{decision.reason}: snapshot sync is not built yet")
-            self.session.handle(SyncEvent.NEGOTIATED_DELTAS, cycle)
-            await self._ship(call, decision.resume_after)
+            self.session.handle(_NEGOTIATED[decision.outcome], cycle)
+            link = _Link(call, self._on_ack)
+            try:
+                resume_after = decision.resume_after
+                while True:
+                    state = self.session.state
+                    if state is SyncState.SNAPSHOT_SYNC:
+                        covered = await self._snapshot(link)
+                        if covered is not None:
+                            resume_after = covered
+                    elif state is SyncState.LOG_ENTRY_SYNC:
+                        await self._ship(link, resume_after)
+                    elif state is SyncState.WAIT_SNAPSHOT_APPLY:
+                        # The sink holds a snapshot it never applied (this sink applies as it
+                        # receives, so it is one from an older server): a new one is safe.
+                        self.session.handle(SyncEvent.RESYNC_REQUEST)
+                    else:
+                        raise ConnectionAbortedError(f"the session is {state.value}")
+            except grpc.aio.AioRpcError as error:
+                if error.code() in _REFUSALS:
+                    # The sink refused what was sent: it may have lost track, and a full sync
+                    # is always safe.
+                    self._resync_asked = f"after the sink refused a batch: {_describe(error)}"
+                raise
+            finally:
+                await link.close()
+
+    def resync(self, reason: str = "a resync was requested") -> None:
+        """Start a snapshot sync of the site: now if connected, else at the next negotiation."""
+        self._resync_asked = reason
+        if self.session.state in (
+            SyncState.NEGOTIATING,
+            SyncState.SNAPSHOT_SYNC,
+            SyncState.WAIT_SNAPSHOT_APPLY,
+            SyncState.LOG_ENTRY_SYNC,
+        ):
+            self.session.handle(SyncEvent.RESYNC_REQUEST)
+            self.reason = reason
+        self._wake.set()
+
+    def _on_ack(self, acked: int) -> None:
+        if self._window is not None:
+            self._window.ack(acked)
+        self.acked = max(self.acked, acked)
+        self.last_ack_s = time.time()
+        self._wake.set()
+
+    async def _snapshot(self, link: _Link) -> int | None:
+        """Ask for a snapshot, ship it as the provider writes it, wait for the sink to apply
+        it; the position it covers, or None when the cycle ended otherwise (a newer resync)."""
+        cycle = self.session.cycle
+        wanted = await self.snapshots.request(self.site)
+        self.reason = (
+            f"snapshot {wanted.snapshot}: waiting for the application's snapshot provider "
+            f"(client.snapshot_provider) to begin it"
+        )
+        try:
+            asked = time.monotonic()
+            while not wanted.begun.is_set():
+                if self.session.cycle != cycle:
+                    return None
+                if time.monotonic() - asked > self.provider_timeout_s:
+                    # No provider was running, or it missed the request: ask again (a provider
+                    # started later answers the newest and skips the older ones).
+                    self.resync(self._resync_asked or self.reason)
+                    return None
+                self._wake.clear()
+                await self._pause(link, wanted.begun.wait())
+            self.reason = f"snapshot {wanted.snapshot}: transferring"
+            offset = wanted.start_offset
+            assert offset is not None
+            heard = time.monotonic()
+            while True:
+                if self.session.cycle != cycle:
+                    return None
+                self._wake.clear()
+                signal = self.snapshots.queue.signal.current()
+                try:
+                    records = self.snapshots.read(wanted, offset, 64)
+                except SnapshotTrimmed as trimmed:
+                    self.resync(f"{trimmed}: asking for a new one")
+                    return None
+                for record in records:
+                    await link.call.write(v1.ReplicationRequest(snapshot=_frame(wanted, record)))
+                    offset = record.offset + 1
+                if records and records[-1].kind is EntryKind.SNAPSHOT_END:
+                    break
+                if records:
+                    heard = time.monotonic()
+                elif time.monotonic() - heard > self.provider_timeout_s:
+                    self.resync(
+                        f"the provider wrote nothing of snapshot {wanted.snapshot} for "
+                        f"{self.provider_timeout_s} s: asking for a new one"
+                    )
+                    return None
+                await self._pause(link, signal)
+            self.session.handle(SyncEvent.SNAPSHOT_TRANSFER_COMPLETE, cycle)
+            self.reason = f"snapshot {wanted.snapshot}: transferred, waiting for the sink's apply"
+            due = time.monotonic() + self.ack_timeout_s
+            while link.applied < wanted.snapshot:
+                self._wake.clear()
+                link.changed.clear()
+                if link.applied >= wanted.snapshot:
+                    break
+                if time.monotonic() > due:
+                    self.session.handle(SyncEvent.ACK_TIMEOUT, cycle)
+                    self.reason = (
+                        f"snapshot {wanted.snapshot}: no apply from site {self.site.site_id} "
+                        f"within {self.ack_timeout_s} s; a new snapshot"
+                    )
+                    return None
+                await self._pause(link, link.changed.wait())
+            self.session.handle(SyncEvent.SNAPSHOT_APPLY_COMPLETE, cycle)
+            self.acked = wanted.covered
+            self.last_ack_s = time.time()
+            self._resync_asked = None
+            self.reason = (
+                f"snapshot {wanted.snapshot} applied; deltas after position {wanted.covered}"
+            )
+            LOG.info("site %s: %s", self.site.site_id, self.reason)
+            return wanted.covered
+        finally:
+            self.snapshots.forget(wanted)
+
+    async def _pause(self, link: _Link, *wakers: Awaitable[Any]) -> None:
+        """Wait up to a second for one of ``wakers``, a wake-up or the end of the stream;
+        raises what ended the stream."""
+        link.check()
+        futures = {asyncio.ensure_future(w) for w in wakers}
+        futures.add(asyncio.ensure_future(self._wake.wait()))
+        try:
+            await asyncio.wait({*futures, link.reader}, timeout=1.0, return_when=FIRST)
+        finally:
+            for future in futures:
+                future.cancel()
+        link.check()
 
     def _decide(self, reply: v1.SinkProgress) -> Decision:
         progress = SinkProgress(
@@ -143,7 +309,7 @@ class Sender:
             reply.last_processed,
         )
         oldest = self.queue.oldest_position()
-        decision = negotiate(progress, oldest)
+        decision = negotiate(progress, self.queue.held_from(self.site.number))
         since = position(self.site.since, 0)
         if (
             decision.outcome is Outcome.SNAPSHOT
@@ -158,19 +324,28 @@ class Sender:
             )
         return decision
 
-    async def _ship(self, call: Call, resume_after: int) -> None:
+    async def _ship(self, link: _Link, resume_after: int) -> None:
+        """Ship deltas after ``resume_after`` until the session leaves delta sync."""
+        cycle = self.session.cycle
         window: SendWindow[Sequence[RoutedEntry]] = SendWindow(
-            self.window_batches, resend_after_s=self.ack_timeout_s, max_resends=0
+            self.window_batches, resend_after_s=self.ack_timeout_s, max_resends=self.max_resends
         )
         window.ack(resume_after)
+        self._window = window
         self.acked = resume_after  # what the sink says it holds, even if it lost some
         cursor = resume_after
-        reader = asyncio.create_task(self._read_acks(call, window))
         try:
-            while True:
+            while self.session.state is SyncState.LOG_ENTRY_SYNC and self.session.cycle == cycle:
                 # Taken before reading: an ack or an append from here on wakes the wait below.
-                self._acks.clear()
+                self._wake.clear()
                 signal = self.queue.partition.signal.current()
+                if self.queue.lost_for(self.site.number, cursor):
+                    self.session.handle(SyncEvent.TRIMMED_READ, cycle)
+                    self.reason = (
+                        f"retention removed entries after position {cursor} before they were "
+                        f"sent: a snapshot sync"
+                    )
+                    return
                 while window.has_room:
                     entries = self.queue.read_for(self.site.number, cursor, self.batch_entries)
                     if not entries:
@@ -179,42 +354,68 @@ class Sender:
                         cursor, entries[-1].position, tuple(entries)
                     )
                     window.sent(framed)
-                    await call.write(v1.ReplicationRequest(deltas=_wire(framed)))
+                    await link.call.write(v1.ReplicationRequest(deltas=_wire(framed)))
                     cursor = framed.current
                 try:
-                    window.due()
+                    for again in window.due():  # the sink drops what it applied already
+                        await link.call.write(v1.ReplicationRequest(deltas=_wire(again)))
                 except AckTimeout:
-                    raise TimeoutError(
-                        f"no ack from site {self.site.site_id} within {self.ack_timeout_s} s"
-                    ) from None
-                if reader.done():
-                    reader.result()  # raises what ended it
-                    raise ConnectionError("the sink closed the stream")
-                waiter = asyncio.ensure_future(self._acks.wait())
-                wakers: set[asyncio.Future[Any]] = {signal, waiter, reader}
-                try:
-                    await asyncio.wait(
-                        wakers,
-                        timeout=min(1.0, self.ack_timeout_s),
-                        return_when=asyncio.FIRST_COMPLETED,
+                    self.session.handle(SyncEvent.ACK_TIMEOUT, cycle)
+                    self.reason = (
+                        f"no ack from site {self.site.site_id} for a batch sent "
+                        f"{self.max_resends + 1} times: a snapshot sync"
                     )
-                finally:
-                    waiter.cancel()
+                    return
+                await self._pause(link, signal)
         finally:
-            reader.cancel()
-            with contextlib.suppress(BaseException):
-                await reader
+            self._window = None
 
-    async def _read_acks(self, call: Call, window: SendWindow[Sequence[RoutedEntry]]) -> None:
+
+class _Link:
+    """One Replicate stream: the call, and the task reading the sink's replies."""
+
+    def __init__(self, call: Call, on_ack: Callable[[int], None]) -> None:
+        self.call = call
+        self.applied = NONE
+        """The newest snapshot the sink said it applied on this stream."""
+        self.changed = asyncio.Event()
+        self.reader = asyncio.create_task(self._read(on_ack))
+
+    async def _read(self, on_ack: Callable[[int], None]) -> None:
         while True:
-            reply = await call.read()
+            reply = await self.call.read()
             if not isinstance(reply, v1.ReplicationReply):
                 return  # the end of the stream
             if reply.HasField("acked"):
-                window.ack(reply.acked)
-                self.acked = max(self.acked, reply.acked)
-                self.last_ack_s = time.time()
-                self._acks.set()
+                on_ack(reply.acked)
+            elif reply.HasField("snapshot_applied"):
+                self.applied = max(self.applied, reply.snapshot_applied)
+                self.changed.set()
+
+    def check(self) -> None:
+        """Raise what ended the stream, if it ended."""
+        if self.reader.done():
+            self.reader.result()
+            raise ConnectionError("the sink closed the stream")
+
+    async def close(self) -> None:
+        self.reader.cancel()
+        with contextlib.suppress(BaseException):
+            await self.reader
+
+
+def _frame(wanted: Wanted, record: SnapshotRecord) -> v1.SnapshotBatch:
+    frame = v1.SnapshotBatch(snapshot=wanted.snapshot, covered=wanted.covered)
+    if record.kind is EntryKind.SNAPSHOT_START:
+        frame.start = True
+    elif record.kind is EntryKind.SNAPSHOT_END:
+        frame.end = True
+    else:
+        frame.entries.extend(
+            v1.RoutedEntry(position=wanted.covered, client_name=record.client, payload=p)
+            for p in record.payloads
+        )
+    return frame
 
 
 def _wire(batch: Framed[Sequence[RoutedEntry]]) -> v1.DeltaBatch:

@@ -13,23 +13,72 @@ the last position applied from a source is the highest ``__position`` among its 
 newest records, and everything before it was applied. An ack is sent only for what is synced. A
 failed append (a full disk) resets the source's window to what the queues hold, so the source's
 resend fills the gap and nothing is applied twice.
+
+Snapshots. A snapshot from a source replaces what the sink application holds from it: its start
+frame puts a ``snapshot_start`` record (``__kind`` header) in each of the source's receive queues,
+its entries go to their clients' queues as ``snapshot_entry`` records (a client seen for the
+first time gets its start record first), and its end frame puts a ``snapshot_end`` record in
+every queue that got a start. Each of these records carries the snapshot's covered position as
+its ``__position``, so a listener delivers start, entries, end, then the deltas after it. The
+sink persists, per source, the snapshot it saw start and the one it applied whole, with its
+covered position (``sites_sink.json`` in the data directory, replaced atomically before the
+ack): negotiation reads them (``negotiation.py``). A transfer that broke leaves a start without
+an end; the next negotiation asks for a new snapshot, whose start tells the listener to begin
+again. Entries are written as they arrive, so *transferred* and *applied* are one step here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Final
 
-from tidelog.broker import Broker, NewRecord, Stream, StreamConfig
+from tidelog.broker import Broker, NewRecord, Stream, StreamConfig, replace_json
 from tidelog.errors import InvalidArgument, echo
 from tidelog.sites.envelope import RoutedEntry
-from tidelog.sites.negotiation import NONE
+from tidelog.sites.negotiation import NONE, SinkProgress
 from tidelog.sites.registry import validate_site_id
 from tidelog.sites.windows import ApplyWindow, Framed
-from tidelog.wire import POSITION_HEADER, RECEIVE_QUEUE_PREFIX
+from tidelog.wire import KIND_HEADER, POSITION_HEADER, RECEIVE_QUEUE_PREFIX, SNAPSHOT_HEADER
 
 _POSITION = struct.Struct(">q")
+PROGRESS_FILE: Final = "sites_sink.json"
+START: Final = b"snapshot_start"
+ENTRY: Final = b"snapshot_entry"
+END: Final = b"snapshot_end"
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotFrame:
+    """A piece of a snapshot as it arrives: the start, entries, or the end."""
+
+    snapshot: int
+    covered: int
+    start: bool = False
+    end: bool = False
+    entries: Sequence[tuple[str, bytes]] = ()
+    """(client name, payload)"""
+
+
+@dataclass(slots=True)
+class _Snapshots:
+    """What the sink persisted about one source's snapshots."""
+
+    started: int = NONE
+    applied: int = NONE
+    covered: int = NONE
+    """The applied snapshot's covered position."""
+
+
+@dataclass(slots=True)
+class _Transfer:
+    snapshot: int
+    covered: int
+    started: set[str] = field(default_factory=set)
+    """Receive queues that got the start record."""
 
 
 def receive_queue(client: str, source: str) -> str:
@@ -47,10 +96,37 @@ class Sink:
         self._locks: dict[str, asyncio.Lock] = {}
         """One apply at a time per source: two streams from one source (a reconnect while the
         old stream lingers) must not interleave their appends."""
+        self._path = broker.data_dir / PROGRESS_FILE
+        self._snapshots = self._load()
+        self._transfers: dict[str, _Transfer] = {}
+
+    def _load(self) -> dict[str, _Snapshots]:
+        try:
+            data = json.loads(self._path.read_text())
+        except FileNotFoundError:
+            return {}
+        return {source: _Snapshots(**fields) for source, fields in data.items()}
+
+    def _save(self, source: str, snapshots: _Snapshots) -> None:
+        """Persist ``snapshots`` for ``source`` (the memory changes only once it is on disk)."""
+        data = {s: asdict(p) for s, p in self._snapshots.items()}
+        data[source] = asdict(snapshots)
+        replace_json(self._path, data, indent=1)
+        self._snapshots[source] = snapshots
 
     def last_processed(self, source: str) -> int:
         """The position of the last entry applied from ``source`` (``NONE``: nothing yet)."""
         return self._window(source).last_applied
+
+    def progress(self, source: str) -> SinkProgress:
+        """What negotiation needs to know about ``source``."""
+        snapshots = self._snapshots.get(source, _Snapshots())
+        return SinkProgress(
+            snapshot_started=snapshots.started,
+            snapshot_transferred=snapshots.applied,
+            snapshot_applied=snapshots.applied,
+            last_processed=self.last_processed(source),
+        )
 
     def _window(self, source: str) -> ApplyWindow[Sequence[RoutedEntry]]:
         window = self._windows.get(source)
@@ -59,8 +135,10 @@ class Sink:
         return window
 
     def _recovered(self, source: str) -> int:
-        """The highest position held by ``source``'s receive queues (reads one record each)."""
-        last = NONE
+        """The highest position held by ``source``'s receive queues (reads one record each),
+        or the applied snapshot's covered position if higher."""
+        snapshots = self._snapshots.get(source)
+        last = snapshots.covered if snapshots is not None else NONE
         for stream in self._queues_of(source):
             log = stream.partitions[0].log
             if log.high_watermark < 0:
@@ -96,6 +174,63 @@ class Sink:
                 raise
             return window.last_applied
 
+    async def receive_snapshot(self, source: str, frame: SnapshotFrame) -> int | None:
+        """Apply a piece of a snapshot from ``source``; at its end, the snapshot's id once it
+        is applied whole and synced (None before)."""
+        validate_site_id(source)
+        if source == self.local_site:
+            raise InvalidArgument(
+                f"{echo(source)} is this site: a site does not replicate to itself"
+            )
+        for client, _ in frame.entries:
+            validate_site_id(client)
+        async with self._locks.setdefault(source, asyncio.Lock()):
+            transfer = self._transfers.get(source)
+            if frame.start:
+                previous = self._snapshots.get(source, _Snapshots())
+                self._save(source, _Snapshots(frame.snapshot, previous.applied, previous.covered))
+                transfer = self._transfers[source] = _Transfer(frame.snapshot, frame.covered)
+                for stream in self._queues_of(source):
+                    await self._mark(stream, transfer, START, durable=False)
+            elif transfer is None or transfer.snapshot != frame.snapshot:
+                raise InvalidArgument(
+                    f"snapshot {frame.snapshot} was not started on this stream: a snapshot "
+                    f"begins with its start frame"
+                )
+            await self._snapshot_entries(source, transfer, frame.entries)
+            if not frame.end:
+                return None
+            for name in sorted(transfer.started):
+                stream = self.broker.internal_stream(name, StreamConfig(partitions=1))
+                await self._mark(stream, transfer, END, durable=True)
+            self._save(source, _Snapshots(transfer.snapshot, transfer.snapshot, transfer.covered))
+            del self._transfers[source]
+            self._windows[source] = ApplyWindow(transfer.covered)
+            return transfer.snapshot
+
+    async def _snapshot_entries(
+        self, source: str, transfer: _Transfer, entries: Sequence[tuple[str, bytes]]
+    ) -> None:
+        by_client: dict[str, list[bytes]] = {}
+        for client, payload in entries:
+            by_client.setdefault(client, []).append(payload)
+        headers = _marks(transfer, ENTRY)
+        for client, payloads in by_client.items():
+            stream = self.broker.internal_stream(
+                receive_queue(client, source), StreamConfig(partitions=1)
+            )
+            if stream.name not in transfer.started:
+                await self._mark(stream, transfer, START, durable=False)
+            await stream.partitions[0].publish([NewRecord(p, headers=headers) for p in payloads])
+
+    async def _mark(
+        self, stream: Stream, transfer: _Transfer, kind: bytes, *, durable: bool
+    ) -> None:
+        await stream.partitions[0].publish(
+            [NewRecord(b"", headers=_marks(transfer, kind))], durable=durable
+        )
+        transfer.started.add(stream.name)
+
     async def _apply(self, source: str, entries: Sequence[RoutedEntry]) -> None:
         start = 0
         while start < len(entries):
@@ -112,6 +247,14 @@ class Sink:
             ]
             await stream.partitions[0].publish(records, durable=True)
             start = end
+
+
+def _marks(transfer: _Transfer, kind: bytes) -> dict[str, bytes]:
+    return {
+        POSITION_HEADER: _POSITION.pack(transfer.covered),
+        KIND_HEADER: kind,
+        SNAPSHOT_HEADER: _POSITION.pack(transfer.snapshot),
+    }
 
 
 def _check(source: str, local_site: str, batch: Batch) -> None:

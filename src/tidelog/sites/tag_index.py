@@ -34,6 +34,11 @@ class TagIndex:
         self.covers = -1
         self.oldest = 0
         """Records below this offset were trimmed."""
+        self.base = 0
+        """Records below this offset were trimmed before the index was built: which sites they
+        were for is not known."""
+        self._lost: dict[int, int] = {}
+        """Site number -> the newest record for it that was trimmed since the index was built."""
 
     def add(self, offset: int, entries: Mapping[int, int]) -> None:
         """Record ``offset`` under every site in ``entries`` (site number -> how many of the
@@ -76,6 +81,8 @@ class TagIndex:
         self.oldest = oldest
         for site, offsets in self._offsets.items():
             start = bisect.bisect_left(offsets, oldest)
+            if start > self._start.get(site, 0):
+                self._lost[site] = offsets[start - 1]
             if start > len(offsets) // 2:  # compact once half is dead: amortised O(1)
                 totals = self._totals[site]
                 base = totals[start - 1] if start else 0  # running totals start again at 0
@@ -84,7 +91,13 @@ class TagIndex:
                 start = 0
             self._start[site] = start
 
+    def held_from(self, site: int) -> int:
+        """The oldest record offset from which every record for ``site`` is still held: a
+        site that processed the record before it can resume with deltas."""
+        return max(self.base, self._lost.get(site, -1) + 1)
+
     def forget_site(self, site: int) -> None:
+        self._lost.pop(site, None)
         self._offsets.pop(site, None)
         self._totals.pop(site, None)
         self._start.pop(site, None)

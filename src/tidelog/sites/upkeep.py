@@ -1,9 +1,9 @@
 """The delta queue's upkeep: entries leave once every declared site acknowledged them.
 
 Theory. A site still needs every entry after the last position it acknowledged, and the record
-holding that position too: the record may hold later entries for it, and negotiation resumes
-deltas only while the queue's oldest position is at most the acknowledged one plus one
-(``negotiation.py``). A site that acknowledged nothing needs every record from its ``since``.
+holding that position too: the record may hold later entries for it (negotiation resumes deltas
+while the queue holds every record for the site from that one on, ``negotiation.py``). A site
+that acknowledged nothing needs every record from its ``since``.
 The lowest record any declared site needs is the *release offset* (:func:`release_offset`; with
 no site declared, the queue's end); the queue deletes the whole sealed segments below it
 (``Partition.release_before``) and the tag index drops them (``TagIndex.trim``). A removed site
@@ -14,9 +14,9 @@ since this server started (what the sink said it applied, then its acks); before
 position saved by an earlier pass (``<data_dir>/sites_acked.json``, replaced atomically); with
 neither, none (the site holds back from its ``since``). A saved position is used only for the
 site it was saved for (same id, number and ``since``). Safety does not rest on it: a release
-never makes a site skip an entry, because negotiation and ``SendQueue.read_for`` compare the
-queue's oldest position with the site's own, so at worst a site the release overtook (one whose
-sink lost what it had acknowledged) gets a snapshot sync.
+never makes a site skip an entry, because negotiation and the sender's reads compare what the
+queue holds for the site (``SendQueue.held_from``) with the site's own position, so at worst a
+site the release overtook (one whose sink lost what it had acknowledged) gets a snapshot sync.
 
 Retention is the backstop for a site that never acknowledges: the broker's maintenance applies
 the queue's retention (``QueueRetention``) whatever the sites acknowledged, and each pass here

@@ -307,26 +307,70 @@ class DeltaBatch(_message.Message):
 Global___DeltaBatch: _TypeAlias = DeltaBatch  # noqa: Y015
 
 @_typing.final
+class SnapshotBatch(_message.Message):
+    """A piece of a snapshot on its way to the sink: the start frame, entries, the end frame."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SNAPSHOT_FIELD_NUMBER: _builtins.int
+    COVERED_FIELD_NUMBER: _builtins.int
+    START_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    snapshot: _builtins.int
+    """The snapshot's id: the offset of its request in the source's __lrq_snapshot_requests."""
+    covered: _builtins.int
+    """Every delta up to this position is in the snapshot: deltas resume after it."""
+    start: _builtins.bool
+    """The first frame of the snapshot (the sink starts it over)."""
+    end: _builtins.bool
+    """The last frame: the sink applies what it received and answers snapshot_applied."""
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___RoutedEntry]:
+        """Entries of the snapshot; their position is the covered position."""
+
+    def __init__(
+        self,
+        *,
+        snapshot: _builtins.int = ...,
+        covered: _builtins.int = ...,
+        start: _builtins.bool = ...,
+        end: _builtins.bool = ...,
+        entries: _abc.Iterable[Global___RoutedEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["covered", b"covered", "end", b"end", "entries", b"entries", "snapshot", b"snapshot", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SnapshotBatch: _TypeAlias = SnapshotBatch  # noqa: Y015
+
+@_typing.final
 class ReplicationRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     HELLO_FIELD_NUMBER: _builtins.int
     DELTAS_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def hello(self) -> Global___ReplicationHello: ...
     @_builtins.property
     def deltas(self) -> Global___DeltaBatch: ...
+    @_builtins.property
+    def snapshot(self) -> Global___SnapshotBatch: ...
     def __init__(
         self,
         *,
         hello: Global___ReplicationHello | None = ...,
         deltas: Global___DeltaBatch | None = ...,
+        snapshot: Global___SnapshotBatch | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["deltas", b"deltas", "frame", b"frame", "hello", b"hello"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deltas", b"deltas", "frame", b"frame", "hello", b"hello", "snapshot", b"snapshot"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deltas", b"deltas", "frame", b"frame", "hello", b"hello"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deltas", b"deltas", "frame", b"frame", "hello", b"hello", "snapshot", b"snapshot"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_frame: _TypeAlias = _typing.Literal["hello", "deltas"]  # noqa: Y015
+    _WhichOneofReturnType_frame: _TypeAlias = _typing.Literal["hello", "deltas", "snapshot"]  # noqa: Y015
     _WhichOneofArgType_frame: _TypeAlias = _typing.Literal["frame", b"frame"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_frame) -> _WhichOneofReturnType_frame | None: ...
 
@@ -367,8 +411,13 @@ class ReplicationReply(_message.Message):
 
     PROGRESS_FIELD_NUMBER: _builtins.int
     ACKED_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_APPLIED_FIELD_NUMBER: _builtins.int
     acked: _builtins.int
     """Every entry up to this position is applied and synced."""
+    snapshot_applied: _builtins.int
+    """The snapshot with this id is applied whole and synced: deltas resume after its covered
+    position.
+    """
     @_builtins.property
     def progress(self) -> Global___SinkProgress:
         """The answer to the hello."""
@@ -378,12 +427,13 @@ class ReplicationReply(_message.Message):
         *,
         progress: Global___SinkProgress | None = ...,
         acked: _builtins.int = ...,
+        snapshot_applied: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "progress", b"progress", "reply", b"reply"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "progress", b"progress", "reply", b"reply", "snapshot_applied", b"snapshot_applied"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "progress", b"progress", "reply", b"reply"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "progress", b"progress", "reply", b"reply", "snapshot_applied", b"snapshot_applied"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_reply: _TypeAlias = _typing.Literal["progress", "acked"]  # noqa: Y015
+    _WhichOneofReturnType_reply: _TypeAlias = _typing.Literal["progress", "acked", "snapshot_applied"]  # noqa: Y015
     _WhichOneofArgType_reply: _TypeAlias = _typing.Literal["reply", b"reply"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_reply) -> _WhichOneofReturnType_reply | None: ...
 
@@ -585,6 +635,119 @@ class TransmitRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TransmitRequest: _TypeAlias = TransmitRequest  # noqa: Y015
+
+@_typing.final
+class SnapshotPayload(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLIENT_NAME_FIELD_NUMBER: _builtins.int
+    PAYLOAD_FIELD_NUMBER: _builtins.int
+    client_name: _builtins.str
+    """Names the application stream, as in TransmitRequest."""
+    payload: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        client_name: _builtins.str = ...,
+        payload: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_name", b"client_name", "payload", b"payload"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SnapshotPayload: _TypeAlias = SnapshotPayload  # noqa: Y015
+
+@_typing.final
+class TransmitSnapshotRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SITE_ID_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_FIELD_NUMBER: _builtins.int
+    BEGIN_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    site_id: _builtins.str
+    """The remote site the snapshot is for."""
+    snapshot: _builtins.int
+    """The id from the snapshot request."""
+    begin: _builtins.bool
+    """The first call of this snapshot: the server notes the delta position it covers."""
+    end: _builtins.bool
+    """The last call: the snapshot is complete."""
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___SnapshotPayload]: ...
+    def __init__(
+        self,
+        *,
+        site_id: _builtins.str = ...,
+        snapshot: _builtins.int = ...,
+        begin: _builtins.bool = ...,
+        end: _builtins.bool = ...,
+        entries: _abc.Iterable[Global___SnapshotPayload] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["begin", b"begin", "end", b"end", "entries", b"entries", "site_id", b"site_id", "snapshot", b"snapshot"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransmitSnapshotRequest: _TypeAlias = TransmitSnapshotRequest  # noqa: Y015
+
+@_typing.final
+class TransmitSnapshotResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COVERED_FIELD_NUMBER: _builtins.int
+    covered: _builtins.int
+    """The delta position the snapshot covers."""
+    def __init__(
+        self,
+        *,
+        covered: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["covered", b"covered"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransmitSnapshotResponse: _TypeAlias = TransmitSnapshotResponse  # noqa: Y015
+
+@_typing.final
+class ResyncSiteRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SITE_ID_FIELD_NUMBER: _builtins.int
+    site_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        site_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["site_id", b"site_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResyncSiteRequest: _TypeAlias = ResyncSiteRequest  # noqa: Y015
+
+@_typing.final
+class ResyncSiteResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResyncSiteResponse: _TypeAlias = ResyncSiteResponse  # noqa: Y015
 
 @_typing.final
 class TransmitResponse(_message.Message):

@@ -114,6 +114,16 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ReplicationRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ReplicationReply.FromString,
                 _registered_method=True)
+        self.TransmitSnapshot = channel.unary_unary(
+                '/tidelog.v1.Tidelog/TransmitSnapshot',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.TransmitSnapshotRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.TransmitSnapshotResponse.FromString,
+                _registered_method=True)
+        self.ResyncSite = channel.unary_unary(
+                '/tidelog.v1.Tidelog/ResyncSite',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ResyncSiteRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ResyncSiteResponse.FromString,
+                _registered_method=True)
 
 
 class TidelogServicer:
@@ -239,6 +249,23 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TransmitSnapshot(self, request, context):
+        """The source application's snapshot provider: writes its full state for one remote site
+        into the snapshot queue, answering a snapshot request it read from the stream
+        __lrq_snapshot_requests. The first call of a snapshot has begin set (the server notes the
+        delta position the snapshot covers), the last has end set.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResyncSite(self, request, context):
+        """Start a snapshot sync of a remote site now (an operator's repair).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TidelogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -321,6 +348,16 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.Replicate,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ReplicationRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.ReplicationReply.SerializeToString,
+            ),
+            'TransmitSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.TransmitSnapshot,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.TransmitSnapshotRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.TransmitSnapshotResponse.SerializeToString,
+            ),
+            'ResyncSite': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResyncSite,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ResyncSiteRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.ResyncSiteResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -755,6 +792,60 @@ class Tidelog:
             '/tidelog.v1.Tidelog/Replicate',
             tidelog_dot_v1_dot_tidelog__pb2.ReplicationRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.ReplicationReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TransmitSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/TransmitSnapshot',
+            tidelog_dot_v1_dot_tidelog__pb2.TransmitSnapshotRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.TransmitSnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResyncSite(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/ResyncSite',
+            tidelog_dot_v1_dot_tidelog__pb2.ResyncSiteRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.ResyncSiteResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -88,6 +88,14 @@ class TidelogStub:
     request is a hello, answered with the sink's progress for that source; then delta batches,
     each answered with a cumulative ack once what it brought is applied and synced.
     """
+    TransmitSnapshot: _grpc.UnaryUnaryMultiCallable[_tidelog_pb2.TransmitSnapshotRequest, _tidelog_pb2.TransmitSnapshotResponse]
+    """The source application's snapshot provider: writes its full state for one remote site
+    into the snapshot queue, answering a snapshot request it read from the stream
+    __lrq_snapshot_requests. The first call of a snapshot has begin set (the server notes the
+    delta position the snapshot covers), the last has end set.
+    """
+    ResyncSite: _grpc.UnaryUnaryMultiCallable[_tidelog_pb2.ResyncSiteRequest, _tidelog_pb2.ResyncSiteResponse]
+    """Start a snapshot sync of a remote site now (an operator's repair)."""
 
 @_typing.type_check_only
 class TidelogAsyncStub(TidelogStub):
@@ -139,6 +147,14 @@ class TidelogAsyncStub(TidelogStub):
     request is a hello, answered with the sink's progress for that source; then delta batches,
     each answered with a cumulative ack once what it brought is applied and synced.
     """
+    TransmitSnapshot: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.TransmitSnapshotRequest, _tidelog_pb2.TransmitSnapshotResponse]  # type: ignore[assignment]
+    """The source application's snapshot provider: writes its full state for one remote site
+    into the snapshot queue, answering a snapshot request it read from the stream
+    __lrq_snapshot_requests. The first call of a snapshot has begin set (the server notes the
+    delta position the snapshot covers), the last has end set.
+    """
+    ResyncSite: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.ResyncSiteRequest, _tidelog_pb2.ResyncSiteResponse]  # type: ignore[assignment]
+    """Start a snapshot sync of a remote site now (an operator's repair)."""
 
 class TidelogServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -283,5 +299,25 @@ class TidelogServicer(metaclass=_abc_1.ABCMeta):
         request is a hello, answered with the sink's progress for that source; then delta batches,
         each answered with a cumulative ack once what it brought is applied and synced.
         """
+
+    @_abc_1.abstractmethod
+    def TransmitSnapshot(
+        self,
+        request: _tidelog_pb2.TransmitSnapshotRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tidelog_pb2.TransmitSnapshotResponse, _abc.Awaitable[_tidelog_pb2.TransmitSnapshotResponse]]:
+        """The source application's snapshot provider: writes its full state for one remote site
+        into the snapshot queue, answering a snapshot request it read from the stream
+        __lrq_snapshot_requests. The first call of a snapshot has begin set (the server notes the
+        delta position the snapshot covers), the last has end set.
+        """
+
+    @_abc_1.abstractmethod
+    def ResyncSite(
+        self,
+        request: _tidelog_pb2.ResyncSiteRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tidelog_pb2.ResyncSiteResponse, _abc.Awaitable[_tidelog_pb2.ResyncSiteResponse]]:
+        """Start a snapshot sync of a remote site now (an operator's repair)."""
 
 def add_TidelogServicer_to_server(servicer: TidelogServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,83 @@
+"""The controller's decisions, as pure functions of the cluster's state: where a new stream's
+partitions go, who leads a partition whose leader died, who leaves or rejoins an ISR.
+
+The controller (one broker, elected through etcd: ``metadata.py``) applies each decision with a
+compare-and-set on the partition's epoch, so a decision made on a stale view is refused and
+made again; these functions only say what the next state is.
+
+- **Placement**: ``replication_factor`` replicas per partition on distinct brokers (-1: every
+  broker), leaders spread so that no broker leads more than one partition more than another
+  (counting the leaders it already has), each partition's replicas the next brokers after its
+  leader in id order. All replicas start in the ISR.
+- **Election**: when a leader is not live, the next leader is the first live ISR member in
+  replica order, with the leader epoch raised; the ISR keeps its live members. With no live
+  ISR member there is no leader (no unclean election: a replica outside the ISR may lack
+  acknowledged records), and the partition is offline until one comes back.
+- **ISR changes**: a lagging follower leaves, never the leader, never below one member; a
+  follower that caught up rejoins. Neither changes the leader epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from tidelog.cluster.metadata import PartitionState
+from tidelog.errors import InvalidArgument
+
+EVERY_BROKER = -1
+
+
+def place(
+    partitions: int,
+    replication_factor: int,
+    brokers: Sequence[str],
+    leading: Mapping[str, int] | None = None,
+) -> list[PartitionState]:
+    """The first state of each of ``partitions`` partitions (``leading``: how many partitions
+    each broker leads already)."""
+    ring = sorted(set(brokers))
+    if not ring:
+        raise InvalidArgument("no live broker to place partitions on")
+    factor = len(ring) if replication_factor == EVERY_BROKER else replication_factor
+    if not 1 <= factor <= len(ring):
+        raise InvalidArgument(
+            f"replicationFactor {replication_factor} needs that many live brokers; "
+            f"{len(ring)} are live ({', '.join(ring)}): use at most {len(ring)}, or -1 for all"
+        )
+    counts = {b: (leading or {}).get(b, 0) for b in ring}
+    states = []
+    for _ in range(partitions):
+        leader = min(ring, key=lambda b: (counts[b], ring.index(b)))
+        counts[leader] += 1
+        at = ring.index(leader)
+        replicas = tuple(ring[(at + i) % len(ring)] for i in range(factor))
+        states.append(PartitionState(replicas, leader, replicas))
+    return states
+
+
+def elect(state: PartitionState, live: set[str]) -> PartitionState | None:
+    """The next state when the leader may be gone: None when nothing changes (the leader is
+    live) or no ISR member is live (offline: no unclean election)."""
+    if state.leader in live:
+        return None
+    candidates = [r for r in state.replicas if r in state.isr and r in live]
+    if not candidates:
+        return None
+    leader = candidates[0]
+    isr = tuple(r for r in state.replicas if r in state.isr and r in live)
+    return replace(state, leader=leader, isr=isr, leader_epoch=state.leader_epoch + 1)
+
+
+def shrink_isr(state: PartitionState, lagging: set[str]) -> PartitionState | None:
+    """``state`` without the lagging followers in its ISR (None: nothing to change)."""
+    isr = tuple(r for r in state.isr if r == state.leader or r not in lagging)
+    return replace(state, isr=isr) if isr != state.isr else None
+
+
+def expand_isr(state: PartitionState, caught_up: str) -> PartitionState | None:
+    """``state`` with a caught-up replica back in its ISR (None: nothing to change)."""
+    if caught_up in state.isr or caught_up not in state.replicas:
+        return None
+    members = set(state.isr) | {caught_up}
+    return replace(state, isr=tuple(r for r in state.replicas if r in members))

@@ -1,0 +1,245 @@
+"""ISR replication of one partition, both ends, without the transport: what a leader answers a
+replica fetch with, and what a follower does with the answer.
+
+Theory of operation (``docs/cluster.md``; Kafka's and Liftbridge's ISR protocol):
+
+- The **leader** appends as today. Each follower fetches from the offset after its last record,
+  naming the leader epoch it believes current. A fetch with another epoch is refused
+  (:class:`StaleEpoch`): a deposed leader's follower, or a follower that has not yet heard of a
+  new election, must refresh before it may read. A fetch also tells the leader how far the
+  follower's log reaches, and the **high watermark** is the smallest log end among the in-sync
+  replicas (the leader included): the offset below which every ISR member holds every record.
+  It never moves back, and it does not move while the ISR is smaller than ``min_isr``.
+- A fetch answer carries the records (with the leader's offsets and timestamps), the high
+  watermark, and the leader's epoch entries for the records it returns, so the follower's
+  leader-epoch cache names the epoch that *wrote* each record, not the one it fetched under.
+- A **follower** that starts following a leader (after its own start, or a leader change) first
+  asks the leader where its own newest epoch ends, and truncates its log to that
+  (``leader_epochs.truncation_offset``; to its high watermark when the leader knows no epoch so
+  old). Only then does it fetch; it appends what it gets with the leader's offsets and
+  timestamps, and keeps the high watermark it is told (never above its own log end).
+
+Both ends are plain objects over a partition's log: the replica-fetch RPC and the controller
+(later parts of issue 14) drive them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tidelog.broker import NewRecord, Partition, replace_json
+from tidelog.cluster.leader_epochs import (
+    UNDEFINED,
+    EpochEnd,
+    EpochEntry,
+    LeaderEpochCache,
+    truncation_offset,
+)
+from tidelog.errors import TidelogError
+
+FETCH_MAX_RECORDS = 1000
+
+
+class StaleEpoch(TidelogError):
+    """A fetch named a leader epoch that is not the leader's current one."""
+
+    def __init__(self, asked: int, current: int) -> None:
+        super().__init__(f"leader epoch {asked} is not the current one ({current}): refresh")
+        self.asked = asked
+        self.current = current
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicatedRecord:
+    offset: int
+    timestamp: int
+    value: bytes
+    key: bytes | None
+    headers: Mapping[str, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchAnswer:
+    leader_epoch: int
+    high_watermark: int
+    records: Sequence[ReplicatedRecord]
+    epochs: Sequence[EpochEntry]
+    """The leader's epoch entries covering ``records`` (oldest first)."""
+
+
+@dataclass(slots=True)
+class _Follower:
+    log_end: int = 0
+    """The offset after the follower's newest record, as its last fetch said."""
+    caught_up_s: float = field(default_factory=time.monotonic)
+    """When it last fetched from at or past the leader's log end."""
+
+
+def _cache_path(partition: Partition) -> Path:
+    return partition.directory / "leader-epochs.json"
+
+
+def load_epochs(partition: Partition) -> LeaderEpochCache:
+    return LeaderEpochCache.load(_cache_path(partition))
+
+
+def save_epochs(partition: Partition, cache: LeaderEpochCache) -> None:
+    cache.save(_cache_path(partition), replace_json)
+
+
+class LeaderReplica:
+    def __init__(
+        self,
+        partition: Partition,
+        broker_id: str,
+        leader_epoch: int,
+        isr: Sequence[str],
+        *,
+        high_watermark: int = -1,
+        min_isr: int = 1,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``high_watermark``: what this replica knew as a follower (it never moves back)."""
+        self.partition = partition
+        self.broker_id = broker_id
+        self.leader_epoch = leader_epoch
+        self.isr = set(isr) | {broker_id}
+        self.min_isr = min_isr
+        self._clock = clock
+        self._followers: dict[str, _Follower] = {}
+        log = partition.log
+        self.epochs = load_epochs(partition)
+        # A new leader's epoch starts at its log end, before it writes anything (durably: a
+        # follower asking about older epochs must get the same answer after a restart).
+        self.epochs.assign(leader_epoch, log.next_offset)
+        save_epochs(partition, self.epochs)
+        self.high_watermark = min(high_watermark, log.high_watermark)
+
+    def _hw_floor(self) -> int:
+        """What the high watermark may be at most now: the smallest ISR log end, less one."""
+        log = self.partition.log
+        ends = [log.high_watermark + 1]
+        for member in self.isr - {self.broker_id}:
+            ends.append(self._followers.get(member, _Follower()).log_end)
+        return min(ends) - 1
+
+    def fetch(
+        self,
+        follower: str,
+        leader_epoch: int,
+        from_offset: int,
+        max_records: int = FETCH_MAX_RECORDS,
+    ) -> FetchAnswer:
+        if leader_epoch != self.leader_epoch:
+            raise StaleEpoch(leader_epoch, self.leader_epoch)
+        log = self.partition.log
+        state = self._followers.setdefault(follower, _Follower())
+        state.log_end = from_offset
+        if from_offset > log.high_watermark:
+            state.caught_up_s = self._clock()
+        if len(self.isr) >= self.min_isr:
+            self.high_watermark = max(self.high_watermark, self._hw_floor())
+        records: list[ReplicatedRecord] = []
+        if from_offset <= log.high_watermark:
+            last = min(log.high_watermark, from_offset + max_records - 1)
+            for batch in log.forward_reader(from_offset, stop_offset=last):
+                for offset, stamp, value, key, headers in zip(
+                    batch.offsets.tolist(),
+                    batch.timestamps.tolist(),
+                    batch.values(),
+                    batch.keys(),
+                    batch.headers(),
+                    strict=True,
+                ):
+                    records.append(ReplicatedRecord(offset, stamp, value, key, dict(headers)))
+        return FetchAnswer(
+            self.leader_epoch, self.high_watermark, records, self._epochs_for(records)
+        )
+
+    def _epochs_for(self, records: Sequence[ReplicatedRecord]) -> list[EpochEntry]:
+        if not records:
+            return []
+        first, last = records[0].offset, records[-1].offset
+        entries = self.epochs.entries
+        covering = [
+            e
+            for i, e in enumerate(entries)
+            if e.start_offset <= last
+            and (i + 1 == len(entries) or entries[i + 1].start_offset > first)
+        ]
+        return covering
+
+    def end_offset_for(self, epoch: int) -> EpochEnd:
+        """Where ``epoch`` ends in this leader's log (the follower's truncation question)."""
+        return self.epochs.end_offset_for(epoch, self.partition.log.next_offset)
+
+    def lagging(self, max_lag_s: float) -> set[str]:
+        """ISR followers that have not been caught up for ``max_lag_s``: candidates to leave
+        the ISR (the controller shrinks it, by compare-and-set in etcd)."""
+        now = self._clock()
+        return {
+            member
+            for member in self.isr - {self.broker_id}
+            if now - self._followers.setdefault(member, _Follower(caught_up_s=now)).caught_up_s
+            > max_lag_s
+        }
+
+
+class FollowerReplica:
+    def __init__(self, partition: Partition, broker_id: str) -> None:
+        self.partition = partition
+        self.broker_id = broker_id
+        self.epochs = load_epochs(partition)
+        self.high_watermark = -1
+        self.leader_epoch = UNDEFINED
+
+    def follow(self, leader_epoch: int, leader_end_offset_for: Callable[[int], EpochEnd]) -> int:
+        """Start following a leader of ``leader_epoch``: truncate what it never had. Returns
+        the offset the log now ends at (the first to fetch)."""
+        log = self.partition.log
+        answer = leader_end_offset_for(self.epochs.latest_epoch)
+        cut = truncation_offset(self.epochs, log.next_offset, answer)
+        if cut is None:
+            cut = max(self.high_watermark + 1, log.oldest_offset)
+        if cut < log.next_offset:
+            log.truncate_to(cut)
+            self.epochs.truncate_from_end(cut)
+            save_epochs(self.partition, self.epochs)
+        self.leader_epoch = leader_epoch
+        return log.next_offset
+
+    def apply(self, answer: FetchAnswer) -> int:
+        """Append a fetch answer; returns the next offset to fetch."""
+        if answer.leader_epoch != self.leader_epoch:
+            raise StaleEpoch(answer.leader_epoch, self.leader_epoch)
+        log = self.partition.log
+        records = answer.records
+        if records:
+            first = records[0].offset
+            changed = False
+            for entry in answer.epochs:
+                before = self.epochs.entries
+                self.epochs.assign(entry.epoch, max(entry.start_offset, first))
+                changed = changed or self.epochs.entries != before
+            if changed:
+                save_epochs(self.partition, self.epochs)  # before the records it describes
+            start = 0
+            while start < len(records):  # one append per run of one timestamp (a batch)
+                stamp = records[start].timestamp
+                end = start
+                while end < len(records) and records[end].timestamp == stamp:
+                    end += 1
+                run = records[start:end]
+                log.append_at(
+                    [NewRecord(r.value, key=r.key, headers=dict(r.headers)) for r in run],
+                    [r.offset for r in run],
+                    timestamp=stamp,
+                )
+                start = end
+        self.high_watermark = max(
+            self.high_watermark, min(answer.high_watermark, log.next_offset - 1)
+        )
+        return log.next_offset

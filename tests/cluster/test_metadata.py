@@ -1,0 +1,112 @@
+"""Cluster metadata on a real etcd (``tidelog/cluster/metadata.py``): membership that ends with
+a broker's lease, one controller at a time, and partition changes as compare-and-set on the
+partition epoch, raced."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.support.etcd import running_etcd
+
+from tidelog.cluster.metadata import Metadata, MetadataUnavailable, PartitionState, endpoint
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with running_etcd(tmp_path_factory.mktemp("etcd")) as url:
+        yield url
+
+
+def test_a_broker_is_a_member_while_its_lease_lives(etcd: str) -> None:
+    async def main() -> None:
+        async with Metadata.connect(etcd, "members") as meta:
+            one = await meta.register("b1", "127.0.0.1:9301", ttl_s=2)
+            two = await meta.register("b2", "127.0.0.1:9302", ttl_s=2)
+            assert await meta.brokers() == {"b1": "127.0.0.1:9301", "b2": "127.0.0.1:9302"}
+            with pytest.raises(ValueError, match="held by a live broker"):
+                await meta.register("b1", "127.0.0.1:9309")
+            await asyncio.sleep(3)  # refreshed: still members after their time to live
+            assert set(await meta.brokers()) == {"b1", "b2"}
+            await one.close()  # leaving revokes at once
+            assert set(await meta.brokers()) == {"b2"}
+            await two.lapse()  # a killed broker: gone once its lease expires
+            deadline = time.monotonic() + 10
+            while await meta.brokers():
+                assert time.monotonic() < deadline, "the lapsed lease did not expire"
+                await asyncio.sleep(0.2)
+
+    asyncio.run(main())
+
+
+def test_one_controller_at_a_time_and_the_next_after_it_dies(etcd: str) -> None:
+    async def main() -> None:
+        async with Metadata.connect(etcd, "election") as meta:
+            one = await meta.register("b1", "h:1", ttl_s=2)
+            two = await meta.register("b2", "h:2", ttl_s=2)
+            results = await asyncio.gather(meta.campaign("b1", one), meta.campaign("b2", two))
+            assert sorted(results) == [False, True]
+            winner = await meta.controller()
+            assert winner in ("b1", "b2")
+            assert await meta.campaign(winner, one if winner == "b1" else two)  # already it
+            await (one if winner == "b1" else two).close()
+            other = "b2" if winner == "b1" else "b1"
+            assert await meta.campaign(other, two if winner == "b1" else one)
+            assert await meta.controller() == other
+            await (two if winner == "b1" else one).close()
+            assert await meta.controller() is None
+
+    asyncio.run(main())
+
+
+def test_partition_changes_are_compare_and_set_on_the_epoch(etcd: str) -> None:
+    first = PartitionState(("b1", "b2", "b3"), "b1", ("b1", "b2", "b3"))
+
+    async def main() -> None:
+        async with Metadata.connect(etcd, "cas") as meta:
+            assert await meta.create_partition("orders", 0, first)
+            assert not await meta.create_partition("orders", 0, first)
+            shrunk = PartitionState(first.replicas, "b1", ("b1", "b2"))
+            written = await meta.update_partition("orders", 0, 0, shrunk)
+            assert written is not None and written.partition_epoch == 1
+            assert await meta.update_partition("orders", 0, 0, first) is None, "a stale epoch"
+            assert await meta.update_partition("nowhere", 0, 0, first) is None
+            assert await meta.partitions("orders") == {0: written}
+
+            # Racers each read the state and try to move it on from the epoch they saw: for
+            # every epoch exactly one wins, whatever the interleaving.
+            async def racer(name: str) -> int:
+                wins = 0
+                for _ in range(20):
+                    seen = await meta.partition("orders", 0)
+                    assert seen is not None
+                    mine = PartitionState(seen.replicas, name, seen.isr, 0, seen.leader_epoch + 1)
+                    if await meta.update_partition("orders", 0, seen.partition_epoch, mine):
+                        wins += 1
+                return wins
+
+            wins = await asyncio.gather(*(racer(f"b{i}") for i in range(1, 4)))
+            final = await meta.partition("orders", 0)
+            assert final is not None
+            assert final.partition_epoch == 1 + sum(wins), "no lost update, no double win"
+            assert final.leader_epoch == sum(wins)
+
+    asyncio.run(main())
+
+
+def test_an_unreachable_etcd_is_a_clear_error(tmp_path: Path) -> None:
+    with running_etcd(tmp_path / "gone") as url:
+        pass  # stopped: nothing listens there now
+
+    async def main() -> None:
+        with pytest.raises(MetadataUnavailable, match="cannot be reached"):
+            async with Metadata.connect(url, "x") as meta:
+                await meta.brokers()
+
+    asyncio.run(main())
+    assert endpoint("127.0.0.1:2379") == ("127.0.0.1", 2379)
+    with pytest.raises(ValueError, match="http://HOST:PORT"):
+        endpoint("https://")

@@ -1,0 +1,64 @@
+"""The controller's decisions (``tidelog/cluster/placement.py``): placement with balanced
+leaders, elections only from the ISR, ISR shrink and expand."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidelog.cluster.metadata import PartitionState
+from tidelog.cluster.placement import EVERY_BROKER, elect, expand_isr, place, shrink_isr
+from tidelog.errors import InvalidArgument
+
+
+def test_placement_spreads_leaders_and_replicas() -> None:
+    states = place(6, 3, ["b3", "b1", "b2"])
+    assert [s.leader for s in states] == ["b1", "b2", "b3", "b1", "b2", "b3"]
+    assert states[1].replicas == ("b2", "b3", "b1") == states[1].isr
+    assert place(2, EVERY_BROKER, ["a", "b"])[0].replicas == ("a", "b")
+    # brokers leading partitions already get new ones last
+    assert [s.leader for s in place(2, 1, ["a", "b", "c"], {"a": 3, "b": 1})] == ["c", "b"]
+
+
+@pytest.mark.parametrize("factor", [0, 4, -2])
+def test_a_replication_factor_the_live_brokers_cannot_hold_is_refused(factor: int) -> None:
+    with pytest.raises(InvalidArgument, match="live brokers"):
+        place(1, factor, ["a", "b", "c"])
+    with pytest.raises(InvalidArgument, match="no live broker"):
+        place(1, 1, [])
+
+
+@given(
+    st.integers(1, 24),
+    st.integers(1, 5),
+    st.sets(st.sampled_from([f"b{i}" for i in range(7)]), min_size=1),
+)
+def test_placement_invariants(partitions: int, factor: int, brokers: set[str]) -> None:
+    factor = min(factor, len(brokers))
+    states = place(partitions, factor, sorted(brokers))
+    leads = {b: sum(s.leader == b for s in states) for b in brokers}
+    assert max(leads.values()) - min(leads.values()) <= 1
+    for state in states:
+        assert len(set(state.replicas)) == factor and state.replicas[0] == state.leader
+        assert state.isr == state.replicas
+
+
+def test_an_election_picks_the_first_live_isr_member_and_never_an_outsider() -> None:
+    state = PartitionState(("a", "b", "c"), "a", ("a", "c"), partition_epoch=4, leader_epoch=2)
+    assert elect(state, {"a", "b", "c"}) is None  # the leader lives: nothing to do
+    moved = elect(state, {"b", "c"})
+    assert moved is not None
+    assert (moved.leader, moved.isr, moved.leader_epoch) == ("c", ("c",), 3)
+    # b is live but outside the ISR: it may lack acknowledged records
+    assert elect(state, {"b"}) is None
+
+
+def test_isr_shrinks_without_the_leader_and_expands_in_replica_order() -> None:
+    state = PartitionState(("a", "b", "c"), "b", ("a", "b", "c"))
+    shrunk = shrink_isr(state, {"a", "b"})
+    assert shrunk is not None and shrunk.isr == ("b", "c")
+    assert shrink_isr(shrunk, {"x"}) is None
+    grown = expand_isr(shrunk, "a")
+    assert grown is not None and grown.isr == ("a", "b", "c")
+    assert expand_isr(grown, "a") is None and expand_isr(grown, "z") is None

@@ -1,0 +1,163 @@
+"""ISR replication of one partition between two brokers in one process
+(``tidelog/cluster/replication.py``): a follower's log becomes the leader's, byte for byte; the
+high watermark is the smallest ISR log end; a stale epoch is refused; and the KIP-101 cases end
+to end on real logs - a deposed leader's divergent tail is cut when it follows the new leader,
+and a restarted follower keeps acknowledged records above its high watermark."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from tests.broker.brokertools import broker_config, running
+
+from tidelog.broker import Broker, NewRecord, Partition
+from tidelog.cluster.replication import FollowerReplica, LeaderReplica, StaleEpoch
+
+
+@asynccontextmanager
+async def replicas(root: Path, *names: str) -> AsyncIterator[dict[str, Partition]]:
+    """Partition 0 of stream ``s`` on one broker per name, each in its own data directory."""
+    brokers: dict[str, Broker] = {}
+    contexts = []
+    try:
+        for name in names:
+            context = running(broker_config(root / name))
+            contexts.append(context)
+            brokers[name] = await context.__aenter__()
+        yield {
+            name: (broker.find_stream("s") or broker.create_stream("s")).partitions[0]
+            for name, broker in brokers.items()
+        }
+    finally:
+        for context in reversed(contexts):
+            await context.__aexit__(None, None, None)
+
+
+def contents(partition: Partition) -> list[tuple[int, int, bytes, bytes | None, dict[str, bytes]]]:
+    log = partition.log
+    found = []
+    for batch in log.forward_reader(0):
+        for record in batch.records():
+            found.append(
+                (record.offset, record.timestamp, record.value, record.key, dict(record.headers))
+            )
+    return found
+
+
+async def publish(partition: Partition, *values: bytes) -> None:
+    await partition.publish([NewRecord(v, key=b"k" + v, headers={"h": v}) for v in values])
+
+
+def catch_up(leader: LeaderReplica, follower: FollowerReplica, name: str) -> None:
+    """Fetch until the follower has everything and has told the leader so."""
+    next_offset = follower.partition.log.next_offset
+    for _ in range(100):
+        answer = leader.fetch(name, follower.leader_epoch, next_offset, max_records=3)
+        next_offset = follower.apply(answer)
+        if not answer.records and next_offset > leader.partition.log.high_watermark:
+            return
+    raise AssertionError("the follower did not catch up in 100 fetches")
+
+
+def test_a_follower_becomes_the_leaders_copy_and_the_high_watermark_follows_the_isr(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        async with replicas(tmp_path, "a", "b", "c") as parts:
+            leader = LeaderReplica(parts["a"], "a", leader_epoch=1, isr=["a", "b", "c"])
+            b, c = FollowerReplica(parts["b"], "b"), FollowerReplica(parts["c"], "c")
+            for follower in (b, c):
+                assert follower.follow(1, leader.end_offset_for) == 0
+            for i in range(4):
+                await publish(parts["a"], *(b"v%d-%d" % (i, j) for j in range(5)))
+            assert leader.high_watermark == -1, "nobody else has anything yet"
+            catch_up(leader, b, "b")
+            assert contents(parts["b"]) == contents(parts["a"])
+            assert leader.high_watermark == -1, "c has nothing: not committed"
+            leader.fetch("c", 1, 12)  # c says it holds 0..11 (it fetched them elsewhere)
+            assert leader.high_watermark == 11
+            catch_up(leader, c, "c")
+            assert leader.high_watermark == 19
+            leader.fetch("b", 1, 20)
+            assert b.apply(leader.fetch("b", 1, 20)) == 20
+            assert b.high_watermark == 19
+            with pytest.raises(StaleEpoch, match="leader epoch 0 is not the current one"):
+                leader.fetch("b", 0, 20)
+
+    asyncio.run(main())
+
+
+def test_the_high_watermark_waits_while_the_isr_is_below_min_isr(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with replicas(tmp_path, "a", "b") as parts:
+            leader = LeaderReplica(parts["a"], "a", 1, isr=["a"], min_isr=2)
+            await publish(parts["a"], b"x", b"y")
+            leader.fetch("b", 1, 2)  # b is not in the ISR: it does not count
+            assert leader.high_watermark == -1
+            leader.isr.add("b")
+            leader.fetch("b", 1, 2)
+            assert leader.high_watermark == 1
+
+    asyncio.run(main())
+
+
+def test_a_deposed_leaders_divergent_tail_is_cut_when_it_follows(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with replicas(tmp_path, "a", "b") as parts:
+            # a leads epoch 1 and writes 0..4; b copies 0..2; then a is cut off.
+            old = LeaderReplica(parts["a"], "a", 1, isr=["a", "b"])
+            b = FollowerReplica(parts["b"], "b")
+            b.follow(1, old.end_offset_for)
+            await publish(parts["a"], b"a0", b"a1", b"a2")
+            catch_up(old, b, "b")
+            await publish(parts["a"], b"a3", b"a4")  # never replicated, never acked by the ISR
+            # b is elected (epoch 2) and writes its own offsets 3..5.
+            new = LeaderReplica(parts["b"], "b", 2, isr=["b", "a"], high_watermark=b.high_watermark)
+            await publish(parts["b"], b"b3", b"b4", b"b5")
+            # a comes back as a follower: it cuts 3..4 (the new leader never had them), not
+            # just to its high watermark, and then copies b's.
+            a = FollowerReplica(parts["a"], "a")
+            a.high_watermark = 2
+            assert a.follow(2, new.end_offset_for) == 3
+            catch_up(new, a, "a")
+            assert contents(parts["a"]) == contents(parts["b"])
+            assert [v for _, _, v, _, _ in contents(parts["a"])] == [
+                b"a0",
+                b"a1",
+                b"a2",
+                b"b3",
+                b"b4",
+                b"b5",
+            ]
+            assert [(e.epoch, e.start_offset) for e in a.epochs.entries] == [(1, 0), (2, 3)]
+
+    asyncio.run(main())
+
+
+def test_a_restarted_follower_keeps_what_the_leader_has_above_its_high_watermark(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        async with replicas(tmp_path, "a", "b") as parts:
+            leader = LeaderReplica(parts["a"], "a", 1, isr=["a", "b"])
+            b = FollowerReplica(parts["b"], "b")
+            b.follow(1, leader.end_offset_for)
+            await publish(parts["a"], b"0", b"1", b"2", b"3")
+            b.apply(leader.fetch("b", 1, 0))  # b has 0..3, but was told hw -1 at that fetch
+            assert b.high_watermark == -1
+        async with replicas(tmp_path, "a", "b") as parts:  # both restart
+            leader = LeaderReplica(parts["a"], "a", 1, isr=["a", "b"])
+            b = FollowerReplica(parts["b"], "b")
+            assert b.epochs.latest_epoch == 1, "the cache survived the restart"
+            # Truncating to the high watermark would drop 0..3, which a then acks when b
+            # fetches from 4; the epoch answer keeps them.
+            assert b.follow(1, leader.end_offset_for) == 4
+            leader.fetch("b", 1, 4)
+            assert leader.high_watermark == 3
+            assert contents(parts["b"]) == contents(parts["a"])
+
+    asyncio.run(main())
