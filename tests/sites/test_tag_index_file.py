@@ -164,3 +164,31 @@ def test_sites_changed_after_the_snapshot_never_inherit_its_lists(tmp_path: Path
             assert queue.index.records_for(kept.number, 0, 10) == [0]
 
     asyncio.run(main())
+
+
+def test_after_a_restart_every_site_is_held_from_the_queues_front(tmp_path: Path) -> None:
+    """Which sites the records retention removed were for is not in the snapshot: a restored
+    index, like a rebuilt one, holds every site from the queue's front, so a site that lost
+    entries before the restart is never resumed with deltas past them."""
+
+    async def first() -> int:
+        async with running(broker_config(tmp_path)) as broker:
+            queue = opened(broker, tmp_path)
+            for site, port in (("b", 1), ("c", 2)):
+                queue.registry.add(site, f"h:{port}", queue.next_offset)
+            await fill(queue, 60)
+            await queue.partition.release_before(30)  # as retention would
+            c = queue.registry.get("c").number
+            assert queue.held_from(c) > 0  # known while running ...
+            assert await queue.save_index()
+            return queue.partition.log.oldest_offset
+
+    async def second(snapshot: bool) -> tuple[int, list[int]]:
+        async with running(broker_config(tmp_path)) as broker:
+            queue = opened(broker, tmp_path, snapshot=snapshot)
+            return queue.records_read_at_open, [queue.held_from(n) for n in range(2)]
+
+    oldest = asyncio.run(first())
+    assert oldest > 0
+    assert asyncio.run(second(snapshot=True)) == (0, [oldest, oldest])  # ... and after
+    assert asyncio.run(second(snapshot=False))[1] == [oldest, oldest]
