@@ -201,3 +201,26 @@ def test_a_failed_last_pass_does_not_stop_the_close(
 
     asyncio.run(main())
     assert "last upkeep pass failed" in caplog.text
+
+
+def test_a_record_retention_removes_during_a_read_is_never_skipped(tmp_path: Path) -> None:
+    """Retention runs in a thread: it may remove a record after the read checked what the
+    queue holds for the site and before the read gets there. The read raises, not skips."""
+
+    async def main() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            queue = opened(broker, tmp_path)
+            queue.registry.add("b", "h:1", queue.next_offset)
+            await fill(queue, 40, ["b"])
+            b = queue.registry.get("b").number
+            assert len(queue.read_for(b, -1, limit=1000)) == 40
+            # The segments go, but the index has not followed yet (the check saw them held).
+            await queue.partition.release_before(20)
+            queue._follow_retention = lambda: None  # type: ignore[method-assign]
+            assert queue.index.records_for(b, 0, 1) == [0]
+            with pytest.raises(PositionTrimmed):
+                queue.read_for(b, -1, limit=1000)
+            with pytest.raises(PositionTrimmed):
+                queue.read_for(b, position(2, 0), limit=3)
+
+    asyncio.run(main())

@@ -26,7 +26,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, NoReturn
 
 from tidelog.broker import Broker, Partition, StreamConfig, replace_bytes
 from tidelog.errors import InvalidArgument, PositionTrimmed, echo
@@ -202,7 +202,8 @@ class SendQueue:
         a time, stopping after the record that reaches ``limit`` entries or ``max_bytes`` of
         payload (at least one record). Reads only the records the tag index lists for the site
         (blocking: a few records per call). Raises ``PositionTrimmed`` when retention removed
-        entries for the site after ``after`` (:meth:`lost_for`): reading on would skip them."""
+        entries for the site after ``after`` (:meth:`lost_for`), or removes a record listed for
+        it while this reads: reading on would skip them."""
         self._follow_retention()
         if self.lost_for(site_number, after):
             held = position(self.index.held_from(site_number), 0)
@@ -213,11 +214,15 @@ class SendQueue:
         size = 0
         log = self.partition.log
         wanted = set(offsets)
+        seen = 0  # offsets[:seen] were read, in order
         for first, last in _runs(offsets):
             for batch in log.forward_reader(first, stop_offset=last):
                 for offset, value in zip(batch.offsets.tolist(), batch.values(), strict=True):
                     if offset not in wanted:
                         continue
+                    if offset != offsets[seen]:  # retention took one since the check above
+                        self._trimmed_under(site_number, after)
+                    seen += 1
                     fresh = [
                         e for e in routed_for(value, offset, site_number) if e.position > after
                     ]
@@ -225,7 +230,15 @@ class SendQueue:
                     size += sum(len(e.payload) for e in fresh)
                     if len(found) >= limit or size >= max_bytes:
                         return found
+        if seen < len(offsets):
+            self._trimmed_under(site_number, after)
         return found
+
+    def _trimmed_under(self, site_number: int, after: int) -> NoReturn:
+        """A record the index listed for the site was gone when read: retention removed it
+        between the index's trim and the read."""
+        oldest = position(self.partition.log.oldest_offset, 0)
+        raise PositionTrimmed(self._site_id(site_number), after, oldest)
 
     def held_from(self, site_number: int) -> int:
         """The record offset from which the queue holds every entry for the site."""
