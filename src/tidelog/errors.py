@@ -118,6 +118,21 @@ class SiteExists(BrokerError):
         super().__init__(f"site {echo(site_id)} is declared already; remove it first")
 
 
+class PositionTrimmed(BrokerError):
+    """A remote site's next entries may have been removed by the delta queue's retention: deltas
+    cannot go on from its position, only a snapshot sync (multi-site replication)."""
+
+    def __init__(self, site_id: str, after: int, held_from: int) -> None:
+        self.site_id = site_id
+        self.after = after
+        self.held_from = held_from
+        super().__init__(
+            f"site {echo(site_id)}: retention trimmed the delta queue past position {after} "
+            f"(it holds the site's entries from position {held_from}): the site needs a "
+            f"snapshot sync"
+        )
+
+
 class PartitionNotFound(BrokerError):
     """The stream exists but has no partition of that number."""
 

@@ -227,3 +227,46 @@ def test_two_way_replication_does_not_loop(
             assert state[other].lag_entries == 0
     assert len(received(a.address, "chat", "b")) == 100
     assert len(received(b.address, "chat", "a")) == 100
+
+
+def queue_bytes(data_dir: Path) -> int:
+    """Record bytes of the source's delta queue on disk (its segments' log files)."""
+    return sum(f.stat().st_size for f in (data_dir / "streams" / "__lrq_delta" / "0").glob("*.log"))
+
+
+def test_the_source_queue_shrinks_once_every_sink_acknowledged(tmp_path: Path) -> None:
+    # Small segments and a quick upkeep on the source, so releases show within the test.
+    quick = {"TIDELOG_SEGMENT_MAX_BYTES": "65536", "TIDELOG_MAINTENANCE_INTERVAL_S": "0.2"}
+    with (
+        served(tmp_path / "a", "--site-id", "a", env=quick) as a,
+        served(tmp_path / "b", "--site-id", "b") as b,
+        served(tmp_path / "c", "--site-id", "c") as c,
+    ):
+        for sink in (b, c):  # down while the payloads are stored: nothing is acknowledged
+            sink.kill()
+            sink.extra += ["--port", str(sink.port)]  # back later at the address declared
+        payloads = [b"%05d" % i + b"x" * 1000 for i in range(2000)]
+        with tidelog.Client(a.address) as client:
+            client.add_site("b", b.address)
+            client.add_site("c", c.address)
+            for start in range(0, len(payloads), 100):
+                chunk = payloads[start : start + 100]
+                client.transmit_many("orders", [(p, ["b", "c"]) for p in chunk])
+        stored = queue_bytes(tmp_path / "a")
+        assert stored > len(payloads) * 1000
+        time.sleep(1.0)  # several upkeep passes: sites that acknowledged nothing hold it all
+        assert queue_bytes(tmp_path / "a") == stored
+        for sink in (b, c):
+            sink.start()
+        for sink in (b, c):
+            assert len(wait_for(sink.address, "orders", "a", len(payloads))) == len(payloads)
+        deadline = time.monotonic() + DEADLINE_S
+        while queue_bytes(tmp_path / "a") > stored // 4 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert queue_bytes(tmp_path / "a") <= stored // 4, "acknowledged entries stayed"
+        # What is left still serves: a new payload reaches both sinks after the release.
+        with tidelog.Client(a.address) as client:
+            client.transmit_many("orders", [(b"after", ["b", "c"])])
+        for sink in (b, c):
+            got = wait_for(sink.address, "orders", "a", len(payloads) + 1)
+            assert got[-1][1] == b"after" and len(got) == len(payloads) + 1

@@ -3,6 +3,7 @@ site id, one without (docs/replication.md)."""
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import urllib.request
@@ -15,6 +16,7 @@ from tests.support.server import ServerProcess, served
 import tidelog
 from tidelog.client import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from tidelog.sites.envelope import decode, split_position
+from tidelog.sites.send_queue import QUEUE_SEGMENT_BYTES
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +127,22 @@ def test_sites_without_a_site_id_are_refused_at_start(tmp_path: Path) -> None:
         served(tmp_path / "data", "--config", str(config)),
     ):
         pass
+
+
+def test_the_delta_queue_takes_its_retention_backstop_from_the_settings(tmp_path: Path) -> None:
+    config = tmp_path / "site.toml"
+    config.write_text(
+        'site_id = "a"\nsites_queue_retention_bytes = 1048576\n'
+        "sites_queue_retention_age_s = 3600.0\n"
+    )
+    data = tmp_path / "data"
+    metadata = data / "streams" / "__lrq_delta" / "stream.json"
+    with served(data, "--config", str(config)) as process:
+        stored = json.loads(metadata.read_text())["config"]
+        assert (stored["retention_bytes"], stored["retention_age_s"]) == (1048576, 3600.0)
+        assert stored["segment_max_bytes"] == QUEUE_SEGMENT_BYTES
+        # Changed between two starts: the stored queue takes the new bound.
+        config.write_text('site_id = "a"\nsites_queue_retention_bytes = 2097152\n')
+        process.restart()
+        stored = json.loads(metadata.read_text())["config"]
+        assert (stored["retention_bytes"], stored["retention_age_s"]) == (2097152, None)

@@ -275,3 +275,35 @@ def test_delete_of_an_unknown_stream_is_not_found(tmp_path: Path) -> None:
                 await broker.delete_stream("nope")
 
     asyncio.run(scenario())
+
+
+def test_an_internal_stream_takes_its_owners_settings_at_every_open(tmp_path: Path) -> None:
+    """The owner of an internal stream (the sites' delta queue) decides its segment size and
+    retention; settings changed between two starts apply to the stored stream, at once and
+    after a restart, without touching its records."""
+    config = broker_config(tmp_path)
+    before = StreamConfig(retention_bytes=None)
+    after = StreamConfig(segment_max_bytes=4096, retention_bytes=8192, retention_age_s=60.0)
+
+    async def first() -> None:
+        async with running(config) as broker:
+            stream = broker.internal_stream("__owned", before)
+            await stream.partitions[0].publish([b"kept"])
+
+    async def second() -> None:
+        async with running(config) as broker:
+            stream = broker.internal_stream("__owned", after)
+            assert stream.config == after
+            log = stream.partitions[0].log
+            assert (log.config.segment_max_bytes, log.config.retention_bytes) == (4096, 8192)
+            assert [v for b in log.forward_reader(0) for v in b.values()] == [b"kept"]
+            with pytest.raises(ValueError, match="partition count"):
+                broker.internal_stream("__owned", StreamConfig(partitions=2))
+
+    async def third() -> None:
+        async with running(config) as broker:
+            assert broker.stream("__owned").config == after
+
+    asyncio.run(first())
+    asyncio.run(second())
+    asyncio.run(third())

@@ -1,4 +1,5 @@
-"""Retention: the pure decision (``expired_prefix``) and its effect on a log (injected time)."""
+"""Retention: the pure decisions (``expired_prefix``, ``released_prefix``) and their effect on a
+log (injected time)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 from logtools import read_forward, read_reverse, segment_logs
 
 from tidelog.log import FlushPolicy, LogConfig
-from tidelog.log.retention import SegmentSummary, expired_prefix
+from tidelog.log.retention import SegmentSummary, expired_prefix, released_prefix
 
 S = 1_000_000_000  # ns per second
 
@@ -161,3 +162,29 @@ def test_a_reader_in_a_deleted_segment_continues_at_the_new_oldest_offset(make_l
     assert log.oldest_offset == 10
     rest = [int(o) for batch in reader for o in batch.offsets]
     assert rest == list(range(10, 20))
+
+
+# -- releases ------------------------------------------------------------------------------------
+
+
+def test_released_prefix_counts_sealed_segments_wholly_below_the_offset():
+    bases = [0, 10, 20, 30]  # the last is the active segment
+    assert released_prefix(bases, 0) == 0
+    assert released_prefix(bases, 9) == 0  # segment 0 may hold offset 9
+    assert released_prefix(bases, 10) == 1
+    assert released_prefix(bases, 29) == 2
+    assert released_prefix(bases, 30) == 3
+    assert released_prefix(bases, 10**9) == 3  # never the active segment
+    assert released_prefix([0], 10**9) == 0
+
+
+def test_release_before_deletes_only_sealed_segments_wholly_below_the_offset(make_log):
+    log = filled_log(make_log, config())  # segments 0-4, 5-9, 10-14, 15-19, active from 20
+    assert log.release_before(4) == []  # segment 0-4 holds offset 4: kept
+    assert log.release_before(5) == [0]
+    assert log.oldest_offset == 5
+    assert log.release_before(14) == [5]
+    assert log.release_before(10**6) == [10, 15]
+    assert log.segment_count == 1 and log.oldest_offset == 20
+    assert log.append([b"y"]) == range(20, 21)
+    assert [r.offset for r in read_forward(log, 0)] == [20]

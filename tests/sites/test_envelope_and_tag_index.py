@@ -26,6 +26,8 @@ from tidelog.sites.envelope import (
     split_position,
 )
 from tidelog.sites.tag_index import TagIndex
+from tidelog.sites.tag_index_file import decode as decode_index
+from tidelog.sites.tag_index_file import encode as encode_index
 
 masks = st.integers(1, (1 << 64) - 1)
 entries = st.builds(Entry, masks, st.binary(max_size=300))
@@ -149,6 +151,8 @@ def test_trim_and_forget() -> None:
     index.trim(6)
     assert index.records_for(0, 0, 100) == [6, 7, 8, 9]
     assert index.records_for(1, 0, 100) == [7, 9]
+    # The trim compacted the lists (over half dead): the trimmed entries no longer count.
+    assert (index.entries_for(0, 0), index.entries_for(1, 0)) == (4, 2)
     index.forget_site(1)
     assert index.records_for(1, 0, 100) == [] and index.entries_for(1, 0) == 0
     assert index.records_for(0, 0, 100) == [6, 7, 8, 9]
@@ -172,10 +176,16 @@ def test_snapshot_plus_the_records_after_it_rebuilds_the_same_index(
     whole.trim(trim_at)
     part.trim(trim_at)
     restored = TagIndex.restore(part.snapshot())
+    from_file, _ = decode_index(encode_index(part, dict.fromkeys(range(64), 0)))
     for at, mask in offsets[cut:]:
         whole.add(at, one_each(mask))
         restored.add(at, one_each(mask))
+        from_file.add(at, one_each(mask))
     for site in range(64):
-        assert restored.records_for(site, 0, 10**6) == whole.records_for(site, 0, 10**6)
-        assert restored.entries_for(site, 0) == whole.entries_for(site, 0)
-    assert restored.covers == whole.covers
+        for index in (restored, from_file):
+            assert index.records_for(site, 0, 10**6) == whole.records_for(site, 0, 10**6)
+            assert index.entries_for(site, 0) == whole.entries_for(site, 0)
+    assert restored.covers == from_file.covers == whole.covers
+    for site in range(64):  # and the index counts exactly the entries not trimmed
+        kept = [(at, mask) for at, mask in offsets[:cut] if at >= trim_at] + offsets[cut:]
+        assert whole.entries_for(site, 0) == sum(one_each(m).get(site, 0) for _, m in kept)

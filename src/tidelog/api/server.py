@@ -30,6 +30,7 @@ from tidelog.api.settings import ServerSettings
 from tidelog.api.v1 import TidelogService
 from tidelog.broker import Broker, arm_faults_from_environment
 from tidelog.sites.local_site import LocalSite
+from tidelog.sites.send_queue import QUEUE_SEGMENT_BYTES, QueueRetention
 from tidelog.wire import MAX_FRAME
 
 LOG = logging.getLogger("tidelog.server")
@@ -107,7 +108,17 @@ class Server:
             await self.broker.start()
             broker_started = True
             if settings.site_id:
-                self.local_site = LocalSite(self.broker, settings.site_id, settings.data_dir)
+                self.local_site = LocalSite(
+                    self.broker,
+                    settings.site_id,
+                    settings.data_dir,
+                    QueueRetention(
+                        settings.sites_queue_retention_bytes,
+                        settings.sites_queue_retention_age_s,
+                        # A server run with smaller segments (tests, small disks) keeps them.
+                        min(QUEUE_SEGMENT_BYTES, settings.segment_max_bytes),
+                    ),
+                )
                 await self.local_site.open(settings.sites)
                 self.metrics.add_sites(self.local_site)
             self._add_services(server)

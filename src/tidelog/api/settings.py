@@ -64,6 +64,18 @@ class ServerSettings(BaseSettings):
         default_factory=dict,
         description="remote sites to declare at start, site id -> HOST:PORT (needs site_id)",
     )
+    sites_queue_retention_bytes: int | None = Field(
+        None,
+        ge=0,
+        description="retention backstop of the sites' delta queue __lrq_delta in bytes: beyond it "
+        "the oldest entries go even if a site has not acknowledged them (that site then needs a "
+        "snapshot sync); none: retention_bytes",
+    )
+    sites_queue_retention_age_s: float | None = Field(
+        None,
+        gt=0,
+        description="retention backstop of __lrq_delta by age (seconds); none: retention_age_s",
+    )
     metrics_port: int = Field(
         9293, ge=0, le=65535, description="Prometheus /metrics port on host (0: disabled)"
     )

@@ -39,7 +39,7 @@ from tidelog.broker.config import (
     validate_stream_name,
 )
 from tidelog.broker.delivery import delivery_gate
-from tidelog.broker.jsonfile import replace_json
+from tidelog.broker.jsonfile import replace_bytes, replace_json
 from tidelog.broker.partition import Partition
 from tidelog.broker.partition_view import ViewEntry, ViewKind, ViewSpec
 from tidelog.broker.producers import Published
@@ -108,6 +108,7 @@ __all__ = [
     "ViewSpec",
     "arm_faults_from_environment",
     "delivery_gate",
+    "replace_bytes",
     "replace_json",
     "validate_stream_name",
 ]

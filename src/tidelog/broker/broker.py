@@ -346,10 +346,17 @@ class Broker:
     def internal_stream(self, name: str, config: StreamConfig) -> Stream:
         """The internal stream ``name`` (``__`` prefix), created with ``config`` if absent: for
         the parts above the broker that keep their state in streams (the sites' queues). Only
-        the broker's own code writes it, through its partitions; clients may read it."""
+        the broker's own code writes it, through its partitions; clients may read it. Its owner
+        decides its settings: a stored stream with other settings (limits, retention) takes
+        ``config`` (the partition count cannot change)."""
         self._check_open()
         found = self.streams.get(name)
-        return found if found is not None else self._create(name, config, internal=True)
+        if found is None:
+            return self._create(name, config, internal=True)
+        if found.config != config:
+            found.reconfigure(config, self.config.log)
+            LOG.info("internal stream %s reconfigured", name)
+        return found
 
     async def wait_deleted(self, name: str) -> None:
         """Return once no delete of a stream called ``name`` is in progress."""

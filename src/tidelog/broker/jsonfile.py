@@ -1,4 +1,5 @@
-"""Small JSON state files of the broker (stream metadata, snapshots, view checkpoints)."""
+"""Small state files of the broker and the layers above (stream metadata, snapshots, view
+checkpoints), replaced atomically."""
 
 from __future__ import annotations
 
@@ -15,3 +16,9 @@ def replace_json(path: Path, data: Any, **dump: Any) -> None:
     a torn one; a failure (a full disk: ``DiskFull``) leaves the old file and no temp file.
     ``dump``: options for ``json.dumps`` (e.g. ``indent``)."""
     replace_file(path, json.dumps(data, **dump).encode(), sync=True)
+
+
+def replace_bytes(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically, as :func:`replace_json` does (for binary
+    snapshots such as the sites' tag index)."""
+    replace_file(path, data, sync=True)

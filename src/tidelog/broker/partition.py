@@ -179,6 +179,12 @@ class Partition:
         log.add_listener(self._on_commit)
         self._log = log
 
+    def reconfigure(self, log_config: LogConfig) -> None:
+        """New limits and retention for the log, open or reopened later."""
+        self.log_config = log_config
+        if self._log is not None:
+            self._log.config = log_config
+
     def save_producers(self) -> None:
         """Forget producers whose batches retention removed, then snapshot the producer table
         if it changed (a no-op while paused or closed)."""
@@ -186,6 +192,16 @@ class Partition:
         if log is not None and producers is not None and not (self.deleted or self.closed):
             producers.forget_before(log.oldest_offset)
             producers.save(log, self.directory)
+
+    async def release_before(self, offset: int) -> list[int]:
+        """Delete the sealed segments whose records all lie below ``offset`` (exclusive): the
+        partition's owner needs none of them (the sites' delta queue, once every site acked
+        them). Runs in a thread, as retention does; a paused or closed partition releases
+        nothing. Returns the deleted segments' base offsets."""
+        log = self._log
+        if log is None or self.deleted or self.closed:
+            return []
+        return await asyncio.to_thread(log.release_before, offset)
 
     def _on_commit(self, high_watermark: int) -> None:
         self.signal.fire_threadsafe()

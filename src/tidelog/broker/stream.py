@@ -84,6 +84,16 @@ class Stream:
             return list(self.partitions)
         return [self.partition(n) for n in numbers]
 
+    def reconfigure(self, config: StreamConfig, defaults: LogConfig) -> None:
+        """Replace the settings (same partition count): each partition's limits and retention
+        follow from the next operation on; saved."""
+        if config.partitions != self.config.partitions:
+            raise ValueError(f"stream {self.name!r}: the partition count cannot change")
+        self.config = config
+        for partition in self.partitions:
+            partition.reconfigure(config.log_config(defaults))
+        self.save()
+
     # -- persistence -----------------------------------------------------------------------------
 
     def save(self) -> None:

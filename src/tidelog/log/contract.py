@@ -93,6 +93,12 @@ class CommitLog(Protocol):
         """The limits, retention and flush policy the log runs with."""
         ...
 
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        """New limits and retention from the next operation on (the flush policy of the open
+        stays)."""
+        ...
+
     @property
     def size_bytes(self) -> int:
         """Bytes of record data held (index files not counted)."""
@@ -200,6 +206,13 @@ class CommitLog(Protocol):
 
     def maintain(self, now_ns: int | None = None) -> list[int]:
         """Roll an over-age active segment, then apply retention; the base offsets deleted."""
+        ...
+
+    def release_before(self, offset: int) -> list[int]:
+        """Delete the whole sealed segments whose records all lie below ``offset`` (exclusive)
+        and are committed: the owner needs none of them. The active segment and any segment
+        holding an offset at or above ``offset`` stay, so the log may keep records below it.
+        Returns the deleted segments' base offsets (empty when none qualifies)."""
         ...
 
     def compact(self) -> CompactionReport:

@@ -1,4 +1,5 @@
-"""Maintenance of a log, driven from outside it: the over-age roll, retention and compaction.
+"""Maintenance of a log, driven from outside it: the over-age roll, retention, releases and
+compaction.
 
 The decisions are pure functions elsewhere (``retention.expired_prefix``, ``compaction.keep_mask``);
 this module applies them to a log's :class:`LocalLog` under its locks. Invariants: only sealed
@@ -28,7 +29,7 @@ from tidelog.log.compaction import (
 )
 from tidelog.log.local import LocalLog
 from tidelog.log.reads import Slice, verified
-from tidelog.log.retention import SegmentSummary, expired_prefix
+from tidelog.log.retention import SegmentSummary, expired_prefix, released_prefix
 from tidelog.log.segment import Segment, segment_name
 from tidelog.log.writer import LogWriter
 
@@ -73,6 +74,17 @@ def enforce_retention(local: LocalLog, now: int) -> list[int]:
             now_ns=now,
         )
         removed = local.drop_oldest(doomed)
+    return [s.base_offset for s in removed]
+
+
+def release_before(local: LocalLog, offset: int, high_watermark: int) -> list[int]:
+    """Delete the sealed segments whose records all lie below ``offset`` (and at or below the
+    high watermark); return their base offsets. The same prefix deletion as retention, under
+    the same locks."""
+    with local.sync_lock, local.lock:
+        local.check_open()
+        below = min(offset, high_watermark + 1)
+        removed = local.drop_oldest(released_prefix(local.bases, below))
     return [s.base_offset for s in removed]
 
 

@@ -7,6 +7,9 @@ Rules (whole sealed segments only, oldest first, never the active segment):
   kept, and the log may hold up to one segment more);
 - an empty sealed segment holds nothing worth keeping and goes with the others before it.
 Deletion stops at the first segment no rule wants, so the log stays contiguous.
+
+A release (:func:`released_prefix`) is the other way a prefix goes: its owner says it no longer
+needs any record below an offset, and the sealed segments wholly below it go.
 """
 
 from __future__ import annotations
@@ -58,3 +61,15 @@ def expired_prefix(
         total_bytes -= segment.size_bytes
         total_messages -= segment.message_count
     return deleted
+
+
+def released_prefix(bases: Sequence[int], below: int) -> int:
+    """How many of the oldest segments hold only offsets below ``below`` and are sealed, given
+    every segment's base offset oldest first (the last one is the active segment, never
+    released). A segment's records all lie below the next segment's base."""
+    released = 0
+    for following in bases[1:]:
+        if following > below:
+            break
+        released += 1
+    return released

@@ -9,7 +9,8 @@ The log is put together from pieces, one concern each (Kafka's split of ``LogSeg
 - ``reads.py`` — the two read primitives and the time lookups (``reader.py`` builds cursors on
   them);
 - ``recovery.py`` — opening after a crash, and index repair on first use;
-- ``maintenance.py`` — the over-age roll, retention and compaction, driven from outside.
+- ``maintenance.py`` — the over-age roll, retention, releases and compaction, driven from
+  outside.
 
 This class is the ``CommitLog`` the broker types against: it opens the pieces, holds the
 directory lock, and answers each call by taking the log's lock and handing it to the piece that
@@ -308,6 +309,11 @@ class SegmentedLog:
         return maintenance.enforce_retention(
             self._local, self._clock() if now_ns is None else now_ns
         )
+
+    def release_before(self, offset: int) -> list[int]:
+        """Delete the sealed segments holding only offsets below ``offset`` (exclusive) and at or
+        below the high watermark; return their base offsets. The active segment stays."""
+        return maintenance.release_before(self._local, offset, self._writer.high_watermark)
 
     def compact(self, *, step: Step | None = None) -> CompactionReport:
         """Rewrite sealed segments keeping the latest record per key (``maintenance.compact``);

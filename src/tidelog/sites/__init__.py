@@ -11,6 +11,7 @@ apply window and the sender's resend window (``windows.py``) — the send queue'
 (``envelope.py``) and the tag index (``tag_index.py``); on the broker, the site registry
 (``registry.py``), the delta queue with its checks (``send_queue.py``), the sender per remote
 site (``sender.py``, over ``tidelog.v1/Replicate``), the sink's exactly-once apply into receive
-queues (``sink.py``), and this site's face for the api (``local_site.py``). Still to come:
-snapshot sync, the listener, status and metrics (issue 13).
+queues (``sink.py``), the queue's release by acknowledgement and the tag index's snapshot
+(``upkeep.py``, ``tag_index_file.py``), status (``status.py``), and this site's face for the api
+(``local_site.py``). Still to come: snapshot sync (issue 13).
 """

@@ -1,8 +1,9 @@
 """This site: its registry of remote sites and its delta queue, opened on a running broker.
 
 The face of ``tidelog.sites`` for the api: declare and forget remote sites, list them, and
-transmit payloads. A removed site's tag list is dropped at once; its entries stay in the queue
-until retention removes them (they are never sent to a site that later takes its number).
+transmit payloads. A removed site's tag list is dropped at once, and it no longer holds entries
+in the queue: they leave once every remaining site acknowledged them (``upkeep.py``; they are
+never sent to a site that later takes its number).
 """
 
 from __future__ import annotations
@@ -13,29 +14,46 @@ from pathlib import Path
 
 from tidelog.broker import Broker
 from tidelog.sites.registry import SITES_FILE, Site, SiteRegistry
-from tidelog.sites.send_queue import SendQueue, Transmission
+from tidelog.sites.send_queue import QueueRetention, SendQueue, Transmission
 from tidelog.sites.sender import Sender
 from tidelog.sites.sink import Sink
 from tidelog.sites.snapshots import Snapshots
 from tidelog.sites.status import SiteState, site_state
+from tidelog.sites.tag_index_file import TAG_INDEX_FILE
+from tidelog.sites.upkeep import QueueUpkeep
 
 
 class LocalSite:
-    def __init__(self, broker: Broker, site_id: str, data_dir: Path) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        site_id: str,
+        data_dir: Path,
+        retention: QueueRetention | None = None,
+        *,
+        upkeep_interval_s: float | None = None,
+    ) -> None:
+        """``upkeep_interval_s``: how often acknowledged entries are released (default: the
+        broker's maintenance interval)."""
         self.registry = SiteRegistry(site_id, data_dir / SITES_FILE)
-        self.queue = SendQueue(broker, self.registry)
+        self.queue = SendQueue(
+            broker, self.registry, retention, index_file=data_dir / TAG_INDEX_FILE
+        )
         self.snapshots = Snapshots(broker, self.registry, self.queue)
         self.sink = Sink(broker, site_id)
         self.senders: dict[str, Sender] = {}
+        interval = upkeep_interval_s or broker.config.maintenance_interval_s
+        self.upkeep = QueueUpkeep(self.queue, self.senders, data_dir, interval)
 
     @property
     def site_id(self) -> str:
         return self.registry.local_site
 
     async def open(self, configured: Mapping[str, str] | None = None) -> None:
-        """Create the queue if needed and rebuild its tag index (in a thread: it reads the
-        whole queue), declare the ``configured`` sites (id -> address; a declared one that
-        moved gets its new address), then start a sender per declared site."""
+        """Create the queue if needed and restore its tag index (in a thread: it reads the
+        records after the index's snapshot, or the whole queue without one), declare the
+        ``configured`` sites (id -> address; a declared one that moved gets its new address),
+        then start a sender per declared site and the queue's upkeep."""
         await asyncio.to_thread(self.queue.open)
         self.snapshots.open()
         for site_id, address in sorted((configured or {}).items()):
@@ -46,11 +64,14 @@ class LocalSite:
                 self.registry.move(site_id, address)
         for site in self.registry.list():
             self._start_sender(site)
+        self.upkeep.start()
 
     async def close(self) -> None:
-        """Stop every sender (before the broker closes)."""
+        """Stop every sender, then the queue's upkeep after a last pass (before the broker
+        closes)."""
         for sender in list(self.senders.values()):
             await sender.stop()
+        await self.upkeep.close()
         self.senders.clear()
 
     def _start_sender(self, site: Site) -> None:

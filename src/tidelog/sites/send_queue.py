@@ -6,19 +6,30 @@ within the size limit), packs the call's entries into as few records as the reco
 (``envelope.py``), appends them as one batch to the internal stream ``__lrq_delta`` and indexes
 each record under its destinations (``tag_index.py``). It answers each entry's position.
 
-At open, the tag index is rebuilt by reading the queue; a record's bit for a site counts only
-from that site's ``since`` offset on (``registry.py``), so a removed site's entries never reach
-a later site that took its number.
+At open, the tag index is restored from its snapshot file (``tag_index_file.py``) and only the
+records after the offset it covers are read; without a usable snapshot (missing, damaged, or not
+fitting the queue: covering records the queue does not hold, or missing records retention has
+since removed) it is rebuilt by reading the whole queue. Either way a record's bit for a site
+counts only from that site's ``since`` offset on (``registry.py``), and a snapshot's list for a
+number whose site changed since (removed, or the number taken by another) is dropped, so a
+removed site's entries never reach a later site that took its number.
+
+Entries leave the queue in whole segments, once every declared site acknowledged them
+(``upkeep.py``) or by retention (:class:`QueueRetention`). A read for a site whose next entries
+retention may have removed raises ``PositionTrimmed`` rather than skip them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from pathlib import Path
+from typing import Final, NoReturn
 
-from tidelog.broker import Broker, Partition, StreamConfig
-from tidelog.errors import InvalidArgument, echo
+from tidelog.broker import Broker, Partition, StreamConfig, replace_bytes
+from tidelog.errors import InvalidArgument, PositionTrimmed, echo
 from tidelog.sites.envelope import (
     MAX_ENTRIES,
     Entry,
@@ -34,8 +45,22 @@ from tidelog.sites.envelope import (
 )
 from tidelog.sites.registry import Site, SiteRegistry, validate_site_id
 from tidelog.sites.tag_index import TagIndex
+from tidelog.sites.tag_index_file import decode as decode_index
+from tidelog.sites.tag_index_file import encode as encode_index
+
+LOG = logging.getLogger("tidelog.sites")
 
 DELTA_QUEUE: Final = "__lrq_delta"
+QUEUE_SEGMENT_BYTES: Final = 16 << 20
+"""Segment size of the delta queue. Space comes back a whole sealed segment at a time (once
+every site acked it, or retention took it), so this is the step in which an acknowledged queue
+shrinks: 16 MiB instead of the 256 MiB default keeps at most a few tens of MiB of acked entries
+on disk, while a segment still holds at least 64 records of the largest size (256 KiB), so its
+fixed costs (two files, a descriptor in the shared cache) stay small; a 1 GiB backlog is 64
+segments."""
+QUEUE_SEGMENT_MAX_AGE_S: Final = 3600.0
+"""A quiet queue's active segment is sealed after an hour, so entries every site acked leave
+within about an hour plus the upkeep interval even when little is transmitted."""
 ENVELOPE_ROOM: Final = 300
 """Bytes of a record's size limit kept for its envelope (kind, cycle, client name, counts):
 the largest payload is the stream's ``max_message_bytes`` minus this."""
@@ -46,16 +71,51 @@ _ENTRY_ROOM: Final = 15
 
 
 @dataclass(frozen=True, slots=True)
+class QueueRetention:
+    """The retention backstop of the delta queue: beyond these bounds its oldest segments go
+    even when a site has not acknowledged them (that site then needs a snapshot sync). None:
+    the server's own ``retention_bytes`` / ``retention_age_s``. The bytes bound is a floor, as
+    for every stream: the queue keeps at least that much and at most one segment more."""
+
+    max_bytes: int | None = None
+    max_age_s: float | None = None
+    segment_bytes: int = QUEUE_SEGMENT_BYTES
+
+    def stream_config(self) -> StreamConfig:
+        return StreamConfig(
+            partitions=1,
+            segment_max_bytes=self.segment_bytes,
+            segment_max_age_s=QUEUE_SEGMENT_MAX_AGE_S,
+            retention_bytes=self.max_bytes,
+            retention_age_s=self.max_age_s,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Transmission:
     payload: bytes
     destinations: Sequence[str]
 
 
 class SendQueue:
-    def __init__(self, broker: Broker, registry: SiteRegistry) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        registry: SiteRegistry,
+        retention: QueueRetention | None = None,
+        *,
+        index_file: Path | None = None,
+    ) -> None:
+        """``index_file``: where the tag index's snapshot is kept (None: never kept, rebuilt at
+        every open)."""
         self.broker = broker
         self.registry = registry
+        self.retention = retention or QueueRetention()
+        self.index_file = index_file
         self.index = TagIndex()
+        self.records_read_at_open = 0
+        """How many records the last :meth:`open` read to build the tag index."""
+        self._saved_covers = -1
         self._partition: Partition | None = None
 
     @property
@@ -72,20 +132,68 @@ class SendQueue:
         return self.partition.log_config.max_message_bytes - ENVELOPE_ROOM
 
     def open(self) -> None:
-        """Create the queue if needed and rebuild the tag index from it (blocking: reads the
-        whole queue; run it in a thread)."""
-        stream = self.broker.internal_stream(DELTA_QUEUE, StreamConfig(partitions=1))
+        """Create the queue if needed and build the tag index: its snapshot plus the records
+        after it, or every record (blocking: reads the queue; run it in a thread)."""
+        stream = self.broker.internal_stream(DELTA_QUEUE, self.retention.stream_config())
         self._partition = stream.partitions[0]
         log = self._partition.log
-        self.index = TagIndex()
-        self.index.base = self.index.oldest = log.oldest_offset
-        if log.newest_offset < 0:
-            return
+        restored = self._restored(log.oldest_offset, log.newest_offset)
+        if restored is None:
+            self.index = TagIndex()
+            self.index.oldest = log.oldest_offset
+        else:
+            self.index = restored
+        # Which sites the records below the queue's front were for is not known after a
+        # restart (a snapshot's own record of them included): held_from starts there.
+        self.index.base = max(self.index.base, log.oldest_offset)
+        self._saved_covers = self.index.covers
+        self.records_read_at_open = 0
         sites = self.registry.list()
-        for batch in log.forward_reader(0):
-            for offset, value in zip(batch.offsets.tolist(), batch.values(), strict=True):
-                self._index(offset, site_counts(value), sites)
+        if log.newest_offset > self.index.covers:
+            for batch in log.forward_reader(self.index.covers + 1):
+                for offset, value in zip(batch.offsets.tolist(), batch.values(), strict=True):
+                    self._index(offset, site_counts(value), sites)
+                    self.records_read_at_open += 1
         self.index.trim(log.oldest_offset)
+
+    def _restored(self, oldest: int, newest: int) -> TagIndex | None:
+        """The index from its snapshot file, fitted to the registry; None when there is no
+        usable one (then the caller reads the whole queue)."""
+        path = self.index_file
+        if path is None or not path.exists():
+            return None
+        try:
+            index, since = decode_index(path.read_bytes())
+        except (OSError, ValueError) as error:
+            LOG.warning("%s is unusable (%s): rebuilding the tag index from the queue", path, error)
+            return None
+        if index.covers > newest or index.covers + 1 < oldest:
+            LOG.warning(
+                "%s covers the queue up to offset %d, but the queue holds offsets %d to %d: "
+                "rebuilding the tag index from the queue",
+                path,
+                index.covers,
+                oldest,
+                newest,
+            )
+            return None
+        declared = {site.number: site.since for site in self.registry.list()}
+        for number, site_since in since.items():
+            if declared.get(number) != site_since:  # removed, or the number taken since
+                index.forget_site(number)
+        return index
+
+    async def save_index(self) -> bool:
+        """Write the tag index's snapshot if it moved since the last one (the bytes are taken
+        on the loop, written in a thread); True if written."""
+        if self.index_file is None or self.index.covers == self._saved_covers:
+            return False
+        covers = self.index.covers
+        since = {site.number: site.since for site in self.registry.list()}
+        data = encode_index(self.index, since)
+        await asyncio.to_thread(replace_bytes, self.index_file, data)
+        self._saved_covers = covers
+        return True
 
     def read_for(
         self, site_number: int, after: int, limit: int, max_bytes: int = READ_BYTES
@@ -93,19 +201,28 @@ class SendQueue:
         """The entries for one site with positions after ``after``, in order, whole records at
         a time, stopping after the record that reaches ``limit`` entries or ``max_bytes`` of
         payload (at least one record). Reads only the records the tag index lists for the site
-        (blocking: a few records per call)."""
+        (blocking: a few records per call). Raises ``PositionTrimmed`` when retention removed
+        entries for the site after ``after`` (:meth:`lost_for`), or removes a record listed for
+        it while this reads: reading on would skip them."""
         self._follow_retention()
+        if self.lost_for(site_number, after):
+            held = position(self.index.held_from(site_number), 0)
+            raise PositionTrimmed(self._site_id(site_number), after, held)
         from_offset = split_position(after)[0] if after >= 0 else 0
         offsets = self.index.records_for(site_number, from_offset, limit)
         found: list[RoutedEntry] = []
         size = 0
         log = self.partition.log
         wanted = set(offsets)
+        seen = 0  # offsets[:seen] were read, in order
         for first, last in _runs(offsets):
             for batch in log.forward_reader(first, stop_offset=last):
                 for offset, value in zip(batch.offsets.tolist(), batch.values(), strict=True):
                     if offset not in wanted:
                         continue
+                    if offset != offsets[seen]:  # retention took one since the check above
+                        self._trimmed_under(site_number, after)
+                    seen += 1
                     fresh = [
                         e for e in routed_for(value, offset, site_number) if e.position > after
                     ]
@@ -113,7 +230,15 @@ class SendQueue:
                     size += sum(len(e.payload) for e in fresh)
                     if len(found) >= limit or size >= max_bytes:
                         return found
+        if seen < len(offsets):
+            self._trimmed_under(site_number, after)
         return found
+
+    def _trimmed_under(self, site_number: int, after: int) -> NoReturn:
+        """A record the index listed for the site was gone when read: retention removed it
+        between the index's trim and the read."""
+        oldest = position(self.partition.log.oldest_offset, 0)
+        raise PositionTrimmed(self._site_id(site_number), after, oldest)
 
     def held_from(self, site_number: int) -> int:
         """The record offset from which the queue holds every entry for the site."""
@@ -132,6 +257,9 @@ class SendQueue:
         """The position of the oldest entry the queue still holds (or of the next one)."""
         log = self.partition.log
         return position(log.oldest_offset if log.newest_offset >= 0 else self.next_offset, 0)
+
+    def _site_id(self, number: int) -> str:
+        return next((s.site_id for s in self.registry.list() if s.number == number), str(number))
 
     def _index(self, offset: int, counts: dict[int, int], sites: list[Site]) -> None:
         live = {

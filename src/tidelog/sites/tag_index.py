@@ -84,8 +84,10 @@ class TagIndex:
             if start > self._start.get(site, 0):
                 self._lost[site] = offsets[start - 1]
             if start > len(offsets) // 2:  # compact once half is dead: amortised O(1)
+                totals = self._totals[site]
+                base = totals[start - 1] if start else 0  # running totals start again at 0
                 del offsets[:start]
-                del self._totals[site][:start]
+                self._totals[site] = [t - base for t in totals[start:]]
                 start = 0
             self._start[site] = start
 
