@@ -19,6 +19,8 @@ from tidelog.sites.local_site import LocalSite
 from tidelog.sites.negotiation import NONE, Outcome, SinkProgress, negotiate
 from tidelog.sites.registry import SITES_FILE, Site, SiteRegistry
 from tidelog.sites.send_queue import QueueRetention, SendQueue, Transmission
+from tidelog.sites.tag_index import TagIndex
+from tidelog.sites.tag_index_file import decode, encode
 from tidelog.sites.upkeep import ACKED_FILE, QueueUpkeep, load_acked, release_offset
 
 SMALL = QueueRetention(segment_bytes=1024)
@@ -50,11 +52,35 @@ async def fill(queue: SendQueue, records: int, destinations: list[str]) -> None:
 def test_the_release_offset_is_the_lowest_record_a_declared_site_needs() -> None:
     b, c = Site("b", "h:1", 0, since=5), Site("c", "h:2", 1, since=0)
     end = 100
-    assert release_offset([], {}, end) == end  # nobody needs anything
-    assert release_offset([b], {}, end) == 5  # nothing acked: from its since
-    assert release_offset([b], {"b": position(40, 3)}, end) == 40  # the acked record stays
-    assert release_offset([b, c], {"b": position(40, 3), "c": position(12, 0)}, end) == 12
-    assert release_offset([b, c], {"b": position(40, 3)}, end) == 0
+    index = TagIndex()
+    for offset in range(100):  # b in every 10th record from 10, c in every record
+        index.add(offset, {0: 1, 1: 1} if offset % 10 == 0 and offset else {1: 1})
+    assert release_offset([], {}, end, index) == end  # nobody needs anything
+    assert release_offset([b], {}, end, index) == 10  # nothing acked: its first from its since
+    assert release_offset([b], {"b": position(40, 0)}, end, index) == 50  # its next record
+    assert release_offset([b], {"b": position(90, 0)}, end, index) == end  # had all of its own
+    assert release_offset([b, c], {"b": position(40, 0), "c": position(12, 0)}, end, index) == 13
+    assert release_offset([b, c], {"b": position(40, 0)}, end, index) == 0
+
+
+def test_a_site_that_rarely_receives_does_not_pin_the_queue_nor_get_a_snapshot() -> None:
+    """b received record 3 long ago and everything since went to c: once c acked it all, the
+    queue may go up to its end, and b still resumes with deltas (nothing of its was trimmed),
+    also after a restart that restores the index from its snapshot file."""
+    b, c = Site("b", "h:1", 0, since=0), Site("c", "h:2", 1, since=0)
+    index = TagIndex()
+    index.add(3, {0: 1, 1: 1})
+    for offset in range(4, 60):
+        index.add(offset, {1: 1})
+    acked = {"b": position(3, 0), "c": position(59, 0)}
+    assert release_offset([b, c], acked, 60, index) == 60
+    index.trim(60)
+    progress = SinkProgress(last_processed=position(3, 0))
+    assert negotiate(progress, index.held_from(0)).outcome is Outcome.DELTAS
+    restored, _ = decode(encode(index, {0: 0, 1: 0}))
+    assert negotiate(progress, restored.held_from(0)).outcome is Outcome.DELTAS
+    restored.trim(61)  # nothing more of b's goes: still deltas
+    assert negotiate(progress, restored.held_from(0)).outcome is Outcome.DELTAS
 
 
 def test_segments_leave_only_below_every_live_sites_acknowledged_position(
@@ -72,12 +98,12 @@ def test_segments_leave_only_below_every_live_sites_acknowledged_position(
             upkeep = upkeep_for(queue, tmp_path, senders)
             released = await upkeep.run_once()
             assert released, "nothing was released"
-            assert 0 < log.oldest_offset <= 20  # c still needs record 20
+            assert 0 < log.oldest_offset <= 21  # c acked record 20 whole: it needs 21 on
             b = queue.registry.get("b").number
             assert queue.index.records_for(b, 0, 1) == [log.oldest_offset]  # index trimmed
             senders["c"].acked = position(50, 0)
             await upkeep.run_once()
-            assert 20 < log.oldest_offset <= 45  # now b is the slowest
+            assert 21 < log.oldest_offset <= 46  # now b is the slowest
             # Every site can still go on from its position: deltas, never a snapshot.
             for site_id, sender in senders.items():
                 progress = SinkProgress(last_processed=sender.acked)

@@ -139,13 +139,15 @@ class SendQueue:
         log = self._partition.log
         restored = self._restored(log.oldest_offset, log.newest_offset)
         if restored is None:
+            # Which sites the records below the queue's front were for is not known: for
+            # every site, held_from starts there.
             self.index = TagIndex()
-            self.index.oldest = log.oldest_offset
+            self.index.oldest = self.index.base = log.oldest_offset
         else:
+            # The snapshot knows, per site, the newest record of it trimmed before it was
+            # saved; the trim below adds those trimmed since (the snapshot listed them, as it
+            # covers the queue up to its front at least).
             self.index = restored
-        # Which sites the records below the queue's front were for is not known after a
-        # restart (a snapshot's own record of them included): held_from starts there.
-        self.index.base = max(self.index.base, log.oldest_offset)
         self._saved_covers = self.index.covers
         self.records_read_at_open = 0
         sites = self.registry.list()

@@ -108,6 +108,8 @@ class TagIndex:
         return {
             "covers": self.covers,
             "oldest": self.oldest,
+            "base": self.base,
+            "lost": {str(site): offset for site, offset in self._lost.items()},
             "sites": {
                 str(site): offsets[self._start.get(site, 0) :]
                 for site, offsets in self._offsets.items()
@@ -127,6 +129,8 @@ class TagIndex:
         index = cls()
         index.covers = int(data["covers"])
         index.oldest = int(data["oldest"])
+        index.base = int(data.get("base", index.oldest))
+        index._lost = {int(site): int(offset) for site, offset in data.get("lost", {}).items()}
         for site, offsets in data["sites"].items():
             listed = [int(o) for o in offsets]
             if any(b <= a for a, b in itertools.pairwise(listed)):

@@ -1,13 +1,14 @@
 """The delta queue's upkeep: entries leave once every declared site acknowledged them.
 
-Theory. A site still needs every entry after the last position it acknowledged, and the record
-holding that position too: the record may hold later entries for it (negotiation resumes deltas
-while the queue holds every record for the site from that one on, ``negotiation.py``). A site
-that acknowledged nothing needs every record from its ``since``.
-The lowest record any declared site needs is the *release offset* (:func:`release_offset`; with
-no site declared, the queue's end); the queue deletes the whole sealed segments below it
-(``Partition.release_before``) and the tag index drops them (``TagIndex.trim``). A removed site
-is no longer declared, so it holds nothing back.
+Theory. A site still needs the records that hold entries for it after the last position it
+acknowledged (a site is sent whole records, so not the one holding that position), and nothing
+else: records with nothing for it may go, and negotiation, which compares per site what the
+queue still holds for it (``TagIndex.held_from``), resumes its deltas all the same. A site that
+acknowledged nothing needs its records from its ``since``. So a site that rarely receives
+anything does not pin the queue. The lowest record any declared site needs is the *release
+offset* (:func:`release_offset`; with no site declared, the queue's end); the queue deletes
+the whole sealed segments below it (``Partition.release_before``) and the tag index drops them
+(``TagIndex.trim``). A removed site is no longer declared, so it holds nothing back.
 
 Where a site's acknowledged position comes from: its sender, once that sender has heard the sink
 since this server started (what the sink said it applied, then its acks); before that, the
@@ -23,7 +24,8 @@ the queue's retention (``QueueRetention``) whatever the sites acknowledged, and 
 trims the tag index to the queue's front. Each pass also saves the tag index's snapshot when it
 moved (and :meth:`QueueUpkeep.close` once more), so a restart reads only the records after it.
 
-A pass costs O(sites) plus the deletions and writes it makes.
+A pass costs O(sites x log records) (one tag-index lookup per site) plus the deletions and
+writes it makes.
 """
 
 from __future__ import annotations
@@ -42,20 +44,29 @@ from tidelog.sites.negotiation import NONE
 from tidelog.sites.registry import Site
 from tidelog.sites.send_queue import SendQueue
 from tidelog.sites.sender import Sender
+from tidelog.sites.tag_index import TagIndex
 
 LOG = logging.getLogger("tidelog.sites")
 
 ACKED_FILE: Final = "sites_acked.json"
 
 
-def release_offset(sites: Sequence[Site], acked: Mapping[str, int], end: int) -> int:
-    """The lowest record offset a declared site still needs: the record of its acknowledged
-    position (``acked``: site id -> position, missing or ``NONE``: none), or its ``since`` when
-    it acknowledged nothing; ``end`` (the queue's next offset) when no site is declared."""
+def release_offset(
+    sites: Sequence[Site], acked: Mapping[str, int], end: int, index: TagIndex
+) -> int:
+    """The lowest record offset a declared site still needs: its first record (in the tag
+    ``index``) after the one of its acknowledged position (``acked``: site id -> position,
+    missing or ``NONE``: none), or from its ``since`` when it acknowledged nothing; ``end`` (the
+    queue's next offset) when no site needs any. A site is sent whole records, so the record of
+    its acknowledged position holds nothing more for it; records that hold nothing for a site
+    are not held for it (a site that rarely receives does not pin the queue), and releasing
+    them never costs it a snapshot (negotiation compares per site: ``TagIndex.held_from``)."""
     needed = end
     for site in sites:
         position = acked.get(site.site_id, NONE)
-        needed = min(needed, site.since if position == NONE else split_position(position)[0])
+        start = site.since if position == NONE else split_position(position)[0] + 1
+        (first,) = index.records_for(site.number, start, 1) or (end,)
+        needed = min(needed, first)
     return needed
 
 
@@ -140,7 +151,7 @@ class QueueUpkeep:
             await asyncio.to_thread(save_acked, self.acked_file, sites, acked)
             self._saved = known
         released = await queue.partition.release_before(
-            release_offset(sites, acked, queue.next_offset)
+            release_offset(sites, acked, queue.next_offset, queue.index)
         )
         if released:
             LOG.info("released %d acknowledged segments of the delta queue", len(released))
