@@ -6,6 +6,8 @@ snapshot covers, with no gap and no duplicate."""
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -236,3 +238,42 @@ def test_a_sink_killed_mid_snapshot_gets_a_whole_one_after_its_restart(
 
 def _caught_up(client: tidelog.Client) -> bool:
     return all(s.state == "log_entry_sync" for s in client.site_status())
+
+
+def test_a_sink_that_stops_acking_gets_resends_then_a_snapshot(tmp_path: Path) -> None:
+    """SIGSTOP the sink: its batches go unacknowledged through the resends, the source starts a
+    snapshot sync on its own (no resync asked, nothing trimmed), and once the sink runs again it
+    ends with the source's table and the deltas after the snapshot, exactly."""
+    with two_sites(tmp_path, TIDELOG_SITES_ACK_TIMEOUT_S="0.3") as (a, b):
+        sink = SinkApp()
+        with tidelog.Client(a.address) as client:
+            source = SourceApp(client)
+            with client.snapshot_provider(source.provide) as provider:
+                source.put_many([(f"k{i}", "0") for i in range(20)])
+                deadline = time.monotonic() + DEADLINE_S
+                while not _caught_up(client):
+                    assert time.monotonic() < deadline, "b never caught up"
+                    time.sleep(0.1)
+                os.kill(b.pid, signal.SIGSTOP)
+                try:
+                    source.put_many([(f"k{i}", "1") for i in range(20)])
+                    deadline = time.monotonic() + DEADLINE_S
+                    while not provider.provided and "snapshot" not in _reason(client):
+                        assert time.monotonic() < deadline, f"no snapshot: {client.site_status()}"
+                        time.sleep(0.1)
+                finally:
+                    os.kill(b.pid, signal.SIGCONT)
+                with tidelog.Client(b.address) as at_b, at_b.routing_listener("kv", sink.on_entry):
+                    wait_until_equal(source, sink)
+                    source.put_many([(f"after-{i}", "2") for i in range(10)])
+                    wait_until_equal(source, sink)
+                    deadline = time.monotonic() + DEADLINE_S
+                    while not _caught_up(client):
+                        assert time.monotonic() < deadline, f"not caught up: {client.site_status()}"
+                        time.sleep(0.1)
+                assert provider.provided, "the timeouts started a snapshot the provider answered"
+    assert_deltas_resume_exactly(source, sink)
+
+
+def _reason(client: tidelog.Client) -> str:
+    return " ".join(s.reason for s in client.site_status())

@@ -118,6 +118,7 @@ class Server:
                         # A server run with smaller segments (tests, small disks) keeps them.
                         min(QUEUE_SEGMENT_BYTES, settings.segment_max_bytes),
                     ),
+                    ack_timeout_s=settings.sites_ack_timeout_s,
                 )
                 await self.local_site.open(settings.sites)
                 self.metrics.add_sites(self.local_site)

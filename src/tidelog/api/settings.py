@@ -76,6 +76,13 @@ class ServerSettings(BaseSettings):
         gt=0,
         description="retention backstop of __lrq_delta by age (seconds); none: retention_age_s",
     )
+    sites_ack_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="how long a remote site has to acknowledge a batch before it is sent again "
+        "(then after twice as long, twice); with no ack after that, the site gets a snapshot sync. "
+        "Raise it for slow links",
+    )
     metrics_port: int = Field(
         9293, ge=0, le=65535, description="Prometheus /metrics port on host (0: disabled)"
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 from tidelog.broker import Broker
 from tidelog.sites.registry import SITES_FILE, Site, SiteRegistry
 from tidelog.sites.send_queue import QueueRetention, SendQueue, Transmission
-from tidelog.sites.sender import Sender
+from tidelog.sites.sender import ACK_TIMEOUT_S, Sender
 from tidelog.sites.sink import Sink
 from tidelog.sites.snapshots import Snapshots
 from tidelog.sites.status import SiteState, site_state
@@ -32,6 +32,7 @@ class LocalSite:
         retention: QueueRetention | None = None,
         *,
         upkeep_interval_s: float | None = None,
+        ack_timeout_s: float = ACK_TIMEOUT_S,
     ) -> None:
         """``upkeep_interval_s``: how often acknowledged entries are released (default: the
         broker's maintenance interval)."""
@@ -42,6 +43,7 @@ class LocalSite:
         self.snapshots = Snapshots(broker, self.registry, self.queue)
         self.sink = Sink(broker, site_id)
         self.senders: dict[str, Sender] = {}
+        self.ack_timeout_s = ack_timeout_s
         interval = upkeep_interval_s or broker.config.maintenance_interval_s
         self.upkeep = QueueUpkeep(self.queue, self.senders, data_dir, interval)
 
@@ -75,7 +77,9 @@ class LocalSite:
         self.senders.clear()
 
     def _start_sender(self, site: Site) -> None:
-        sender = Sender(self.queue, self.snapshots, site, self.site_id)
+        sender = Sender(
+            self.queue, self.snapshots, site, self.site_id, ack_timeout_s=self.ack_timeout_s
+        )
         self.senders[site.site_id] = sender
         sender.start()
 

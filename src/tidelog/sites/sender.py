@@ -53,6 +53,8 @@ LOG = logging.getLogger("tidelog.sites")
 
 Call = grpc.aio.StreamStreamCall[v1.ReplicationRequest, v1.ReplicationReply]
 FIRST: Final = asyncio.FIRST_COMPLETED
+ACK_TIMEOUT_S: Final = 10.0
+"""Default wait for a batch's ack before it is sent again (the server's sites_ack_timeout_s)."""
 _NEGOTIATED: Final = {
     Outcome.DELTAS: SyncEvent.NEGOTIATED_DELTAS,
     Outcome.SNAPSHOT: SyncEvent.NEGOTIATED_SNAPSHOT,
@@ -86,7 +88,7 @@ class Sender:
         *,
         batch_entries: int = 1000,
         window: int = 8,
-        ack_timeout_s: float = 10.0,
+        ack_timeout_s: float = ACK_TIMEOUT_S,
         max_pause_s: float = 5.0,
         provider_timeout_s: float = 60.0,
         max_resends: int = 2,
