@@ -181,3 +181,28 @@ def test_a_sender_reads_whole_records_up_to_its_limits(tmp_path: Path) -> None:
             assert middle[0].position == first[11].position and len(middle) == 139
 
     asyncio.run(main())
+
+
+def test_the_index_counts_each_sites_entries_whatever_the_mix_of_destinations(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            queue = opened(broker, tmp_path)
+            for site_id in ("b", "c", "d"):
+                queue.registry.add(site_id, "127.0.0.1:1", queue.next_offset)
+            choices = [["b"], ["c", "d"], ["b", "c", "d"], ["d"], ["d", "b"]]
+            items = [Transmission(b"%d" % i, choices[i * 7 % 5]) for i in range(300)]
+            positions = await queue.transmit("app", items[:120])
+            positions += await queue.transmit("app", items[120:])
+            assert positions == sorted(set(positions)) and len(positions) == 300
+            for site_id in ("b", "c", "d"):
+                number = queue.registry.get(site_id).number
+                wanted = sum(site_id in item.destinations for item in items)
+                assert queue.index.entries_for(number, 0) == wanted
+                got = queue.read_for(number, -1, 1000)
+                assert [e.payload for e in got] == [
+                    i.payload for i in items if site_id in i.destinations
+                ]
+
+    asyncio.run(main())

@@ -22,6 +22,7 @@ retention may have removed raises ``PositionTrimmed`` rather than skip them.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,7 +37,6 @@ from tidelog.sites.envelope import (
     EntryKind,
     RoutedEntry,
     RoutingRecord,
-    count_sites,
     encode,
     position,
     routed_for,
@@ -275,14 +275,19 @@ class SendQueue:
     async def transmit(self, client: str, items: Sequence[Transmission]) -> list[int]:
         """Store ``items`` once each, tagged with their destinations; their positions, in
         order. Nothing is stored when any item is refused."""
-        records = self._pack(client, [self._entry(item) for item in self._checked(client, items)])
+        masks: dict[tuple[str, ...], int] = {}  # a call repeats few destination lists
+        entries = [self._entry(item, masks) for item in self._checked(client, items)]
+        records = self._pack(client, entries)
         published = await self.partition.publish([encode(r) for r in records])
         positions: list[int] = []
         for offset, record in zip(published.offsets, records, strict=True):
+            first = position(offset, 0)
+            positions += range(first, first + len(record.entries))
+            per_mask = collections.Counter(entry.destinations for entry in record.entries)
             counts: dict[int, int] = {}
-            for index, entry in enumerate(record.entries):
-                positions.append(position(offset, index))
-                count_sites(entry.destinations, counts)
+            for mask, times in per_mask.items():
+                for number in _numbers(mask):
+                    counts[number] = counts.get(number, 0) + times
             self.index.add(offset, counts)
         return positions
 
@@ -305,17 +310,24 @@ class SendQueue:
                 )
         return items
 
-    def _entry(self, item: Transmission) -> Entry:
-        if not item.destinations:
+    def _entry(self, item: Transmission, masks: dict[tuple[str, ...], int]) -> Entry:
+        destinations = tuple(item.destinations)
+        mask = masks.get(destinations)
+        if mask is None:
+            mask = masks[destinations] = self._mask(destinations)
+        return Entry(mask, item.payload)
+
+    def _mask(self, destinations: tuple[str, ...]) -> int:
+        if not destinations:
             raise InvalidArgument("every payload needs at least one destination site")
         mask = 0
-        for site_id in item.destinations:
+        for site_id in destinations:
             if site_id == self.registry.local_site:
                 raise InvalidArgument(
                     f"{echo(site_id)} is this site: a payload goes to other sites only"
                 )
             mask |= 1 << self.registry.get(site_id).number
-        return Entry(mask, item.payload)
+        return mask
 
     def _pack(self, client: str, entries: list[Entry]) -> list[RoutingRecord]:
         """As few records as the size limit allows, entries in order."""
@@ -332,6 +344,11 @@ class SendQueue:
             size += cost
         records.append(RoutingRecord(EntryKind.DELTA, client, 0, tuple(current)))
         return records
+
+
+def _numbers(mask: int) -> list[int]:
+    """The site numbers set in a destination mask."""
+    return [number for number in range(mask.bit_length()) if mask >> number & 1]
 
 
 def _runs(offsets: list[int]) -> list[tuple[int, int]]:
