@@ -40,7 +40,7 @@ from tidelog.broker.config import (
 )
 from tidelog.broker.delivery import delivery_gate
 from tidelog.broker.jsonfile import replace_bytes, replace_json
-from tidelog.broker.partition import Partition
+from tidelog.broker.partition import Partition, ReplicaRole
 from tidelog.broker.partition_view import ViewEntry, ViewKind, ViewSpec
 from tidelog.broker.producers import Published
 from tidelog.broker.stream import Stream
@@ -95,6 +95,7 @@ __all__ = [
     "PackedValues",
     "Partition",
     "Published",
+    "ReplicaRole",
     "StartPosition",
     "StopPosition",
     "Stream",

@@ -565,10 +565,14 @@ class Broker:
         max_messages: int | None = None,
         max_bytes: int | None = None,
         group: tuple[str, str, int] | None = None,
+        read_replica: bool = False,
     ) -> Subscription:
         """Resolve the request and return the subscription; every error is raised here, before
-        anything is sent to the subscriber. Batch limits default to the broker's settings."""
+        anything is sent to the subscriber. Batch limits default to the broker's settings.
+        ``read_replica``: a follower of a cluster may serve it (up to the high watermark)."""
         target = self.partition(stream, partition)
+        if target.role is not None:
+            target.role.check_read(read_replica)
         if target.paused and resume:
             self.resume(target)
         bounds = resolve(target.log, request)
@@ -593,6 +597,8 @@ class Broker:
         moves on :meth:`Subscription.seek`. It has no stop bound; every error of the start
         position is raised here."""
         target = self.partition(stream, partition)
+        if target.role is not None:
+            target.role.check_read(False)
         return Subscription(
             target,
             resolve(target.log, request),
