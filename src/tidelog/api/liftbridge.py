@@ -40,8 +40,11 @@ from tidelog.broker import (
     StopPosition,
     StreamConfig,
     delivery_gate,
+    validate_stream_name,
 )
 from tidelog.broker import SubscribeRequest as BrokerSubscribe
+from tidelog.cluster.metadata import PartitionState
+from tidelog.cluster.node import ClusterNode
 from tidelog.errors import (
     FailedPrecondition,
     IncorrectOffset,
@@ -76,14 +79,15 @@ def _ms(value: pb.NullableInt64, present: bool) -> float | None:
     return value.value / 1000 if present and value.value > 0 else None
 
 
-def stream_config(request: pb.CreateStreamRequest) -> StreamConfig:
-    """A Liftbridge CreateStreamRequest as tidelog stream settings (unsupported options refused)."""
-    if request.replicationFactor not in (-1, 0, 1):
+def stream_config(request: pb.CreateStreamRequest, clustered: bool = False) -> StreamConfig:
+    """A Liftbridge CreateStreamRequest as tidelog stream settings (unsupported options refused;
+    on a cluster the replication factor and minIsr are the controller's to check)."""
+    if not clustered and request.replicationFactor not in (-1, 0, 1):
         raise InvalidArgument(
             f"replication factor {request.replicationFactor} exceeds the cluster size: this "
             f"tidelog server is a single broker (use 1, 0 or -1)"
         )
-    if request.HasField("minIsr") and request.minIsr.value > 1:
+    if not clustered and request.HasField("minIsr") and request.minIsr.value > 1:
         raise InvalidArgument(f"minIsr {request.minIsr.value} exceeds the cluster size of 1")
     if request.HasField("encryption") and request.encryption.value:
         raise InvalidArgument("encryption at rest is not available in this tidelog release")
@@ -107,13 +111,16 @@ def stream_config(request: pb.CreateStreamRequest) -> StreamConfig:
     )
 
 
-def partition_metadata(partition: Partition, broker_id: str) -> pb.PartitionMetadata:
+def partition_metadata(
+    partition: Partition, broker_id: str, state: PartitionState | None = None
+) -> pb.PartitionMetadata:
+    """A partition as Liftbridge describes it; ``state``: its replicas in a cluster."""
     stats = partition.stats
     return pb.PartitionMetadata(
         id=partition.number,
-        leader=broker_id,
-        replicas=[broker_id],
-        isr=[broker_id],
+        leader=broker_id if state is None else state.leader,
+        replicas=[broker_id] if state is None else list(state.replicas),
+        isr=[broker_id] if state is None else list(state.isr),
         highWatermark=partition.high_watermark,
         newestOffset=partition.newest_offset,
         paused=partition.paused,
@@ -187,10 +194,16 @@ def _failure_response(
 
 class LiftbridgeService(pb_grpc.APIServicer):
     def __init__(
-        self, broker: Broker, advertised: Advertised, metrics: Metrics | None = None
+        self,
+        broker: Broker,
+        advertised: Advertised,
+        metrics: Metrics | None = None,
+        cluster: ClusterNode | None = None,
     ) -> None:
         self.broker = broker
         self.advertised = advertised
+        self.cluster = cluster
+        """This broker's node when it is part of a cluster (``tidelog.cluster``)."""
         self._latency = None if metrics is None else metrics.publish_latency.labels("liftbridge")
 
     def _observe(self, started: float) -> None:
@@ -203,7 +216,14 @@ class LiftbridgeService(pb_grpc.APIServicer):
         self, request: pb.CreateStreamRequest, context: Context
     ) -> pb.CreateStreamResponse:
         async with grpc_errors(context):
-            config = stream_config(request)
+            config = stream_config(request, clustered=self.cluster is not None)
+            if self.cluster is not None:
+                validate_stream_name(request.name)
+                min_isr = request.minIsr.value if request.HasField("minIsr") else 1
+                await self.cluster.create_stream(
+                    request.name, config, request.replicationFactor, min_isr
+                )
+                return pb.CreateStreamResponse()
             await self.broker.wait_deleted(request.name)  # a delete of that name in progress
             self.broker.create_stream(request.name, config)
         return pb.CreateStreamResponse()
@@ -212,6 +232,9 @@ class LiftbridgeService(pb_grpc.APIServicer):
         self, request: pb.DeleteStreamRequest, context: Context
     ) -> pb.DeleteStreamResponse:
         async with grpc_errors(context):
+            if self.cluster is not None:
+                await self.cluster.delete_stream(request.name)
+                return pb.DeleteStreamResponse()
             await self.broker.delete_stream(request.name)
         return pb.DeleteStreamResponse()
 
@@ -241,7 +264,58 @@ class LiftbridgeService(pb_grpc.APIServicer):
             leaderCount=partitions,
         )
 
+    def _cluster_brokers(self, cluster: ClusterNode) -> list[pb.Broker]:
+        view = cluster.view
+        counts: dict[str, int] = {}
+        for state in view.partitions.values():
+            for member in state.replicas:
+                counts[member] = counts.get(member, 0) + 1
+        leading = view.leading()
+        found = []
+        for broker_id, address in sorted(view.brokers.items()):
+            host, _, port = address.rpartition(":")
+            found.append(
+                pb.Broker(
+                    id=broker_id,
+                    host=host,
+                    port=int(port or 0),
+                    partitionCount=counts.get(broker_id, 0),
+                    leaderCount=leading.get(broker_id, 0),
+                )
+            )
+        return found
+
+    def _cluster_stream_metadata(self, cluster: ClusterNode, name: str) -> pb.StreamMetadata:
+        view = cluster.view
+        record = view.streams.get(name)
+        if record is None:
+            return pb.StreamMetadata(name=name, error=pb.StreamMetadata.UNKNOWN_STREAM)
+        local = self.broker.find_stream(name)
+        partitions = {}
+        for (stream, number), state in view.partitions.items():
+            if stream != name:
+                continue
+            if local is not None and number < len(local.partitions):
+                partitions[number] = partition_metadata(local.partitions[number], "", state)
+            else:
+                partitions[number] = pb.PartitionMetadata(
+                    id=number,
+                    leader=state.leader,
+                    replicas=list(state.replicas),
+                    isr=list(state.isr),
+                    highWatermark=-1,
+                    newestOffset=-1,
+                )
+        return pb.StreamMetadata(
+            name=name,
+            subject=str(record.config.get("subject", "")),
+            creationTimestamp=0 if local is None else local.created_ns,
+            partitions=partitions,
+        )
+
     def _stream_metadata(self, name: str) -> pb.StreamMetadata:
+        if self.cluster is not None:
+            return self._cluster_stream_metadata(self.cluster, name)
         stream = self.broker.find_stream(name)
         if stream is None:
             return pb.StreamMetadata(name=name, error=pb.StreamMetadata.UNKNOWN_STREAM)
@@ -267,9 +341,14 @@ class LiftbridgeService(pb_grpc.APIServicer):
         self, request: pb.FetchMetadataRequest, context: Context
     ) -> pb.FetchMetadataResponse:
         async with grpc_errors(context):
-            names = list(request.streams) or [s.name for s in self.broker.list_streams()]
+            if self.cluster is not None:
+                names = list(request.streams) or sorted(self.cluster.view.streams)
+                brokers = self._cluster_brokers(self.cluster)
+            else:
+                names = list(request.streams) or [s.name for s in self.broker.list_streams()]
+                brokers = [self._broker_info()]
             return pb.FetchMetadataResponse(
-                brokers=[self._broker_info()],
+                brokers=brokers,
                 streamMetadata=[self._stream_metadata(n) for n in names],
                 groupMetadata=[self._group_metadata(g) for g in request.groups],
             )
@@ -280,6 +359,13 @@ class LiftbridgeService(pb_grpc.APIServicer):
     ) -> pb.FetchPartitionMetadataResponse:
         async with grpc_errors(context):
             partition = self.broker.partition(request.stream, request.partition)
+            if self.cluster is not None:
+                if partition.role is not None:
+                    partition.role.check_read(False)  # Liftbridge: the leader answers
+                state = self.cluster.view.partitions.get((request.stream, request.partition))
+                return pb.FetchPartitionMetadataResponse(
+                    metadata=partition_metadata(partition, "", state)
+                )
             return pb.FetchPartitionMetadataResponse(
                 metadata=partition_metadata(partition, self.advertised.broker_id)
             )
@@ -556,6 +642,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
                 ),
                 resume=request.resume,
                 group=group,
+                read_replica=request.readISRReplica,
             )
             stream = self.broker.stream(request.stream)
             subject = stream.subject

@@ -81,6 +81,19 @@ def serve(
         str | None,
         typer.Option(help="this site's id for multi-site replication (default: none, sites off)"),
     ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster", help="join a cluster whose metadata is in etcd at http://HOST:PORT"
+        ),
+    ] = None,
+    broker_id: Annotated[
+        str | None, typer.Option(help="this broker's id (a cluster needs one per broker)")
+    ] = None,
+    advertise: Annotated[
+        str | None,
+        typer.Option(help="HOST:PORT other brokers and clients reach this broker at (cluster)"),
+    ] = None,
     flush_policy: Annotated[FlushPolicy | None, typer.Option(help="[interval]")] = None,
     log_format: Annotated[str | None, typer.Option(help="text or json [text]")] = None,
     log_level: Annotated[
@@ -106,6 +119,9 @@ def serve(
             advertised_port=advertised_port,
             metrics_port=metrics_port,
             site_id=site_id,
+            cluster=cluster,
+            broker_id=broker_id,
+            advertise=advertise,
             flush_policy=flush_policy,
             log_format=log_format,
             log_level=log_level.upper() if log_level else None,
