@@ -5,6 +5,7 @@ partition log for comparing replicas byte for byte."""
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,6 +52,7 @@ class Cluster:
         self.env = env
         self.servers: dict[str, ServerProcess] = {}
         self._channels: dict[str, grpc.Channel] = {}
+        self._answered = ""
 
     def start(self, broker_id: str) -> ServerProcess:
         server = ServerProcess(
@@ -89,11 +91,14 @@ class Cluster:
 
     def metadata(self, stream: str) -> pb.StreamMetadata:
         """The stream's metadata as the first live broker that answers sees it."""
-        for broker_id in self.live():
+        live = self.live()
+        # The one that answered last first: a paused broker would hold every call for 1 s.
+        for broker_id in sorted(live, key=lambda b: b != self._answered):
             with contextlib.suppress(grpc.RpcError):
                 answer = self.api(broker_id).FetchMetadata(
-                    pb.FetchMetadataRequest(streams=[stream]), timeout=2
+                    pb.FetchMetadataRequest(streams=[stream]), timeout=1
                 )
+                self._answered = broker_id
                 return answer.streamMetadata[0]
         raise AssertionError("no live broker answers")
 
@@ -162,3 +167,64 @@ def stored_records(data_dir: Path, stream: str, number: int = 0) -> list[tuple[i
         ]
     finally:
         log.close()
+
+
+RETRYABLE = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.NOT_FOUND,
+}
+
+
+class Producer(threading.Thread):
+    """Publishes batches of 5 values with a producer id, ack ALL, to whichever broker leads;
+    a failed batch is sent again with the same sequence until it is acknowledged."""
+
+    def __init__(self, cluster: Cluster, stream: str) -> None:
+        super().__init__(daemon=True)
+        self.cluster = cluster
+        self.stream = stream
+        self.acked: dict[int, range] = {}
+        """sequence -> offsets acknowledged."""
+        self.values: dict[int, list[bytes]] = {}
+        self.stop = threading.Event()
+        self.failures = 0
+        self.error: BaseException | None = None
+
+    def leader(self) -> str | None:
+        leader = self.cluster.partition(self.stream).leader
+        return leader if self.cluster.alive(leader) else None
+
+    def run(self) -> None:
+        try:
+            sequence = 0
+            while not self.stop.is_set():
+                values = [b"m-%d-%d" % (sequence, i) for i in range(5)]
+                self.values[sequence] = values
+                while not self.stop.is_set():
+                    leader = self.leader()
+                    if leader is None:
+                        time.sleep(0.05)
+                        continue
+                    try:
+                        answer = publish_batch(
+                            self.cluster.v1(leader), self.stream, values, "p", sequence, 5
+                        )
+                    except grpc.RpcError as error:
+                        assert error.code() in RETRYABLE, error
+                        self.failures += 1
+                        time.sleep(0.05)
+                        continue
+                    self.acked[sequence] = range(
+                        answer.first_offset, answer.first_offset + answer.count
+                    )
+                    break
+                sequence += 1
+        except BaseException as error:  # reported by the test
+            self.error = error
+
+    def wait_acked(self, more: int, timeout: float = 30.0) -> None:
+        target = len(self.acked) + more
+        wait_for(lambda: len(self.acked) >= target or self.error, timeout, "acks")
+        assert self.error is None, self.error

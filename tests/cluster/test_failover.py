@@ -5,78 +5,15 @@ every replica holds the same records, offsets and timestamps included."""
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
-import grpc
 from tests.cluster.clustertools import (
-    Cluster,
-    publish_batch,
+    Producer,
     running_cluster,
     stored_records,
     wait_for,
 )
-
-RETRYABLE = {
-    grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.FAILED_PRECONDITION,
-    grpc.StatusCode.DEADLINE_EXCEEDED,
-    grpc.StatusCode.NOT_FOUND,
-}
-
-
-class Producer(threading.Thread):
-    """Publishes batches of 5 values with a producer id, ack ALL, to whichever broker leads;
-    a failed batch is sent again with the same sequence until it is acknowledged."""
-
-    def __init__(self, cluster: Cluster, stream: str) -> None:
-        super().__init__(daemon=True)
-        self.cluster = cluster
-        self.stream = stream
-        self.acked: dict[int, range] = {}
-        """sequence -> offsets acknowledged."""
-        self.values: dict[int, list[bytes]] = {}
-        self.stop = threading.Event()
-        self.failures = 0
-        self.error: BaseException | None = None
-
-    def leader(self) -> str | None:
-        leader = self.cluster.partition(self.stream).leader
-        return leader if self.cluster.alive(leader) else None
-
-    def run(self) -> None:
-        try:
-            sequence = 0
-            while not self.stop.is_set():
-                values = [b"m-%d-%d" % (sequence, i) for i in range(5)]
-                self.values[sequence] = values
-                while not self.stop.is_set():
-                    leader = self.leader()
-                    if leader is None:
-                        time.sleep(0.05)
-                        continue
-                    try:
-                        answer = publish_batch(
-                            self.cluster.v1(leader), self.stream, values, "p", sequence, 5
-                        )
-                    except grpc.RpcError as error:
-                        assert error.code() in RETRYABLE, error
-                        self.failures += 1
-                        time.sleep(0.05)
-                        continue
-                    self.acked[sequence] = range(
-                        answer.first_offset, answer.first_offset + answer.count
-                    )
-                    break
-                sequence += 1
-        except BaseException as error:  # reported by the test
-            self.error = error
-
-    def wait_acked(self, more: int, timeout: float = 30.0) -> None:
-        target = len(self.acked) + more
-        wait_for(lambda: len(self.acked) >= target or self.error, timeout, "acks")
-        assert self.error is None, self.error
 
 
 def test_killing_the_leader_twenty_times_loses_no_acknowledged_message(tmp_path: Path) -> None:

@@ -74,6 +74,8 @@ LOG = logging.getLogger("tidelog.cluster")
 
 HW_CHECKPOINT = "replication-hw"
 """The high watermark a replica last knew, in its partition's directory (decimal text)."""
+CHECKPOINT_INTERVAL_S = 1.0
+"""How often the high watermarks are written (a restart may restart from one this old)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +136,8 @@ class PartitionRole:
                     f"{self.node.settings.ack_timeout_s:g} s (ISR: {isr}; minIsr "
                     f"{leader.min_isr}): publish again once the replicas are back"
                 )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.partition.signal.current(), min(remaining, 0.5))
+            # asyncio.wait, not wait_for: the signal's future is shared, never cancel it.
+            await asyncio.wait([self.partition.signal.current()], timeout=min(remaining, 0.5))
             if self.leader is not leader:
                 raise NotLeader(self.partition.stream, self.partition.number)
         if leader is None:
@@ -167,11 +169,11 @@ class PartitionRole:
             return ""
         return self.node.view.brokers.get(state.leader, "")
 
-    def checkpoint(self) -> None:
-        """Write the high watermark if it moved (each poll; a restart resumes from it)."""
+    async def checkpoint(self) -> None:
+        """Write the high watermark if it moved (a restart resumes from it), in a thread."""
         hw = self.high_watermark
         if hw != self.saved_hw and not (self.partition.deleted or self.partition.closed):
-            replace_json(self.partition.directory / HW_CHECKPOINT, hw)
+            await asyncio.to_thread(replace_json, self.partition.directory / HW_CHECKPOINT, hw)
             self.saved_hw = hw
 
     def lead(self, state: PartitionState, min_isr: int) -> bool:
@@ -265,6 +267,7 @@ class ClusterNode:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._changed = asyncio.Event()
         self._warned = 0.0
+        self._checkpointed = 0.0
         self.fetch_delay_s = float(os.environ.get("TIDELOG_TEST_REPLICA_FETCH_DELAY_S") or 0)
         """Fault tests: each fetch answer waits this long before the follower appends it (a slow
         follower or link; docs/operations.md). Zero otherwise."""
@@ -304,7 +307,8 @@ class ClusterNode:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         for role in list(self.roles.values()):
-            role.checkpoint()
+            with contextlib.suppress(Exception):
+                await role.checkpoint()
             await role.close()
             role.partition.role = None
         for channel in self._channels.values():
@@ -397,7 +401,10 @@ class ClusterNode:
             else:
                 role.step_down()
                 role.stop_following()
-            role.checkpoint()
+        if time.monotonic() - self._checkpointed >= CHECKPOINT_INTERVAL_S:
+            self._checkpointed = time.monotonic()
+            for key in seen:
+                await self.roles[key].checkpoint()
         for key in [k for k in self.roles if k not in seen]:
             role = self.roles.pop(key)
             await role.close()
@@ -441,8 +448,13 @@ class ClusterNode:
             # watermark) and has fetched into the current leader epoch.
             ends = leader.follower_ends()
             floor = max(leader.high_watermark + 1, leader.epoch_start)
+            lag = self.settings.replica_lag_max_s
             for member in state.replicas:
-                if member not in state.isr and ends.get(member, -1) >= floor:
+                if (
+                    member not in state.isr
+                    and ends.get(member, -1) >= floor
+                    and leader.caught_up(member, lag / 2)
+                ):
                     new = expand_isr(state, member)
                     break
         if new is None:
@@ -548,7 +560,19 @@ class ClusterNode:
                         timeout=5,
                     )
                     answer = EpochEnd(reply.epoch, reply.end_offset)
+                    before = partition.log.next_offset
                     next_offset = follower.follow(leader_epoch, lambda _, end=answer: end)
+                    LOG.info(
+                        "%s/%d: following %s at leader epoch %d from offset %d%s",
+                        partition.stream,
+                        partition.number,
+                        leader_id,
+                        leader_epoch,
+                        next_offset,
+                        f" (cut {before - next_offset} records it never had)"
+                        if next_offset < before
+                        else "",
+                    )
                 response = await stub.ReplicaFetch(
                     cpb.ReplicaFetchRequest(
                         stream=partition.stream,
@@ -572,6 +596,14 @@ class ClusterNode:
             except asyncio.CancelledError:
                 raise
             except grpc.aio.AioRpcError as error:
+                LOG.debug(
+                    "%s/%d: fetch from %s: %s %s",
+                    partition.stream,
+                    partition.number,
+                    leader_id,
+                    error.code(),
+                    error.details(),
+                )
                 if error.code() not in (
                     grpc.StatusCode.UNAVAILABLE,
                     grpc.StatusCode.FAILED_PRECONDITION,
@@ -604,8 +636,7 @@ class ClusterNode:
             partition = leader.partition
             deadline = time.monotonic() + request.max_wait_ms / 1000
             while not answer.records and (remaining := deadline - time.monotonic()) > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(partition.signal.current(), remaining)
+                await asyncio.wait([partition.signal.current()], timeout=remaining)
                 leader = self.leading(request.stream, request.partition)
                 answer = leader.fetch(
                     request.follower, request.leader_epoch, request.fetch_offset, max_records

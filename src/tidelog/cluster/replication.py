@@ -75,7 +75,10 @@ class _Follower:
     log_end: int = 0
     """The offset after the follower's newest record, as its last fetch said."""
     caught_up_s: float = field(default_factory=time.monotonic)
-    """When it last fetched from at or past the leader's log end."""
+    """The last time it held everything the leader held (Kafka's rule: a fetch from the
+    leader's log end at the previous fetch means the follower had caught up by then)."""
+    last_fetch_s: float = 0.0
+    leader_end_at_last_fetch: int = -1
 
 
 def _cache_path(partition: Partition) -> Path:
@@ -173,8 +176,15 @@ class LeaderReplica:
         state = self._followers.setdefault(follower, _Follower())
         state.log_end = from_offset
         committed = log.committed_offset
+        now = self._clock()
         if from_offset > committed:
-            state.caught_up_s = self._clock()
+            state.caught_up_s = now
+        elif from_offset >= state.leader_end_at_last_fetch >= 0:
+            # Not at the end now (the leader keeps appending), but it has everything the leader
+            # had when it last fetched: it was caught up then.
+            state.caught_up_s = max(state.caught_up_s, state.last_fetch_s)
+        state.last_fetch_s = now
+        state.leader_end_at_last_fetch = committed + 1
         self.advance()
         records: list[ReplicatedRecord] = []
         if from_offset <= committed:
@@ -209,6 +219,11 @@ class LeaderReplica:
     def end_offset_for(self, epoch: int) -> EpochEnd:
         """Where ``epoch`` ends in this leader's log (the follower's truncation question)."""
         return self.epochs.end_offset_for(epoch, self.partition.log.next_offset)
+
+    def caught_up(self, member: str, max_lag_s: float) -> bool:
+        """Whether ``member`` (in the ISR or not) has caught up within ``max_lag_s``."""
+        state = self._followers.get(member)
+        return state is not None and self._clock() - state.caught_up_s <= max_lag_s
 
     def lagging(self, max_lag_s: float) -> set[str]:
         """ISR followers that have not been caught up for ``max_lag_s``: candidates to leave
