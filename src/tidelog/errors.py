@@ -236,7 +236,8 @@ class NotLeader(BrokerError):
 
     def __init__(self, stream: str, partition: int, leader: str = "") -> None:
         where = f" (the leader is {leader})" if leader else " (no leader now; retry shortly)"
-        super().__init__(f"Server not partition leader for {stream}/{partition}{where}")
+        what = stream if partition < 0 else f"{stream}/{partition}"
+        super().__init__(f"Server not partition leader for {what}{where}")
         self.stream = stream
         self.partition = partition
         self.leader = leader

@@ -24,6 +24,7 @@ from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog.api.draining import DRAINED
 from tidelog.api.metrics import Metrics
 from tidelog.api.status import (
+    Forwarded,
     as_tidelog_error,
     grpc_errors,
     is_refusal,
@@ -50,6 +51,7 @@ from tidelog.errors import (
     IncorrectOffset,
     InvalidArgument,
     MessageTooLarge,
+    NotLeader,
     PartitionNotFound,
     PartitionReadonly,
     PermissionDenied,
@@ -153,6 +155,10 @@ def _liftbridge_text(error: IncorrectOffset) -> str:
     is at) goes to the server's debug log."""
     _log.debug("publish refused: %s", error)
     return INCORRECT_OFFSET_TEXT
+
+
+FORWARD_TIMEOUT_S = 30.0
+"""How long a publish handed to the partition's leader may take when the caller set no deadline."""
 
 
 def _message(request: pb.PublishRequest | pb.PublishToSubjectRequest) -> bytes | NewRecord:
@@ -423,6 +429,9 @@ class LiftbridgeService(pb_grpc.APIServicer):
                 )
             except IncorrectOffset as error:
                 raise FailedPrecondition(_liftbridge_text(error)) from None
+            except NotLeader as error:
+                # Liftbridge takes a publish on any broker: hand it to the leader.
+                return await self._forward(request, error, context.time_remaining())
             self._observe(started)
             if request.ackPolicy == pb.NONE:
                 return pb.PublishResponse()
@@ -430,6 +439,27 @@ class LiftbridgeService(pb_grpc.APIServicer):
             ack = self._ack(request, published.offsets[0], stored, max(stored, time.time_ns()))
             return pb.PublishResponse(ack=ack, correlationId=request.correlationId)
         raise AssertionError("unreachable")
+
+    async def _forward(
+        self, request: pb.PublishRequest, refusal: NotLeader, timeout: float | None
+    ) -> pb.PublishResponse:
+        """A publish sent to a broker of a cluster that does not lead its partition, published
+        on the leader (Liftbridge clients publish on any broker); the refusal if none leads."""
+        cluster = self.cluster
+        if cluster is None:
+            raise refusal
+        state = cluster.view.partitions.get((request.stream, request.partition))
+        address = "" if state is None else cluster.view.brokers.get(state.leader, "")
+        if not address or (state is not None and state.leader == cluster.broker_id):
+            raise refusal
+        stub = pb_grpc.APIStub(cluster.channel(address))
+        try:
+            response: pb.PublishResponse = await stub.Publish(
+                request, timeout=FORWARD_TIMEOUT_S if timeout is None else timeout
+            )
+        except grpc.aio.AioRpcError as error:
+            raise Forwarded(error.code(), error.details() or "") from None
+        return response
 
     async def _publish_run(self, run: Sequence[pb.PublishRequest]) -> list[pb.PublishResponse]:
         """Append consecutive requests for one partition as one batch; one response each."""
@@ -445,6 +475,8 @@ class LiftbridgeService(pb_grpc.APIServicer):
                 durable=any(r.ackPolicy == pb.ALL for r in run),
             )
         except Exception as error:
+            if isinstance(error, NotLeader) and self.cluster is not None:
+                return [await self._forward_async(r, error) for r in run]
             if not is_refusal(error):
                 raise
             if len(run) > 1:
@@ -468,6 +500,19 @@ class LiftbridgeService(pb_grpc.APIServicer):
             for r, offset in zip(run, published.offsets, strict=True)
             if r.ackPolicy != pb.NONE
         ]
+
+    async def _forward_async(
+        self, request: pb.PublishRequest, refusal: NotLeader
+    ) -> pb.PublishResponse:
+        """One PublishAsync request published on the leader, answered as PublishAsync does."""
+        try:
+            forwarded = await self._forward(request, refusal, None)
+        except (NotLeader, Forwarded) as error:
+            log_failure(error)
+            return _failure_response(request, _async_error(error))
+        if request.ackPolicy == pb.NONE:
+            return pb.PublishResponse(correlationId=request.correlationId)
+        return forwarded
 
     def _checks_offsets(self, stream: str) -> bool:
         found = self.broker.find_stream(stream)

@@ -155,9 +155,20 @@ def as_tidelog_error(error: BaseException) -> BaseException:
     return error
 
 
+class Forwarded(TidelogError):
+    """Another broker's failed answer to a call handed to it (a publish sent to a broker that
+    does not lead the partition): its status, passed on as is."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+
+
 def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
     """The status code and detail message tidelog answers ``error`` with."""
     error = as_tidelog_error(error)
+    if isinstance(error, Forwarded):
+        return error.code, cap_detail(str(error))
     for kind, code in STATUS:
         if isinstance(error, kind):
             return code, cap_detail(str(error))

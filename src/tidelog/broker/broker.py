@@ -54,6 +54,7 @@ from tidelog.errors import (
     BrokerClosed,
     InvalidArgument,
     LogLocked,
+    NotLeader,
     PermissionDenied,
     StreamDeleting,
     StreamExists,
@@ -145,6 +146,10 @@ class Broker:
         self._subject_turns: dict[tuple[str, str], int] = {}
         """(subject, load-balance group) -> publishes so far: whose turn it is."""
         self._on_drain: set[Callable[[], None]] = set()
+        self.hosted_elsewhere: Callable[[str, int], str | None] | None = None
+        """Set on a broker of a cluster: for a stream (partition -1: any) this broker does not
+        hold, the address of the broker leading it ("" while none does), or None when the
+        cluster does not know it either."""
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -297,7 +302,15 @@ class Broker:
         try:
             return self.streams[name]
         except KeyError:
+            self._check_elsewhere(name, -1)
             raise StreamNotFound(name) from None
+
+    def _check_elsewhere(self, name: str, number: int) -> None:
+        """Raise ``NotLeader`` when another broker of a cluster has what this one lacks."""
+        if self.hosted_elsewhere is not None:
+            leader = self.hosted_elsewhere(name, number)
+            if leader is not None:
+                raise NotLeader(name, number, leader)
 
     def find_stream(self, name: str) -> Stream | None:
         """The stream called ``name``, or None (metadata answers "unknown" rather than fail)."""
@@ -308,7 +321,10 @@ class Broker:
         return [self.streams[name] for name in sorted(self.streams)]
 
     def partition(self, stream: str, number: int) -> Partition:
-        return self.stream(stream).partition(number)
+        found = self.stream(stream)
+        if number >= len(found.partitions):
+            self._check_elsewhere(stream, number)
+        return found.partition(number)
 
     def subject_targets(self, subject: str) -> list[Partition]:
         """The partitions a publish to ``subject`` goes to, routed as Liftbridge routes it

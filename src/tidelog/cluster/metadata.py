@@ -12,8 +12,9 @@ per cluster (``/tidelog/<cluster>/``):
   transaction); the key goes with the lease, and the next campaign wins.
 - ``streams/<name>``: a stream's settings, replication factor and ``minIsr``, written with its
   partitions' first states in one transaction, only if absent.
-- ``ready/<stream>/<n>``: the broker and leader epoch of a partition's leader once it has opened
-  the partition, with that leader's lease (a created stream is usable when all are there).
+- ``ready/<stream>/<n>/<broker>``: the leader epoch under which that replica has opened the
+  partition (leading or following), with the broker's lease; a created stream is usable once
+  its leaders and live replicas have all marked it.
 - ``partitions/<stream>/<n>``: a partition's :class:`PartitionState` (replicas, leader, ISR,
   partition epoch, leader epoch) as JSON. Every change is a **compare-and-set on the partition
   epoch**: :meth:`Metadata.update_partition` reads the state, checks that its epoch is the one
@@ -276,11 +277,11 @@ class Metadata:
     async def mark_ready(
         self, stream: str, partition: int, broker_id: str, leader_epoch: int, lease: aetcd.Lease
     ) -> None:
-        """The leader of ``leader_epoch`` has opened the partition and takes publishes (the key
-        lives with the leader's lease)."""
-        value = json.dumps({"broker": broker_id, "leader_epoch": leader_epoch}).encode()
+        """This replica has opened the partition under ``leader_epoch`` (as its leader, taking
+        publishes, or following it); the key lives with the broker's lease."""
+        key = self._key("ready", stream, str(partition), broker_id)
         with _unavailable(self._url):
-            await self._client.put(self._key("ready", stream, str(partition)), value, lease)
+            await self._client.put(key, str(leader_epoch).encode(), lease)
 
     async def view(self) -> ClusterView:
         """Everything under the cluster's prefix, read at one revision."""
@@ -298,9 +299,9 @@ class Metadata:
                 view.streams[parts[1]] = StreamRecord.from_json(kv.value)
             elif kind == "partitions" and len(parts) == 3:
                 view.partitions[parts[1], int(parts[2])] = PartitionState.from_json(kv.value)
-            elif kind == "ready" and len(parts) == 3:
-                data = json.loads(kv.value)
-                view.ready[parts[1], int(parts[2])] = (data["broker"], int(data["leader_epoch"]))
+            elif kind == "ready" and len(parts) == 4:
+                marks = view.ready.setdefault((parts[1], int(parts[2])), {})
+                marks[parts[3]] = int(kv.value)
         return view
 
 
@@ -331,8 +332,22 @@ class ClusterView:
     controller: str | None = None
     streams: dict[str, StreamRecord] = field(default_factory=dict)
     partitions: dict[tuple[str, int], PartitionState] = field(default_factory=dict)
-    ready: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)
-    """(stream, partition) -> (broker, leader epoch) of a leader that has opened it."""
+    ready: dict[tuple[str, int], dict[str, int]] = field(default_factory=dict)
+    """(stream, partition) -> {broker: leader epoch} of the replicas that have opened it
+    under that leader epoch."""
+
+    def opened(self, stream: str, partition: int) -> bool:
+        """Whether the partition's leader and every live replica have opened it under its
+        current leader epoch."""
+        state = self.partitions.get((stream, partition))
+        if state is None or not state.leader:
+            return False
+        marks = self.ready.get((stream, partition), {})
+        return all(
+            marks.get(member) == state.leader_epoch
+            for member in state.replicas
+            if member == state.leader or member in self.brokers
+        )
 
     def leading(self) -> dict[str, int]:
         """How many partitions each broker leads."""

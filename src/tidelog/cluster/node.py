@@ -275,6 +275,7 @@ class ClusterNode:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.broker.hosted_elsewhere = self._elsewhere
         self._metadata_cm = Metadata.connect(self.settings.etcd, self.settings.cluster)
         self.metadata = await self._metadata_cm.__aenter__()
         try:
@@ -387,17 +388,20 @@ class ClusterNode:
                 continue
             seen.add((stream, number))
             role.state = state
+            marked = view.ready.get((stream, number), {}).get(self.broker_id)
             if state.leader == self.broker_id:
-                if role.lead(state, record.min_isr) or view.ready.get((stream, number)) != (
-                    self.broker_id,
-                    state.leader_epoch,
-                ):
+                role.lead(state, record.min_isr)
+                if marked != state.leader_epoch:
                     await self.metadata.mark_ready(
                         stream, number, self.broker_id, state.leader_epoch, self.membership.lease
                     )
                 await self._adjust_isr(stream, number, state, role)
             elif state.leader and state.leader in view.brokers:
                 role.follow(state.leader, state.leader_epoch)
+                if marked != state.leader_epoch:
+                    await self.metadata.mark_ready(
+                        stream, number, self.broker_id, state.leader_epoch, self.membership.lease
+                    )
             else:
                 role.step_down()
                 role.stop_following()
@@ -465,6 +469,15 @@ class ClusterNode:
             role.state = written
             leader.set_isr(written.isr)
 
+    def _elsewhere(self, stream: str, number: int) -> str | None:
+        view = self.view
+        if stream not in view.streams:
+            return None
+        state = view.partitions.get((stream, max(number, 0)))
+        if state is None:
+            return None
+        return view.brokers.get(state.leader, "")
+
     # -- streams ---------------------------------------------------------------------------------
 
     async def create_stream(
@@ -493,11 +506,7 @@ class ClusterNode:
         deadline = time.monotonic() + timeout_s
         while True:
             view = await self.metadata.view()
-            states = {n: view.partitions.get((name, n)) for n in range(partitions)}
-            if all(
-                st is not None and view.ready.get((name, n)) == (st.leader, st.leader_epoch)
-                for n, st in states.items()
-            ):
+            if all(view.opened(name, n) for n in range(partitions)):
                 return
             if time.monotonic() > deadline:
                 raise NotEnoughReplicas(
