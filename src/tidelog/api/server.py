@@ -195,11 +195,13 @@ class Server:
             return
         LOG.info("shutting down: ending subscriptions, finishing in-flight calls")
         self._health_servicer.enter_graceful_shutdown()
+        if self.cluster is not None:
+            # Leave first: the lease is revoked, so other brokers lead at once, while this one
+            # ends its subscriptions (their clients then find the new leaders).
+            await self.cluster.close()
         self.broker.drain()
         if self.local_site is not None:
             await self.local_site.close()
-        if self.cluster is not None:
-            await self.cluster.close()  # leave: the lease is revoked, new leaders at once
         await self._grpc.stop(self.settings.shutdown_grace_s)
         await self.broker.close()
         self.metrics.close()

@@ -131,6 +131,7 @@ class AsyncClient(ViewCalls, SiteCalls):
                 attempt, channel=self._channel, settings=self.settings, timeout=timeout
             )
         stream, partition = route
+        await self._router.ensure(stream)
 
         async def relocate(error: grpc.RpcError) -> None:
             await self._router.after_failure(error, stream, partition)
@@ -415,11 +416,14 @@ class AsyncClient(ViewCalls, SiteCalls):
                 f"of their own"
             )
 
-        async def attempt(timeout: float | None, number: int) -> v1.PublishBatchResponse:
-            return await self._router.v1(stream, partition).PublishBatch(request, timeout=timeout)
+        target = number
 
-        partition = number
-        response = await self._retrying(attempt, timeout, route=(stream, partition))
+        async def attempt(timeout: float | None, attempt_number: int) -> v1.PublishBatchResponse:
+            stub = self._router.v1(stream, target)
+            answer: v1.PublishBatchResponse = await stub.PublishBatch(request, timeout=timeout)
+            return answer
+
+        response = await self._retrying(attempt, timeout, route=(stream, target))
         first = response.first_offset
         return Acks(
             stream, number, range(first, first + response.count), duplicate=response.duplicate
@@ -449,6 +453,7 @@ class AsyncClient(ViewCalls, SiteCalls):
         request: v1.PublishBatchRequest,
         timeout: float | None,
     ) -> Acks:
+        await self._router.ensure(stream)
         for hop in range(LEADER_HOPS):
             try:
                 response = await self._router.v1(stream, partition).PublishBatch(

@@ -1,12 +1,13 @@
 """Which broker leads each partition, for a client of a cluster.
 
-Theory of operation. A client is given one server. Against a single broker nothing here does
-anything: every call goes to that server, as it always did. The first time a broker answers
-"not partition leader" (FAILED_PRECONDITION, Liftbridge's text), or metadata names more than one
-broker, the client knows it talks to a cluster: from then on it asks for metadata (any broker it
-knows answers it) and sends a partition's publishes and subscriptions to its leader, over one
-channel per broker. A leader that cannot be reached is forgotten and looked up again; while an
-election is under way (no live leader) the caller's retry budget waits for one.
+Theory of operation. A client is given one server. Before the first publish or subscription of
+a stream it asks that server for the stream's metadata (once per stream). Against a single
+broker nothing more happens: every call goes to that server, as it always did. When metadata
+names more than one broker, or a broker answers "not partition leader" (FAILED_PRECONDITION,
+Liftbridge's text), the client knows it talks to a cluster: from then on it sends a partition's
+publishes and subscriptions to its leader, over one channel per broker, and asks any broker it
+knows for metadata when a leader refuses or cannot be reached (an unreachable leader is
+forgotten). While an election is under way (no live leader) the caller's retry budget waits.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class LeaderRouter:
         self._settings = settings
         self._channels: dict[str, grpc.aio.Channel] = {server: channel}
         self._leaders: dict[tuple[str, int], str] = {}
+        self._looked_up: set[str] = set()
         self.clustered = False
         """True once a broker said it does not lead a partition, or metadata named several."""
 
@@ -89,6 +91,13 @@ class LeaderRouter:
         if error.code() == grpc.StatusCode.UNAVAILABLE:
             self._leaders.pop((stream, partition), None)
         await self.refresh(stream)
+
+    async def ensure(self, stream: str) -> None:
+        """Look the stream's leaders up once, before its first routed call: a client given a
+        broker that dies must know the others to fail over to."""
+        if stream not in self._looked_up:
+            self._looked_up.add(stream)
+            await self.refresh(stream)
 
     async def refresh(self, stream: str) -> None:
         """Ask the brokers known, the one given first, for the stream's leaders."""

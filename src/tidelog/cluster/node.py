@@ -307,11 +307,13 @@ class ClusterNode:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        self.member = False
         for role in list(self.roles.values()):
             with contextlib.suppress(Exception):
                 await role.checkpoint()
+            # Stepped down but still attached: until the process ends, a publish here is
+            # refused (NotLeader), never appended as if this were a single broker.
             await role.close()
-            role.partition.role = None
         for channel in self._channels.values():
             await channel.close()
         if self.membership is not None:
@@ -570,7 +572,7 @@ class ClusterNode:
                     )
                     answer = EpochEnd(reply.epoch, reply.end_offset)
                     before = partition.log.next_offset
-                    next_offset = follower.follow(leader_epoch, lambda _, end=answer: end)
+                    next_offset = follower.follow(leader_epoch, _known(answer))
                     LOG.info(
                         "%s/%d: following %s at leader epoch %d from offset %d%s",
                         partition.stream,
@@ -660,6 +662,15 @@ class ClusterNode:
             raise StaleEpoch(request.leader_epoch, leader.leader_epoch)
         end = leader.end_offset_for(request.epoch)
         return cpb.OffsetForLeaderEpochResponse(epoch=end.epoch, end_offset=end.end_offset)
+
+
+def _known(answer: EpochEnd) -> Callable[[int], EpochEnd]:
+    """The leader's answer, already fetched, as the question ``FollowerReplica.follow`` asks."""
+
+    def ask(_epoch: int) -> EpochEnd:
+        return answer
+
+    return ask
 
 
 def _response(answer: FetchAnswer) -> cpb.ReplicaFetchResponse:
