@@ -24,6 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from tidelog._proto.liftbridge import api_pb2_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc
 from tidelog.api.decoding import GuardedRegistry
+from tidelog.api.http import ConsoleFactory, HttpEndpoint
 from tidelog.api.liftbridge import Advertised, LiftbridgeService
 from tidelog.api.metrics import Metrics
 from tidelog.api.settings import ServerSettings
@@ -66,10 +67,14 @@ def configure_logging(settings: ServerSettings) -> None:
 class Server:
     """A running tidelog server; ``await start()``, then ``await stop()``."""
 
-    def __init__(self, settings: ServerSettings) -> None:
+    def __init__(self, settings: ServerSettings, *, console: ConsoleFactory | None = None) -> None:
+        """``console``: builds the web console for the gRPC address, served at ``/`` on the
+        metrics port beside ``/metrics`` (``tidelog serve`` passes it unless ``console`` is off
+        in the settings)."""
         self.settings = settings
         self.broker = Broker(settings.broker_config())
         self.metrics = Metrics(self.broker)
+        self.http = HttpEndpoint(self.metrics.registry, console)
         self.port = 0
         self.metrics_port = 0
         self._grpc: grpc.aio.Server | None = None
@@ -82,9 +87,10 @@ class Server:
         gRPC server is stopped, the broker closed (its data directory unlocked), the metrics
         endpoint shut."""
         settings = self.settings
-        # Metrics first: a port in use stops the start before anything else is bound or opened.
+        # The HTTP port first: a port in use stops the start before anything else is bound or
+        # opened. It serves once the gRPC port is known (the console is a client of it).
         if settings.metrics_port:
-            self.metrics_port = self.metrics.serve(settings.host, settings.metrics_port)
+            self.metrics_port = self.http.bind(settings.host, settings.metrics_port)
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", MAX_FRAME),
@@ -97,7 +103,7 @@ class Server:
         except RuntimeError:
             self.port = 0
         if self.port == 0:
-            self.metrics.close()
+            self.http.close()
             raise OSError(
                 f"cannot listen on {settings.host}:{settings.port}: the address is in use or "
                 f"not available here; choose another --host/--port"
@@ -124,6 +130,9 @@ class Server:
                 self.metrics.add_sites(self.local_site)
             self._add_services(server)
             await server.start()
+            if self.metrics_port:
+                address = f"{_connectable(settings.host)}:{self.port}"
+                await asyncio.to_thread(self.http.start, address)
         except BaseException:
             # grpc keeps a bound port listening until the server has run: start it (still
             # without the broker's services if they were never added) and stop it at once.
@@ -132,7 +141,7 @@ class Server:
             await server.stop(None)
             if broker_started:
                 await self.broker.close()
-            self.metrics.close()
+            self.http.close()
             raise
         self._grpc = server
         LOG.info(
@@ -142,6 +151,8 @@ class Server:
             settings.data_dir,
             f"{settings.host}:{self.metrics_port}/metrics" if self.metrics_port else "off",
         )
+        if self.metrics_port and self.http.console is not None:
+            LOG.info("web console on http://%s:%d/", settings.host, self.metrics_port)
 
     def _add_services(self, server: grpc.aio.Server) -> None:
         settings = self.settings
@@ -167,22 +178,36 @@ class Server:
         if self._grpc is None:
             return
         LOG.info("shutting down: ending subscriptions, finishing in-flight calls")
+        # The HTTP port first, off this loop: the console's open pages (a live tail) are gRPC
+        # calls this loop serves, so waiting for them here would wait for ourselves.
+        await asyncio.to_thread(self.http.close)
         self._health_servicer.enter_graceful_shutdown()
         self.broker.drain()
         if self.local_site is not None:
             await self.local_site.close()
         await self._grpc.stop(self.settings.shutdown_grace_s)
         await self.broker.close()
-        self.metrics.close()
         self._grpc = None
         LOG.info("stopped; every log synced and closed")
 
 
+def _connectable(host: str) -> str:
+    """An address a client on this machine reaches a server bound to ``host`` at."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
 async def serve(
-    settings: ServerSettings, *, on_ready: Callable[[Server], None] | None = None
+    settings: ServerSettings,
+    *,
+    on_ready: Callable[[Server], None] | None = None,
+    console: ConsoleFactory | None = None,
 ) -> None:
     """Run until SIGTERM or SIGINT."""
-    server = Server(settings)
+    server = Server(settings, console=console)
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

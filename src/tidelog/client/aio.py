@@ -180,6 +180,35 @@ class AsyncClient(ViewCalls, SiteCalls):
         )
         self._partition_counts.pop(name, None)
 
+    async def pause_stream(
+        self, name: str, partitions: Sequence[int] | None = None, *, resume_all: bool = False
+    ) -> None:
+        """Pause partitions (all when ``partitions`` is None): their files are closed until a
+        message is published to one, which resumes it (or, with ``resume_all``, every partition
+        paused here)."""
+        request = pb.PauseStreamRequest(
+            name=name, partitions=list(partitions or ()), resumeAll=resume_all
+        )
+
+        async def attempt(timeout: float | None, number: int) -> None:
+            await self._api.PauseStream(request, timeout=timeout)
+
+        await self._retrying(attempt)
+
+    async def set_stream_readonly(
+        self, name: str, readonly: bool = True, partitions: Sequence[int] | None = None
+    ) -> None:
+        """Make partitions (all when ``partitions`` is None) read-only (publishes are refused),
+        or writable again with ``readonly=False``."""
+        request = pb.SetStreamReadonlyRequest(
+            name=name, partitions=list(partitions or ()), readonly=readonly
+        )
+
+        async def attempt(timeout: float | None, number: int) -> None:
+            await self._api.SetStreamReadonly(request, timeout=timeout)
+
+        await self._retrying(attempt)
+
     async def list_streams(self) -> list[StreamInfo]:
         """Every stream, internal ones (``__cursors``) included, sorted by name."""
         return await self._metadata([])

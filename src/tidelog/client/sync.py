@@ -115,6 +115,16 @@ class Client(SyncViewCalls, SyncSiteCalls):
     def delete_stream(self, name: str) -> None:
         self._run(self._client.delete_stream(name))
 
+    def pause_stream(
+        self, name: str, partitions: Sequence[int] | None = None, *, resume_all: bool = False
+    ) -> None:
+        self._run(self._client.pause_stream(name, partitions, resume_all=resume_all))
+
+    def set_stream_readonly(
+        self, name: str, readonly: bool = True, partitions: Sequence[int] | None = None
+    ) -> None:
+        self._run(self._client.set_stream_readonly(name, readonly, partitions))
+
     def list_streams(self) -> list[StreamInfo]:
         return self._run(self._client.list_streams())
 
