@@ -35,9 +35,18 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from tidelog.broker.browse import BrowseQuery, BrowseResult
+from tidelog.broker.browse import browse as read_page
+from tidelog.broker.browse_filter import BrowseFilter
+from tidelog.broker.browse_token import check_token, decode_token
 from tidelog.broker.config import (
     CURSORS_STREAM,
+    DEFAULT_BROWSE_LIMIT,
+    DEFAULT_BROWSE_MAX_SCAN,
+    DEFAULT_BROWSE_MAX_SCAN_SECONDS,
     INTERNAL_PREFIX,
+    MAX_BROWSE_LIMIT,
+    MAX_BROWSE_MAX_SCAN_SECONDS,
     BrokerConfig,
     StreamConfig,
     validate_stream_name,
@@ -601,6 +610,65 @@ class Broker:
             buffer_bytes=self.config.subscriber_buffer_bytes,
             seekable=True,
         )
+
+    async def browse(
+        self,
+        stream: str,
+        *,
+        partitions: Sequence[int] = (),
+        newest_first: bool = True,
+        limit: int = DEFAULT_BROWSE_LIMIT,
+        start_ns: int | None = None,
+        token: str | None = None,
+        keep: BrowseFilter | None = None,
+        max_scan: int = DEFAULT_BROWSE_MAX_SCAN,
+        max_scan_seconds: float = DEFAULT_BROWSE_MAX_SCAN_SECONDS,
+    ) -> BrowseResult:
+        """One page of ``stream`` merged across ``partitions`` (all when empty) in timestamp
+        order (``browse.py``), from ``start_ns``, or from a previous page's ``token`` (which
+        overrides it); only records passing ``keep``. Paused partitions are resumed (a read
+        opens them, as a resuming subscribe does). Every argument is checked here."""
+        target = self.stream(stream)
+        if not 1 <= limit <= MAX_BROWSE_LIMIT:
+            raise InvalidArgument(f"browse limit must be 1..{MAX_BROWSE_LIMIT}, got {limit}")
+        if max_scan < 1:
+            raise InvalidArgument(f"max_scan must be at least 1 message, got {max_scan}")
+        if not 0 < max_scan_seconds <= MAX_BROWSE_MAX_SCAN_SECONDS:
+            raise InvalidArgument(
+                f"max_scan_seconds must be above 0 and at most {MAX_BROWSE_MAX_SCAN_SECONDS:g}, "
+                f"got {max_scan_seconds}"
+            )
+        numbers = sorted(set(partitions))
+        for number in numbers:
+            target.partition(number)  # PartitionNotFound for a number the stream lacks
+        position = None
+        if token:
+            position = decode_token(token)
+            check_token(
+                position,
+                stream=stream,
+                newest_first=newest_first,
+                partition_count=len(target.partitions),
+                partitions=numbers,
+            )
+            numbers = list(position.partitions)
+        chosen = target.select(numbers)
+        for partition in chosen:
+            if partition.paused:
+                self.resume(partition)
+            partition.check_serving()
+        query = BrowseQuery(
+            partitions=tuple(p.number for p in chosen),
+            newest_first=newest_first,
+            limit=limit,
+            start_ns=start_ns,
+            position=position,
+            filter=keep or BrowseFilter(),
+            max_scan=max_scan,
+            max_scan_seconds=max_scan_seconds,
+        )
+        logs = {p.number: p.log for p in chosen}
+        return await asyncio.to_thread(read_page, stream, logs, query)
 
     # -- materialised views ----------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ import contextlib
 import zlib
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from datetime import datetime
 from itertools import accumulate
 from types import TracebackType
 from typing import Any, TypeVar, overload
@@ -25,7 +26,14 @@ from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
-from tidelog.client.codec import decode, pack_messages, start_fields, stop_fields
+from tidelog.client.codec import (
+    browse_page,
+    browse_request,
+    decode,
+    pack_messages,
+    start_fields,
+    stop_fields,
+)
 from tidelog.client.consumer import DEFAULT_PREFETCH, Consumer
 from tidelog.client.errors import (
     AlreadyExists,
@@ -39,6 +47,7 @@ from tidelog.client.errors import (
 from tidelog.client.models import (
     Ack,
     Acks,
+    BrowsePage,
     Message,
     PartitionInfo,
     ReceivedMessage,
@@ -551,6 +560,58 @@ class AsyncClient(ViewCalls, SiteCalls):
         ):
             for message in decode(batch, stream, partition):
                 yield message
+
+    async def browse(
+        self,
+        stream: str,
+        *,
+        limit: int = 50,
+        newest_first: bool = True,
+        start: datetime | None = None,
+        token: str | None = None,
+        partitions: Sequence[int] | None = None,
+        key: bytes | str | None = None,
+        key_prefix: bytes | str | None = None,
+        headers: Mapping[str, bytes | str] | None = None,
+        contains: bytes | str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        max_scan: int | None = None,
+        max_scan_seconds: float | None = None,
+    ) -> BrowsePage:
+        """One page of ``stream`` merged across its partitions (or ``partitions``) in timestamp
+        order (ties by partition, then offset), newest first or oldest first, read and filtered
+        on the server.
+
+        ``start``: newest first, messages at or before it; oldest first, at or after it (None:
+        from the newest / the oldest). ``token``: a previous page's ``next_token``, to continue
+        after it in the same direction with the same filters (it overrides ``start``). Filters,
+        all of which must hold: ``key`` equals, ``key_prefix``, every ``headers`` name=value,
+        the value ``contains`` (text as UTF-8), ``since <= timestamp <= until``. A search stops
+        after ``max_scan`` messages or ``max_scan_seconds`` (server defaults 1,000,000 and 5 s)
+        with ``budget_exhausted`` set and a token to go on. Unknown stream: NotFound; a bad
+        token or argument: InvalidArgument. Naive datetimes are local time."""
+        request = browse_request(
+            stream,
+            limit=limit,
+            newest_first=newest_first,
+            start=start,
+            token=token,
+            partitions=partitions,
+            key=key,
+            key_prefix=key_prefix,
+            headers=headers,
+            contains=contains,
+            since=since,
+            until=until,
+            max_scan=max_scan,
+            max_scan_seconds=max_scan_seconds,
+        )
+
+        async def attempt(timeout: float | None, number: int) -> v1.BrowseResponse:
+            return await self._v1.Browse(request, timeout=timeout)
+
+        return browse_page(await self._retrying(attempt), stream)
 
     def routing_listener(
         self,
