@@ -29,12 +29,15 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run(server: str, host: str = DEFAULT_CONSOLE_HOST, port: int = DEFAULT_CONSOLE_PORT) -> None:
-    """Serve the console for ``server`` on ``host:port`` until Ctrl-C or SIGTERM; prints the
-    address it serves on (one line, flushed) once it is bound."""
+def run(
+    config: ConsoleConfig, host: str = DEFAULT_CONSOLE_HOST, port: int = DEFAULT_CONSOLE_PORT
+) -> None:
+    """Serve the console for ``config.server`` on ``host:port`` until Ctrl-C or SIGTERM; prints
+    the address it serves on (one line, flushed) once it is bound."""
     sock = bind(host, port)
-    config = uvicorn.Config(
-        create_app(ConsoleConfig(server)),
+    server = config.server
+    uvicorn_config = uvicorn.Config(
+        create_app(config),
         loop="asyncio",
         lifespan="on",
         log_level="warning",
@@ -45,4 +48,4 @@ def run(server: str, host: str = DEFAULT_CONSOLE_HOST, port: int = DEFAULT_CONSO
         f"tidelog console on http://{host}:{sock.getsockname()[1]}/ for the server at {server}",
         flush=True,
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    uvicorn.Server(uvicorn_config).run(sockets=[sock])
