@@ -96,6 +96,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerPro
                     partition=n % PARTITIONS,
                 )
             client.publish("orders", b"x" * 100_000, key=b"big", partition=0)
+            client.create_stream("clicks", partitions=2)
             client.create_stream("payments")
             client.publish("payments", b"\x00\x01binary\xff", key=b"p1")
             client.set_cursor("billing", "orders", 0, 3)
@@ -136,14 +137,21 @@ def rows(page: Page) -> list[list[str]]:
 def test_the_streams_page_lists_streams_with_their_partitions_and_messages(
     server: tuple[ServerProcess, str], page: Page
 ) -> None:
-    _, url = server
+    process, url = server
     page.goto(f"{url}/")
     expect(page).to_have_url(f"{url}/streams")
     orders = page.locator("#streams tr", has_text="orders")
     expect(orders).to_contain_text(str(PARTITIONS))
     expect(orders).to_contain_text(str(MESSAGES + 1))  # appended: 30 + the large one
     expect(page.locator("#streams")).not_to_contain_text("__cursors")  # internal: hidden
-    page.reload()  # a second sample: a rate to draw
+    # the console samples on each visit: clicks published between visits draw a rate
+    with Client(process.address) as client:
+        for burst in (40, 90, 60, 120):
+            client.publish_batch("clicks", [b"click"] * burst, partition=burst % 2)
+            time.sleep(0.2)
+            page.reload()
+    expect(page.locator("#streams tr", has_text="clicks")).to_contain_text("310")
+    assert page.locator("#streams tr", has_text="clicks").locator("polyline").count() == 1
     shot(page, "streams")
     page.click("text=orders")
     expect(page.locator("h1")).to_contain_text("orders")
