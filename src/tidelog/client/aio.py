@@ -35,6 +35,7 @@ from tidelog.client.codec import (
     stop_fields,
 )
 from tidelog.client.consumer import DEFAULT_PREFETCH, Consumer
+from tidelog.client.describe_calls import DescribeCalls
 from tidelog.client.errors import (
     AlreadyExists,
     ClientError,
@@ -78,7 +79,7 @@ PUBLISH_CHUNK = 1000
 """``publish_batch`` sends at most this many messages per request."""
 
 
-class AsyncClient(ViewCalls, SiteCalls):
+class AsyncClient(ViewCalls, SiteCalls, DescribeCalls):
     """A connection to one tidelog server. Use ``async with AsyncClient(...)`` or ``close()``.
 
     ``settings``: reconnect backoff and retry budget (``ClientSettings``; the defaults suit a
