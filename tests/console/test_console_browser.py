@@ -22,10 +22,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 from tests.support.server import ServerProcess, served
 
+from tidelog._proto.liftbridge import api_pb2 as pb
+from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog.client import Client, View
 
 pytestmark = pytest.mark.slow
@@ -86,7 +89,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerPro
     data = tmp_path_factory.mktemp("console") / "data"
     with served(data, "--site-id", "east", "--metrics-port", str(http_port)) as process:
         with Client(process.address) as client:
-            client.create_stream("orders", partitions=PARTITIONS)
+            client.create_stream("orders", partitions=PARTITIONS, retention_messages=100_000)
             for n in range(MESSAGES):
                 client.publish(
                     "orders",
@@ -156,6 +159,11 @@ def test_the_streams_page_lists_streams_with_their_partitions_and_messages(
     page.click("text=orders")
     expect(page.locator("h1")).to_contain_text("orders")
     expect(page.locator("#partitions tbody tr")).to_have_count(PARTITIONS)
+    held = page.locator("#partitions tbody tr").first.locator("td")
+    expect(held.nth(3)).to_have_text("11")  # partition 0: ten messages and the large one
+    expect(held.nth(4)).to_contain_text("KiB")
+    expect(page.locator("#settings")).to_contain_text("100,000 messages per partition")
+    expect(page.locator("#settings")).to_contain_text("Compaction")
     shot(page, "stream")
 
 
@@ -176,6 +184,7 @@ def test_messages_are_newest_first_merged_across_partitions(
     shot(page, "messages")
     # the next page continues where this one ended
     page.click("#older")
+    expect(page.locator("#rows tr").first).to_contain_text("widget-20")  # the new page is in
     assert [json.loads(r[5])["n"] for r in rows(page)] == list(range(20, 10, -1))
 
 
@@ -294,6 +303,14 @@ def test_consumers_show_lag_and_a_stalled_cursor_standalone(
     """``tidelog console`` on its own port: lag per partition, and a cursor that does not move
     while it has lag shown as stalled after --stall-after."""
     process, _ = server
+    with grpc.insecure_channel(process.address) as channel:
+        api = pb_grpc.APIStub(channel)
+        for consumer in ("packer-1", "packer-2"):
+            api.JoinConsumerGroup(
+                pb.JoinConsumerGroupRequest(
+                    groupId="shipping", consumerId=consumer, streams=["orders"]
+                )
+            )
     console = Console(process.address, "--sample-interval", "0.3", "--stall-after", "1.5")
     try:
         page.goto(f"{console.url}/consumers")
@@ -307,6 +324,11 @@ def test_consumers_show_lag_and_a_stalled_cursor_standalone(
         expect(page.locator("#cursors tr", has_text="audit").locator(".tag")).to_have_text(
             "caught up"
         )
+        expect(page.locator("#groups tbody tr")).to_have_count(2)
+        expect(page.locator("#groups")).to_contain_text("shipping")
+        assigned = page.locator("#groups tbody tr td.mono", has_text="orders:").all_inner_texts()
+        partitions = sorted(int(p) for t in assigned for p in t.split(":")[1].split(","))
+        assert partitions == list(range(PARTITIONS))
         page.wait_for_selector(".chart .uplot")
         shot(page, "consumers")
     finally:

@@ -67,7 +67,6 @@ from tidelog.console.sampler import (
     DEFAULT_SAMPLE_INTERVAL_S,
     DEFAULT_STALL_AFTER_S,
     Sampler,
-    oldest_offset,
     stream_total,
 )
 
@@ -220,6 +219,10 @@ async def streams_page(request: Request) -> Response:
     console = _console(request)
     streams = await console.sampler.sample()
     internal = request.query_params.get("internal") == "1"
+    shown = [s for s in streams if internal or not s.name.startswith("__")]
+    details = await asyncio.gather(
+        *(console.client.describe_stream(s.name) for s in shown), return_exceptions=True
+    )
     rows = [
         {
             "info": info,
@@ -227,10 +230,14 @@ async def streams_page(request: Request) -> Response:
             "rates": console.sampler.rates(info.name),
             "paused": sum(p.paused for p in info.partitions),
             "readonly": sum(p.readonly for p in info.partitions),
+            # None when the stream went between the two calls
+            "details": None if isinstance(d, BaseException) else d,
         }
-        for info in streams
-        if internal or not info.name.startswith("__")
+        for info, d in zip(shown, details, strict=True)
     ]
+    for d in details:
+        if isinstance(d, BaseException) and not isinstance(d, NotFound):
+            raise d
     return page(request, "streams.html", {"rows": rows, "internal": internal})
 
 
@@ -238,9 +245,7 @@ async def stream_page(request: Request) -> Response:
     console = _console(request)
     name = request.path_params["stream"]
     info = await console.client.stream_info(name)
-    oldest = await asyncio.gather(
-        *(oldest_offset(console.client, name, p.partition) for p in info.partitions)
-    )
+    details = await console.client.describe_stream(name)
     streams = await console.sampler.sample()
     cursors = [r for r in console.sampler.cursor_rows(streams) if r.key.stream == name]
     rates = console.sampler.rates(name)
@@ -254,7 +259,7 @@ async def stream_page(request: Request) -> Response:
         "stream.html",
         {
             "info": info,
-            "partitions": list(zip(info.partitions, oldest, strict=True)),
+            "details": details,
             "total": stream_total(info),
             "rates": rates,
             "chart": json.dumps(chart),
@@ -379,11 +384,13 @@ async def consumers_page(request: Request) -> Response:
     rows = console.sampler.cursor_rows(streams)
     cursor_ids = sorted({r.key.cursor_id for r in rows})
     charts = {c: console.sampler.lag_chart(c) for c in cursor_ids}
+    groups = await console.client.list_groups()
     return page(
         request,
         "consumers.html",
         {
             "rows": rows,
+            "groups": groups,
             "cursor_ids": cursor_ids,
             "charts": json.dumps(charts),
             "stalled": ConsumerState.STALLED,

@@ -14,7 +14,6 @@ cursor is the newest offset or one past it, and both show a lag of 0.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -185,17 +184,3 @@ class Sampler:
                 by_time[s.time_s] = by_time.get(s.time_s, 0.0) + s.value
         times = sorted(by_time)
         return {"t": times, "lag": [by_time[t] for t in times]}
-
-
-async def oldest_offset(client: AsyncClient, stream: str, partition: int) -> int | None:
-    """The partition's oldest offset held, or None when it holds nothing."""
-    messages = client.subscribe(stream, partition, start="earliest", stop="latest")
-    try:
-        async for m in messages:
-            return m.offset
-    except StreamEmpty:
-        return None
-    finally:
-        with contextlib.suppress(Exception):
-            await messages.aclose()  # type: ignore[attr-defined]
-    return None
