@@ -270,7 +270,8 @@ def test_tokens_round_trip_and_refuse_damage() -> None:
     token = encode_token(position)
     assert decode_token(token) == position
     flipped = token[:-3] + ("A" if token[-3] != "A" else "B") + token[-2:]
-    for bad in ("", "!!", flipped, token[:10]):
+    too_far = encode_token(BrowsePosition("s", True, ((0, 2**63),)))  # a well-formed lie
+    for bad in ("", "!!", "é", flipped, token[:10], too_far):
         with pytest.raises(InvalidArgument, match="next_token of a previous page"):
             decode_token(bad)
 
@@ -314,3 +315,29 @@ def test_newest_50_reads_only_the_newest_segments(
     assert opened <= 2 * 8
     total = sum(segments.values())
     assert len(distinct) < total / 10
+
+
+def test_a_page_ends_at_its_byte_budget_and_goes_on(logs: dict[int, SegmentedLog]) -> None:
+    rows = write(logs, [(i % 3, 1000 + i, 1) for i in range(20)])
+    size = next(iter(logs[0].reverse_reader())).sizes[0].item()
+    query = BrowseQuery((0, 1, 2), limit=100, page_bytes=5 * size)
+    first = browse("s", dict(logs), query)  # type: ignore[arg-type]
+    assert 4 <= len(first.records) <= 5
+    rest = browse("s", dict(logs), BrowseQuery((0, 1, 2), limit=100, position=first.position))  # type: ignore[arg-type]
+    got = [(b.record.timestamp, b.partition, b.record.offset) for b in first.records + rest.records]
+    assert got == expected(rows, BrowseFilter(), True)
+    one = browse("s", dict(logs), BrowseQuery((0, 1, 2), limit=100, page_bytes=1))  # type: ignore[arg-type]
+    assert len(one.records) == 1  # one record always goes whole
+
+
+def test_a_paused_partition_is_resumed_by_a_browse(tmp_path: Path) -> None:
+    async def scenario() -> list[bytes]:
+        async with running(broker_config(tmp_path)) as broker:
+            broker.create_stream("s", StreamConfig(partitions=2))
+            await broker.publish("s", 0, [b"a"])
+            await broker.publish("s", 1, [b"b"])
+            broker.pause("s", None, resume_all=False)
+            result = await broker.browse("s", limit=10, newest_first=False)
+            return [r.record.value for r in result.records]
+
+    assert asyncio.run(scenario()) == [b"a", b"b"]

@@ -45,6 +45,8 @@ from tidelog.log import CommitLog, MessageBatch
 from tidelog.log.contract import Reader
 from tidelog.log.record import Record
 
+IntArray = npt.NDArray[np.intp]
+
 FIRST_READ_MESSAGES = 64
 """A partition's first read: enough for a page of the default size, and cheap."""
 MOST_READ_MESSAGES = 4096
@@ -228,27 +230,8 @@ def browse(
         live = [c for c in cursors if c.buffered]
         if not live:
             break
-        open_ended = [c for c in live if not c.exhausted]
-        frontier = min(c.last_key() for c in open_ended) if open_ended else None
-        counts = [c.buffered if frontier is None else c.count_through(frontier) for c in live]
-        stamps = np.concatenate(
-            [c.stamps[c.index : c.index + n] for c, n in zip(live, counts, strict=True)]
-        )
-        offsets = np.concatenate(
-            [c.offsets[c.index : c.index + n] for c, n in zip(live, counts, strict=True)]
-        )
-        which = np.repeat(np.arange(len(live)), counts)
-        order = np.lexsort((offsets, np.array([c.rank for c in live])[which], stamps))
-        which = which[order]
-        local = (np.arange(len(order)) - np.repeat(np.cumsum(counts) - counts, counts))[order]
-        local += np.array([c.index for c in live])[which]
-        passed = np.ones(len(order), dtype=np.bool_)
-        for k, cursor in enumerate(live):
-            if cursor.mask is not None:
-                mine = which == k
-                passed[mine] = cursor.mask[local[mine]]
-
-        cut = min(len(order), query.max_scan - scanned)
+        which, local, passed = _round(live)
+        cut = min(len(which), query.max_scan - scanned)
         hits = np.flatnonzero(passed[:cut])
         wanted = query.limit - page_count  # >= 1: a full page ends the loop
         if len(hits) >= wanted:
@@ -304,6 +287,29 @@ def browse(
         out_of_budget,
         reached,
     )
+
+
+def _round(live: list[_Cursor]) -> tuple[IntArray, IntArray, npt.NDArray[np.bool_]]:
+    """The records of ``live`` (cursors holding some) that are safe to take now, in page order:
+    for each, which cursor holds it, its index in that cursor's batch, and whether it passes the
+    filter."""
+    open_ended = [c for c in live if not c.exhausted]
+    frontier = min(c.last_key() for c in open_ended) if open_ended else None
+    counts = [c.buffered if frontier is None else c.count_through(frontier) for c in live]
+    spans = [(c, c.index, c.index + n) for c, n in zip(live, counts, strict=True)]
+    stamps = np.concatenate([c.stamps[a:b] for c, a, b in spans])
+    offsets = np.concatenate([c.offsets[a:b] for c, a, b in spans])
+    which = np.repeat(np.arange(len(live)), counts)
+    order = np.lexsort((offsets, np.array([c.rank for c in live])[which], stamps))
+    which = which[order]
+    local = (np.arange(len(order)) - np.repeat(np.cumsum(counts) - counts, counts))[order]
+    local += np.array([c.index for c in live])[which]
+    passed = np.ones(len(order), dtype=np.bool_)
+    for k, cursor in enumerate(live):
+        if cursor.mask is not None:
+            mine = which == k
+            passed[mine] = cursor.mask[local[mine]]
+    return which, local, passed
 
 
 def _in_page_order(taken: list[tuple[int, Record]], sign: int) -> list[BrowsedRecord]:

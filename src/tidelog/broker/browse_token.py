@@ -24,6 +24,7 @@ from typing import Any, Final
 from tidelog.errors import InvalidArgument
 
 VERSION: Final = 1
+_OFFSET_LIMIT: Final = 2**63
 _REDO: Final = "pass the next_token of a previous page unchanged, or browse again without a token"
 
 
@@ -89,9 +90,9 @@ def decode_token(token: str) -> BrowsePosition:
         if not (isinstance(pair, list) and len(pair) == 2):
             raise _invalid("is damaged")
         number, offset = pair
-        if not (_plain_int(number) and number >= 0):
+        if not (_plain_int(number) and 0 <= number < _OFFSET_LIMIT):
             raise _invalid("is damaged")
-        if offset is not None and not (_plain_int(offset) and offset >= 0):
+        if offset is not None and not (_plain_int(offset) and 0 <= offset < _OFFSET_LIMIT):
             raise _invalid("is damaged")
         offsets.append((number, offset))
     numbers = [n for n, _ in offsets]
