@@ -186,6 +186,28 @@ def test_messages_are_newest_first_merged_across_partitions(
     page.click("#older")
     expect(page.locator("#rows tr").first).to_contain_text("widget-20")  # the new page is in
     assert [json.loads(r[5])["n"] for r in rows(page)] == list(range(20, 10, -1))
+    # and newer comes back to the ten above it, newest first
+    page.click("#newer")
+    expect(page.locator("#rows tr").first).to_contain_text("big")
+    assert [json.loads(r[5])["n"] for r in rows(page)[1:]] == values
+
+
+def test_jump_to_an_offset_or_a_time(server: tuple[ServerProcess, str], page: Page) -> None:
+    _, url = server
+    page.goto(f"{url}/streams/orders/messages")
+    page.fill("input[name=partition]", "1")
+    page.fill("input[name=offset]", "4")  # partition 1, offset 4: message 13
+    page.click("button:has-text('Show')")
+    focus = page.locator("#rows tr.focus")
+    expect(focus).to_contain_text("widget-13")
+    assert [r[1] for r in rows(page)] == ["1"] * len(rows(page))  # that partition only
+    assert json.loads(rows(page)[0][5])["n"] == 13  # nothing newer than it on top
+    time_of_13 = focus.locator("td").first.inner_text()
+    page.goto(f"{url}/streams/orders/messages?at={time_of_13}&limit=3")
+    # at or before that millisecond: 13 and the two before it, or any later in the same ms
+    assert 13 in [json.loads(r[5])["n"] for r in rows(page)]
+    page.goto(f"{url}/streams/orders/messages?offset=99&partition=0")
+    expect(page.locator(".problem")).to_contain_text("no message at offset 99")
 
 
 def test_a_filter_narrows_the_list(server: tuple[ServerProcess, str], page: Page) -> None:

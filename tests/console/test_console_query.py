@@ -58,3 +58,17 @@ def test_links_keep_the_filters_and_drop_the_defaults() -> None:
     assert query.params() == "token=abc&key=k1"
     assert query.params(token="next") == "token=next&key=k1"
     assert query.filter_params() == "key=k1"
+
+
+def test_an_upper_bound_ends_with_the_precision_written() -> None:
+    def until(text: str) -> datetime:
+        return MessageQuery.parse({"until": text}).browse_filters()["until"]  # type: ignore[no-any-return]
+
+    assert until("2026-11-25 11:55:16.329") == datetime(2026, 11, 25, 11, 55, 16, 329999, UTC)
+    assert until("2026-11-25T11:55:16") == datetime(2026, 11, 25, 11, 55, 16, 999999, UTC)
+    assert until("2026-11-25T11:55") == datetime(2026, 11, 25, 11, 55, 59, 999999, UTC)
+    assert until("2026-11-25") == datetime(2026, 11, 25, 23, 59, 59, 999999, UTC)
+    zoned = until("2026-11-25T12:55:16.5+01:00")
+    assert zoned.astimezone(UTC) == datetime(2026, 11, 25, 11, 55, 16, 599999, UTC)
+    since = MessageQuery.parse({"since": "2026-11-25T11:55:16.329"}).browse_filters()["since"]
+    assert since == datetime(2026, 11, 25, 11, 55, 16, 329000, UTC)  # a lower bound: as written

@@ -97,7 +97,7 @@ async def read_page(client: AsyncClient, stream: str, query: MessageQuery) -> Pa
         focus = position(target)
         start = time_of(target.timestamp, round_up=True)
     elif query.at:
-        start = parse_time(query.at, "at")
+        start = parse_time(query.at, "at", end=query.newest_first)
     page = await client.browse(
         stream,
         limit=query.limit,

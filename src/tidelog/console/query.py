@@ -8,9 +8,10 @@ Times are ISO 8601; one without a zone is UTC (what the pages show). A key, pref
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -25,15 +26,35 @@ class BadQuery(ValueError):
     """A field of the query cannot be understood; the message names it and says what fits."""
 
 
-def parse_time(text: str, field: str) -> datetime:
+def parse_time(text: str, field: str, *, end: bool = False) -> datetime:
+    """``text`` as an aware datetime (UTC when it names no zone). With ``end``, the last
+    microsecond of the precision written: ``11:42:07.123`` ends at ``.123999``, ``11:42:07`` at
+    ``07.999999``, ``11:42`` at ``42:59.999999`` — a time copied from a page (shown to the
+    millisecond) as an upper bound then includes the messages of that millisecond."""
+    written = text.strip().replace(" ", "T", 1)
     try:
-        moment = datetime.fromisoformat(text.strip().replace(" ", "T", 1))
+        moment = datetime.fromisoformat(written)
     except ValueError:
         raise BadQuery(
             f"{field}: {text!r} is not a time; write it as 2026-11-25T11:42:07 (UTC) or with a "
             f"zone, 2026-11-25T12:42:07+01:00"
         ) from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    if end:
+        moment += _precision(written) - timedelta(microseconds=1)
+    return moment
+
+
+def _precision(written: str) -> timedelta:
+    """The unit of the last digit written in an ISO time: a day, a minute, a second or less."""
+    clock = written.partition("T")[2]
+    clock = re.split(r"[+-]|Z", clock, maxsplit=1)[0]
+    if not clock:
+        return timedelta(days=1)
+    whole, _, fraction = clock.partition(".")
+    if fraction:
+        return timedelta(seconds=10 ** -min(len(fraction), 6))
+    return timedelta(seconds=1) if whole.count(":") >= 2 else timedelta(minutes=1)
 
 
 def parse_bytes(text: str, field: str) -> bytes:
@@ -66,7 +87,8 @@ class MessageQuery:
     token: str = ""
     """continue from an earlier page (the server's continuation token)"""
     at: str = ""
-    """start at this time instead of now (newest first: at or before it)"""
+    """start at this time instead of now (newest first: at or before it, to the last microsecond
+    of the precision written; oldest first: at or after it)"""
     partition: str = ""
     """comma-separated partitions to read (all when empty)"""
     offset: str = ""
@@ -135,7 +157,7 @@ class MessageQuery:
         if self.since:
             args["since"] = parse_time(self.since, "since")
         if self.until:
-            args["until"] = parse_time(self.until, "until")
+            args["until"] = parse_time(self.until, "until", end=True)
         if self.filtered:
             args["max_scan"] = DEFAULT_MAX_SCAN
             args["max_scan_seconds"] = DEFAULT_MAX_SCAN_SECONDS
