@@ -117,8 +117,16 @@ class HttpEndpoint:
             raise OSError(f"the HTTP port {self.port} did not start serving")
 
     def close(self) -> None:
-        """Stop serving and release the port (idempotent)."""
+        """Stop serving and release the port (idempotent). A mounted app that set
+        ``state.before_shutdown`` (the console: it ends its live tails) is told first, so open
+        streams end by themselves rather than be cancelled after the grace time."""
         if self._server is not None:
+            app = self._server.config.app
+            for route in getattr(app, "routes", ()):
+                state = getattr(getattr(route, "app", None), "state", None)
+                hook = getattr(state, "before_shutdown", None)
+                if callable(hook):
+                    hook()
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(STOP_TIMEOUT_S)

@@ -94,6 +94,15 @@ class Console:
         self._client: AsyncClient | None = None
         self._sampler: Sampler | None = None
         self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.closing = asyncio.Event()
+        """Set when the port is about to stop: live tails end so the shutdown need not wait."""
+
+    def request_close(self) -> None:
+        """End the live tails; callable from any thread (the server's, before it stops the
+        port)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.closing.set)
 
     @property
     def client(self) -> AsyncClient:
@@ -113,6 +122,7 @@ class Console:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self._loop = asyncio.get_running_loop()
         self._task = asyncio.create_task(self.sampler.run())
         try:
             yield
@@ -345,17 +355,25 @@ async def export(request: Request) -> Response:
 
 
 async def tail_events(request: Request) -> Response:
-    """Server-sent events: each event's data is the HTML rows of messages newer than ``after``."""
+    """Server-sent events: each event's data is the HTML rows of messages newer than ``after``,
+    its id the newest row's position, so a browser that reconnects (``Last-Event-ID``) goes on
+    from the last row it received, neither repeating nor skipping any."""
     console = _console(request)
     name = request.path_params["stream"]
     query = MessageQuery.parse(request.query_params)
     await console.client.stream_info(name)  # an unknown stream fails here, before streaming
-    after = parse_position(request.query_params.get("after", "")) or (0, -1, -1)
+    after = (
+        parse_position(request.headers.get("last-event-id", ""))
+        or parse_position(request.query_params.get("after", ""))
+        or (0, -1, -1)
+    )
     row = templates.get_template("_rows.html")
 
     async def events() -> AsyncIterator[str]:
         yield "retry: 2000\n\n"
-        batches = tail(console.client, name, query, after, console.config.tail_poll_s)
+        batches = tail(
+            console.client, name, query, after, console.config.tail_poll_s, console.closing
+        )
         try:
             async for batch in batches:
                 if await request.is_disconnected():
@@ -363,7 +381,7 @@ async def tail_events(request: Request) -> Response:
                 if batch:
                     html = row.render(stream=name, messages=batch, query=query, fresh=True)
                     data = "".join(f"data: {line}\n" for line in html.splitlines() if line.strip())
-                    yield f"{data}\n"
+                    yield f"id: {format_position(position(batch[0]))}\n{data}\n"
                 else:
                     yield ": idle\n\n"
         except ClientError as error:
@@ -613,4 +631,6 @@ def create_app(config: ConsoleConfig) -> Starlette:
     }
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=console.lifespan)
     app.state.console = console
+    # Called by whoever serves the app (tidelog.api.http) before it stops the port.
+    app.state.before_shutdown = console.request_close
     return app

@@ -15,6 +15,7 @@ oldest first, applies the filters and hands back a continuation token. On top of
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -132,12 +133,18 @@ async def read_newer(
 
 
 async def tail(
-    client: AsyncClient, stream: str, query: MessageQuery, after: Position, poll_s: float
+    client: AsyncClient,
+    stream: str,
+    query: MessageQuery,
+    after: Position,
+    poll_s: float,
+    stop: asyncio.Event,
 ) -> AsyncIterator[list[ReceivedMessage]]:
     """Batches of messages newer than ``after`` as they arrive, each newest first; an empty
-    batch every poll with nothing new (the caller's chance to notice a closed page)."""
+    batch every poll with nothing new (the caller's chance to notice a closed page). Ends when
+    ``stop`` is set (the console is shutting down)."""
     filters: dict[str, Any] = query.browse_filters()
-    while True:
+    while not stop.is_set():
         page = await client.browse(
             stream,
             limit=TAIL_BATCH,
@@ -150,7 +157,8 @@ async def tail(
             after = position(new[-1])
         yield new[::-1]
         if len(page.messages) < TAIL_BATCH:
-            await asyncio.sleep(poll_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), poll_s)
 
 
 def parse_position(text: str) -> Position | None:
