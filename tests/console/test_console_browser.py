@@ -162,7 +162,7 @@ def test_the_streams_page_lists_streams_with_their_partitions_and_messages(
     held = page.locator("#partitions tbody tr").first.locator("td")
     expect(held.nth(3)).to_have_text("11")  # partition 0: ten messages and the large one
     expect(held.nth(4)).to_contain_text("KiB")
-    expect(page.locator("#settings")).to_contain_text("100,000 messages per partition")
+    expect(page.locator("#settings")).to_contain_text("7 d · 100,000 messages per partition")
     expect(page.locator("#settings")).to_contain_text("Compaction")
     shot(page, "stream")
 

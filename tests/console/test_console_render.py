@@ -42,6 +42,10 @@ def test_printable_keys_and_times() -> None:
     assert render.format_ns(1_795_600_000_123_456_789) == "2026-11-25 09:46:40.123"
     assert render.format_bytes(100_000) == "97.7 KiB"
     assert render.format_bytes(10) == "10 B"
+    assert render.format_duration(7 * 86400) == "7 d"
+    assert render.format_duration(36 * 3600) == "36 h"
+    assert render.format_duration(90 * 60) == "90 min"
+    assert render.format_duration(45) == "45 s" and render.format_duration(0.5) == "0.5 s"
 
 
 def test_exports_keep_text_as_text_and_binary_as_base64() -> None:

@@ -148,6 +148,7 @@ def _environment() -> Environment:
     env.filters["ns"] = render.format_ns
     env.filters["printable"] = render.printable
     env.filters["bytes"] = render.format_bytes
+    env.filters["duration"] = render.format_duration
     env.globals["preview"] = render.preview
     env.globals["sparkline"] = render.sparkline_points
     env.globals["position"] = lambda m: format_position(position(m))

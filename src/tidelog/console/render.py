@@ -107,6 +107,14 @@ def format_bytes(count: int) -> str:
     raise AssertionError("unreachable")
 
 
+def format_duration(seconds: float) -> str:
+    """The largest whole unit that fits: ``7 d``, ``36 h``, ``90 min``, ``45 s``, ``0.5 s``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)} {unit}"
+    return f"{seconds:g} s"
+
+
 # -- exports -------------------------------------------------------------------------------------
 
 
