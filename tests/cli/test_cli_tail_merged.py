@@ -151,3 +151,18 @@ def test_follow_merges_live_partitions(cli: Cli, server: ServerProcess, stream: 
             if follow.poll() is None:
                 follow.kill()
                 follow.wait(10)
+
+
+def test_tail_reads_past_a_page_cut_short_by_its_byte_bound(
+    cli: Cli, server: ServerProcess, stream: str
+) -> None:
+    """A page ends at 16 MiB of messages, well before 1,000 of 100 KB: tail goes on regardless."""
+    assert cli("stream", "create", stream, "-p", "2").returncode == 0
+    with Client(server.address) as client:
+        for partition in (0, 1):
+            client.publish_batch(
+                stream, [b"%03d" % i + b"." * 100_000 for i in range(90)], partition=partition
+            )
+    done = cli("tail", stream, "--json")
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 180

@@ -122,8 +122,9 @@ class Walk:
             if page.next_token is None:
                 return
             token = page.next_token
-            caught_up = len(page.messages) < PAGE and not page.budget_exhausted
-            if caught_up and not newest_first:
+            # Oldest first, a page may end short of PAGE for its byte bound: only an empty page
+            # that did not stop at its budget says the walk caught up.
+            if not newest_first and not page.messages and not page.budget_exhausted:
                 return
 
     def newest(self, count: int) -> list[ReceivedMessage]:
@@ -288,5 +289,5 @@ def _run(
         page = walk.page(limit=PAGE, newest_first=False, token=live)
         show(list(page.messages))
         live = page.next_token
-        if len(page.messages) < PAGE and not page.budget_exhausted:
+        if not page.messages and not page.budget_exhausted:
             time.sleep(FOLLOW_POLL_S)
