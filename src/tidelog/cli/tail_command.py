@@ -263,6 +263,9 @@ def _run(
     if reverse:
         if begin == "new":
             return
+        if begin == "earliest":  # newest first from the oldest message: that one alone
+            show(list(walk.page(limit=1, newest_first=False).messages))
+            return
         for messages, _ in walk.pages(newest_first=True, start=start, token=token):
             show(messages)
         return
