@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PEERS_STAMP := $(VENV)/.peers-installed
 
-.PHONY: install peers serve test demo sites demo-broker bench bench-e2e bench-peers bench-cursors bench-windows bench-spark bench-isolation bench-browse java lint proto clean
+.PHONY: install peers chromium serve test demo sites demo-broker bench bench-e2e bench-peers bench-cursors bench-windows bench-spark bench-isolation bench-browse java lint proto clean
 
 install: $(STAMP)
 
@@ -35,10 +35,18 @@ java:
 	  || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
 	       --no-install-recommends openjdk-17-jre-headless; }
 
+# The console's browser tests (tests/console/) drive a real headless Chromium through Playwright,
+# pointed at Debian's browser (no `playwright install` download): chromium and its driver when
+# missing.
+chromium:
+	{ test -x /usr/bin/chromium && command -v chromedriver; } >/dev/null \
+	  || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	       --no-install-recommends chromium chromium-driver; }
+
 serve: install
 	$(BIN)/tidelog serve
 
-test: install peers java
+test: install peers java chromium
 	$(BIN)/python -m pytest -q
 
 demo: install java

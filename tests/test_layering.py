@@ -29,7 +29,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "_proto": set(),
     "columns": {"_proto"},
     # the server side, top to bottom
-    "cli": {"api", "broker", "client", "errors", "process", "wire", "tidelog"},
+    "cli": {"api", "broker", "client", "console", "errors", "process", "wire", "tidelog"},
     "api": {"broker", "sites", "cluster", "errors", "columns", "wire", "_proto", "tidelog"},
     "broker": {"log", "store", "errors"},
     "sites": {"broker", "client", "errors", "wire", "_proto", "tidelog"},
@@ -39,6 +39,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     # talk to brokers only over gRPC, through the client
     "client": {"errors", "columns", "wire", "_proto", "tidelog"},
     "spark": {"client", "errors", "columns", "wire", "_proto", "tidelog"},
+    # the web console: a client application, like spark (never the broker, the api or the log)
+    "console": {"client", "errors", "tidelog"},
     # the package root re-exports the client
     "tidelog": {"client"},
 }
@@ -52,6 +54,8 @@ LATE_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
     ("tidelog.cli.app", "tidelog.api.server"): "only `tidelog serve` loads the server: every "
     "client command would otherwise pay for it at start",
     ("tidelog.cli.app", "tidelog.api.settings"): "the same, for the server's settings",
+    ("tidelog.cli.app", "tidelog.console"): "only `tidelog serve` and `tidelog console` load the "
+    "console (Starlette, Jinja2, uvicorn); other commands would pay for it at start",
 }
 """(importing module, imported module) -> why that import happens inside a function."""
 

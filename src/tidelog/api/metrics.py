@@ -8,9 +8,8 @@ observed per call (one histogram observation per publish request, not per messag
 from __future__ import annotations
 
 from collections.abc import Iterator
-from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -99,11 +98,11 @@ class SitesCollector(Collector):
 
 
 class Metrics:
-    """The server's registry: broker counters plus the publish latency histogram."""
+    """The server's registry: broker counters plus the publish latency histogram (served on the
+    HTTP port by ``tidelog.api.http``)."""
 
     def __init__(self, broker: Broker) -> None:
         self.registry = CollectorRegistry()
-        self._http: WSGIServer | None = None
         self.registry.register(BrokerCollector(broker))
         self.publish_latency = Histogram(
             "tidelog_publish_latency_seconds",
@@ -116,26 +115,3 @@ class Metrics:
     def add_sites(self, local_site: LocalSite) -> None:
         """Export multi-site replication's per-site lag and state too."""
         self.registry.register(SitesCollector(local_site))
-
-    def serve(self, host: str, port: int) -> int:
-        """Start the /metrics HTTP endpoint in a background thread; return its port.
-
-        Raises ``OSError`` naming the address and the setting when the port cannot be bound."""
-        try:
-            server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        except OSError as error:
-            raise OSError(
-                error.errno,
-                f"cannot serve metrics on {host}:{port}: {error.strerror or error}; choose "
-                f"another --metrics-port (TIDELOG_METRICS_PORT, or metrics_port in the config "
-                f"file), or 0 to turn metrics off",
-            ) from None
-        self._http = server
-        return int(server.server_port)
-
-    def close(self) -> None:
-        """Stop the /metrics endpoint, if it was started."""
-        if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
-            self._http = None

@@ -24,6 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from tidelog._proto.liftbridge import api_pb2_grpc
 from tidelog._proto.tidelog.v1 import cluster_pb2_grpc, tidelog_pb2_grpc
 from tidelog.api.decoding import GuardedRegistry
+from tidelog.api.http import ConsoleFactory, HttpEndpoint
 from tidelog.api.liftbridge import Advertised, LiftbridgeService
 from tidelog.api.metrics import Metrics
 from tidelog.api.replica_service import ReplicationService
@@ -68,10 +69,14 @@ def configure_logging(settings: ServerSettings) -> None:
 class Server:
     """A running tidelog server; ``await start()``, then ``await stop()``."""
 
-    def __init__(self, settings: ServerSettings) -> None:
+    def __init__(self, settings: ServerSettings, *, console: ConsoleFactory | None = None) -> None:
+        """``console``: builds the web console for the gRPC address, served at ``/`` on the
+        metrics port beside ``/metrics`` (``tidelog serve`` passes it unless ``console`` is off
+        in the settings)."""
         self.settings = settings
         self.broker = Broker(settings.broker_config())
         self.metrics = Metrics(self.broker)
+        self.http = HttpEndpoint(self.metrics.registry, console)
         self.port = 0
         self.metrics_port = 0
         self._grpc: grpc.aio.Server | None = None
@@ -86,9 +91,10 @@ class Server:
         gRPC server is stopped, the broker closed (its data directory unlocked), the metrics
         endpoint shut."""
         settings = self.settings
-        # Metrics first: a port in use stops the start before anything else is bound or opened.
+        # The HTTP port first: a port in use stops the start before anything else is bound or
+        # opened. It serves once the gRPC port is known (the console is a client of it).
         if settings.metrics_port:
-            self.metrics_port = self.metrics.serve(settings.host, settings.metrics_port)
+            self.metrics_port = self.http.bind(settings.host, settings.metrics_port)
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", MAX_FRAME),
@@ -101,7 +107,7 @@ class Server:
         except RuntimeError:
             self.port = 0
         if self.port == 0:
-            self.metrics.close()
+            self.http.close()
             raise OSError(
                 f"cannot listen on {settings.host}:{settings.port}: the address is in use or "
                 f"not available here; choose another --host/--port"
@@ -144,6 +150,9 @@ class Server:
             await server.start()
             if self.cluster is not None:
                 await self.cluster.start()  # after the server: leaders answer fetches at once
+            if self.metrics_port:
+                address = f"{_connectable(settings.host)}:{self.port}"
+                await asyncio.to_thread(self.http.start, address)
         except BaseException:
             # grpc keeps a bound port listening until the server has run: start it (still
             # without the broker's services if they were never added) and stop it at once.
@@ -155,7 +164,7 @@ class Server:
                     await self.cluster.close()
             if broker_started:
                 await self.broker.close()
-            self.metrics.close()
+            self.http.close()
             raise
         self._grpc = server
         LOG.info(
@@ -165,6 +174,8 @@ class Server:
             settings.data_dir,
             f"{settings.host}:{self.metrics_port}/metrics" if self.metrics_port else "off",
         )
+        if self.metrics_port and self.http.console is not None:
+            LOG.info("web console on http://%s:%d/", settings.host, self.metrics_port)
 
     def _add_services(self, server: grpc.aio.Server) -> None:
         settings = self.settings
@@ -194,6 +205,9 @@ class Server:
         if self._grpc is None:
             return
         LOG.info("shutting down: ending subscriptions, finishing in-flight calls")
+        # The HTTP port first, off this loop: the console's open pages (a live tail) are gRPC
+        # calls this loop serves, so waiting for them here would wait for ourselves.
+        await asyncio.to_thread(self.http.close)
         self._health_servicer.enter_graceful_shutdown()
         if self.cluster is not None:
             # Leave first: the lease is revoked, so other brokers lead at once, while this one
@@ -204,16 +218,27 @@ class Server:
             await self.local_site.close()
         await self._grpc.stop(self.settings.shutdown_grace_s)
         await self.broker.close()
-        self.metrics.close()
         self._grpc = None
         LOG.info("stopped; every log synced and closed")
 
 
+def _connectable(host: str) -> str:
+    """An address a client on this machine reaches a server bound to ``host`` at."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
 async def serve(
-    settings: ServerSettings, *, on_ready: Callable[[Server], None] | None = None
+    settings: ServerSettings,
+    *,
+    on_ready: Callable[[Server], None] | None = None,
+    console: ConsoleFactory | None = None,
 ) -> None:
     """Run until SIGTERM or SIGINT."""
-    server = Server(settings)
+    server = Server(settings, console=console)
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

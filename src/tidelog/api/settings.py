@@ -116,7 +116,14 @@ class ServerSettings(BaseSettings):
         "the ISR (it rejoins once caught up)",
     )
     metrics_port: int = Field(
-        9293, ge=0, le=65535, description="Prometheus /metrics port on host (0: disabled)"
+        9293,
+        ge=0,
+        le=65535,
+        description="HTTP port on host: Prometheus /metrics, and the web console at / "
+        "(0: disabled)",
+    )
+    console: bool = Field(
+        True, description="serve the web console at / on the metrics port (false: /metrics only)"
     )
     flush_policy: FlushPolicy = Field(DEFAULT_FLUSH_POLICY, description="always|interval|never")
     flush_interval_s: float = Field(DEFAULT_FLUSH_INTERVAL_S, gt=0)

@@ -1,4 +1,4 @@
-"""``tidelog``: serve, streams, publish, tail, cursors.
+"""``tidelog``: serve, console, streams, publish, tail, cursors.
 
 People get rich tables and progress bars; scripts get ``--json`` (one object per line for
 ``tail``). Every client command takes ``--server host:port`` (env ``TIDELOG_SERVER``). Errors
@@ -132,9 +132,48 @@ def serve(
         # A line scripts and tests can wait for (stdout, flushed).
         print(f"tidelog listening on {settings.host}:{server.port}", flush=True)
 
+    console = None
+    if settings.console and settings.metrics_port:
+        from tidelog.console import ConsoleConfig, create_app
+
+        def console(address: str) -> Any:
+            return create_app(ConsoleConfig(address))
+
     try:
-        asyncio.run(run(settings, on_ready=ready))
+        asyncio.run(run(settings, on_ready=ready, console=console))
     except (OSError, LogLocked, GroupStateUnreadable, InvalidArgument) as error:
+        fail(f"cannot start: {error}")
+
+
+# -- console ---------------------------------------------------------------------------------------
+
+
+@app.command("console")
+def console_command(
+    server: ServerOption = DEFAULT_SERVER,
+    host: Annotated[str, typer.Option(help="address the console binds")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="the console's HTTP port; 0 picks a free one")] = 9294,
+    sample_interval: Annotated[
+        float, typer.Option(min=0.1, help="seconds between samples of rates and lag")
+    ] = 5.0,
+    stall_after: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            help="a consumer with lag whose cursor has not moved this long "
+            "(seconds) is shown as stalled",
+        ),
+    ] = 60.0,
+) -> None:
+    """Serve the web console for a tidelog server (`tidelog serve` serves it too, at / on its
+    metrics port) until Ctrl-C."""
+    from tidelog.console import ConsoleConfig
+    from tidelog.console import run as run_console
+
+    config = ConsoleConfig(server, sample_interval_s=sample_interval, stall_after_s=stall_after)
+    try:
+        run_console(config, host, port)
+    except OSError as error:
         fail(f"cannot start: {error}")
 
 

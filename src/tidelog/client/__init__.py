@@ -1,6 +1,13 @@
 """The tidelog client: :class:`AsyncClient` (asyncio) and :class:`Client` (blocking)."""
 
 from tidelog.client.aio import DEFAULT_SERVER, AsyncClient
+from tidelog.client.describe_calls import (
+    GroupInfo,
+    GroupMemberInfo,
+    PartitionDetails,
+    StreamDetails,
+    StreamSettings,
+)
 from tidelog.client.errors import (
     AlreadyExists,
     ClientError,
@@ -42,11 +49,14 @@ __all__ = [
     "ClientSettings",
     "DataLoss",
     "FailedPrecondition",
+    "GroupInfo",
+    "GroupMemberInfo",
     "IncorrectOffset",
     "InvalidArgument",
     "Message",
     "MessageTooLarge",
     "NotFound",
+    "PartitionDetails",
     "PartitionInfo",
     "PartitionPaused",
     "PartitionReadonly",
@@ -55,8 +65,10 @@ __all__ = [
     "SiteInfo",
     "SiteStatus",
     "SnapshotRequest",
+    "StreamDetails",
     "StreamEmpty",
     "StreamInfo",
+    "StreamSettings",
     "Unavailable",
     "Unimplemented",
     "View",

@@ -35,6 +35,7 @@ from tidelog.client.codec import (
     stop_fields,
 )
 from tidelog.client.consumer import DEFAULT_PREFETCH, Consumer
+from tidelog.client.describe_calls import DescribeCalls
 from tidelog.client.errors import (
     AlreadyExists,
     ClientError,
@@ -82,7 +83,7 @@ LEADER_HOPS = 4
 """How many brokers a plain publish tries when each says another leads the partition."""
 
 
-class AsyncClient(ViewCalls, SiteCalls):
+class AsyncClient(ViewCalls, SiteCalls, DescribeCalls):
     """A connection to one tidelog server. Use ``async with AsyncClient(...)`` or ``close()``.
 
     ``settings``: reconnect backoff and retry budget (``ClientSettings``; the defaults suit a
@@ -218,6 +219,35 @@ class AsyncClient(ViewCalls, SiteCalls):
             removal(lambda timeout: self._api.DeleteStream(request, timeout=timeout))
         )
         self._partition_counts.pop(name, None)
+
+    async def pause_stream(
+        self, name: str, partitions: Sequence[int] | None = None, *, resume_all: bool = False
+    ) -> None:
+        """Pause partitions (all when ``partitions`` is None): their files are closed until a
+        message is published to one, which resumes it (or, with ``resume_all``, every partition
+        paused here)."""
+        request = pb.PauseStreamRequest(
+            name=name, partitions=list(partitions or ()), resumeAll=resume_all
+        )
+
+        async def attempt(timeout: float | None, number: int) -> None:
+            await self._api.PauseStream(request, timeout=timeout)
+
+        await self._retrying(attempt)
+
+    async def set_stream_readonly(
+        self, name: str, readonly: bool = True, partitions: Sequence[int] | None = None
+    ) -> None:
+        """Make partitions (all when ``partitions`` is None) read-only (publishes are refused),
+        or writable again with ``readonly=False``."""
+        request = pb.SetStreamReadonlyRequest(
+            name=name, partitions=list(partitions or ()), readonly=readonly
+        )
+
+        async def attempt(timeout: float | None, number: int) -> None:
+            await self._api.SetStreamReadonly(request, timeout=timeout)
+
+        await self._retrying(attempt)
 
     async def list_streams(self) -> list[StreamInfo]:
         """Every stream, internal ones (``__cursors``) included, sorted by name."""

@@ -19,6 +19,7 @@ from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog.client.aio import DEFAULT_SERVER, AsyncClient
 from tidelog.client.codec import decode
 from tidelog.client.consumer import DEFAULT_PREFETCH, Consumer
+from tidelog.client.describe_calls import DescribeCalls, SyncDescribeCalls
 from tidelog.client.errors import InvalidArgument
 from tidelog.client.models import (
     Ack,
@@ -46,7 +47,7 @@ from tidelog.client.view_calls import SyncViewCalls, ViewCalls
 T = TypeVar("T")
 
 
-class Client(SyncViewCalls, SyncSiteCalls):
+class Client(SyncViewCalls, SyncSiteCalls, SyncDescribeCalls):
     """A blocking connection to one tidelog server; use ``with Client(...)`` or ``close()``.
 
     ``settings``: reconnect backoff and retry budget (``ClientSettings``)."""
@@ -123,6 +124,16 @@ class Client(SyncViewCalls, SyncSiteCalls):
 
     def delete_stream(self, name: str) -> None:
         self._run(self._client.delete_stream(name))
+
+    def pause_stream(
+        self, name: str, partitions: Sequence[int] | None = None, *, resume_all: bool = False
+    ) -> None:
+        self._run(self._client.pause_stream(name, partitions, resume_all=resume_all))
+
+    def set_stream_readonly(
+        self, name: str, readonly: bool = True, partitions: Sequence[int] | None = None
+    ) -> None:
+        self._run(self._client.set_stream_readonly(name, readonly, partitions))
 
     def list_streams(self) -> list[StreamInfo]:
         return self._run(self._client.list_streams())
@@ -294,6 +305,9 @@ class Client(SyncViewCalls, SyncSiteCalls):
         )
 
     def _view_calls(self) -> ViewCalls:
+        return self._client
+
+    def _describe_calls(self) -> DescribeCalls:
         return self._client
 
     def _site_calls(self) -> SiteCalls:

@@ -1706,3 +1706,266 @@ class BrowseResponse(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__reached_timestamp) -> _WhichOneofReturnType__reached_timestamp | None: ...
 
 Global___BrowseResponse: _TypeAlias = BrowseResponse  # noqa: Y015
+
+@_typing.final
+class DescribeStreamRequest(_message.Message):
+    """-- describing streams and groups (the console) ----------------------------------------------"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["stream", b"stream"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeStreamRequest: _TypeAlias = DescribeStreamRequest  # noqa: Y015
+
+@_typing.final
+class PartitionDescription(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OLDEST_OFFSET_FIELD_NUMBER: _builtins.int
+    NEWEST_OFFSET_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    MESSAGES_IN_FIELD_NUMBER: _builtins.int
+    BYTES_IN_FIELD_NUMBER: _builtins.int
+    PAUSED_FIELD_NUMBER: _builtins.int
+    READONLY_FIELD_NUMBER: _builtins.int
+    SUBSCRIBERS_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    oldest_offset: _builtins.int
+    """-1 while the partition holds nothing; while paused, both are the values at pause time and
+    size_bytes is -1 (its files are closed).
+    """
+    newest_offset: _builtins.int
+    size_bytes: _builtins.int
+    messages_in: _builtins.int
+    """Appended since the server started."""
+    bytes_in: _builtins.int
+    paused: _builtins.bool
+    readonly: _builtins.bool
+    subscribers: _builtins.int
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        oldest_offset: _builtins.int = ...,
+        newest_offset: _builtins.int = ...,
+        size_bytes: _builtins.int = ...,
+        messages_in: _builtins.int = ...,
+        bytes_in: _builtins.int = ...,
+        paused: _builtins.bool = ...,
+        readonly: _builtins.bool = ...,
+        subscribers: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_in", b"bytes_in", "messages_in", b"messages_in", "newest_offset", b"newest_offset", "oldest_offset", b"oldest_offset", "partition", b"partition", "paused", b"paused", "readonly", b"readonly", "size_bytes", b"size_bytes", "subscribers", b"subscribers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionDescription: _TypeAlias = PartitionDescription  # noqa: Y015
+
+@_typing.final
+class StreamSettings(_message.Message):
+    """The stream's effective settings (its own, or the server's defaults where it set none)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RETENTION_BYTES_FIELD_NUMBER: _builtins.int
+    RETENTION_MESSAGES_FIELD_NUMBER: _builtins.int
+    RETENTION_AGE_S_FIELD_NUMBER: _builtins.int
+    COMPACT_FIELD_NUMBER: _builtins.int
+    SEGMENT_MAX_BYTES_FIELD_NUMBER: _builtins.int
+    SEGMENT_MAX_AGE_S_FIELD_NUMBER: _builtins.int
+    MAX_MESSAGE_BYTES_FIELD_NUMBER: _builtins.int
+    AUTO_PAUSE_S_FIELD_NUMBER: _builtins.int
+    OPTIMISTIC_CONCURRENCY_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    retention_bytes: _builtins.int
+    """0: no limit of that kind."""
+    retention_messages: _builtins.int
+    retention_age_s: _builtins.float
+    compact: _builtins.bool
+    segment_max_bytes: _builtins.int
+    segment_max_age_s: _builtins.float
+    max_message_bytes: _builtins.int
+    auto_pause_s: _builtins.float
+    """0: never paused automatically."""
+    optimistic_concurrency: _builtins.bool
+    group: _builtins.str
+    def __init__(
+        self,
+        *,
+        retention_bytes: _builtins.int = ...,
+        retention_messages: _builtins.int = ...,
+        retention_age_s: _builtins.float = ...,
+        compact: _builtins.bool = ...,
+        segment_max_bytes: _builtins.int = ...,
+        segment_max_age_s: _builtins.float = ...,
+        max_message_bytes: _builtins.int = ...,
+        auto_pause_s: _builtins.float = ...,
+        optimistic_concurrency: _builtins.bool = ...,
+        group: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auto_pause_s", b"auto_pause_s", "compact", b"compact", "group", b"group", "max_message_bytes", b"max_message_bytes", "optimistic_concurrency", b"optimistic_concurrency", "retention_age_s", b"retention_age_s", "retention_bytes", b"retention_bytes", "retention_messages", b"retention_messages", "segment_max_age_s", b"segment_max_age_s", "segment_max_bytes", b"segment_max_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamSettings: _TypeAlias = StreamSettings  # noqa: Y015
+
+@_typing.final
+class DescribeStreamResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    SETTINGS_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionDescription]: ...
+    @_builtins.property
+    def settings(self) -> Global___StreamSettings: ...
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___PartitionDescription] | None = ...,
+        settings: Global___StreamSettings | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["settings", b"settings"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "settings", b"settings", "stream", b"stream"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeStreamResponse: _TypeAlias = DescribeStreamResponse  # noqa: Y015
+
+@_typing.final
+class ListGroupsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGroupsRequest: _TypeAlias = ListGroupsRequest  # noqa: Y015
+
+@_typing.final
+class GroupMember(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONSUMER_ID_FIELD_NUMBER: _builtins.int
+    STREAMS_FIELD_NUMBER: _builtins.int
+    IDLE_S_FIELD_NUMBER: _builtins.int
+    consumer_id: _builtins.str
+    idle_s: _builtins.float
+    """Seconds since the member's last call to the coordinator."""
+    @_builtins.property
+    def streams(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        consumer_id: _builtins.str = ...,
+        streams: _abc.Iterable[_builtins.str] | None = ...,
+        idle_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "idle_s", b"idle_s", "streams", b"streams"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupMember: _TypeAlias = GroupMember  # noqa: Y015
+
+@_typing.final
+class GroupAssignment(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONSUMER_ID_FIELD_NUMBER: _builtins.int
+    STREAM_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    consumer_id: _builtins.str
+    stream: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        consumer_id: _builtins.str = ...,
+        stream: _builtins.str = ...,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer_id", b"consumer_id", "partitions", b"partitions", "stream", b"stream"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupAssignment: _TypeAlias = GroupAssignment  # noqa: Y015
+
+@_typing.final
+class GroupDescription(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    MEMBERS_FIELD_NUMBER: _builtins.int
+    ASSIGNMENTS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    epoch: _builtins.int
+    @_builtins.property
+    def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupMember]: ...
+    @_builtins.property
+    def assignments(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupAssignment]: ...
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        epoch: _builtins.int = ...,
+        members: _abc.Iterable[Global___GroupMember] | None = ...,
+        assignments: _abc.Iterable[Global___GroupAssignment] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignments", b"assignments", "epoch", b"epoch", "group_id", b"group_id", "members", b"members"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupDescription: _TypeAlias = GroupDescription  # noqa: Y015
+
+@_typing.final
+class ListGroupsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUPS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupDescription]: ...
+    def __init__(
+        self,
+        *,
+        groups: _abc.Iterable[Global___GroupDescription] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGroupsResponse: _TypeAlias = ListGroupsResponse  # noqa: Y015

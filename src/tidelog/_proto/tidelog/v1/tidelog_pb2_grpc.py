@@ -129,6 +129,16 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ResyncSiteRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ResyncSiteResponse.FromString,
                 _registered_method=True)
+        self.DescribeStream = channel.unary_unary(
+                '/tidelog.v1.Tidelog/DescribeStream',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeStreamRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeStreamResponse.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/tidelog.v1.Tidelog/ListGroups',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class TidelogServicer:
@@ -280,6 +290,21 @@ class TidelogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeStream(self, request, context):
+        """What a console shows of a stream beyond its metadata: per partition the oldest offset held,
+        bytes held and counters; the stream's effective retention, compaction and limits.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """Every consumer group with its members and their assignments.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TidelogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -377,6 +402,16 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.ResyncSite,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ResyncSiteRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.ResyncSiteResponse.SerializeToString,
+            ),
+            'DescribeStream': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeStream,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeStreamRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.DescribeStreamResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ListGroupsRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.ListGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -892,6 +927,60 @@ class Tidelog:
             '/tidelog.v1.Tidelog/ResyncSite',
             tidelog_dot_v1_dot_tidelog__pb2.ResyncSiteRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.ResyncSiteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/DescribeStream',
+            tidelog_dot_v1_dot_tidelog__pb2.DescribeStreamRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.DescribeStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/ListGroups',
+            tidelog_dot_v1_dot_tidelog__pb2.ListGroupsRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.ListGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -101,6 +101,12 @@ class TidelogStub:
     """
     ResyncSite: _grpc.UnaryUnaryMultiCallable[_tidelog_pb2.ResyncSiteRequest, _tidelog_pb2.ResyncSiteResponse]
     """Start a snapshot sync of a remote site now (an operator's repair)."""
+    DescribeStream: _grpc.UnaryUnaryMultiCallable[_tidelog_pb2.DescribeStreamRequest, _tidelog_pb2.DescribeStreamResponse]
+    """What a console shows of a stream beyond its metadata: per partition the oldest offset held,
+    bytes held and counters; the stream's effective retention, compaction and limits.
+    """
+    ListGroups: _grpc.UnaryUnaryMultiCallable[_tidelog_pb2.ListGroupsRequest, _tidelog_pb2.ListGroupsResponse]
+    """Every consumer group with its members and their assignments."""
 
 @_typing.type_check_only
 class TidelogAsyncStub(TidelogStub):
@@ -165,6 +171,12 @@ class TidelogAsyncStub(TidelogStub):
     """
     ResyncSite: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.ResyncSiteRequest, _tidelog_pb2.ResyncSiteResponse]  # type: ignore[assignment]
     """Start a snapshot sync of a remote site now (an operator's repair)."""
+    DescribeStream: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.DescribeStreamRequest, _tidelog_pb2.DescribeStreamResponse]  # type: ignore[assignment]
+    """What a console shows of a stream beyond its metadata: per partition the oldest offset held,
+    bytes held and counters; the stream's effective retention, compaction and limits.
+    """
+    ListGroups: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.ListGroupsRequest, _tidelog_pb2.ListGroupsResponse]  # type: ignore[assignment]
+    """Every consumer group with its members and their assignments."""
 
 class TidelogServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -340,5 +352,23 @@ class TidelogServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_tidelog_pb2.ResyncSiteResponse, _abc.Awaitable[_tidelog_pb2.ResyncSiteResponse]]:
         """Start a snapshot sync of a remote site now (an operator's repair)."""
+
+    @_abc_1.abstractmethod
+    def DescribeStream(
+        self,
+        request: _tidelog_pb2.DescribeStreamRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tidelog_pb2.DescribeStreamResponse, _abc.Awaitable[_tidelog_pb2.DescribeStreamResponse]]:
+        """What a console shows of a stream beyond its metadata: per partition the oldest offset held,
+        bytes held and counters; the stream's effective retention, compaction and limits.
+        """
+
+    @_abc_1.abstractmethod
+    def ListGroups(
+        self,
+        request: _tidelog_pb2.ListGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tidelog_pb2.ListGroupsResponse, _abc.Awaitable[_tidelog_pb2.ListGroupsResponse]]:
+        """Every consumer group with its members and their assignments."""
 
 def add_TidelogServicer_to_server(servicer: TidelogServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,637 @@
+"""The console's ASGI app: server-rendered pages over one :class:`~tidelog.client.AsyncClient`.
+
+Every page is HTML rendered here (Jinja2); the browser gets small, locally served assets: htmx
+(boosted links and forms: a page change swaps the body without a reload), uPlot (the lag and
+rate charts) and ``console.js`` (the live tail's EventSource, the charts). Everything works with
+scripts off except the live tail and the charts.
+
+The console talks to brokers only through the client. Admin actions are POSTs that first answer a
+confirmation page; only a POST carrying ``confirmed=yes`` (and, when the browser sends one, an
+``Origin`` that is this console) acts. A failure a person can act on (unknown stream, server
+unreachable, a search that ran out of budget, a bad filter) is a page saying what happened and
+what to do, never a traceback; anything else is logged and answered with a short apology.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import (
+    HTMLResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from tidelog.client import (
+    AlreadyExists,
+    AsyncClient,
+    ClientError,
+    ClientSettings,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+)
+from tidelog.console import render
+from tidelog.console.history import ConsumerState
+from tidelog.console.messages import (
+    TAIL_POLL_S,
+    NoSuchOffset,
+    Page,
+    format_position,
+    message_at,
+    parse_position,
+    position,
+    read_newer,
+    read_page,
+    tail,
+)
+from tidelog.console.query import BadQuery, MessageQuery, parse_bytes, parse_time
+from tidelog.console.sampler import (
+    DEFAULT_SAMPLE_INTERVAL_S,
+    DEFAULT_STALL_AFTER_S,
+    Sampler,
+    stream_total,
+)
+
+LOG = logging.getLogger("tidelog.console")
+HERE = Path(__file__).parent
+
+CONSOLE_CLIENT_SETTINGS = ClientSettings(retry_budget_s=3.0, connect_timeout_s=3.0)
+"""A page answers within seconds when the server is down: a short retry budget."""
+
+
+@dataclass
+class ConsoleConfig:
+    server: str
+    """the tidelog server's gRPC address, HOST:PORT"""
+    sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S
+    stall_after_s: float = DEFAULT_STALL_AFTER_S
+    tail_poll_s: float = TAIL_POLL_S
+
+
+class Console:
+    """The app's state: the client and the sampler (created on the server's event loop)."""
+
+    def __init__(self, config: ConsoleConfig) -> None:
+        self.config = config
+        self._client: AsyncClient | None = None
+        self._sampler: Sampler | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.closing = asyncio.Event()
+        """Set when the port is about to stop: live tails end so the shutdown need not wait."""
+
+    def request_close(self) -> None:
+        """End the live tails; callable from any thread (the server's, before it stops the
+        port)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.closing.set)
+
+    @property
+    def client(self) -> AsyncClient:
+        if self._client is None:
+            self._client = AsyncClient(self.config.server, settings=CONSOLE_CLIENT_SETTINGS)
+        return self._client
+
+    @property
+    def sampler(self) -> Sampler:
+        if self._sampler is None:
+            self._sampler = Sampler(
+                self.client,
+                interval_s=self.config.sample_interval_s,
+                stall_after_s=self.config.stall_after_s,
+            )
+        return self._sampler
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.create_task(self.sampler.run())
+        try:
+            yield
+        finally:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            if self._client is not None:
+                await self._client.close()
+                self._client = None
+
+
+# -- templates -----------------------------------------------------------------------------------
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(["html"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["ns"] = render.format_ns
+    env.filters["printable"] = render.printable
+    env.filters["bytes"] = render.format_bytes
+    env.filters["duration"] = render.format_duration
+    env.globals["preview"] = render.preview
+    env.globals["sparkline"] = render.sparkline_points
+    env.globals["position"] = lambda m: format_position(position(m))
+    return env
+
+
+templates = Jinja2Templates(env=_environment())
+
+
+def page(
+    request: Request, name: str, context: dict[str, Any], status_code: int = 200
+) -> HTMLResponse:
+    console: Console = request.app.state.console
+    base = {"server": console.config.server, "active": name.removesuffix(".html")}
+    return templates.TemplateResponse(request, name, {**base, **context}, status_code=status_code)
+
+
+# -- errors --------------------------------------------------------------------------------------
+
+
+def problem(request: Request, status: int, title: str, detail: str) -> HTMLResponse:
+    return page(request, "error.html", {"title": title, "detail": detail}, status_code=status)
+
+
+async def on_not_found(request: Request, error: Exception) -> Response:
+    return problem(
+        request, 404, "Not found", f"{error} — check the name, or pick it from the streams page."
+    )
+
+
+async def on_unavailable(request: Request, error: Exception) -> Response:
+    server = request.app.state.console.config.server
+    return problem(
+        request,
+        503,
+        "The tidelog server cannot be reached",
+        f"The console could not reach {server}: {error}. Check that the server is running "
+        f"and that this address is right (tidelog console --server HOST:PORT); then reload.",
+    )
+
+
+async def on_bad_request(request: Request, error: Exception) -> Response:
+    return problem(request, 400, "That request cannot be answered", str(error))
+
+
+async def on_client_error(request: Request, error: Exception) -> Response:
+    return problem(request, 409, "The server refused", str(error))
+
+
+async def on_http(request: Request, error: Exception) -> Response:
+    assert isinstance(error, HTTPException)
+    return problem(request, error.status_code, "Not found", str(error.detail))
+
+
+async def on_bug(request: Request, error: Exception) -> Response:
+    LOG.exception("console: %s %s failed", request.method, request.url.path, exc_info=error)
+    return problem(
+        request,
+        500,
+        "Something went wrong in the console",
+        "The console hit an unexpected error; it has been logged on the console's side. "
+        "Reload to try again.",
+    )
+
+
+# -- pages ---------------------------------------------------------------------------------------
+
+
+def _console(request: Request) -> Console:
+    console: Console = request.app.state.console
+    return console
+
+
+async def index(request: Request) -> Response:
+    return RedirectResponse("/streams", status_code=302)
+
+
+async def streams_page(request: Request) -> Response:
+    console = _console(request)
+    streams = await console.sampler.sample()
+    internal = request.query_params.get("internal") == "1"
+    shown = [s for s in streams if internal or not s.name.startswith("__")]
+    details = await asyncio.gather(
+        *(console.client.describe_stream(s.name) for s in shown), return_exceptions=True
+    )
+    rows = [
+        {
+            "info": info,
+            "total": stream_total(info),
+            "rates": console.sampler.rates(info.name),
+            "paused": sum(p.paused for p in info.partitions),
+            "readonly": sum(p.readonly for p in info.partitions),
+            # None when the stream went between the two calls
+            "details": None if isinstance(d, BaseException) else d,
+        }
+        for info, d in zip(shown, details, strict=True)
+    ]
+    for d in details:
+        if isinstance(d, BaseException) and not isinstance(d, NotFound):
+            raise d
+    return page(request, "streams.html", {"rows": rows, "internal": internal})
+
+
+async def stream_page(request: Request) -> Response:
+    console = _console(request)
+    name = request.path_params["stream"]
+    info = await console.client.stream_info(name)
+    details = await console.client.describe_stream(name)
+    streams = await console.sampler.sample()
+    cursors = [r for r in console.sampler.cursor_rows(streams) if r.key.stream == name]
+    rates = console.sampler.rates(name)
+    series = console.sampler.totals.get(name)
+    chart = {
+        "t": [s.time_s for s in series.rates()] if series else [],
+        "rate": rates,
+    }
+    return page(
+        request,
+        "stream.html",
+        {
+            "info": info,
+            "details": details,
+            "total": stream_total(info),
+            "rates": rates,
+            "chart": json.dumps(chart),
+            "cursors": cursors,
+        },
+    )
+
+
+async def messages_page(request: Request) -> Response:
+    console = _console(request)
+    name = request.path_params["stream"]
+    info = await console.client.stream_info(name)
+    query = MessageQuery.parse(request.query_params)
+    newer_than = parse_position(request.query_params.get("above", ""))
+    if newer_than is not None:
+        newer = await read_newer(console.client, name, query, newer_than)
+        result = Page(newer, None, 0, False, None)
+    else:
+        result = await read_page(console.client, name, query)
+    live = query.newest_first and not (query.token or query.at or query.offset) and not newer_than
+    return page(
+        request,
+        "messages.html",
+        {
+            "info": info,
+            "query": query,
+            "page": result,
+            "live": live,
+            "top": format_position(position(result.messages[0])) if result.messages else "",
+            "bottom": format_position(position(result.messages[-1])) if result.messages else "",
+            "focus": format_position(result.focus) if result.focus else "",
+        },
+    )
+
+
+async def message_page(request: Request) -> Response:
+    console = _console(request)
+    name = request.path_params["stream"]
+    partition = int(request.path_params["partition"])
+    offset = int(request.path_params["offset"])
+    m = await message_at(console.client, name, partition, offset)
+    if m is None:
+        raise NoSuchOffset(f"partition {partition} of {name!r} holds no message at offset {offset}")
+    full = request.query_params.get("full") == "1"
+    shown = m.value if full else m.value[: render.DETAIL_BYTES]
+    whole = len(shown) == len(m.value)
+    return page(
+        request,
+        "message.html",
+        {
+            "stream": name,
+            "m": m,
+            "full": full,
+            "cut": len(m.value) - len(shown),
+            "text": render.as_text(shown) if whole else None,
+            "text_cut": shown.decode("utf-8", "replace"),
+            "json": render.pretty_json(m.value) if whole else None,
+            "hex": render.hex_dump(shown),
+        },
+    )
+
+
+async def export(request: Request) -> Response:
+    console = _console(request)
+    name = request.path_params["stream"]
+    kind = request.path_params["kind"]
+    if kind not in ("jsonl", "csv"):
+        raise HTTPException(404, f"no export as {kind!r}; use .jsonl or .csv")
+    query = MessageQuery.parse(request.query_params)
+    result = await read_page(console.client, name, query)
+    if kind == "jsonl":
+        body = render.export_jsonl(name, result.messages)
+        media = "application/x-ndjson"
+    else:
+        body = render.export_csv(name, result.messages)
+        media = "text/csv"
+    filename = f"{name}-messages.{kind}"
+    return PlainTextResponse(
+        body,
+        media_type=media,
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )
+
+
+async def tail_events(request: Request) -> Response:
+    """Server-sent events: each event's data is the HTML rows of messages newer than ``after``,
+    its id the newest row's position, so a browser that reconnects (``Last-Event-ID``) goes on
+    from the last row it received, neither repeating nor skipping any."""
+    console = _console(request)
+    name = request.path_params["stream"]
+    query = MessageQuery.parse(request.query_params)
+    await console.client.stream_info(name)  # an unknown stream fails here, before streaming
+    after = (
+        parse_position(request.headers.get("last-event-id", ""))
+        or parse_position(request.query_params.get("after", ""))
+        or (0, -1, -1)
+    )
+    row = templates.get_template("_rows.html")
+
+    async def events() -> AsyncIterator[str]:
+        yield "retry: 2000\n\n"
+        batches = tail(
+            console.client, name, query, after, console.config.tail_poll_s, console.closing
+        )
+        try:
+            async for batch in batches:
+                if await request.is_disconnected():
+                    return
+                if batch:
+                    html = row.render(stream=name, messages=batch, query=query, fresh=True)
+                    data = "".join(f"data: {line}\n" for line in html.splitlines() if line.strip())
+                    yield f"id: {format_position(position(batch[0]))}\n{data}\n"
+                else:
+                    yield ": idle\n\n"
+        except ClientError as error:
+            yield f"event: failure\ndata: {error}\n\n"
+        finally:
+            await batches.aclose()  # type: ignore[attr-defined]
+
+    return StreamingResponse(
+        events(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def consumers_page(request: Request) -> Response:
+    console = _console(request)
+    streams = await console.sampler.sample()
+    rows = console.sampler.cursor_rows(streams)
+    cursor_ids = sorted({r.key.cursor_id for r in rows})
+    charts = {c: console.sampler.lag_chart(c) for c in cursor_ids}
+    groups = await console.client.list_groups()
+    return page(
+        request,
+        "consumers.html",
+        {
+            "rows": rows,
+            "groups": groups,
+            "cursor_ids": cursor_ids,
+            "charts": json.dumps(charts),
+            "stalled": ConsumerState.STALLED,
+            "stall_after_s": console.config.stall_after_s,
+            "error": console.sampler.last_error,
+        },
+    )
+
+
+async def views_page(request: Request) -> Response:
+    console = _console(request)
+    streams = [s for s in await console.client.list_streams() if not s.name.startswith("__")]
+    views = []
+    for info in streams:
+        for status in await console.client.list_views(info.name):
+            views.append((info.name, status))
+    return page(request, "views.html", {"views": views})
+
+
+async def view_page(request: Request) -> Response:
+    console = _console(request)
+    stream = request.path_params["stream"]
+    name = request.path_params["view"]
+    statuses = await console.client.list_views(stream)
+    status = next((s for s in statuses if s.view.name == name), None)
+    if status is None:
+        raise NotFound(f"stream {stream!r} has no view {name!r}")
+    params = request.query_params
+    key_text = params.get("key", "").strip()
+    entries: list[Any] = []
+    asked = False
+    if key_text:
+        asked = True
+        key = parse_bytes(key_text, "key")
+        if status.view.kind == "table":
+            entry = await console.client.view_get(stream, name, key)
+            entries = [entry] if entry is not None else []
+        else:
+            count = int(params.get("count") or 10)
+            since = parse_time(params["since"], "since") if params.get("since") else None
+            until = parse_time(params["until"], "until") if params.get("until") else None
+            entries = await console.client.last_values(stream, name, key, count, since, until)
+    return page(
+        request,
+        "view.html",
+        {
+            "stream": stream,
+            "status": status,
+            "entries": entries,
+            "asked": asked,
+            "params": params,
+        },
+    )
+
+
+async def replication_page(request: Request) -> Response:
+    console = _console(request)
+    try:
+        sites = await console.client.site_status()
+        enabled = True
+    except ClientError as error:
+        if isinstance(error, Unavailable):
+            raise
+        sites, enabled = [], False
+    return page(request, "replication.html", {"sites": sites, "enabled": enabled})
+
+
+# -- admin actions -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Action:
+    title: str
+    describe: Callable[[dict[str, str]], str]
+    run: Callable[[AsyncClient, dict[str, str]], Awaitable[None]]
+    then: Callable[[dict[str, str]], str]
+
+
+def _partitions(form: dict[str, str]) -> list[int] | None:
+    text = form.get("partitions", "").strip()
+    if not text:
+        return None
+    try:
+        return [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise BadQuery(f"partitions: {text!r} is not a comma-separated list of numbers") from None
+
+
+def _which(form: dict[str, str]) -> str:
+    parts = _partitions(form)
+    return "every partition" if parts is None else "partitions " + ", ".join(map(str, parts))
+
+
+async def _create(client: AsyncClient, form: dict[str, str]) -> None:
+    try:
+        partitions = int(form.get("partition_count") or 1)
+    except ValueError:
+        raise BadQuery("partitions: give a whole number of partitions") from None
+    await client.create_stream(form["stream"], partitions=partitions)
+
+
+async def _set_cursor(client: AsyncClient, form: dict[str, str]) -> None:
+    try:
+        partition, offset = int(form["partition"]), int(form["offset"])
+    except (KeyError, ValueError):
+        raise BadQuery("a cursor needs a partition and an offset, both whole numbers") from None
+    await client.set_cursor(form["cursor"], form["stream"], partition, offset)
+
+
+ACTIONS: dict[str, Action] = {
+    "create": Action(
+        "Create a stream",
+        lambda f: (
+            f"Create stream {f['stream']!r} with {f.get('partition_count') or 1} partition(s)."
+        ),
+        _create,
+        lambda f: f"/streams/{f['stream']}",
+    ),
+    "pause": Action(
+        "Pause",
+        lambda f: (
+            f"Pause {_which(f)} of {f['stream']!r}: their files are closed; a partition "
+            f"resumes when a message is next published to it."
+        ),
+        lambda c, f: c.pause_stream(f["stream"], _partitions(f)),
+        lambda f: f"/streams/{f['stream']}",
+    ),
+    "readonly": Action(
+        "Make read-only",
+        lambda f: f"Make {_which(f)} of {f['stream']!r} read-only: publishes are refused.",
+        lambda c, f: c.set_stream_readonly(f["stream"], True, _partitions(f)),
+        lambda f: f"/streams/{f['stream']}",
+    ),
+    "writable": Action(
+        "Make writable",
+        lambda f: f"Make {_which(f)} of {f['stream']!r} writable again.",
+        lambda c, f: c.set_stream_readonly(f["stream"], False, _partitions(f)),
+        lambda f: f"/streams/{f['stream']}",
+    ),
+    "delete": Action(
+        "Delete a stream",
+        lambda f: f"Delete stream {f['stream']!r} and every message in it. This cannot be undone.",
+        lambda c, f: c.delete_stream(f["stream"]),
+        lambda f: "/streams",
+    ),
+    "set-cursor": Action(
+        "Set a cursor",
+        lambda f: (
+            f"Set cursor {f.get('cursor', '')!r} on {f['stream']!r} partition "
+            f"{f.get('partition', '')} to offset {f.get('offset', '')}."
+        ),
+        _set_cursor,
+        lambda f: "/consumers",
+    ),
+}
+
+
+def same_origin(request: Request) -> bool:
+    """A POST from a page of this console (or from a client that sends no Origin at all)."""
+    origin = request.headers.get("origin")
+    if origin is None or origin == "null":
+        return origin is None
+    return urlsplit(origin).netloc == request.headers.get("host", "")
+
+
+async def action(request: Request) -> Response:
+    name = request.path_params["action"]
+    act = ACTIONS.get(name)
+    if act is None:
+        raise HTTPException(404, f"no action {name!r}")
+    if not same_origin(request):
+        return problem(request, 403, "Refused", "Actions are taken only from this console's pages.")
+    body = (await request.body())[:65536].decode("utf-8", "replace")
+    form = dict(parse_qsl(body, keep_blank_values=True))
+    if not form.get("stream", "").strip():
+        raise BadQuery("name the stream")
+    form["stream"] = form["stream"].strip()
+    if form.pop("confirmed", "") != "yes":
+        return page(
+            request,
+            "confirm.html",
+            {"title": act.title, "what": act.describe(form), "action": name, "form": form},
+        )
+    await act.run(_console(request).client, form)
+    LOG.info("console action %s: %s", name, urlencode(form))
+    return RedirectResponse(act.then(form), status_code=303)
+
+
+# -- the app -------------------------------------------------------------------------------------
+
+
+def create_app(config: ConsoleConfig) -> Starlette:
+    """The console as an ASGI app for the server at ``config.server``."""
+    console = Console(config)
+    routes = [
+        Route("/", index),
+        Route("/streams", streams_page),
+        Route("/streams/{stream}", stream_page),
+        Route("/streams/{stream}/messages", messages_page),
+        Route("/streams/{stream}/messages/{partition:int}/{offset:int}", message_page),
+        Route("/streams/{stream}/export.{kind}", export),
+        Route("/streams/{stream}/tail", tail_events),
+        Route("/consumers", consumers_page),
+        Route("/views", views_page),
+        Route("/views/{stream}/{view}", view_page),
+        Route("/replication", replication_page),
+        Route("/actions/{action}", action, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    handlers: dict[Any, Any] = {
+        NotFound: on_not_found,
+        NoSuchOffset: on_not_found,
+        Unavailable: on_unavailable,
+        BadQuery: on_bad_request,
+        InvalidArgument: on_bad_request,
+        AlreadyExists: on_client_error,
+        ClientError: on_client_error,
+        HTTPException: on_http,
+        Exception: on_bug,
+    }
+    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=console.lifespan)
+    app.state.console = console
+    # Called by whoever serves the app (tidelog.api.http) before it stops the port.
+    app.state.before_shutdown = console.request_close
+    return app

@@ -1,0 +1,94 @@
+// tidelog console: the live tail (server-sent events), value tabs, and uPlot charts.
+// Pages are server-rendered; this only adds what HTML alone cannot do.
+(function () {
+  "use strict";
+  var source = null;
+  var MAX_ROWS = 1000;
+
+  function stopTail() {
+    if (source) { source.close(); source = null; }
+  }
+
+  function setupTail(root) {
+    var button = root.querySelector("#tail");
+    if (!button) return;
+    var status = root.querySelector("#tail-status");
+    button.addEventListener("click", function () {
+      if (source) {
+        stopTail();
+        button.textContent = "▶ Live tail";
+        status.textContent = "";
+        return;
+      }
+      source = new EventSource(button.dataset.src);
+      button.textContent = "■ Stop tail";
+      status.textContent = "following new messages…";
+      source.onmessage = function (event) {
+        var rows = document.getElementById("rows");
+        var empty = document.getElementById("empty");
+        if (empty) empty.remove();
+        rows.insertAdjacentHTML("afterbegin", event.data);
+        while (rows.rows.length > MAX_ROWS) rows.deleteRow(rows.rows.length - 1);
+      };
+      source.addEventListener("failure", function (event) {
+        status.textContent = "tail stopped: " + event.data;
+        stopTail();
+        button.textContent = "▶ Live tail";
+      });
+      source.onerror = function () { status.textContent = "reconnecting…"; };
+      source.onopen = function () { status.textContent = "following new messages…"; };
+    });
+  }
+
+  function setupTabs(root) {
+    root.querySelectorAll(".tabs button").forEach(function (tab) {
+      tab.addEventListener("click", function () {
+        root.querySelectorAll(".tabs button").forEach(function (b) { b.classList.remove("on"); });
+        root.querySelectorAll("pre.tab").forEach(function (p) { p.hidden = true; });
+        tab.classList.add("on");
+        document.getElementById("tab-" + tab.dataset.tab).hidden = false;
+      });
+    });
+  }
+
+  function drawChart(el) {
+    if (typeof uPlot === "undefined" || el.dataset.drawn) return;
+    var data = JSON.parse(el.textContent);
+    el.textContent = "";
+    el.dataset.drawn = "1";
+    var xs, series = [{}], columns;
+    if (el.dataset.chart === "rate") {
+      xs = data.t;
+      columns = [data.rate];
+      series.push({ label: el.dataset.series, stroke: "#2b6cb0", width: 2 });
+    } else {
+      var names = Object.keys(data), times = {};
+      names.forEach(function (n) { data[n].t.forEach(function (t) { times[t] = 1; }); });
+      xs = Object.keys(times).map(Number).sort(function (a, b) { return a - b; });
+      var palette = ["#2b6cb0", "#c05621", "#2f855a", "#6b46c1", "#b83280", "#718096"];
+      columns = names.map(function (n, i) {
+        var at = {};
+        data[n].t.forEach(function (t, j) { at[t] = data[n].lag[j]; });
+        series.push({ label: n, stroke: palette[i % palette.length], width: 2 });
+        return xs.map(function (t) { return t in at ? at[t] : null; });
+      });
+    }
+    if (xs.length < 2) {
+      el.innerHTML = '<p class="muted">Collecting samples; reload in a few seconds.</p>';
+      return;
+    }
+    new uPlot({ width: Math.min(el.clientWidth || 800, 900), height: 220, series: series,
+                axes: [{}, { size: 60 }], scales: { y: { range: function (u, lo, hi) { return [0, Math.max(hi, 1)]; } } } },
+              [xs].concat(columns), el);
+  }
+
+  function setup(root) {
+    setupTail(root);
+    setupTabs(root);
+    root.querySelectorAll(".chart[data-chart]").forEach(drawChart);
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { setup(document); });
+  document.addEventListener("htmx:beforeSwap", stopTail);
+  document.addEventListener("htmx:afterSettle", function () { setup(document); });
+})();

@@ -1,0 +1,74 @@
+"""The messages page's query string: every field checked, turned into browse filters (data, never
+code), and written back into links."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from tidelog.console.query import DEFAULT_MAX_SCAN, BadQuery, MessageQuery
+
+
+def test_filters_become_browse_arguments_with_a_scan_budget() -> None:
+    query = MessageQuery.parse(
+        {
+            "key": "0x00ff",
+            "key_prefix": "user-",
+            "header": "type = odd",
+            "contains": "widget",
+            "since": "2026-11-25T10:00:00",
+            "until": "2026-11-25T12:00:00+01:00",
+            "partition": "0, 2",
+            "ignored": "x",
+        }
+    )
+    args = query.browse_filters()
+    assert args["key"] == b"\x00\xff" and args["key_prefix"] == b"user-"
+    assert args["headers"] == {"type": b" odd"}
+    assert args["contains"] == b"widget"
+    assert args["since"] == datetime(2026, 11, 25, 10, tzinfo=UTC)
+    assert args["until"].utcoffset().total_seconds() == 3600
+    assert args["partitions"] == [0, 2]
+    assert args["max_scan"] == DEFAULT_MAX_SCAN
+    assert "max_scan" not in MessageQuery.parse({}).browse_filters()  # no filter, no budget
+
+
+@pytest.mark.parametrize(
+    ("params", "says"),
+    [
+        ({"limit": "0"}, "limit"),
+        ({"limit": "many"}, "limit"),
+        ({"order": "sideways"}, "order"),
+        ({"since": "yesterday"}, "since"),
+        ({"header": "novalue"}, "name=value"),
+        ({"key": "0xzz"}, "not hex"),
+        ({"offset": "5"}, "exactly one partition"),
+        ({"offset": "-1", "partition": "0"}, "offset"),
+        ({"partition": "a"}, "partition"),
+    ],
+)
+def test_a_bad_field_is_named(params: dict[str, str], says: str) -> None:
+    with pytest.raises(BadQuery, match=says):
+        MessageQuery.parse(params)
+
+
+def test_links_keep_the_filters_and_drop_the_defaults() -> None:
+    query = MessageQuery.parse({"key": "k1", "token": "abc", "limit": "50"})
+    assert query.params() == "token=abc&key=k1"
+    assert query.params(token="next") == "token=next&key=k1"
+    assert query.filter_params() == "key=k1"
+
+
+def test_an_upper_bound_ends_with_the_precision_written() -> None:
+    def until(text: str) -> datetime:
+        return MessageQuery.parse({"until": text}).browse_filters()["until"]  # type: ignore[no-any-return]
+
+    assert until("2026-11-25 11:55:16.329") == datetime(2026, 11, 25, 11, 55, 16, 329999, UTC)
+    assert until("2026-11-25T11:55:16") == datetime(2026, 11, 25, 11, 55, 16, 999999, UTC)
+    assert until("2026-11-25T11:55") == datetime(2026, 11, 25, 11, 55, 59, 999999, UTC)
+    assert until("2026-11-25") == datetime(2026, 11, 25, 23, 59, 59, 999999, UTC)
+    zoned = until("2026-11-25T12:55:16.5+01:00")
+    assert zoned.astimezone(UTC) == datetime(2026, 11, 25, 11, 55, 16, 599999, UTC)
+    since = MessageQuery.parse({"since": "2026-11-25T11:55:16.329"}).browse_filters()["since"]
+    assert since == datetime(2026, 11, 25, 11, 55, 16, 329000, UTC)  # a lower bound: as written
