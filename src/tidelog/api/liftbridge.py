@@ -301,7 +301,11 @@ class LiftbridgeService(pb_grpc.APIServicer):
         for (stream, number), state in view.partitions.items():
             if stream != name:
                 continue
-            if local is not None and number < len(local.partitions):
+            if (
+                local is not None
+                and number < len(local.partitions)
+                and cluster.broker_id in state.replicas
+            ):
                 partitions[number] = partition_metadata(local.partitions[number], "", state)
             else:
                 partitions[number] = pb.PartitionMetadata(

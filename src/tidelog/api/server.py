@@ -27,7 +27,7 @@ from tidelog.api.decoding import GuardedRegistry
 from tidelog.api.http import ConsoleFactory, HttpEndpoint
 from tidelog.api.liftbridge import Advertised, LiftbridgeService
 from tidelog.api.metrics import Metrics
-from tidelog.api.replica_service import ReplicationService
+from tidelog.api.replica_service import ClusterAdminService, ReplicationService
 from tidelog.api.settings import ServerSettings
 from tidelog.api.v1 import TidelogService
 from tidelog.broker import Broker, arm_faults_from_environment
@@ -193,6 +193,9 @@ class Server:
             cluster_pb2_grpc.add_ReplicationServicer_to_server(
                 ReplicationService(self.cluster), registry
             )
+        cluster_pb2_grpc.add_ClusterAdminServicer_to_server(
+            ClusterAdminService(self.cluster), registry
+        )
         tidelog_pb2_grpc.add_TidelogServicer_to_server(
             TidelogService(self.broker, self.metrics, self.local_site),
             registry,

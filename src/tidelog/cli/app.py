@@ -20,6 +20,7 @@ from rich.table import Table
 
 from tidelog import __version__
 from tidelog.broker import FlushPolicy
+from tidelog.cli.cluster_commands import cluster_app
 from tidelog.cli.common import ServerOption, err, fail, guarded, out
 from tidelog.cli.site_commands import site_app
 from tidelog.cli.tail_command import tail
@@ -450,6 +451,7 @@ def cursor_set(
 app.add_typer(view_app, name="view")
 app.add_typer(query_app, name="query")
 app.add_typer(site_app, name="site")
+app.add_typer(cluster_app, name="cluster")
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """The tidelog client: :class:`AsyncClient` (asyncio) and :class:`Client` (blocking)."""
 
 from tidelog.client.aio import DEFAULT_SERVER, AsyncClient
+from tidelog.client.cluster_calls import ClusterStatus, PartitionReplicas
 from tidelog.client.describe_calls import (
     GroupInfo,
     GroupMemberInfo,
@@ -47,6 +48,7 @@ __all__ = [
     "Client",
     "ClientError",
     "ClientSettings",
+    "ClusterStatus",
     "DataLoss",
     "FailedPrecondition",
     "GroupInfo",
@@ -60,6 +62,7 @@ __all__ = [
     "PartitionInfo",
     "PartitionPaused",
     "PartitionReadonly",
+    "PartitionReplicas",
     "ReceivedMessage",
     "RoutedMessage",
     "SiteInfo",

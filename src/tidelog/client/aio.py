@@ -26,6 +26,7 @@ from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
+from tidelog.client.cluster_calls import ClusterCalls
 from tidelog.client.codec import (
     browse_page,
     browse_request,
@@ -83,7 +84,7 @@ LEADER_HOPS = 4
 """How many brokers a plain publish tries when each says another leads the partition."""
 
 
-class AsyncClient(ViewCalls, SiteCalls, DescribeCalls):
+class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
     """A connection to one tidelog server. Use ``async with AsyncClient(...)`` or ``close()``.
 
     ``settings``: reconnect backoff and retry budget (``ClientSettings``; the defaults suit a

@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar, overload
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog.client.aio import DEFAULT_SERVER, AsyncClient
+from tidelog.client.cluster_calls import ClusterStatus, PartitionReplicas
 from tidelog.client.codec import decode
 from tidelog.client.consumer import DEFAULT_PREFETCH, Consumer
 from tidelog.client.describe_calls import DescribeCalls, SyncDescribeCalls
@@ -341,6 +342,14 @@ class Client(SyncViewCalls, SyncSiteCalls, SyncDescribeCalls):
             callback, batch_entries=batch_entries, batch_bytes=batch_bytes
         )
         return SyncSnapshotProvider(provider, self._loop)
+
+    def cluster_status(self, stream: str = "") -> ClusterStatus:
+        """Brokers, controller, and each partition's replicas and progress (a cluster only)."""
+        return self._run(self._client.cluster_status(stream))
+
+    def reassign(self, stream: str, partition: int, replicas: list[str]) -> PartitionReplicas:
+        """Start moving a partition to ``replicas``; follow it with :meth:`cluster_status`."""
+        return self._run(self._client.reassign(stream, partition, replicas))
 
     def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
         self._run(self._client.set_cursor(cursor_id, stream, partition, offset))

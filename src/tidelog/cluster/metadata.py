@@ -60,6 +60,9 @@ class PartitionState:
     """Raised by every change of this state."""
     leader_epoch: int = 0
     """Raised by every change of leader."""
+    target: tuple[str, ...] = ()
+    """While a reassignment runs: the replicas asked for (``replicas`` holds them and the old
+    ones until every new one is in the ISR). Empty otherwise."""
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -73,6 +76,7 @@ class PartitionState:
             tuple(data["isr"]),
             int(data["partition_epoch"]),
             int(data["leader_epoch"]),
+            tuple(data.get("target", ())),
         )
 
 

@@ -52,7 +52,14 @@ from tidelog.cluster.metadata import (
     PartitionState,
     StreamRecord,
 )
-from tidelog.cluster.placement import elect, expand_isr, place, shrink_isr
+from tidelog.cluster.placement import (
+    elect,
+    expand_isr,
+    finish_reassignment,
+    place,
+    reassign,
+    shrink_isr,
+)
 from tidelog.cluster.replication import (
     FETCH_MAX_RECORDS,
     FetchAnswer,
@@ -252,6 +259,32 @@ class PartitionRole:
                 await task
 
 
+class Outsider:
+    """The :class:`ReplicaRole` of a partition this broker holds no replica of (a stream is
+    created whole on every broker that replicates any of its partitions, or one that was moved
+    away): it serves nothing and names the leader."""
+
+    def __init__(self, node: ClusterNode, stream: str, number: int) -> None:
+        self.node = node
+        self.stream = stream
+        self.number = number
+
+    def _refuse(self) -> NotLeader:
+        return NotLeader(self.stream, self.number, self.node._elsewhere(self.stream, self.number))
+
+    def check_publish(self) -> None:
+        raise self._refuse()
+
+    async def replicated(self, last_offset: int) -> None:
+        raise self._refuse()
+
+    def check_read(self, read_replica: bool) -> None:
+        raise self._refuse()
+
+    def opened(self, log: Any) -> None:
+        log.set_commit_limit(-1)
+
+
 class ClusterNode:
     def __init__(self, broker: Broker, settings: ClusterSettings) -> None:
         self.broker = broker
@@ -357,7 +390,7 @@ class ClusterNode:
         assert self.metadata is not None
         live = set(view.brokers)
         for (stream, number), state in view.partitions.items():
-            new = elect(state, live)
+            new = elect(state, live) or finish_reassignment(state)
             if new is None:
                 continue
             written = await self.metadata.update_partition(
@@ -365,12 +398,13 @@ class ClusterNode:
             )
             if written is not None:
                 LOG.info(
-                    "controller: %s/%d leader %s -> %s (leader epoch %d)",
+                    "controller: %s/%d leader %s -> %s (leader epoch %d), replicas %s",
                     stream,
                     number,
                     state.leader or "-",
                     written.leader,
                     written.leader_epoch,
+                    ",".join(written.replicas),
                 )
                 view.partitions[stream, number] = written
 
@@ -414,11 +448,18 @@ class ClusterNode:
         for key in [k for k in self.roles if k not in seen]:
             role = self.roles.pop(key)
             await role.close()
-            role.partition.role = None
+            role.partition.role = Outsider(self, *key)
             if key[0] not in view.streams and self.broker.find_stream(key[0]) is not None:
                 LOG.info("stream %s was deleted from the cluster: deleting it here", key[0])
                 with contextlib.suppress(StreamNotFound):
                     await self.broker.delete_stream(key[0])
+        for name in view.streams:
+            local = self.broker.find_stream(name)
+            if local is None:
+                continue
+            for partition in local.partitions:
+                if (name, partition.number) not in seen and partition.role is None:
+                    partition.role = Outsider(self, name, partition.number)
 
     def _role(self, stream: str, number: int, record: StreamRecord) -> PartitionRole | None:
         role = self.roles.get((stream, number))
@@ -516,6 +557,115 @@ class ClusterNode:
                     f"{timeout_s:g} s: check `tidelog cluster status`"
                 )
             await asyncio.sleep(0.05)
+
+    async def reassign(self, stream: str, number: int, replicas: list[str]) -> PartitionState:
+        """Start moving a partition to ``replicas`` (compare-and-set; retried on a race)."""
+        assert self.metadata is not None
+        for _ in range(10):
+            view = await self.metadata.view()
+            state = view.partitions.get((stream, number))
+            if state is None:
+                raise (
+                    StreamNotFound(stream)
+                    if stream not in view.streams
+                    else InvalidArgument(f"stream {stream!r} has no partition {number}")
+                )
+            if state.target:
+                raise InvalidArgument(
+                    f"{stream}/{number} is being moved to {','.join(state.target)} already: "
+                    f"wait until `tidelog cluster status` shows it done"
+                )
+            new = reassign(state, replicas, set(view.brokers))
+            written = await self.metadata.update_partition(
+                stream, number, state.partition_epoch, new
+            )
+            if written is not None:
+                self._changed.set()
+                return written
+        raise NotEnoughReplicas(f"{stream}/{number} kept changing; try the reassignment again")
+
+    async def status(self, stream: str, local_only: bool) -> cpb.ClusterStatusResponse:
+        """The cluster as this broker sees it, with each partition's replica progress from its
+        leader (asked over ClusterStatus unless ``local_only``)."""
+        view = self.view if local_only else await self._fresh_view()
+        response = cpb.ClusterStatusResponse(
+            cluster=self.settings.cluster,
+            answered_by=self.broker_id,
+            brokers=[
+                cpb.ClusterBroker(id=b, address=a, controller=b == view.controller)
+                for b, a in sorted(view.brokers.items())
+            ],
+        )
+        remote: dict[str, list[tuple[str, int]]] = {}
+        for (name, number), state in sorted(view.partitions.items()):
+            if stream and name != stream:
+                continue
+            record = view.streams.get(name)
+            entry = cpb.PartitionStatus(
+                stream=name,
+                partition=number,
+                leader=state.leader,
+                leader_epoch=state.leader_epoch,
+                replicas=state.replicas,
+                isr=state.isr,
+                target=state.target,
+                high_watermark=-1,
+                log_end=-1,
+                min_isr=1 if record is None else record.min_isr,
+            )
+            role = self.roles.get((name, number))
+            if role is not None and role.leader is not None:
+                leader = role.leader
+                entry.high_watermark = leader.high_watermark
+                entry.log_end = leader.log_end
+                ends = leader.follower_ends()
+                for member in state.replicas:
+                    if member != self.broker_id:
+                        entry.followers.append(
+                            cpb.ReplicaProgress(
+                                broker=member,
+                                log_end=ends.get(member, -1),
+                                in_sync=member in leader.isr,
+                            )
+                        )
+            elif state.leader in view.brokers and state.leader != self.broker_id:
+                remote.setdefault(state.leader, []).append((name, number))
+            response.partitions.append(entry)
+        if not local_only:
+            await self._merge_remote(response, view, remote, stream)
+        return response
+
+    async def _fresh_view(self) -> ClusterView:
+        assert self.metadata is not None
+        try:
+            return await self.metadata.view()
+        except MetadataUnavailable:
+            return self.view
+
+    async def _merge_remote(
+        self,
+        response: cpb.ClusterStatusResponse,
+        view: ClusterView,
+        remote: dict[str, list[tuple[str, int]]],
+        stream: str,
+    ) -> None:
+        """Fill in the progress of partitions other brokers lead, asking each once."""
+        at = {(p.stream, p.partition): p for p in response.partitions}
+        for broker, _partitions in remote.items():
+            stub = cluster_pb2_grpc.ClusterAdminStub(self.channel(view.brokers[broker]))
+            try:
+                answer = await stub.ClusterStatus(
+                    cpb.ClusterStatusRequest(stream=stream, local_only=True), timeout=2
+                )
+            except grpc.aio.AioRpcError:
+                continue  # that leader does not answer: its progress stays unknown (-1)
+            for theirs in answer.partitions:
+                mine = at.get((theirs.stream, theirs.partition))
+                if mine is not None and theirs.log_end >= 0 and theirs.leader == broker:
+                    mine.high_watermark = theirs.high_watermark
+                    mine.log_end = theirs.log_end
+                    del mine.followers[:]
+                    mine.followers.extend(theirs.followers)
 
     async def delete_stream(self, name: str) -> None:
         assert self.metadata is not None

@@ -81,3 +81,37 @@ def expand_isr(state: PartitionState, caught_up: str) -> PartitionState | None:
         return None
     members = set(state.isr) | {caught_up}
     return replace(state, isr=tuple(r for r in state.replicas if r in members))
+
+
+def reassign(state: PartitionState, target: Sequence[str], live: set[str]) -> PartitionState:
+    """Start moving a partition to the replicas ``target``: they join ``replicas`` (and, once
+    caught up, the ISR) beside the current ones; ``finish_reassignment`` drops the others."""
+    wanted = tuple(dict.fromkeys(target))
+    if not wanted:
+        raise InvalidArgument("a reassignment needs at least one replica")
+    unknown = [b for b in wanted if b not in live]
+    if unknown:
+        raise InvalidArgument(
+            f"broker(s) {', '.join(unknown)} are not live: use live brokers "
+            f"({', '.join(sorted(live))})"
+        )
+    replicas = state.replicas + tuple(b for b in wanted if b not in state.replicas)
+    return replace(state, replicas=replicas, target=wanted)
+
+
+def finish_reassignment(state: PartitionState) -> PartitionState | None:
+    """Once every target replica is in the ISR: the partition's replicas become the target (a
+    leader outside it hands over to the first target replica in the ISR). None: not yet."""
+    if not state.target or not set(state.target) <= set(state.isr):
+        return None
+    isr = tuple(b for b in state.target if b in state.isr)
+    if state.leader in state.target:
+        return replace(state, replicas=state.target, isr=isr, target=())
+    return replace(
+        state,
+        replicas=state.target,
+        isr=isr,
+        leader=isr[0],
+        leader_epoch=state.leader_epoch + 1,
+        target=(),
+    )

@@ -168,3 +168,210 @@ class OffsetForLeaderEpochResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___OffsetForLeaderEpochResponse: _TypeAlias = OffsetForLeaderEpochResponse  # noqa: Y015
+
+@_typing.final
+class ClusterStatusRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    LOCAL_ONLY_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    """Only this stream (empty: every stream)."""
+    local_only: _builtins.bool
+    """Answer from this broker's own knowledge only (brokers ask each other with it)."""
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+        local_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["local_only", b"local_only", "stream", b"stream"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClusterStatusRequest: _TypeAlias = ClusterStatusRequest  # noqa: Y015
+
+@_typing.final
+class ClusterBroker(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    CONTROLLER_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    address: _builtins.str
+    controller: _builtins.bool
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        address: _builtins.str = ...,
+        controller: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "controller", b"controller", "id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClusterBroker: _TypeAlias = ClusterBroker  # noqa: Y015
+
+@_typing.final
+class ReplicaProgress(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BROKER_FIELD_NUMBER: _builtins.int
+    LOG_END_FIELD_NUMBER: _builtins.int
+    IN_SYNC_FIELD_NUMBER: _builtins.int
+    broker: _builtins.str
+    log_end: _builtins.int
+    """The offset after the replica's newest record, as its last fetch said (-1: not known)."""
+    in_sync: _builtins.bool
+    def __init__(
+        self,
+        *,
+        broker: _builtins.str = ...,
+        log_end: _builtins.int = ...,
+        in_sync: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker", b"broker", "in_sync", b"in_sync", "log_end", b"log_end"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaProgress: _TypeAlias = ReplicaProgress  # noqa: Y015
+
+@_typing.final
+class PartitionStatus(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    LEADER_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    ISR_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
+    LOG_END_FIELD_NUMBER: _builtins.int
+    FOLLOWERS_FIELD_NUMBER: _builtins.int
+    MIN_ISR_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    partition: _builtins.int
+    leader: _builtins.str
+    leader_epoch: _builtins.int
+    high_watermark: _builtins.int
+    """From the leader (-1 when it could not be asked)."""
+    log_end: _builtins.int
+    min_isr: _builtins.int
+    @_builtins.property
+    def replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def isr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def target(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """While a reassignment runs: the replicas asked for."""
+
+    @_builtins.property
+    def followers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaProgress]: ...
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        leader: _builtins.str = ...,
+        leader_epoch: _builtins.int = ...,
+        replicas: _abc.Iterable[_builtins.str] | None = ...,
+        isr: _abc.Iterable[_builtins.str] | None = ...,
+        target: _abc.Iterable[_builtins.str] | None = ...,
+        high_watermark: _builtins.int = ...,
+        log_end: _builtins.int = ...,
+        followers: _abc.Iterable[Global___ReplicaProgress] | None = ...,
+        min_isr: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["followers", b"followers", "high_watermark", b"high_watermark", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "log_end", b"log_end", "min_isr", b"min_isr", "partition", b"partition", "replicas", b"replicas", "stream", b"stream", "target", b"target"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionStatus: _TypeAlias = PartitionStatus  # noqa: Y015
+
+@_typing.final
+class ClusterStatusResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    BROKERS_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    ANSWERED_BY_FIELD_NUMBER: _builtins.int
+    cluster: _builtins.str
+    answered_by: _builtins.str
+    @_builtins.property
+    def brokers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClusterBroker]: ...
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionStatus]: ...
+    def __init__(
+        self,
+        *,
+        cluster: _builtins.str = ...,
+        brokers: _abc.Iterable[Global___ClusterBroker] | None = ...,
+        partitions: _abc.Iterable[Global___PartitionStatus] | None = ...,
+        answered_by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answered_by", b"answered_by", "brokers", b"brokers", "cluster", b"cluster", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClusterStatusResponse: _TypeAlias = ClusterStatusResponse  # noqa: Y015
+
+@_typing.final
+class ReassignRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    partition: _builtins.int
+    @_builtins.property
+    def replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        replicas: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "replicas", b"replicas", "stream", b"stream"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReassignRequest: _TypeAlias = ReassignRequest  # noqa: Y015
+
+@_typing.final
+class ReassignResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def status(self) -> Global___PartitionStatus: ...
+    def __init__(
+        self,
+        *,
+        status: Global___PartitionStatus | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReassignResponse: _TypeAlias = ReassignResponse  # noqa: Y015

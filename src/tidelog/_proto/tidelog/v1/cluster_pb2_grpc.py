@@ -144,3 +144,129 @@ class Replication:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class ClusterAdminStub:
+    """What `tidelog cluster status|reassign` ask any broker of a cluster (a single broker answers
+    FAILED_PRECONDITION: it is not part of a cluster).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.ClusterStatus = channel.unary_unary(
+                '/tidelog.v1.ClusterAdmin/ClusterStatus',
+                request_serializer=tidelog_dot_v1_dot_cluster__pb2.ClusterStatusRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_cluster__pb2.ClusterStatusResponse.FromString,
+                _registered_method=True)
+        self.Reassign = channel.unary_unary(
+                '/tidelog.v1.ClusterAdmin/Reassign',
+                request_serializer=tidelog_dot_v1_dot_cluster__pb2.ReassignRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_cluster__pb2.ReassignResponse.FromString,
+                _registered_method=True)
+
+
+class ClusterAdminServicer:
+    """What `tidelog cluster status|reassign` ask any broker of a cluster (a single broker answers
+    FAILED_PRECONDITION: it is not part of a cluster).
+    """
+
+    def ClusterStatus(self, request, context):
+        """Brokers, the controller, and each partition's leader, replicas, ISR and how far each
+        replica's log reaches (as its leader saw at its last fetch).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Reassign(self, request, context):
+        """Move a partition to other replicas: the new ones join, copy the log, enter the ISR; then
+        the old ones leave (a leader leaving hands over). Returns at once; follow it with
+        ClusterStatus (the partition's `target` is empty once done).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ClusterAdminServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'ClusterStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClusterStatus,
+                    request_deserializer=tidelog_dot_v1_dot_cluster__pb2.ClusterStatusRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_cluster__pb2.ClusterStatusResponse.SerializeToString,
+            ),
+            'Reassign': grpc.unary_unary_rpc_method_handler(
+                    servicer.Reassign,
+                    request_deserializer=tidelog_dot_v1_dot_cluster__pb2.ReassignRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_cluster__pb2.ReassignResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'tidelog.v1.ClusterAdmin', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('tidelog.v1.ClusterAdmin', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ClusterAdmin:
+    """What `tidelog cluster status|reassign` ask any broker of a cluster (a single broker answers
+    FAILED_PRECONDITION: it is not part of a cluster).
+    """
+
+    @staticmethod
+    def ClusterStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.ClusterAdmin/ClusterStatus',
+            tidelog_dot_v1_dot_cluster__pb2.ClusterStatusRequest.SerializeToString,
+            tidelog_dot_v1_dot_cluster__pb2.ClusterStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Reassign(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.ClusterAdmin/Reassign',
+            tidelog_dot_v1_dot_cluster__pb2.ReassignRequest.SerializeToString,
+            tidelog_dot_v1_dot_cluster__pb2.ReassignResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -82,3 +82,67 @@ class ReplicationServicer(metaclass=_abc_1.ABCMeta):
         """
 
 def add_ReplicationServicer_to_server(servicer: ReplicationServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class ClusterAdminStub:
+    """What `tidelog cluster status|reassign` ask any broker of a cluster (a single broker answers
+    FAILED_PRECONDITION: it is not part of a cluster).
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> ClusterAdminAsyncStub: ...
+    ClusterStatus: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.ClusterStatusRequest, _cluster_pb2.ClusterStatusResponse]
+    """Brokers, the controller, and each partition's leader, replicas, ISR and how far each
+    replica's log reaches (as its leader saw at its last fetch).
+    """
+    Reassign: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.ReassignRequest, _cluster_pb2.ReassignResponse]
+    """Move a partition to other replicas: the new ones join, copy the log, enter the ISR; then
+    the old ones leave (a leader leaving hands over). Returns at once; follow it with
+    ClusterStatus (the partition's `target` is empty once done).
+    """
+
+@_typing.type_check_only
+class ClusterAdminAsyncStub(ClusterAdminStub):
+    """What `tidelog cluster status|reassign` ask any broker of a cluster (a single broker answers
+    FAILED_PRECONDITION: it is not part of a cluster).
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    ClusterStatus: _aio.UnaryUnaryMultiCallable[_cluster_pb2.ClusterStatusRequest, _cluster_pb2.ClusterStatusResponse]  # type: ignore[assignment]
+    """Brokers, the controller, and each partition's leader, replicas, ISR and how far each
+    replica's log reaches (as its leader saw at its last fetch).
+    """
+    Reassign: _aio.UnaryUnaryMultiCallable[_cluster_pb2.ReassignRequest, _cluster_pb2.ReassignResponse]  # type: ignore[assignment]
+    """Move a partition to other replicas: the new ones join, copy the log, enter the ISR; then
+    the old ones leave (a leader leaving hands over). Returns at once; follow it with
+    ClusterStatus (the partition's `target` is empty once done).
+    """
+
+class ClusterAdminServicer(metaclass=_abc_1.ABCMeta):
+    """What `tidelog cluster status|reassign` ask any broker of a cluster (a single broker answers
+    FAILED_PRECONDITION: it is not part of a cluster).
+    """
+
+    @_abc_1.abstractmethod
+    def ClusterStatus(
+        self,
+        request: _cluster_pb2.ClusterStatusRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.ClusterStatusResponse, _abc.Awaitable[_cluster_pb2.ClusterStatusResponse]]:
+        """Brokers, the controller, and each partition's leader, replicas, ISR and how far each
+        replica's log reaches (as its leader saw at its last fetch).
+        """
+
+    @_abc_1.abstractmethod
+    def Reassign(
+        self,
+        request: _cluster_pb2.ReassignRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.ReassignResponse, _abc.Awaitable[_cluster_pb2.ReassignResponse]]:
+        """Move a partition to other replicas: the new ones join, copy the log, enter the ISR; then
+        the old ones leave (a leader leaving hands over). Returns at once; follow it with
+        ClusterStatus (the partition's `target` is empty once done).
+        """
+
+def add_ClusterAdminServicer_to_server(servicer: ClusterAdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
