@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 
 import grpc
 
@@ -10,10 +10,9 @@ from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 from tidelog.api.status import grpc_errors
 from tidelog.errors import FailedPrecondition, InvalidArgument
-from tidelog.sites.envelope import RoutedEntry
 from tidelog.sites.local_site import LocalSite
 from tidelog.sites.registry import Site
-from tidelog.sites.send_queue import Transmission
+from tidelog.sites.routed import RoutedColumns, from_wire
 from tidelog.sites.sink import SnapshotFrame
 from tidelog.sites.windows import Framed
 
@@ -90,9 +89,11 @@ class SiteService(v1_grpc.TidelogServicer):
 
     async def Transmit(self, request: v1.TransmitRequest, context: Context) -> v1.TransmitResponse:
         async with grpc_errors(context):
-            positions = await self._site().transmit(
+            entries = request.entries
+            positions = await self._site().transmit_columns(
                 request.client_name,
-                [Transmission(e.payload, list(e.destinations)) for e in request.entries],
+                [e.payload for e in entries],
+                [e.destinations for e in entries],
             )
             return v1.TransmitResponse(positions=positions)
         raise AssertionError("unreachable")
@@ -123,6 +124,7 @@ class SiteService(v1_grpc.TidelogServicer):
                     snapshot_transferred=progress.snapshot_transferred,
                     snapshot_applied=progress.snapshot_applied,
                     last_processed=progress.last_processed,
+                    packed_deltas=True,
                 )
             )
             async for request in request_iterator:
@@ -171,9 +173,8 @@ def _snapshot(batch: v1.SnapshotBatch) -> SnapshotFrame:
     )
 
 
-def _batch(deltas: v1.DeltaBatch) -> Framed[Sequence[RoutedEntry]]:
-    entries = tuple(RoutedEntry(e.position, e.client_name, e.payload) for e in deltas.entries)
+def _batch(deltas: v1.DeltaBatch) -> Framed[RoutedColumns]:
     try:
-        return Framed(deltas.prev, deltas.current, entries)
+        return Framed(deltas.prev, deltas.current, from_wire(deltas))
     except ValueError as error:
         raise InvalidArgument(str(error)) from None

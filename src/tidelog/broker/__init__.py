@@ -67,7 +67,7 @@ from tidelog.log.config import (
     MAX_MESSAGE_BYTES_LIMIT,
     MIN_SEGMENT_BYTES,
 )
-from tidelog.log.record import PackedValues
+from tidelog.log.record import HeaderedValues, PackedValues
 
 __all__ = [
     "CURSORS_STREAM",
@@ -89,6 +89,7 @@ __all__ = [
     "BrokerConfig",
     "EndReason",
     "FlushPolicy",
+    "HeaderedValues",
     "LogConfig",
     "MessageBatch",
     "NewRecord",

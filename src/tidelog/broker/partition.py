@@ -24,7 +24,7 @@ from tidelog.broker.producers import (
 from tidelog.errors import BrokerClosed, PartitionPaused, PartitionReadonly, StreamDeleted
 from tidelog.log import CommitLog, FlushPolicy, LogConfig, NewRecord, SegmentedLog
 from tidelog.log.filecache import DEFAULT_FILE_CACHE, FileCache
-from tidelog.log.record import PackedValues
+from tidelog.log.record import HeaderedValues, PackedValues
 
 
 class CommitSignal:
@@ -73,7 +73,7 @@ class PartitionStats:
 
 
 def _payload_bytes(messages: Sequence[bytes | NewRecord]) -> int:
-    if isinstance(messages, PackedValues):
+    if isinstance(messages, PackedValues | HeaderedValues):
         return len(messages.blob)
     try:
         return sum(map(len, messages))  # type: ignore[arg-type]

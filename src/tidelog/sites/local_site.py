@@ -110,6 +110,11 @@ class LocalSite:
     async def transmit(self, client: str, items: Sequence[Transmission]) -> list[int]:
         return await self.queue.transmit(client, items)
 
+    async def transmit_columns(
+        self, client: str, payloads: Sequence[bytes], destinations: Sequence[Sequence[str]]
+    ) -> list[int]:
+        return await self.queue.transmit_columns(client, payloads, destinations)
+
     async def transmit_snapshot(
         self,
         site_id: str,
