@@ -160,7 +160,7 @@ class RoutedColumns(Sequence[RoutedEntry]):
 
     def runs(self) -> list[tuple[str, int, int]]:
         """(client, first index, end index) of each run of one client's entries."""
-        starts = (0, *self.run_ends[:-1])
+        starts = (0, *self.run_ends)[: len(self.run_ends)]
         return list(zip(self.clients, starts, self.run_ends, strict=True))
 
     def span(self, start: int, end: int) -> tuple[bytes, Int64Array]:
@@ -178,6 +178,8 @@ class RoutedColumns(Sequence[RoutedEntry]):
         start, end = max(0, start), min(n, end)
         if start == 0 and end == n:
             return self
+        if start >= end:
+            return RoutedColumns.empty()
         blob, sizes = self.span(start, end)
         clients: list[str] = []
         run_ends: list[int] = []
