@@ -213,20 +213,25 @@ class HeaderedValues(Sequence[NewRecord]):
         suffix_len = len(prefix) + self.width
         sizes = self.sizes.astype(np.int64)
         body_sizes = sizes + suffix_len
-        out = np.empty(len(self.blob) + n * suffix_len, dtype=np.uint8)
-        if self.blob:
-            shift = np.repeat(np.arange(n, dtype=np.int64) * suffix_len, sizes)
-            out[np.arange(len(self.blob), dtype=np.int64) + shift] = np.frombuffer(
-                self.blob, dtype=np.uint8
-            )
         suffix = np.empty((n, suffix_len), dtype=np.uint8)
         suffix[:, : len(prefix)] = prefix
         suffix[:, len(prefix) :] = np.frombuffer(self.header_values, dtype=np.uint8).reshape(
             n, self.width
         )
-        value_ends = np.cumsum(body_sizes) - suffix_len
-        out[value_ends[:, None] + np.arange(suffix_len, dtype=np.int64)] = suffix
-        return PackedValues(out.tobytes(), body_sizes)
+        if n and int(sizes.min()) == int(sizes.max()):
+            # Every value the same size: the bodies are the rows of one 2-D array.
+            size = int(sizes[0])
+            grid = np.empty((n, size + suffix_len), dtype=np.uint8)
+            grid[:, :size] = np.frombuffer(self.blob, dtype=np.uint8).reshape(n, size)
+            grid[:, size:] = suffix
+            return PackedValues(grid.tobytes(), body_sizes)
+        ends = np.cumsum(sizes).tolist()
+        blob = self.blob
+        tails = suffix.tobytes()
+        parts: list[bytes] = [b""] * (2 * n)
+        parts[0::2] = [blob[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+        parts[1::2] = [tails[i : i + suffix_len] for i in range(0, n * suffix_len, suffix_len)]
+        return PackedValues(b"".join(parts), body_sizes)
 
 
 def _bodies(

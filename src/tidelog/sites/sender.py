@@ -5,10 +5,10 @@ and gets the sink's progress for this source; :func:`~tidelog.sites.negotiation.
 decides how to go on, and the session's state table (``sync_states.py``) follows. In delta sync
 it reads the site's entries through the tag index (as columns, ``routed.py``), ships them in
 batches framed ``(prev, current]`` (packed when the sink's progress says ``packed_deltas``, one
-message per entry otherwise) with at most ``window`` batches unacknowledged, and wakes on the queue's commit signal
-when it has caught up. A lost connection ends the stream; the sender reconnects with a growing
-pause and negotiates again, so it resumes from what the sink says it applied: the sink's
-receive queues, not the sender's memory, decide where deltas resume.
+message per entry otherwise) with at most ``window`` batches unacknowledged, and wakes on the
+queue's commit signal when it has caught up. A lost connection ends the stream; the sender
+reconnects with a growing pause and negotiates again, so it resumes from what the sink says it
+applied: the sink's receive queues, not the sender's memory, decide where deltas resume.
 
 Snapshot sync (``snapshots.py``) runs on the same stream: the sender asks the application for a
 snapshot, ships its start, entries and end as the provider writes them, waits for the sink to

@@ -7,12 +7,13 @@ source go through that source's :class:`~tidelog.sites.windows.ApplyWindow`: app
 nothing is missing before them, early ones kept, duplicates dropped.
 
 Exactly once. Entries are applied in position order, consecutive entries of one client as one
-append (laid out as columns: ``HeaderedValues``, no object per entry), and each append is synced before the next (``durable``), so what is on disk is always a
-prefix of the source's order. The receive queues are therefore the sink's progress: at open,
-the last position applied from a source is the highest ``__position`` among its receive queues'
-newest records, and everything before it was applied. An ack is sent only for what is synced. A
-failed append (a full disk) resets the source's window to what the queues hold, so the source's
-resend fills the gap and nothing is applied twice.
+append (laid out as columns: ``HeaderedValues``, no object per entry), and each append is synced
+before the next (``durable``), so what is on disk is always a prefix of the source's order. The
+receive queues are therefore the sink's progress: at open, the last position applied from a
+source is the highest ``__position`` among its receive queues' newest records, and everything
+before it was applied. An ack is sent only for what is synced. A failed append (a full disk)
+resets the source's window to what the queues hold, so the source's resend fills the gap and
+nothing is applied twice.
 
 Snapshots. A snapshot from a source replaces what the sink application holds from it: its start
 frame puts a ``snapshot_start`` record (``__kind`` header) in each of the source's receive queues,
