@@ -65,6 +65,7 @@ __all__ = [
     "decode",
     "encode",
     "encode_columns",
+    "encode_packed",
     "mask_of",
     "position",
     "routed_for",
@@ -241,18 +242,47 @@ def encode_columns(
 ) -> bytes:
     """Version 2 bytes of a record whose entry i is ``payloads[i]`` for the sites in mask
     ``destinations[i]``."""
+    table: dict[int, int] = {}
+    indexes = [table.setdefault(mask, len(table)) for mask in destinations]
+    count = len(payloads)
+    if len(destinations) != count:
+        raise ValueError(f"{count} payloads but {len(destinations)} masks")
+    return encode_packed(
+        kind,
+        client,
+        cycle,
+        list(table),
+        np.asarray(indexes, dtype=np.int64),
+        np.fromiter(map(len, payloads), dtype=np.int64, count=count),
+        b"".join(payloads),
+    )
+
+
+def encode_packed(
+    kind: EntryKind,
+    client: str,
+    cycle: int,
+    masks: Sequence[int],
+    mask_indexes: Int64Array,
+    sizes: Int64Array,
+    payloads: bytes,
+) -> bytes:
+    """Version 2 bytes from columns: entry i is for the sites in ``masks[mask_indexes[i]]``,
+    its payload the next ``sizes[i]`` bytes of ``payloads``. Masks no entry uses are left out
+    of the record."""
     name = client.encode()
     if not 1 <= len(name) <= 255:
         raise ValueError(f"a client name is 1-255 bytes of UTF-8, got {len(name)}")
-    count = len(payloads)
-    if not 1 <= count <= MAX_ENTRIES or len(destinations) != count:
+    count = len(sizes)
+    if not 1 <= count <= MAX_ENTRIES or len(mask_indexes) != count:
         raise ValueError(f"a record holds 1-{MAX_ENTRIES} entries, got {count}")
-    table: dict[int, int] = {}
-    indexes = [table.setdefault(mask, len(table)) for mask in destinations]
-    masks = list(table)
+    if int(sizes.sum()) != len(payloads):
+        raise ValueError(f"sizes add up to {int(sizes.sum())}, not {len(payloads)} bytes")
+    if len(masks) > 1:
+        used, mask_indexes = np.unique(mask_indexes, return_inverse=True)
+        masks = [masks[i] for i in used.tolist()]
     if not all(0 < mask < 1 << MAX_SITES for mask in masks):
         raise ValueError("an entry needs at least one destination, site numbers below 64")
-    sizes = np.fromiter(map(len, payloads), dtype=np.int64, count=count)
     wide_indexes = len(masks) > 256
     wide_sizes = int(sizes.max()) > 0xFFFF
     out = bytearray((VERSION, int(kind), wide_indexes * _WIDE_INDEXES | wide_sizes * _WIDE_SIZES))
@@ -262,9 +292,9 @@ def encode_columns(
     _varint(count, out)
     _varint(len(masks), out)
     out += np.asarray(masks, dtype=_U64).tobytes()
-    out += np.asarray(indexes, dtype=_NARROW[wide_indexes]).tobytes()
+    out += mask_indexes.astype(_NARROW[wide_indexes]).tobytes()
     out += sizes.astype(_SIZE_WIDTHS[wide_sizes]).tobytes()
-    out += b"".join(payloads)
+    out += payloads
     return bytes(out)
 
 

@@ -29,6 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NoReturn
 
+import numpy as np
+import numpy.typing as npt
+
 from tidelog.broker import Broker, Partition, StreamConfig, replace_bytes
 from tidelog.errors import InvalidArgument, PositionTrimmed, echo
 from tidelog.sites.envelope import (
@@ -37,7 +40,7 @@ from tidelog.sites.envelope import (
     MalformedRecord,
     RecordColumns,
     columns,
-    encode_columns,
+    encode_packed,
     position,
     split_position,
 )
@@ -48,6 +51,7 @@ from tidelog.sites.tag_index_file import decode as decode_index
 from tidelog.sites.tag_index_file import encode as encode_index
 
 LOG = logging.getLogger("tidelog.sites")
+Int64Array = npt.NDArray[np.int64]
 
 DELTA_QUEUE: Final = "__lrq_delta"
 QUEUE_SEGMENT_BYTES: Final = 16 << 20
@@ -331,21 +335,44 @@ class SendQueue:
     async def transmit_columns(
         self, client: str, payloads: Sequence[bytes], destinations: Sequence[Sequence[str]]
     ) -> list[int]:
-        """:meth:`transmit` with the payloads and their destination lists side by side (what
-        a ``TransmitRequest`` carries), without an object per entry."""
-        sizes = self._checked_columns(client, payloads, len(destinations))
-        known: dict[tuple[str, ...], int] = {}  # a call repeats few destination lists
-        masks: list[int] = []
-        for listed in destinations:
-            key = tuple(listed)
-            mask = known.get(key)
-            if mask is None:
-                mask = known[key] = self._mask(key)
-            masks.append(mask)
-        bounds = self._pack(sizes)
-        values = [
-            encode_columns(EntryKind.DELTA, client, 0, masks[a:b], payloads[a:b]) for a, b in bounds
-        ]
+        """:meth:`transmit` with the payloads and their destination lists side by side."""
+        if len(destinations) != len(payloads):
+            raise InvalidArgument(
+                f"{len(payloads)} payloads but {len(destinations)} destination lists"
+            )
+        lists: dict[tuple[str, ...], int] = {}  # a call repeats few destination lists
+        indexes = [lists.setdefault(tuple(d), len(lists)) for d in destinations]
+        sizes = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
+        return await self.transmit_packed(
+            client, b"".join(payloads), sizes, list(lists), np.asarray(indexes, dtype=np.int64)
+        )
+
+    async def transmit_packed(
+        self,
+        client: str,
+        payloads: bytes,
+        sizes: Int64Array,
+        destination_lists: Sequence[Sequence[str]],
+        list_indexes: Int64Array,
+    ) -> list[int]:
+        """:meth:`transmit` from columns (what a packed ``TransmitRequest`` carries): entry i
+        is the next ``sizes[i]`` bytes of ``payloads``, for the sites of
+        ``destination_lists[list_indexes[i]]``. Checked whole before anything is written."""
+        self._check_call(client, payloads, sizes, len(destination_lists), list_indexes)
+        table: dict[int, int] = {}  # two lists may name the same sites
+        remap = [table.setdefault(self._mask(tuple(d)), len(table)) for d in destination_lists]
+        masks = list(table)
+        mask_indexes = np.asarray(remap, dtype=np.int64)[list_indexes]
+        ends = np.cumsum(sizes)
+        starts = ends - sizes
+        values = []
+        for a, b in self._pack(sizes):
+            blob = payloads[int(starts[a]) : int(ends[b - 1])]
+            values.append(
+                encode_packed(
+                    EntryKind.DELTA, client, 0, masks, mask_indexes[a:b], sizes[a:b], blob
+                )
+            )
         published = await self.partition.publish(values)
         positions: list[int] = []
         for offset, value in zip(published.offsets, values, strict=True):
@@ -359,10 +386,14 @@ class SendQueue:
             self._remember(offset, record)
         return positions
 
-    def _checked_columns(
-        self, client: str, payloads: Sequence[bytes], destination_lists: int
-    ) -> list[int]:
-        """The payloads' sizes, once the call is checked whole."""
+    def _check_call(
+        self,
+        client: str,
+        payloads: bytes,
+        sizes: Int64Array,
+        lists: int,
+        list_indexes: Int64Array,
+    ) -> None:
         try:
             validate_site_id(client)
         except InvalidArgument:
@@ -370,21 +401,27 @@ class SendQueue:
                 f"invalid client name {echo(client)}: use 1-63 letters, digits, '_' or '-', "
                 f"starting with a letter or digit (it names the sinks' receive queues)"
             ) from None
-        if not payloads:
+        count = len(sizes)
+        if not count:
             raise InvalidArgument("a transmit needs at least one payload")
-        if destination_lists != len(payloads):
+        if int(sizes.sum()) != len(payloads):
             raise InvalidArgument(
-                f"{len(payloads)} payloads but {destination_lists} destination lists"
+                f"the payload sizes add up to {int(sizes.sum())} bytes, but {len(payloads)} "
+                f"bytes of payloads were sent"
             )
-        sizes = list(map(len, payloads))
+        if len(list_indexes) != count:
+            raise InvalidArgument(f"{count} payloads but {len(list_indexes)} destination indexes")
+        if int(list_indexes.min()) < 0 or int(list_indexes.max()) >= lists:
+            raise InvalidArgument(
+                f"a destination index points past the call's {lists} destination lists"
+            )
         limit = self.max_payload_bytes
-        largest = max(sizes)
+        largest = int(sizes.max())
         if largest > limit:
             raise InvalidArgument(
                 f"a payload of {largest} bytes is over the limit of {limit} "
                 f"(the server's max_message_bytes less {ENVELOPE_ROOM}); nothing was stored"
             )
-        return sizes
 
     def _mask(self, destinations: tuple[str, ...]) -> int:
         if not destinations:
@@ -398,16 +435,17 @@ class SendQueue:
             mask |= 1 << self.registry.get(site_id).number
         return mask
 
-    def _pack(self, sizes: list[int]) -> list[tuple[int, int]]:
-        """Entries ``[a, b)`` of each record: as few records as the size limit allows."""
+    def _pack(self, sizes: Int64Array) -> list[tuple[int, int]]:
+        """Entries ``[a, b)`` of each record: as few records as the size limit allows (each
+        record as many entries as fit, in order)."""
         room = self.partition.log_config.max_message_bytes - ENVELOPE_ROOM
+        costs = np.cumsum(sizes + _ENTRY_ROOM)
         bounds: list[tuple[int, int]] = []
-        first = used = 0
-        for index, size in enumerate(sizes):
-            cost = size + _ENTRY_ROOM
-            if index > first and (used + cost > room or index - first == MAX_ENTRIES):
-                bounds.append((first, index))
-                first, used = index, 0
-            used += cost
-        bounds.append((first, len(sizes)))
+        first, count = 0, len(sizes)
+        while first < count:
+            used_before = int(costs[first - 1]) if first else 0
+            end = int(np.searchsorted(costs, used_before + room, side="right"))
+            end = min(max(end, first + 1), first + MAX_ENTRIES, count)
+            bounds.append((first, end))
+            first = end
         return bounds

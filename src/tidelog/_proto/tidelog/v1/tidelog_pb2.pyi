@@ -644,24 +644,70 @@ class TransmitEntry(_message.Message):
 Global___TransmitEntry: _TypeAlias = TransmitEntry  # noqa: Y015
 
 @_typing.final
+class DestinationList(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SITES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def sites(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Site ids, at least one; each a declared remote site."""
+
+    def __init__(
+        self,
+        *,
+        sites: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["sites", b"sites"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DestinationList: _TypeAlias = DestinationList  # noqa: Y015
+
+@_typing.final
 class TransmitRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CLIENT_NAME_FIELD_NUMBER: _builtins.int
     ENTRIES_FIELD_NUMBER: _builtins.int
+    PAYLOADS_FIELD_NUMBER: _builtins.int
+    PAYLOAD_SIZES_FIELD_NUMBER: _builtins.int
+    DESTINATION_LISTS_FIELD_NUMBER: _builtins.int
+    DESTINATION_INDEXES_FIELD_NUMBER: _builtins.int
     client_name: _builtins.str
     """Names the application stream: the sinks deliver it to listeners of this name."""
+    payloads: _builtins.bytes
+    """The packed form, sent instead of `entries` to a server whose TransmitResponse said
+    packed_transmit: the n payloads back to back,
+    """
+    payload_sizes: _builtins.bytes
+    """their sizes (n little-endian uint32),"""
+    destination_indexes: _builtins.bytes
+    """and each entry's list, as an index into destination_lists (n little-endian uint32)."""
     @_builtins.property
-    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___TransmitEntry]: ...
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___TransmitEntry]:
+        """The entries one message each: what a client sends a server that has not said
+        packed_transmit.
+        """
+
+    @_builtins.property
+    def destination_lists(self) -> _containers.RepeatedCompositeFieldContainer[Global___DestinationList]:
+        """the call's distinct destination lists,"""
+
     def __init__(
         self,
         *,
         client_name: _builtins.str = ...,
         entries: _abc.Iterable[Global___TransmitEntry] | None = ...,
+        payloads: _builtins.bytes = ...,
+        payload_sizes: _builtins.bytes = ...,
+        destination_lists: _abc.Iterable[Global___DestinationList] | None = ...,
+        destination_indexes: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_name", b"client_name", "entries", b"entries"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_name", b"client_name", "destination_indexes", b"destination_indexes", "destination_lists", b"destination_lists", "entries", b"entries", "payload_sizes", b"payload_sizes", "payloads", b"payloads"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -785,6 +831,9 @@ class TransmitResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     POSITIONS_FIELD_NUMBER: _builtins.int
+    PACKED_TRANSMIT_FIELD_NUMBER: _builtins.int
+    packed_transmit: _builtins.bool
+    """This server reads TransmitRequest's packed fields (payloads, payload_sizes, ...)."""
     @_builtins.property
     def positions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """One per entry, in order: record offset * 65536 + index in the record."""
@@ -793,10 +842,11 @@ class TransmitResponse(_message.Message):
         self,
         *,
         positions: _abc.Iterable[_builtins.int] | None = ...,
+        packed_transmit: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["positions", b"positions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["packed_transmit", b"packed_transmit", "positions", b"positions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
