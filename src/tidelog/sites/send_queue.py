@@ -72,9 +72,9 @@ READ_BYTES: Final = 4 << 20
 _ENTRY_ROOM: Final = 15
 """Bytes of framing per entry at most: a mask (8 bytes in the table), its index and a size."""
 DECODED_BYTES: Final = 8 << 20
-"""Payload bytes of decoded records kept in memory (``SendQueue._decoded``): the records a
-transmit just stored, and those a sender read, so that every site's sender ships them without
-reading and decoding them again; at least two senders' reads (``READ_BYTES``) fit."""
+"""Bytes of decoded records (payloads and columns) kept in memory (``SendQueue._decoded``): the
+records a transmit just stored, and those a sender read, so that every site's sender ships them
+without reading and decoding them again; at least two senders' reads (``READ_BYTES``) fit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +125,7 @@ class SendQueue:
         self._saved_covers = -1
         self._partition: Partition | None = None
         self._decoded: OrderedDict[int, RecordColumns] = OrderedDict()
-        """Offset -> the record's columns, oldest first, at most ``DECODED_BYTES`` of payloads:
+        """Offset -> the record's columns, oldest first, at most ``DECODED_BYTES`` of them:
         decoding once serves every site's sender."""
         self._decoded_bytes = 0
 
@@ -283,10 +283,10 @@ class SendQueue:
         """Keep ``record`` for the other senders (dropping the oldest beyond the bound)."""
         if offset not in self._decoded:
             self._decoded[offset] = record
-            self._decoded_bytes += len(record.payloads)
+            self._decoded_bytes += _footprint(record)
             while self._decoded_bytes > DECODED_BYTES and len(self._decoded) > 1:
                 _, dropped = self._decoded.popitem(last=False)
-                self._decoded_bytes -= len(dropped.payloads)
+                self._decoded_bytes -= _footprint(dropped)
         return record
 
     def _trimmed_under(self, site_number: int, after: int) -> NoReturn:
@@ -449,3 +449,13 @@ class SendQueue:
             bounds.append((first, end))
             first = end
         return bounds
+
+
+def _footprint(record: RecordColumns) -> int:
+    """Bytes a decoded record holds: its payloads and its columns."""
+    return (
+        len(record.payloads)
+        + record.masks.nbytes
+        + record.mask_indexes.nbytes
+        + record.sizes.nbytes
+    )
