@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PEERS_STAMP := $(VENV)/.peers-installed
 
-.PHONY: install peers serve test demo sites demo-broker bench bench-e2e bench-peers bench-cursors bench-windows bench-spark bench-isolation java lint proto clean
+.PHONY: install peers serve test demo sites demo-broker bench bench-e2e bench-peers bench-cursors bench-windows bench-spark bench-isolation bench-browse java lint proto clean
 
 install: $(STAMP)
 
@@ -74,6 +74,11 @@ bench-spark: install java
 # streams, reconnect time after an outage (docs/performance.md, "Isolation").
 bench-isolation: install
 	$(BIN)/python benchmarks/isolation.py
+
+# Newest 50 across 8 partitions of 10,000 and 10,000,000 messages (Browse) against reading
+# every partition forward, and a key search over the newest 1,000,000 (docs/api.md, "Browse").
+bench-browse: install
+	$(BIN)/python benchmarks/browse.py
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks scripts jobs

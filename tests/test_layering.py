@@ -33,7 +33,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "api": {"broker", "sites", "cluster", "errors", "columns", "wire", "_proto", "tidelog"},
     "broker": {"log", "store", "errors"},
     "sites": {"broker", "client", "errors", "wire", "_proto", "tidelog"},
-    "cluster": {"broker", "errors", "wire", "_proto"},
+    "cluster": {"broker", "errors", "columns", "wire", "_proto", "tidelog"},
     "log": {"errors"},
     "store": {"errors"},
     # talk to brokers only over gRPC, through the client

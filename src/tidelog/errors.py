@@ -229,6 +229,26 @@ class Fenced(BrokerError):
     """A group subscriber was replaced by one with a newer epoch."""
 
 
+class NotLeader(BrokerError):
+    """A request that only a partition's leader serves reached another broker of a cluster.
+
+    The text is Liftbridge's, which its clients look for before refreshing their metadata."""
+
+    def __init__(self, stream: str, partition: int, leader: str = "") -> None:
+        where = f" (the leader is {leader})" if leader else " (no leader now; retry shortly)"
+        what = stream if partition < 0 else f"{stream}/{partition}"
+        super().__init__(f"Server not partition leader for {what}{where}")
+        self.stream = stream
+        self.partition = partition
+        self.leader = leader
+
+
+class NotEnoughReplicas(BrokerError):
+    """A publish with ack policy ALL was appended by the leader but not acknowledged: the
+    partition's in-sync replicas stayed below ``minIsr`` (or did not copy it) for the ack
+    timeout. Retryable: publish again (with a producer id, a retry is never a duplicate)."""
+
+
 class BrokerClosed(BrokerError):
     """The broker is shutting down."""
 

@@ -219,6 +219,7 @@ OVERRIDES: dict[tuple[str, str], st.SearchStrategy[Any]] = {
     ("PublishRequest", "value"): PAYLOAD,
     ("PublishRequest", "expectedOffset"): st.one_of(st.integers(-2, 30), INT64),
     ("PublishBatchRequest", "expected_offset"): st.one_of(st.integers(-2, 30), INT64),
+    ("BrowseRequest", "partitions"): st.lists(PARTITION, max_size=3),
 }
 
 
@@ -240,6 +241,8 @@ def _scalar(f: pb_descriptor.FieldDescriptor) -> st.SearchStrategy[Any]:
         return UINT32
     if kind in (FIELD.TYPE_UINT64, FIELD.TYPE_FIXED64):
         return UINT64
+    if kind in (FIELD.TYPE_DOUBLE, FIELD.TYPE_FLOAT):
+        return st.floats(width=32 if kind == FIELD.TYPE_FLOAT else 64)
     if kind == FIELD.TYPE_BOOL:
         return st.booleans()
     if kind == FIELD.TYPE_STRING:

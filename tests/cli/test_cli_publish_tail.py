@@ -71,9 +71,16 @@ def test_publish_a_value_with_key_headers_and_partition(cli: Cli, stream: str) -
     assert abs(got["timestamp"] - time.time_ns()) < 600 * 10**9
     (keyed,) = tail_json(cli, stream, "--partition", "2", "--from", "earliest")
     assert (keyed["key"], keyed["value"]) == (key, "keyed")
-    first = tail_json(cli, stream, "--from", "earliest")
+    first = tail_json(cli, stream, "--partition", "0", "--from", "earliest")
     assert first[0]["key"] is None  # published without a key
     assert first[0]["headers"] == {}
+    # Without --partition, tail reads every partition merged in publish (timestamp) order.
+    merged = tail_json(cli, stream, "--from", "earliest")
+    assert [(m["partition"], m["value"]) for m in merged] == [
+        (1, "hello"),
+        (2, "keyed"),
+        (0, "plain"),
+    ]
 
 
 def test_publish_a_file_and_stdin(cli: Cli, stream: str, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog.api.draining import DRAINED
 from tidelog.api.metrics import Metrics
 from tidelog.api.status import (
+    Forwarded,
     as_tidelog_error,
     grpc_errors,
     is_refusal,
@@ -40,13 +41,17 @@ from tidelog.broker import (
     StopPosition,
     StreamConfig,
     delivery_gate,
+    validate_stream_name,
 )
 from tidelog.broker import SubscribeRequest as BrokerSubscribe
+from tidelog.cluster.metadata import PartitionState
+from tidelog.cluster.node import ClusterNode
 from tidelog.errors import (
     FailedPrecondition,
     IncorrectOffset,
     InvalidArgument,
     MessageTooLarge,
+    NotLeader,
     PartitionNotFound,
     PartitionReadonly,
     PermissionDenied,
@@ -76,14 +81,15 @@ def _ms(value: pb.NullableInt64, present: bool) -> float | None:
     return value.value / 1000 if present and value.value > 0 else None
 
 
-def stream_config(request: pb.CreateStreamRequest) -> StreamConfig:
-    """A Liftbridge CreateStreamRequest as tidelog stream settings (unsupported options refused)."""
-    if request.replicationFactor not in (-1, 0, 1):
+def stream_config(request: pb.CreateStreamRequest, clustered: bool = False) -> StreamConfig:
+    """A Liftbridge CreateStreamRequest as tidelog stream settings (unsupported options refused;
+    on a cluster the replication factor and minIsr are the controller's to check)."""
+    if not clustered and request.replicationFactor not in (-1, 0, 1):
         raise InvalidArgument(
             f"replication factor {request.replicationFactor} exceeds the cluster size: this "
             f"tidelog server is a single broker (use 1, 0 or -1)"
         )
-    if request.HasField("minIsr") and request.minIsr.value > 1:
+    if not clustered and request.HasField("minIsr") and request.minIsr.value > 1:
         raise InvalidArgument(f"minIsr {request.minIsr.value} exceeds the cluster size of 1")
     if request.HasField("encryption") and request.encryption.value:
         raise InvalidArgument("encryption at rest is not available in this tidelog release")
@@ -107,13 +113,16 @@ def stream_config(request: pb.CreateStreamRequest) -> StreamConfig:
     )
 
 
-def partition_metadata(partition: Partition, broker_id: str) -> pb.PartitionMetadata:
+def partition_metadata(
+    partition: Partition, broker_id: str, state: PartitionState | None = None
+) -> pb.PartitionMetadata:
+    """A partition as Liftbridge describes it; ``state``: its replicas in a cluster."""
     stats = partition.stats
     return pb.PartitionMetadata(
         id=partition.number,
-        leader=broker_id,
-        replicas=[broker_id],
-        isr=[broker_id],
+        leader=broker_id if state is None else state.leader,
+        replicas=[broker_id] if state is None else list(state.replicas),
+        isr=[broker_id] if state is None else list(state.isr),
         highWatermark=partition.high_watermark,
         newestOffset=partition.newest_offset,
         paused=partition.paused,
@@ -146,6 +155,10 @@ def _liftbridge_text(error: IncorrectOffset) -> str:
     is at) goes to the server's debug log."""
     _log.debug("publish refused: %s", error)
     return INCORRECT_OFFSET_TEXT
+
+
+FORWARD_TIMEOUT_S = 30.0
+"""How long a publish handed to the partition's leader may take when the caller set no deadline."""
 
 
 def _message(request: pb.PublishRequest | pb.PublishToSubjectRequest) -> bytes | NewRecord:
@@ -187,10 +200,16 @@ def _failure_response(
 
 class LiftbridgeService(pb_grpc.APIServicer):
     def __init__(
-        self, broker: Broker, advertised: Advertised, metrics: Metrics | None = None
+        self,
+        broker: Broker,
+        advertised: Advertised,
+        metrics: Metrics | None = None,
+        cluster: ClusterNode | None = None,
     ) -> None:
         self.broker = broker
         self.advertised = advertised
+        self.cluster = cluster
+        """This broker's node when it is part of a cluster (``tidelog.cluster``)."""
         self._latency = None if metrics is None else metrics.publish_latency.labels("liftbridge")
 
     def _observe(self, started: float) -> None:
@@ -203,7 +222,14 @@ class LiftbridgeService(pb_grpc.APIServicer):
         self, request: pb.CreateStreamRequest, context: Context
     ) -> pb.CreateStreamResponse:
         async with grpc_errors(context):
-            config = stream_config(request)
+            config = stream_config(request, clustered=self.cluster is not None)
+            if self.cluster is not None:
+                validate_stream_name(request.name)
+                min_isr = request.minIsr.value if request.HasField("minIsr") else 1
+                await self.cluster.create_stream(
+                    request.name, config, request.replicationFactor, min_isr
+                )
+                return pb.CreateStreamResponse()
             await self.broker.wait_deleted(request.name)  # a delete of that name in progress
             self.broker.create_stream(request.name, config)
         return pb.CreateStreamResponse()
@@ -212,6 +238,9 @@ class LiftbridgeService(pb_grpc.APIServicer):
         self, request: pb.DeleteStreamRequest, context: Context
     ) -> pb.DeleteStreamResponse:
         async with grpc_errors(context):
+            if self.cluster is not None:
+                await self.cluster.delete_stream(request.name)
+                return pb.DeleteStreamResponse()
             await self.broker.delete_stream(request.name)
         return pb.DeleteStreamResponse()
 
@@ -241,7 +270,58 @@ class LiftbridgeService(pb_grpc.APIServicer):
             leaderCount=partitions,
         )
 
+    def _cluster_brokers(self, cluster: ClusterNode) -> list[pb.Broker]:
+        view = cluster.view
+        counts: dict[str, int] = {}
+        for state in view.partitions.values():
+            for member in state.replicas:
+                counts[member] = counts.get(member, 0) + 1
+        leading = view.leading()
+        found = []
+        for broker_id, address in sorted(view.brokers.items()):
+            host, _, port = address.rpartition(":")
+            found.append(
+                pb.Broker(
+                    id=broker_id,
+                    host=host,
+                    port=int(port or 0),
+                    partitionCount=counts.get(broker_id, 0),
+                    leaderCount=leading.get(broker_id, 0),
+                )
+            )
+        return found
+
+    def _cluster_stream_metadata(self, cluster: ClusterNode, name: str) -> pb.StreamMetadata:
+        view = cluster.view
+        record = view.streams.get(name)
+        if record is None:
+            return pb.StreamMetadata(name=name, error=pb.StreamMetadata.UNKNOWN_STREAM)
+        local = self.broker.find_stream(name)
+        partitions = {}
+        for (stream, number), state in view.partitions.items():
+            if stream != name:
+                continue
+            if local is not None and number < len(local.partitions):
+                partitions[number] = partition_metadata(local.partitions[number], "", state)
+            else:
+                partitions[number] = pb.PartitionMetadata(
+                    id=number,
+                    leader=state.leader,
+                    replicas=list(state.replicas),
+                    isr=list(state.isr),
+                    highWatermark=-1,
+                    newestOffset=-1,
+                )
+        return pb.StreamMetadata(
+            name=name,
+            subject=str(record.config.get("subject", "")),
+            creationTimestamp=0 if local is None else local.created_ns,
+            partitions=partitions,
+        )
+
     def _stream_metadata(self, name: str) -> pb.StreamMetadata:
+        if self.cluster is not None:
+            return self._cluster_stream_metadata(self.cluster, name)
         stream = self.broker.find_stream(name)
         if stream is None:
             return pb.StreamMetadata(name=name, error=pb.StreamMetadata.UNKNOWN_STREAM)
@@ -267,9 +347,14 @@ class LiftbridgeService(pb_grpc.APIServicer):
         self, request: pb.FetchMetadataRequest, context: Context
     ) -> pb.FetchMetadataResponse:
         async with grpc_errors(context):
-            names = list(request.streams) or [s.name for s in self.broker.list_streams()]
+            if self.cluster is not None:
+                names = list(request.streams) or sorted(self.cluster.view.streams)
+                brokers = self._cluster_brokers(self.cluster)
+            else:
+                names = list(request.streams) or [s.name for s in self.broker.list_streams()]
+                brokers = [self._broker_info()]
             return pb.FetchMetadataResponse(
-                brokers=[self._broker_info()],
+                brokers=brokers,
                 streamMetadata=[self._stream_metadata(n) for n in names],
                 groupMetadata=[self._group_metadata(g) for g in request.groups],
             )
@@ -280,6 +365,13 @@ class LiftbridgeService(pb_grpc.APIServicer):
     ) -> pb.FetchPartitionMetadataResponse:
         async with grpc_errors(context):
             partition = self.broker.partition(request.stream, request.partition)
+            if self.cluster is not None:
+                if partition.role is not None:
+                    partition.role.check_read(False)  # Liftbridge: the leader answers
+                state = self.cluster.view.partitions.get((request.stream, request.partition))
+                return pb.FetchPartitionMetadataResponse(
+                    metadata=partition_metadata(partition, "", state)
+                )
             return pb.FetchPartitionMetadataResponse(
                 metadata=partition_metadata(partition, self.advertised.broker_id)
             )
@@ -337,6 +429,9 @@ class LiftbridgeService(pb_grpc.APIServicer):
                 )
             except IncorrectOffset as error:
                 raise FailedPrecondition(_liftbridge_text(error)) from None
+            except NotLeader as error:
+                # Liftbridge takes a publish on any broker: hand it to the leader.
+                return await self._forward(request, error, context.time_remaining())
             self._observe(started)
             if request.ackPolicy == pb.NONE:
                 return pb.PublishResponse()
@@ -344,6 +439,27 @@ class LiftbridgeService(pb_grpc.APIServicer):
             ack = self._ack(request, published.offsets[0], stored, max(stored, time.time_ns()))
             return pb.PublishResponse(ack=ack, correlationId=request.correlationId)
         raise AssertionError("unreachable")
+
+    async def _forward(
+        self, request: pb.PublishRequest, refusal: NotLeader, timeout: float | None
+    ) -> pb.PublishResponse:
+        """A publish sent to a broker of a cluster that does not lead its partition, published
+        on the leader (Liftbridge clients publish on any broker); the refusal if none leads."""
+        cluster = self.cluster
+        if cluster is None:
+            raise refusal
+        state = cluster.view.partitions.get((request.stream, request.partition))
+        address = "" if state is None else cluster.view.brokers.get(state.leader, "")
+        if not address or (state is not None and state.leader == cluster.broker_id):
+            raise refusal
+        stub = pb_grpc.APIStub(cluster.channel(address))
+        try:
+            response: pb.PublishResponse = await stub.Publish(
+                request, timeout=FORWARD_TIMEOUT_S if timeout is None else timeout
+            )
+        except grpc.aio.AioRpcError as error:
+            raise Forwarded(error.code(), error.details() or "") from None
+        return response
 
     async def _publish_run(self, run: Sequence[pb.PublishRequest]) -> list[pb.PublishResponse]:
         """Append consecutive requests for one partition as one batch; one response each."""
@@ -359,6 +475,8 @@ class LiftbridgeService(pb_grpc.APIServicer):
                 durable=any(r.ackPolicy == pb.ALL for r in run),
             )
         except Exception as error:
+            if isinstance(error, NotLeader) and self.cluster is not None:
+                return [await self._forward_async(r, error) for r in run]
             if not is_refusal(error):
                 raise
             if len(run) > 1:
@@ -382,6 +500,19 @@ class LiftbridgeService(pb_grpc.APIServicer):
             for r, offset in zip(run, published.offsets, strict=True)
             if r.ackPolicy != pb.NONE
         ]
+
+    async def _forward_async(
+        self, request: pb.PublishRequest, refusal: NotLeader
+    ) -> pb.PublishResponse:
+        """One PublishAsync request published on the leader, answered as PublishAsync does."""
+        try:
+            forwarded = await self._forward(request, refusal, None)
+        except (NotLeader, Forwarded) as error:
+            log_failure(error)
+            return _failure_response(request, _async_error(error))
+        if request.ackPolicy == pb.NONE:
+            return pb.PublishResponse(correlationId=request.correlationId)
+        return forwarded
 
     def _checks_offsets(self, stream: str) -> bool:
         found = self.broker.find_stream(stream)
@@ -556,6 +687,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
                 ),
                 resume=request.resume,
                 group=group,
+                read_replica=request.readISRReplica,
             )
             stream = self.broker.stream(request.stream)
             subject = stream.subject

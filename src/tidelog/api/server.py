@@ -22,13 +22,15 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from tidelog._proto.liftbridge import api_pb2_grpc
-from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc
+from tidelog._proto.tidelog.v1 import cluster_pb2_grpc, tidelog_pb2_grpc
 from tidelog.api.decoding import GuardedRegistry
 from tidelog.api.liftbridge import Advertised, LiftbridgeService
 from tidelog.api.metrics import Metrics
+from tidelog.api.replica_service import ReplicationService
 from tidelog.api.settings import ServerSettings
 from tidelog.api.v1 import TidelogService
 from tidelog.broker import Broker, arm_faults_from_environment
+from tidelog.cluster.node import ClusterNode, ClusterSettings
 from tidelog.sites.local_site import LocalSite
 from tidelog.sites.send_queue import QUEUE_SEGMENT_BYTES, QueueRetention
 from tidelog.wire import MAX_FRAME
@@ -75,6 +77,8 @@ class Server:
         self._grpc: grpc.aio.Server | None = None
         self.local_site: LocalSite | None = None
         """This site, when ``site_id`` is set (multi-site replication)."""
+        self.cluster: ClusterNode | None = None
+        """This broker's part in a cluster, when ``cluster`` is set."""
         self._health_servicer = health.HealthServicer()
 
     async def start(self) -> None:
@@ -122,14 +126,33 @@ class Server:
                 )
                 await self.local_site.open(settings.sites)
                 self.metrics.add_sites(self.local_site)
+            if settings.cluster:
+                host = settings.advertised_host or settings.host
+                self.cluster = ClusterNode(
+                    self.broker,
+                    ClusterSettings(
+                        etcd=settings.cluster,
+                        broker_id=self.broker.broker_id,
+                        advertise=settings.advertise or f"{host}:{self.port}",
+                        cluster=settings.cluster_name,
+                        lease_ttl_s=settings.cluster_lease_ttl_s,
+                        replica_lag_max_s=settings.replica_lag_max_s,
+                        ack_timeout_s=settings.cluster_ack_timeout_s,
+                    ),
+                )
             self._add_services(server)
             await server.start()
+            if self.cluster is not None:
+                await self.cluster.start()  # after the server: leaders answer fetches at once
         except BaseException:
             # grpc keeps a bound port listening until the server has run: start it (still
             # without the broker's services if they were never added) and stop it at once.
             with contextlib.suppress(Exception):
                 await server.start()
             await server.stop(None)
+            if self.cluster is not None:
+                with contextlib.suppress(Exception):
+                    await self.cluster.close()
             if broker_started:
                 await self.broker.close()
             self.metrics.close()
@@ -153,8 +176,12 @@ class Server:
         # Every method registered through the guard: undecodable requests answer INVALID_ARGUMENT.
         registry: Any = GuardedRegistry(server)
         api_pb2_grpc.add_APIServicer_to_server(
-            LiftbridgeService(self.broker, advertised, self.metrics), registry
+            LiftbridgeService(self.broker, advertised, self.metrics, self.cluster), registry
         )
+        if self.cluster is not None:
+            cluster_pb2_grpc.add_ReplicationServicer_to_server(
+                ReplicationService(self.cluster), registry
+            )
         tidelog_pb2_grpc.add_TidelogServicer_to_server(
             TidelogService(self.broker, self.metrics, self.local_site),
             registry,
@@ -171,6 +198,8 @@ class Server:
         self.broker.drain()
         if self.local_site is not None:
             await self.local_site.close()
+        if self.cluster is not None:
+            await self.cluster.close()  # leave: the lease is revoked, new leaders at once
         await self._grpc.stop(self.settings.shutdown_grace_s)
         await self.broker.close()
         self.metrics.close()

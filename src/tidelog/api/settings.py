@@ -83,6 +83,38 @@ class ServerSettings(BaseSettings):
         "(then after twice as long, twice); with no ack after that, the site gets a snapshot sync. "
         "Raise it for slow links",
     )
+    cluster: str = Field(
+        "",
+        description="etcd endpoint (http://HOST:PORT) of the cluster this broker joins; empty: a "
+        "single broker with no etcd (the default)",
+    )
+    cluster_name: str = Field(
+        "default", pattern=r"^[A-Za-z0-9_.-]+$", description="the cluster's name (its etcd prefix)"
+    )
+    advertise: str = Field(
+        "",
+        description="HOST:PORT other brokers and clients reach this broker at, in a cluster "
+        "(default: advertised_host or host, and the bound port)",
+    )
+    cluster_lease_ttl_s: int = Field(
+        3,
+        ge=2,
+        le=60,
+        description="a broker that stops refreshing its etcd lease for this long leaves the "
+        "cluster (its partitions get new leaders)",
+    )
+    cluster_ack_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description="how long a publish with ack policy ALL waits for the in-sync replicas "
+        "before it fails with UNAVAILABLE (retryable)",
+    )
+    replica_lag_max_s: float = Field(
+        5.0,
+        gt=0,
+        description="a follower that has not caught up with its leader for this long leaves "
+        "the ISR (it rejoins once caught up)",
+    )
     metrics_port: int = Field(
         9293, ge=0, le=65535, description="Prometheus /metrics port on host (0: disabled)"
     )
@@ -123,6 +155,16 @@ class ServerSettings(BaseSettings):
                 "sites are declared but site_id is not set: give this server a site id "
                 "(--site-id, or site_id) to replicate to them"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _a_cluster_needs_a_broker_id(self) -> ServerSettings:
+        if self.cluster and not self.broker_id:
+            raise ValueError(
+                "a cluster member needs its own broker id: give --broker-id (or broker_id)"
+            )
+        if self.advertise and ":" not in self.advertise:
+            raise ValueError(f"advertise is HOST:PORT, got {self.advertise!r}")
         return self
 
     def broker_config(self) -> BrokerConfig:

@@ -22,6 +22,8 @@ from typing import Final
 
 import grpc
 
+from tidelog.cluster.metadata import MetadataUnavailable
+from tidelog.cluster.replication import StaleEpoch
 from tidelog.errors import (
     BrokerClosed,
     CorruptRecord,
@@ -33,6 +35,8 @@ from tidelog.errors import (
     LogClosed,
     LogLocked,
     MessageTooLarge,
+    NotEnoughReplicas,
+    NotLeader,
     OffsetOutOfRange,
     PartitionNotFound,
     PartitionPaused,
@@ -85,6 +89,10 @@ STATUS: Final[tuple[tuple[type[Exception], grpc.StatusCode], ...]] = (
     (CorruptRecord, grpc.StatusCode.DATA_LOSS),
     (StreamDeleting, grpc.StatusCode.UNAVAILABLE),
     (BrokerClosed, grpc.StatusCode.UNAVAILABLE),
+    (NotLeader, grpc.StatusCode.FAILED_PRECONDITION),  # Liftbridge clients refresh metadata
+    (NotEnoughReplicas, grpc.StatusCode.UNAVAILABLE),  # retryable, once the ISR recovers
+    (StaleEpoch, grpc.StatusCode.FAILED_PRECONDITION),  # a follower refreshes its metadata
+    (MetadataUnavailable, grpc.StatusCode.UNAVAILABLE),
     (LogClosed, grpc.StatusCode.UNAVAILABLE),
     (LogLocked, grpc.StatusCode.UNAVAILABLE),
     (SyncFailed, grpc.StatusCode.RESOURCE_EXHAUSTED),  # written, not yet durable: says so
@@ -147,9 +155,20 @@ def as_tidelog_error(error: BaseException) -> BaseException:
     return error
 
 
+class Forwarded(TidelogError):
+    """Another broker's failed answer to a call handed to it (a publish sent to a broker that
+    does not lead the partition): its status, passed on as is."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+
+
 def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
     """The status code and detail message tidelog answers ``error`` with."""
     error = as_tidelog_error(error)
+    if isinstance(error, Forwarded):
+        return error.code, cap_detail(str(error))
     for kind, code in STATUS:
         if isinstance(error, kind):
             return code, cap_detail(str(error))

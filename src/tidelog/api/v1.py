@@ -10,6 +10,7 @@ import grpc
 from tidelog import columns
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
+from tidelog.api.browse_service import BrowseService
 from tidelog.api.consume import consume
 from tidelog.api.draining import until_draining
 from tidelog.api.frames import END_REASONS, record_batch
@@ -32,7 +33,7 @@ from tidelog.sites.local_site import LocalSite
 Context = grpc.aio.ServicerContext[object, object]
 
 
-class TidelogService(ViewService, SiteService, v1_grpc.TidelogServicer):
+class TidelogService(ViewService, SiteService, BrowseService, v1_grpc.TidelogServicer):
     def __init__(
         self,
         broker: Broker,

@@ -17,6 +17,9 @@ above the broker imports ``tidelog.log`` or a broker submodule. The contract, pr
   events are one table (``subscription.TRANSITIONS``). Each subscriber holds at most one batch,
   bounded by ``subscriber_buffer_bytes``; delivery turns (:func:`delivery_gate`) keep many
   subscribers' sends from crowding out publishers.
+- **Browsing** (``browse``) reads one page of a stream merged across partitions in timestamp
+  order, newest or oldest first, with filters given as data and a scan budget; a token
+  continues it (``browse.py`` has the theory of the merge).
 - **Errors** are ``tidelog.errors`` classes, each of which the api maps to one status; anything
   else escaping the broker is a bug.
 - **Defaults** of every layer are named once (``log/config.py``, ``broker/config.py``) and
@@ -26,21 +29,30 @@ above the broker imports ``tidelog.log`` or a broker submodule. The contract, pr
 """
 
 from tidelog.broker.broker import Broker
+from tidelog.broker.browse import BrowsedRecord, BrowseQuery, BrowseResult
+from tidelog.broker.browse_filter import BrowseFilter
+from tidelog.broker.browse_token import BrowsePosition, decode_token, encode_token
 from tidelog.broker.config import (
+    BROWSE_PAGE_BYTES,
     CURSORS_STREAM,
+    DEFAULT_BROWSE_LIMIT,
+    DEFAULT_BROWSE_MAX_SCAN,
+    DEFAULT_BROWSE_MAX_SCAN_SECONDS,
     DEFAULT_CONSUME_BATCH_MESSAGES,
     DEFAULT_CURSOR_PARTITIONS,
     DEFAULT_DATA_DIR,
     DEFAULT_MAINTENANCE_INTERVAL_S,
     DEFAULT_OPEN_FILES_MAX,
     DEFAULT_SUBSCRIBER_BUFFER_BYTES,
+    MAX_BROWSE_LIMIT,
+    MAX_BROWSE_MAX_SCAN_SECONDS,
     BrokerConfig,
     StreamConfig,
     validate_stream_name,
 )
 from tidelog.broker.delivery import delivery_gate
 from tidelog.broker.jsonfile import replace_bytes, replace_json
-from tidelog.broker.partition import Partition
+from tidelog.broker.partition import Partition, ReplicaRole
 from tidelog.broker.partition_view import ViewEntry, ViewKind, ViewSpec
 from tidelog.broker.producers import Published
 from tidelog.broker.stream import Stream
@@ -70,7 +82,11 @@ from tidelog.log.config import (
 from tidelog.log.record import HeaderedValues, PackedValues
 
 __all__ = [
+    "BROWSE_PAGE_BYTES",
     "CURSORS_STREAM",
+    "DEFAULT_BROWSE_LIMIT",
+    "DEFAULT_BROWSE_MAX_SCAN",
+    "DEFAULT_BROWSE_MAX_SCAN_SECONDS",
     "DEFAULT_CONSUME_BATCH_MESSAGES",
     "DEFAULT_CURSOR_PARTITIONS",
     "DEFAULT_DATA_DIR",
@@ -83,10 +99,17 @@ __all__ = [
     "DEFAULT_SEGMENT_MAX_AGE_S",
     "DEFAULT_SEGMENT_MAX_BYTES",
     "DEFAULT_SUBSCRIBER_BUFFER_BYTES",
+    "MAX_BROWSE_LIMIT",
+    "MAX_BROWSE_MAX_SCAN_SECONDS",
     "MAX_MESSAGE_BYTES_LIMIT",
     "MIN_SEGMENT_BYTES",
     "Broker",
     "BrokerConfig",
+    "BrowseFilter",
+    "BrowsePosition",
+    "BrowseQuery",
+    "BrowseResult",
+    "BrowsedRecord",
     "EndReason",
     "FlushPolicy",
     "HeaderedValues",
@@ -96,6 +119,7 @@ __all__ = [
     "PackedValues",
     "Partition",
     "Published",
+    "ReplicaRole",
     "StartPosition",
     "StopPosition",
     "Stream",
@@ -108,7 +132,9 @@ __all__ = [
     "ViewKind",
     "ViewSpec",
     "arm_faults_from_environment",
+    "decode_token",
     "delivery_gate",
+    "encode_token",
     "replace_bytes",
     "replace_json",
     "validate_stream_name",

@@ -35,9 +35,18 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from tidelog.broker.browse import BrowseQuery, BrowseResult
+from tidelog.broker.browse import browse as read_page
+from tidelog.broker.browse_filter import BrowseFilter
+from tidelog.broker.browse_token import check_token, decode_token
 from tidelog.broker.config import (
     CURSORS_STREAM,
+    DEFAULT_BROWSE_LIMIT,
+    DEFAULT_BROWSE_MAX_SCAN,
+    DEFAULT_BROWSE_MAX_SCAN_SECONDS,
     INTERNAL_PREFIX,
+    MAX_BROWSE_LIMIT,
+    MAX_BROWSE_MAX_SCAN_SECONDS,
     BrokerConfig,
     StreamConfig,
     validate_stream_name,
@@ -54,6 +63,7 @@ from tidelog.errors import (
     BrokerClosed,
     InvalidArgument,
     LogLocked,
+    NotLeader,
     PermissionDenied,
     StreamDeleting,
     StreamExists,
@@ -145,6 +155,10 @@ class Broker:
         self._subject_turns: dict[tuple[str, str], int] = {}
         """(subject, load-balance group) -> publishes so far: whose turn it is."""
         self._on_drain: set[Callable[[], None]] = set()
+        self.hosted_elsewhere: Callable[[str, int], str | None] | None = None
+        """Set on a broker of a cluster: for a stream (partition -1: any) this broker does not
+        hold, the address of the broker leading it ("" while none does), or None when the
+        cluster does not know it either."""
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -297,7 +311,15 @@ class Broker:
         try:
             return self.streams[name]
         except KeyError:
+            self._check_elsewhere(name, -1)
             raise StreamNotFound(name) from None
+
+    def _check_elsewhere(self, name: str, number: int) -> None:
+        """Raise ``NotLeader`` when another broker of a cluster has what this one lacks."""
+        if self.hosted_elsewhere is not None:
+            leader = self.hosted_elsewhere(name, number)
+            if leader is not None:
+                raise NotLeader(name, number, leader)
 
     def find_stream(self, name: str) -> Stream | None:
         """The stream called ``name``, or None (metadata answers "unknown" rather than fail)."""
@@ -308,7 +330,10 @@ class Broker:
         return [self.streams[name] for name in sorted(self.streams)]
 
     def partition(self, stream: str, number: int) -> Partition:
-        return self.stream(stream).partition(number)
+        found = self.stream(stream)
+        if number >= len(found.partitions):
+            self._check_elsewhere(stream, number)
+        return found.partition(number)
 
     def subject_targets(self, subject: str) -> list[Partition]:
         """The partitions a publish to ``subject`` goes to, routed as Liftbridge routes it
@@ -565,10 +590,14 @@ class Broker:
         max_messages: int | None = None,
         max_bytes: int | None = None,
         group: tuple[str, str, int] | None = None,
+        read_replica: bool = False,
     ) -> Subscription:
         """Resolve the request and return the subscription; every error is raised here, before
-        anything is sent to the subscriber. Batch limits default to the broker's settings."""
+        anything is sent to the subscriber. Batch limits default to the broker's settings.
+        ``read_replica``: a follower of a cluster may serve it (up to the high watermark)."""
         target = self.partition(stream, partition)
+        if target.role is not None:
+            target.role.check_read(read_replica)
         if target.paused and resume:
             self.resume(target)
         bounds = resolve(target.log, request)
@@ -593,6 +622,8 @@ class Broker:
         moves on :meth:`Subscription.seek`. It has no stop bound; every error of the start
         position is raised here."""
         target = self.partition(stream, partition)
+        if target.role is not None:
+            target.role.check_read(False)
         return Subscription(
             target,
             resolve(target.log, request),
@@ -601,6 +632,65 @@ class Broker:
             buffer_bytes=self.config.subscriber_buffer_bytes,
             seekable=True,
         )
+
+    async def browse(
+        self,
+        stream: str,
+        *,
+        partitions: Sequence[int] = (),
+        newest_first: bool = True,
+        limit: int = DEFAULT_BROWSE_LIMIT,
+        start_ns: int | None = None,
+        token: str | None = None,
+        keep: BrowseFilter | None = None,
+        max_scan: int = DEFAULT_BROWSE_MAX_SCAN,
+        max_scan_seconds: float = DEFAULT_BROWSE_MAX_SCAN_SECONDS,
+    ) -> BrowseResult:
+        """One page of ``stream`` merged across ``partitions`` (all when empty) in timestamp
+        order (``browse.py``), from ``start_ns``, or from a previous page's ``token`` (which
+        overrides it); only records passing ``keep``. Paused partitions are resumed (a read
+        opens them, as a resuming subscribe does). Every argument is checked here."""
+        target = self.stream(stream)
+        if not 1 <= limit <= MAX_BROWSE_LIMIT:
+            raise InvalidArgument(f"browse limit must be 1..{MAX_BROWSE_LIMIT}, got {limit}")
+        if max_scan < 1:
+            raise InvalidArgument(f"max_scan must be at least 1 message, got {max_scan}")
+        if not 0 < max_scan_seconds <= MAX_BROWSE_MAX_SCAN_SECONDS:
+            raise InvalidArgument(
+                f"max_scan_seconds must be above 0 and at most {MAX_BROWSE_MAX_SCAN_SECONDS:g}, "
+                f"got {max_scan_seconds}"
+            )
+        numbers = sorted(set(partitions))
+        for number in numbers:
+            target.partition(number)  # PartitionNotFound for a number the stream lacks
+        position = None
+        if token:
+            position = decode_token(token)
+            check_token(
+                position,
+                stream=stream,
+                newest_first=newest_first,
+                partition_count=len(target.partitions),
+                partitions=numbers,
+            )
+            numbers = list(position.partitions)
+        chosen = target.select(numbers)
+        for partition in chosen:
+            if partition.paused:
+                self.resume(partition)
+            partition.check_serving()
+        query = BrowseQuery(
+            partitions=tuple(p.number for p in chosen),
+            newest_first=newest_first,
+            limit=limit,
+            start_ns=start_ns,
+            position=position,
+            filter=keep or BrowseFilter(),
+            max_scan=max_scan,
+            max_scan_seconds=max_scan_seconds,
+        )
+        logs = {p.number: p.log for p in chosen}
+        return await asyncio.to_thread(read_page, stream, logs, query)
 
     # -- materialised views ----------------------------------------------------------------------
 

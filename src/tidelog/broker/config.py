@@ -43,6 +43,19 @@ DEFAULT_SUBSCRIBER_BATCH_BYTES: Final = 1 << 20
 """The most record bytes in one batch to any subscriber (Subscribe, SubscribeBatches, Consume)
 that asked for no byte limit; ``subscriber_buffer_bytes`` caps it further."""
 
+DEFAULT_BROWSE_LIMIT: Final = 50
+"""Messages in a browse page when the caller names no limit."""
+MAX_BROWSE_LIMIT: Final = 10_000
+"""The most messages one browse page may ask for."""
+BROWSE_PAGE_BYTES: Final = 16 << 20
+"""A browse page ends early (with a token) once its messages hold this many bytes."""
+DEFAULT_BROWSE_MAX_SCAN: Final = 1_000_000
+"""Messages a browse examines (filters included) before it stops and says how far it got."""
+DEFAULT_BROWSE_MAX_SCAN_SECONDS: Final = 5.0
+"""Seconds a browse scans before it stops and says how far it got."""
+MAX_BROWSE_MAX_SCAN_SECONDS: Final = 60.0
+"""The longest scan a caller may ask for."""
+
 
 def validate_stream_name(name: str, *, internal: bool = False) -> str:
     """Return ``name`` if it is a valid stream name, else raise :class:`InvalidArgument`.

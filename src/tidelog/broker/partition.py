@@ -14,7 +14,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
+from tidelog.broker.producers import SNAPSHOT_FILE as PRODUCERS_SNAPSHOT
 from tidelog.broker.producers import (
     DuplicateBatch,
     ProducerTable,
@@ -25,6 +27,29 @@ from tidelog.errors import BrokerClosed, PartitionPaused, PartitionReadonly, Str
 from tidelog.log import CommitLog, FlushPolicy, LogConfig, NewRecord, SegmentedLog
 from tidelog.log.filecache import DEFAULT_FILE_CACHE, FileCache
 from tidelog.log.record import HeaderedValues, PackedValues
+
+
+class ReplicaRole(Protocol):
+    """What a partition of a cluster is on this broker (``tidelog.cluster`` sets it): the
+    leader, a follower, or neither yet. A single broker's partitions have no role."""
+
+    def check_publish(self) -> None:
+        """Raise ``NotLeader`` unless this broker may append client publishes."""
+        ...
+
+    async def replicated(self, last_offset: int) -> None:
+        """Return once every in-sync replica holds ``last_offset`` (ack policy ALL); raise
+        ``NotEnoughReplicas`` after the ack timeout, ``NotLeader`` if leadership is lost."""
+        ...
+
+    def check_read(self, read_replica: bool) -> None:
+        """Raise ``NotLeader`` unless this broker may serve reads (a follower only with
+        ``read_replica``: Liftbridge's ``readISRReplica``)."""
+        ...
+
+    def opened(self, log: CommitLog) -> None:
+        """The partition opened ``log`` (a start or a resume): apply the commit limit to it."""
+        ...
 
 
 class CommitSignal:
@@ -113,6 +138,8 @@ class Partition:
         self._log: CommitLog | None = None
         self._producers: ProducerTable | None = None
         self._paused_offsets = (-1, -1)  # (high watermark, newest) when last paused
+        self.role: ReplicaRole | None = None
+        """Set on a broker of a cluster: leader, follower (``tidelog.cluster``)."""
         if paused:
             # Report the offsets a paused partition holds without keeping its log open.
             log = self._open_log()
@@ -178,6 +205,8 @@ class Partition:
             raise
         log.add_listener(self._on_commit)
         self._log = log
+        if self.role is not None:
+            self.role.opened(log)
 
     def reconfigure(self, log_config: LogConfig) -> None:
         """New limits and retention for the log, open or reopened later."""
@@ -257,6 +286,9 @@ class Partition:
         """
         if self.readonly:
             raise PartitionReadonly(self.stream, self.number)
+        role = self.role
+        if role is not None:
+            role.check_publish()
         if self.paused:
             self.resume()
         log = self.log
@@ -269,6 +301,8 @@ class Partition:
             if durable:
                 await asyncio.to_thread(log.flush)
         self._count_in(messages, len(offsets))
+        if durable and role is not None and offsets:
+            await role.replicated(offsets[-1])
         return Published(offsets, timestamp=stamp)
 
     async def publish_idempotent(
@@ -288,6 +322,9 @@ class Partition:
         """
         if self.readonly:
             raise PartitionReadonly(self.stream, self.number)
+        role = self.role
+        if role is not None:
+            role.check_publish()
         if self.paused:
             self.resume()
         log = self.log
@@ -313,11 +350,23 @@ class Partition:
                 await asyncio.to_thread(log.flush)
             self.touch()
             stored = duplicate.stored
+            if durable and role is not None and stored is not None and stored.offsets:
+                await role.replicated(stored.offsets[-1])
             return Published(range(0) if stored is None else stored.offsets, duplicate=True)
         if durable and not always:
             await asyncio.to_thread(log.flush)
         self._count_in(messages, len(offsets))
+        if durable and role is not None and offsets:
+            await role.replicated(offsets[-1])
         return Published(offsets, timestamp=stamp)
+
+    def reload_producers(self) -> None:
+        """Rebuild the producer table from the whole log: a replica that becomes the leader
+        appended its leaders' batches (and maybe cut a tail) without it, so its snapshot does
+        not describe the log."""
+        if self._log is not None:
+            (self.directory / PRODUCERS_SNAPSHOT).unlink(missing_ok=True)
+            self._producers = ProducerTable.restore(self._log, self.directory)
 
     def _count_in(self, messages: Sequence[bytes | NewRecord], count: int) -> None:
         now = time.time_ns()

@@ -231,7 +231,7 @@ class ProducerTable:
     def restore(cls, log: CommitLog, directory: Path) -> ProducerTable:
         """The table of ``log``: its snapshot in ``directory`` plus the records after it."""
         table, covered = cls._load(directory, log.newest_offset)
-        for batch in log.forward_reader(covered + 1):
+        for batch in log.forward_reader(covered + 1, past_limit=True):
             table.replayed += len(batch)
             if not batch.has_headers():
                 continue

@@ -11,7 +11,6 @@ import asyncio
 import json
 import sys
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,17 +20,16 @@ from rich.table import Table
 
 from tidelog import __version__
 from tidelog.broker import FlushPolicy
-from tidelog.cli.common import ServerOption, err, fail, guarded, out, printable
+from tidelog.cli.common import ServerOption, err, fail, guarded, out
 from tidelog.cli.site_commands import site_app
+from tidelog.cli.tail_command import tail
 from tidelog.cli.view_commands import parse_view, query_app, view_app
 from tidelog.client import (
     DEFAULT_SERVER,
     Client,
     Message,
-    ReceivedMessage,
 )
 from tidelog.client.aio import PUBLISH_CHUNK
-from tidelog.client.models import Start, Stop
 from tidelog.errors import GroupStateUnreadable, InvalidArgument, LogLocked
 
 app = typer.Typer(
@@ -81,6 +79,19 @@ def serve(
         str | None,
         typer.Option(help="this site's id for multi-site replication (default: none, sites off)"),
     ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster", help="join a cluster whose metadata is in etcd at http://HOST:PORT"
+        ),
+    ] = None,
+    broker_id: Annotated[
+        str | None, typer.Option(help="this broker's id (a cluster needs one per broker)")
+    ] = None,
+    advertise: Annotated[
+        str | None,
+        typer.Option(help="HOST:PORT other brokers and clients reach this broker at (cluster)"),
+    ] = None,
     flush_policy: Annotated[FlushPolicy | None, typer.Option(help="[interval]")] = None,
     log_format: Annotated[str | None, typer.Option(help="text or json [text]")] = None,
     log_level: Annotated[
@@ -106,6 +117,9 @@ def serve(
             advertised_port=advertised_port,
             metrics_port=metrics_port,
             site_id=site_id,
+            cluster=cluster,
+            broker_id=broker_id,
+            advertise=advertise,
             flush_policy=flush_policy,
             log_format=log_format,
             log_level=log_level.upper() if log_level else None,
@@ -352,95 +366,7 @@ def _publish_file(
 
 # -- tail ------------------------------------------------------------------------------------------
 
-
-def parse_from(spec: str) -> Start:
-    """``earliest``, ``latest``, ``new``, ``offset:N`` or ``time:ISO8601``."""
-    if spec in ("earliest", "latest", "new"):
-        return spec  # type: ignore[return-value]
-    kind, sep, rest = spec.partition(":")
-    if sep and kind == "offset" and rest.isdigit():
-        return int(rest)
-    if sep and kind == "time":
-        try:
-            moment = datetime.fromisoformat(rest)
-        except ValueError:
-            fail(f"--from time:{rest}: not an ISO 8601 time (e.g. 2026-11-21T10:00:00+00:00)", 2)
-        return moment if moment.tzinfo else moment.astimezone()
-    fail(f"--from takes earliest, latest, new, offset:N or time:ISO8601, not {spec!r}", 2)
-
-
-def message_json(m: ReceivedMessage) -> str:
-    return json.dumps(
-        {
-            "offset": m.offset,
-            "timestamp": m.timestamp,
-            "key": printable(m.key),
-            "value": printable(m.value),
-            "headers": {k: printable(v) for k, v in m.headers.items()},
-            "partition": m.partition,
-        }
-    )
-
-
-@app.command()
-def tail(
-    stream: str,
-    server: ServerOption = DEFAULT_SERVER,
-    partition: Annotated[int, typer.Option("--partition", "-p")] = 0,
-    start: Annotated[
-        str | None, typer.Option("--from", help="earliest|latest|new|offset:N|time:ISO8601")
-    ] = None,
-    reverse: Annotated[bool, typer.Option("--reverse", "-r", help="newest to oldest")] = False,
-    count: Annotated[int | None, typer.Option("-n", help="stop after N messages", min=0)] = None,
-    follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="keep waiting for new messages")
-    ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line")] = False,
-) -> None:
-    """Print messages of one partition.
-
-    Without --follow it prints what is there and exits: forward from --from (default: the last
-    -n messages, or everything), or with --reverse newest first. --follow keeps waiting.
-    """
-    if reverse and follow:
-        fail("--reverse reads back to the oldest message and ends; it cannot --follow", 2)
-    begin: Start | None = parse_from(start) if start is not None else None
-    with guarded(server) as client:
-        if count == 0:
-            return
-        info = client.stream_info(stream)
-        if not 0 <= partition < len(info.partitions):
-            fail(f"stream {stream!r} has no partition {partition}")
-        newest = info.partitions[partition].newest_offset
-        if begin is None:
-            if reverse:
-                begin = "latest"
-            elif follow:
-                begin = "new"
-            else:
-                begin = 0 if count is None else max(newest - count + 1, 0)
-        stop: Stop = None
-        if not follow and not reverse:
-            # Print what is there now and exit: nothing when the start lies past the newest.
-            if newest < 0 or begin == "new" or (isinstance(begin, int) and begin > newest):
-                return
-            stop = "latest"
-        shown = 0
-        try:
-            for m in client.subscribe(stream, partition, start=begin, stop=stop, reverse=reverse):
-                print(message_json(m) if as_json else _human(m), flush=follow)
-                shown += 1
-                if count is not None and shown >= count:
-                    break
-        except KeyboardInterrupt:
-            pass
-
-
-def _human(m: ReceivedMessage) -> str:
-    key = "" if m.key is None else f" key={printable(m.key)}"
-    headers = "".join(f" {k}={printable(v)}" for k, v in m.headers.items())
-    when = m.time.isoformat(timespec="milliseconds")
-    return f"{m.offset}\t{when}{key}{headers}\t{printable(m.value)}"
+app.command()(tail)  # tail_command.py: every partition merged, filtered on the server
 
 
 # -- cursors ---------------------------------------------------------------------------------------

@@ -16,7 +16,14 @@ from tidelog.client.errors import (
     Unavailable,
     Unimplemented,
 )
-from tidelog.client.models import Ack, Message, PartitionInfo, ReceivedMessage, StreamInfo
+from tidelog.client.models import (
+    Ack,
+    BrowsePage,
+    Message,
+    PartitionInfo,
+    ReceivedMessage,
+    StreamInfo,
+)
 from tidelog.client.routing_listener import RoutedMessage
 from tidelog.client.settings import ClientSettings
 from tidelog.client.site_calls import SiteInfo, SiteStatus
@@ -29,6 +36,7 @@ __all__ = [
     "Ack",
     "AlreadyExists",
     "AsyncClient",
+    "BrowsePage",
     "Client",
     "ClientError",
     "ClientSettings",

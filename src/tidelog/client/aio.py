@@ -14,6 +14,7 @@ import contextlib
 import zlib
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from datetime import datetime
 from itertools import accumulate
 from types import TracebackType
 from typing import Any, TypeVar, overload
@@ -25,20 +26,30 @@ from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
-from tidelog.client.codec import decode, pack_messages, start_fields, stop_fields
+from tidelog.client.codec import (
+    browse_page,
+    browse_request,
+    decode,
+    pack_messages,
+    start_fields,
+    stop_fields,
+)
 from tidelog.client.consumer import DEFAULT_PREFETCH, Consumer
 from tidelog.client.errors import (
     AlreadyExists,
     ClientError,
+    FailedPrecondition,
     InvalidArgument,
     NotFound,
     Unavailable,
     error_for_number,
     from_rpc_error,
 )
+from tidelog.client.leaders import NOT_LEADER_TEXT, LeaderRouter, not_leader
 from tidelog.client.models import (
     Ack,
     Acks,
+    BrowsePage,
     Message,
     PartitionInfo,
     ReceivedMessage,
@@ -67,6 +78,8 @@ DEFAULT_SERVER = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
 """Where a client connects when told nothing: a server started with its defaults."""
 PUBLISH_CHUNK = 1000
 """``publish_batch`` sends at most this many messages per request."""
+LEADER_HOPS = 4
+"""How many brokers a plain publish tries when each says another leads the partition."""
 
 
 class AsyncClient(ViewCalls, SiteCalls):
@@ -84,6 +97,9 @@ class AsyncClient(ViewCalls, SiteCalls):
         self._api = pb_grpc.APIStub(self._channel)
         self._v1 = v1_grpc.TidelogStub(self._channel)
         self._partition_counts: dict[str, int] = {}
+        self._router = LeaderRouter(server, self._channel, self.settings)
+        self._ack_policy = v1.ACK_POLICY_ALL if self.settings.ack_all else v1.ACK_POLICY_LEADER
+        """Partitions' leaders, once the server turns out to be one broker of a cluster."""
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -97,12 +113,34 @@ class AsyncClient(ViewCalls, SiteCalls):
         await self.close()
 
     async def close(self) -> None:
+        await self._router.close()
         await self._channel.close()
 
-    async def _retrying(self, attempt: Attempt[T], timeout: float | None = None) -> T:
-        """Run a call that is safe to repeat, retrying it while the server is unreachable."""
+    async def _retrying(
+        self,
+        attempt: Attempt[T],
+        timeout: float | None = None,
+        *,
+        route: tuple[str, int] | None = None,
+    ) -> T:
+        """Run a call that is safe to repeat, retrying it while the server is unreachable;
+        ``route``: the (stream, partition) whose leader serves it, looked up again when a broker
+        says it does not lead it."""
+        if route is None:
+            return await retrying(
+                attempt, channel=self._channel, settings=self.settings, timeout=timeout
+            )
+        stream, partition = route
+
+        async def relocate(error: grpc.RpcError) -> None:
+            await self._router.after_failure(error, stream, partition)
+
         return await retrying(
-            attempt, channel=self._channel, settings=self.settings, timeout=timeout
+            attempt,
+            channel=None if self._router.clustered else self._channel,
+            settings=self.settings,
+            timeout=timeout,
+            after_failure=relocate,
         )
 
     # -- streams ---------------------------------------------------------------------------------
@@ -195,6 +233,7 @@ class AsyncClient(ViewCalls, SiteCalls):
             return await self._api.FetchMetadata(request, timeout=timeout)
 
         response = await self._retrying(attempt)
+        self._router.learn(response)
         infos = []
         for meta in response.streamMetadata:
             if meta.error == pb.StreamMetadata.UNKNOWN_STREAM:
@@ -239,16 +278,14 @@ class AsyncClient(ViewCalls, SiteCalls):
         """Publish one message; returns where it was stored once the server acknowledged it."""
         number = await self._choose_partition(stream, key, partition)
         request = v1.PublishBatchRequest(
+            ack_policy=self._ack_policy,
             stream=stream,
             partition=number,
             messages=columns.pack([value], [key], [dict(headers)] if headers else None),
             expected_offset=-1,
         )
-        try:
-            response = await self._v1.PublishBatch(request)
-        except grpc.RpcError as error:
-            raise _publish_error(error) from None
-        return Ack(stream, number, response.first_offset)
+        acks = await self._send_chunk(stream, number, request, None)
+        return acks[0]
 
     @overload
     async def publish_batch(
@@ -362,6 +399,7 @@ class AsyncClient(ViewCalls, SiteCalls):
             )
         (number,) = numbers
         request = v1.PublishBatchRequest(
+            ack_policy=self._ack_policy,
             stream=stream,
             partition=number,
             messages=pack_messages(messages),
@@ -378,9 +416,10 @@ class AsyncClient(ViewCalls, SiteCalls):
             )
 
         async def attempt(timeout: float | None, number: int) -> v1.PublishBatchResponse:
-            return await self._v1.PublishBatch(request, timeout=timeout)
+            return await self._router.v1(stream, partition).PublishBatch(request, timeout=timeout)
 
-        response = await self._retrying(attempt, timeout)
+        partition = number
+        response = await self._retrying(attempt, timeout, route=(stream, partition))
         first = response.first_offset
         return Acks(
             stream, number, range(first, first + response.count), duplicate=response.duplicate
@@ -395,12 +434,34 @@ class AsyncClient(ViewCalls, SiteCalls):
     ) -> Acks:
         packed = pack_messages(messages)
         request = v1.PublishBatchRequest(
-            stream=stream, partition=partition, messages=packed, expected_offset=-1
+            ack_policy=self._ack_policy,
+            stream=stream,
+            partition=partition,
+            messages=packed,
+            expected_offset=-1,
         )
-        try:
-            response = await self._v1.PublishBatch(request, timeout=timeout)
-        except grpc.RpcError as error:
-            raise _publish_error(error) from None
+        return await self._send_chunk(stream, partition, request, timeout)
+
+    async def _send_chunk(
+        self,
+        stream: str,
+        partition: int,
+        request: v1.PublishBatchRequest,
+        timeout: float | None,
+    ) -> Acks:
+        for hop in range(LEADER_HOPS):
+            try:
+                response = await self._router.v1(stream, partition).PublishBatch(
+                    request, timeout=timeout
+                )
+                break
+            except grpc.RpcError as error:
+                # Refused by a broker that does not lead the partition: nothing was stored, so
+                # it goes to the leader. Anything else is the caller's to decide.
+                if not not_leader(error) or hop + 1 == LEADER_HOPS:
+                    raise _publish_error(error) from None
+                await self._router.after_failure(error, stream, partition)
+                await asyncio.sleep(self.settings.retry_first_backoff_s * (hop + 1))
         first = response.first_offset
         return Acks(stream, partition, range(first, first + response.count))
 
@@ -432,7 +493,7 @@ class AsyncClient(ViewCalls, SiteCalls):
         """A pipelined publisher for one partition over one long-lived stream (``PublishStream``):
         use ``async with client.publisher(...) as p`` and ``await p.publish(values)``; many
         publishes may be in flight at once and are acknowledged in order."""
-        return Publisher(self._v1, stream, partition)
+        return Publisher(self._router.v1(stream, partition), stream, partition, self._ack_policy)
 
     # -- subscribing -----------------------------------------------------------------------------
 
@@ -448,7 +509,60 @@ class AsyncClient(ViewCalls, SiteCalls):
         max_messages: int = 0,
     ) -> AsyncGenerator[v1.RecordBatch, None]:
         """Open a subscription now (the server's handshake is awaited, so errors raise here and
-        ``start="new"`` means new from this call on); iterate the result for the batches."""
+        ``start="new"`` means new from this call on); iterate the result for the batches.
+
+        In a cluster, a forward subscription whose leader goes away (a crash, a new election)
+        is opened again on the new leader from the offset after the last one delivered."""
+        opened = await self._open_once(
+            stream, partition, start, stop, reverse, resume, max_messages
+        )
+        return self._following(opened, stream, partition, start, stop, reverse, max_messages)
+
+    async def _following(
+        self,
+        batches: AsyncGenerator[v1.RecordBatch, None],
+        stream: str,
+        partition: int,
+        start: Start,
+        stop: Stop,
+        reverse: bool,
+        max_messages: int,
+    ) -> AsyncGenerator[v1.RecordBatch, None]:
+        last: int | None = None
+        while True:
+            try:
+                async for batch in batches:
+                    if not reverse:
+                        last = int.from_bytes(batch.offsets[-8:], "little", signed=True)
+                    yield batch
+                return
+            except (Unavailable, FailedPrecondition) as error:
+                moved = isinstance(error, Unavailable) or NOT_LEADER_TEXT in str(error).lower()
+                if reverse or not self._router.clustered or not moved:
+                    raise
+            finally:
+                await batches.aclose()
+            await self._router.refresh(stream)
+            batches = await self._open_once(
+                stream,
+                partition,
+                start if last is None else last + 1,
+                stop,
+                reverse,
+                False,
+                max_messages,
+            )
+
+    async def _open_once(
+        self,
+        stream: str,
+        partition: int,
+        start: Start,
+        stop: Stop,
+        reverse: bool,
+        resume: bool,
+        max_messages: int,
+    ) -> AsyncGenerator[v1.RecordBatch, None]:
         request = v1.SubscribeBatchesRequest(
             stream=stream,
             partition=partition,
@@ -460,7 +574,7 @@ class AsyncClient(ViewCalls, SiteCalls):
         )
 
         async def attempt(timeout: float | None, number: int) -> tuple[Any, v1.RecordBatch]:
-            call = self._v1.SubscribeBatches(request)
+            call = self._router.v1(stream, partition).SubscribeBatches(request)
             try:
                 handshake = await call.read()
             except BaseException:
@@ -471,7 +585,7 @@ class AsyncClient(ViewCalls, SiteCalls):
                 raise Unavailable("the server ended the subscription before it started")
             return call, handshake
 
-        call, handshake = await self._retrying(attempt)
+        call, handshake = await self._retrying(attempt, route=(stream, partition))
         return _batches(call, handshake)
 
     async def subscribe_batches(
@@ -522,6 +636,58 @@ class AsyncClient(ViewCalls, SiteCalls):
         ):
             for message in decode(batch, stream, partition):
                 yield message
+
+    async def browse(
+        self,
+        stream: str,
+        *,
+        limit: int = 50,
+        newest_first: bool = True,
+        start: datetime | None = None,
+        token: str | None = None,
+        partitions: Sequence[int] | None = None,
+        key: bytes | str | None = None,
+        key_prefix: bytes | str | None = None,
+        headers: Mapping[str, bytes | str] | None = None,
+        contains: bytes | str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        max_scan: int | None = None,
+        max_scan_seconds: float | None = None,
+    ) -> BrowsePage:
+        """One page of ``stream`` merged across its partitions (or ``partitions``) in timestamp
+        order (ties by partition, then offset), newest first or oldest first, read and filtered
+        on the server.
+
+        ``start``: newest first, messages at or before it; oldest first, at or after it (None:
+        from the newest / the oldest). ``token``: a previous page's ``next_token``, to continue
+        after it in the same direction with the same filters (it overrides ``start``). Filters,
+        all of which must hold: ``key`` equals, ``key_prefix``, every ``headers`` name=value,
+        the value ``contains`` (text as UTF-8), ``since <= timestamp <= until``. A search stops
+        after ``max_scan`` messages or ``max_scan_seconds`` (server defaults 1,000,000 and 5 s)
+        with ``budget_exhausted`` set and a token to go on. Unknown stream: NotFound; a bad
+        token or argument: InvalidArgument. Naive datetimes are local time."""
+        request = browse_request(
+            stream,
+            limit=limit,
+            newest_first=newest_first,
+            start=start,
+            token=token,
+            partitions=partitions,
+            key=key,
+            key_prefix=key_prefix,
+            headers=headers,
+            contains=contains,
+            since=since,
+            until=until,
+            max_scan=max_scan,
+            max_scan_seconds=max_scan_seconds,
+        )
+
+        async def attempt(timeout: float | None, number: int) -> v1.BrowseResponse:
+            return await self._v1.Browse(request, timeout=timeout)
+
+        return browse_page(await self._retrying(attempt), stream)
 
     def routing_listener(
         self,
@@ -593,8 +759,15 @@ async def _batches(call: Any, first: v1.RecordBatch) -> AsyncGenerator[v1.Record
 class Publisher:
     """Publishes batches to one partition over one ``PublishStream`` call, pipelined."""
 
-    def __init__(self, stub: v1_grpc.TidelogStub, stream: str, partition: int) -> None:
+    def __init__(
+        self,
+        stub: v1_grpc.TidelogStub,
+        stream: str,
+        partition: int,
+        ack_policy: v1.AckPolicy.ValueType = v1.ACK_POLICY_LEADER,
+    ) -> None:
         self._stub = stub
+        self._ack_policy = ack_policy
         self.stream = stream
         self.partition = partition
         self._pending: deque[asyncio.Future[Acks]] = deque()
@@ -619,6 +792,7 @@ class Publisher:
         if self._call is None:
             raise RuntimeError("use the publisher inside 'async with'")
         request = v1.PublishBatchRequest(
+            ack_policy=self._ack_policy,
             stream=self.stream,
             partition=self.partition,
             messages=pack_messages(messages),

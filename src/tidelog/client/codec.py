@@ -13,10 +13,12 @@ from itertools import repeat
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
+
 from tidelog import columns
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog.client.errors import InvalidArgument
-from tidelog.client.models import Message, ReceivedMessage, Start, Stop
+from tidelog.client.models import BrowsePage, Message, ReceivedMessage, Start, Stop
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -93,4 +95,95 @@ def decode(batch: v1.RecordBatch, stream: str, partition: int) -> list[ReceivedM
                 strict=True,
             ),
         )
+    )
+
+
+def _raw(text: bytes | str) -> bytes:
+    return text.encode() if isinstance(text, str) else bytes(text)
+
+
+def browse_request(
+    stream: str,
+    *,
+    limit: int,
+    newest_first: bool,
+    start: datetime | None,
+    token: str | None,
+    partitions: Sequence[int] | None,
+    key: bytes | str | None,
+    key_prefix: bytes | str | None,
+    headers: Mapping[str, bytes | str] | None,
+    contains: bytes | str | None,
+    since: datetime | None,
+    until: datetime | None,
+    max_scan: int | None,
+    max_scan_seconds: float | None,
+) -> v1.BrowseRequest:
+    """The ``Browse`` request for ``AsyncClient.browse``'s arguments (text is sent as UTF-8)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidArgument(f"limit must be a positive number of messages, got {limit!r}")
+    if max_scan is not None and max_scan < 1:
+        raise InvalidArgument(f"max_scan must be at least 1 message, got {max_scan}")
+    if max_scan_seconds is not None and not max_scan_seconds > 0:
+        raise InvalidArgument(f"max_scan_seconds must be above 0, got {max_scan_seconds}")
+    keep = v1.BrowseFilter(
+        headers=[v1.Header(name=n, value=_raw(v)) for n, v in (headers or {}).items()]
+    )
+    if key is not None:
+        keep.key = _raw(key)
+    if key_prefix is not None:
+        keep.key_prefix = _raw(key_prefix)
+    if contains is not None:
+        keep.value_contains = _raw(contains)
+    if since is not None:
+        keep.since_ns = _ns(since)
+    if until is not None:
+        keep.until_ns = _ns(until)
+    request = v1.BrowseRequest(
+        stream=stream,
+        limit=limit,
+        oldest_first=not newest_first,
+        token=token or "",
+        partitions=list(partitions or ()),
+        filter=keep,
+        max_scan=max_scan or 0,
+        max_scan_seconds=max_scan_seconds or 0.0,
+    )
+    if start is not None and not token:
+        request.start_ns = _ns(start)
+    return request
+
+
+def browse_page(response: v1.BrowseResponse, stream: str) -> BrowsePage:
+    """The client's page for a ``Browse`` response."""
+    batch = response.batch
+    if len(response.partitions) % 4:
+        raise ValueError("malformed page: partitions is not a whole number of int32 entries")
+    partitions = np.frombuffer(response.partitions, dtype="<i4").tolist()
+    offsets = columns.unpack_int64(batch.offsets).tolist()
+    timestamps = columns.unpack_int64(batch.timestamps).tolist()
+    values, keys, headers = columns.unpack(batch.messages)
+    n = len(values)
+    messages = tuple(
+        ReceivedMessage(
+            offset,
+            stamp,
+            None if keys is None else keys[i],
+            values[i],
+            _NO_HEADERS if headers is None else MappingProxyType(headers[i]),
+            partition,
+            stream,
+        )
+        for i, (offset, stamp, partition) in enumerate(
+            zip(offsets, timestamps, partitions, strict=True)
+        )
+    )
+    if len(messages) != n:
+        raise ValueError("malformed page: its columns have different lengths")
+    return BrowsePage(
+        messages,
+        response.next_token or None,
+        int(response.scanned),
+        response.budget_exhausted,
+        response.reached_timestamp if response.HasField("reached_timestamp") else None,
     )

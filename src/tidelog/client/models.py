@@ -43,6 +43,23 @@ class ReceivedMessage(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class BrowsePage:
+    """A page of a stream's messages merged across partitions (``browse``), in page order."""
+
+    messages: tuple[ReceivedMessage, ...]
+    next_token: str | None
+    """Pass it as ``token`` (same direction and filters) for the next page; None when there is
+    nothing more in this direction. An oldest-first page at the live end still has one: the
+    next page holds what arrived since (empty when nothing did)."""
+    scanned: int
+    """Messages the server examined for this page, passing the filters or not."""
+    budget_exhausted: bool
+    """The scan stopped at its budget before the page was full: continue with ``next_token``."""
+    reached_timestamp: int | None
+    """Timestamp (ns) of the last message examined: how far the scan got (None: none was)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Ack:
     """Where a published message was stored."""
 

@@ -22,13 +22,18 @@ CreateStream                        yes     ALREADY_EXISTS after an unanswered a
                                             partitions and subject asked for
 DeleteStream, DropView              yes     NOT_FOUND after an unanswered attempt is "deleted"
 plain publish, ``publish_batch``    no      a retry could store the messages twice: the
-without a producer, ``Publisher``           caller gets ``Unavailable`` at once
+without a producer, ``Publisher``           caller gets ``Unavailable`` at once (a refusal
+                                            by a broker that does not lead the partition is
+                                            retried at the leader: nothing was stored)
 a live subscription, ``Consumer``   no      it ends with ``Unavailable``; resume from the last
-                                            offset received
+                                            offset received (in a cluster, ``subscribe``
+                                            resumes on the new leader by itself)
 ==================================  ======  ====================================================
 
-Only UNAVAILABLE is retried. DEADLINE_EXCEEDED is not: an attempt's deadline is what is left of
-the call's own ``timeout``, so when it passes there is no time left to retry in.
+Only UNAVAILABLE is retried, and, for calls routed to a partition's leader in a cluster
+(``leaders.py``), FAILED_PRECONDITION "not partition leader", after looking the leader up
+again. DEADLINE_EXCEEDED is not: an attempt's deadline is what is left of the call's own
+``timeout``, so when it passes there is no time left to retry in.
 
 Between attempts the call pauses (``retry_first_backoff_s``, doubling up to
 ``retry_max_backoff_s``), then waits for the channel to be connected again instead of failing
@@ -53,6 +58,7 @@ from typing import TypeVar
 import grpc
 
 from tidelog.client.errors import ClientError, Unavailable, from_rpc_error
+from tidelog.client.leaders import not_leader
 from tidelog.client.settings import ClientSettings
 
 T = TypeVar("T")
@@ -122,26 +128,35 @@ class RetryBudget:
 async def retrying(
     attempt: Attempt[T],
     *,
-    channel: grpc.aio.Channel,
+    channel: grpc.aio.Channel | None,
     settings: ClientSettings,
     timeout: float | None = None,
     clock: Callable[[], float] = time.monotonic,
+    after_failure: Callable[[grpc.RpcError], Awaitable[None]] | None = None,
 ) -> T:
     """``attempt`` until it answers, fails with anything but UNAVAILABLE (raised as its
-    ``ClientError``) or the budget is spent (``Unavailable`` saying how long it tried)."""
+    ``ClientError``) or the budget is spent (``Unavailable`` saying how long it tried).
+
+    ``after_failure`` (calls routed to a partition's leader): also retry a refusal by a broker
+    that does not lead the partition (nothing was done), calling it first so that the next
+    attempt goes to the leader. ``channel``: wait for it to reconnect between attempts (None:
+    only pause, the next attempt may go elsewhere)."""
     budget = RetryBudget.start(settings, timeout, clock())
     while True:
         budget.attempts += 1
         try:
             return await attempt(budget.attempt_timeout(clock()), budget.attempts)
         except grpc.RpcError as error:
-            if error.code() not in RETRYABLE:
+            moved = after_failure is not None and not_leader(error)
+            if error.code() not in RETRYABLE and not moved:
                 raise from_rpc_error(error) from None
             failure = error
         pause = budget.next_pause(clock())
         if pause is not None:
+            if after_failure is not None:
+                await after_failure(failure)
             await asyncio.sleep(pause)
-            if await _connected(channel, budget.deadline - clock()):
+            if channel is None or await _connected(channel, budget.deadline - clock()):
                 continue
         raise _gave_up(failure, budget, clock())
 

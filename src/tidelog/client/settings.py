@@ -56,6 +56,11 @@ class ClientSettings:
     accepts connections and still answers UNAVAILABLE (one shutting down); while it does not
     listen at all, a retry waits for the channel to connect instead (``reconnect_max_s``)."""
 
+    ack_all: bool = False
+    """Publishes are acknowledged only once every in-sync replica of the partition holds them
+    (ack policy ALL: in a cluster, a leader's crash then loses no acknowledged message; on one
+    broker, once they are synced to disk). False: once the leader has them (LEADER)."""
+
     channel_options: tuple[tuple[str, str | int], ...] = ()
     """More gRPC channel arguments, appended last, so they win. Keepalive, for instance
     (``("grpc.keepalive_time_ms", 60_000)``), detects a server host that vanished without closing

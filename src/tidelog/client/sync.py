@@ -20,7 +20,16 @@ from tidelog.client.aio import DEFAULT_SERVER, AsyncClient
 from tidelog.client.codec import decode
 from tidelog.client.consumer import DEFAULT_PREFETCH, Consumer
 from tidelog.client.errors import InvalidArgument
-from tidelog.client.models import Ack, Acks, Message, ReceivedMessage, Start, Stop, StreamInfo
+from tidelog.client.models import (
+    Ack,
+    Acks,
+    BrowsePage,
+    Message,
+    ReceivedMessage,
+    Start,
+    Stop,
+    StreamInfo,
+)
 from tidelog.client.routing_listener import (
     COMMIT_EVERY,
     DISCOVER_S,
@@ -245,6 +254,44 @@ class Client(SyncViewCalls, SyncSiteCalls):
             stream, partition, start=start, stop=stop, reverse=reverse, resume=resume
         )
         return (m for batch in batches for m in decode(batch, stream, partition))
+
+    def browse(
+        self,
+        stream: str,
+        *,
+        limit: int = 50,
+        newest_first: bool = True,
+        start: datetime | None = None,
+        token: str | None = None,
+        partitions: Sequence[int] | None = None,
+        key: bytes | str | None = None,
+        key_prefix: bytes | str | None = None,
+        headers: Mapping[str, bytes | str] | None = None,
+        contains: bytes | str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        max_scan: int | None = None,
+        max_scan_seconds: float | None = None,
+    ) -> BrowsePage:
+        """One page of ``stream`` merged across partitions (see ``AsyncClient.browse``)."""
+        return self._run(
+            self._client.browse(
+                stream,
+                limit=limit,
+                newest_first=newest_first,
+                start=start,
+                token=token,
+                partitions=partitions,
+                key=key,
+                key_prefix=key_prefix,
+                headers=headers,
+                contains=contains,
+                since=since,
+                until=until,
+                max_scan=max_scan,
+                max_scan_seconds=max_scan_seconds,
+            )
+        )
 
     def _view_calls(self) -> ViewCalls:
         return self._client

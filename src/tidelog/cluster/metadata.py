@@ -10,6 +10,11 @@ per cluster (``/tidelog/<cluster>/``):
 - ``controller``: the id of the one broker that places partitions and changes leaders and ISRs.
   A broker campaigns by creating the key with its own lease, only if absent (one etcd
   transaction); the key goes with the lease, and the next campaign wins.
+- ``streams/<name>``: a stream's settings, replication factor and ``minIsr``, written with its
+  partitions' first states in one transaction, only if absent.
+- ``ready/<stream>/<n>/<broker>``: the leader epoch under which that replica has opened the
+  partition (leading or following), with the broker's lease; a created stream is usable once
+  its leaders and live replicas have all marked it.
 - ``partitions/<stream>/<n>``: a partition's :class:`PartitionState` (replicas, leader, ISR,
   partition epoch, leader epoch) as JSON. Every change is a **compare-and-set on the partition
   epoch**: :meth:`Metadata.update_partition` reads the state, checks that its epoch is the one
@@ -28,8 +33,8 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, replace
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -86,15 +91,22 @@ class Membership:
     def __init__(self, lease: aetcd.Lease, ttl_s: int) -> None:
         self.lease = lease
         self.ttl_s = ttl_s
+        self.lost = False
+        """Set once etcd says the lease expired (the process was paused or cut off for longer
+        than the time to live): the broker's keys are gone and it must register again."""
         self._task = asyncio.create_task(self._refresh())
 
     async def _refresh(self) -> None:
-        while True:
+        while not self.lost:
             await asyncio.sleep(self.ttl_s / 3)
             try:
-                await self.lease.refresh()
+                reply = await self.lease.refresh()
             except aetcd.ClientError as error:  # etcd away: keep trying until the lease expires
                 LOG.warning("lease %s not refreshed: %s", self.lease.id, error)
+                continue
+            if reply is None or reply.TTL <= 0:
+                LOG.warning("lease %s expired: this broker left the cluster", self.lease.id)
+                self.lost = True
 
     async def close(self) -> None:
         """Leave: stop refreshing and revoke the lease (the broker's keys go at once)."""
@@ -233,6 +245,117 @@ class Metadata:
         return {
             int(kv.key[len(base) :].decode()): PartitionState.from_json(kv.value) for kv in found
         }
+
+    # -- streams ---------------------------------------------------------------------------------
+
+    async def create_stream(
+        self, name: str, record: StreamRecord, states: Sequence[PartitionState]
+    ) -> bool:
+        """Write a new stream and its partitions' first states in one transaction; False (and
+        nothing written) when a stream of that name exists."""
+        key = self._key("streams", name)
+        tx = self._client.transactions
+        puts = [tx.put(key, record.to_json())]
+        puts += [
+            tx.put(self._key("partitions", name, str(n)), replace(st, partition_epoch=0).to_json())
+            for n, st in enumerate(states)
+        ]
+        with _unavailable(self._url):
+            created, _ = await self._client.transaction(
+                compare=[tx.version(key) == 0], success=puts, failure=[]
+            )
+        return bool(created)
+
+    async def delete_stream(self, name: str) -> bool:
+        """Remove a stream, its partitions and their ready marks; False when there was none."""
+        with _unavailable(self._url):
+            found = await self._client.delete(self._key("streams", name))
+            await self._client.delete_prefix(self._key("partitions", name, ""))
+            await self._client.delete_prefix(self._key("ready", name, ""))
+        return bool(found)
+
+    async def mark_ready(
+        self, stream: str, partition: int, broker_id: str, leader_epoch: int, lease: aetcd.Lease
+    ) -> None:
+        """This replica has opened the partition under ``leader_epoch`` (as its leader, taking
+        publishes, or following it); the key lives with the broker's lease."""
+        key = self._key("ready", stream, str(partition), broker_id)
+        with _unavailable(self._url):
+            await self._client.put(key, str(leader_epoch).encode(), lease)
+
+    async def view(self) -> ClusterView:
+        """Everything under the cluster's prefix, read at one revision."""
+        with _unavailable(self._url):
+            found = await self._client.get_prefix(self.prefix)
+        view = ClusterView()
+        for kv in found:
+            parts = kv.key[len(self.prefix) :].decode().split("/")
+            kind = parts[0]
+            if kind == "brokers" and len(parts) == 2:
+                view.brokers[parts[1]] = json.loads(kv.value)["address"]
+            elif kind == "controller":
+                view.controller = kv.value.decode()
+            elif kind == "streams" and len(parts) == 2:
+                view.streams[parts[1]] = StreamRecord.from_json(kv.value)
+            elif kind == "partitions" and len(parts) == 3:
+                view.partitions[parts[1], int(parts[2])] = PartitionState.from_json(kv.value)
+            elif kind == "ready" and len(parts) == 4:
+                marks = view.ready.setdefault((parts[1], int(parts[2])), {})
+                marks[parts[3]] = int(kv.value)
+        return view
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRecord:
+    """A stream as the cluster knows it: its settings and replication."""
+
+    config: dict[str, Any]
+    """``StreamConfig.to_json()``."""
+    replication_factor: int = 1
+    min_isr: int = 1
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> StreamRecord:
+        data: dict[str, Any] = json.loads(raw)
+        return cls(dict(data["config"]), int(data["replication_factor"]), int(data["min_isr"]))
+
+
+@dataclass(slots=True)
+class ClusterView:
+    """The cluster's metadata at one moment (``Metadata.view``)."""
+
+    brokers: dict[str, str] = field(default_factory=dict)
+    """Live broker id -> advertised HOST:PORT."""
+    controller: str | None = None
+    streams: dict[str, StreamRecord] = field(default_factory=dict)
+    partitions: dict[tuple[str, int], PartitionState] = field(default_factory=dict)
+    ready: dict[tuple[str, int], dict[str, int]] = field(default_factory=dict)
+    """(stream, partition) -> {broker: leader epoch} of the replicas that have opened it
+    under that leader epoch."""
+
+    def opened(self, stream: str, partition: int) -> bool:
+        """Whether the partition's leader and every live replica have opened it under its
+        current leader epoch."""
+        state = self.partitions.get((stream, partition))
+        if state is None or not state.leader:
+            return False
+        marks = self.ready.get((stream, partition), {})
+        return all(
+            marks.get(member) == state.leader_epoch
+            for member in state.replicas
+            if member == state.leader or member in self.brokers
+        )
+
+    def leading(self) -> dict[str, int]:
+        """How many partitions each broker leads."""
+        counts: dict[str, int] = {}
+        for state in self.partitions.values():
+            if state.leader:
+                counts[state.leader] = counts.get(state.leader, 0) + 1
+        return counts
 
 
 @contextlib.contextmanager

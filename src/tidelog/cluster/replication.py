@@ -75,7 +75,10 @@ class _Follower:
     log_end: int = 0
     """The offset after the follower's newest record, as its last fetch said."""
     caught_up_s: float = field(default_factory=time.monotonic)
-    """When it last fetched from at or past the leader's log end."""
+    """The last time it held everything the leader held (Kafka's rule: a fetch from the
+    leader's log end at the previous fetch means the follower had caught up by then)."""
+    last_fetch_s: float = 0.0
+    leader_end_at_last_fetch: int = -1
 
 
 def _cache_path(partition: Partition) -> Path:
@@ -116,12 +119,46 @@ class LeaderReplica:
         # follower asking about older epochs must get the same answer after a restart).
         self.epochs.assign(leader_epoch, log.next_offset)
         save_epochs(partition, self.epochs)
-        self.high_watermark = min(high_watermark, log.high_watermark)
+        self.high_watermark = min(high_watermark, log.committed_offset)
+        log.set_commit_limit(self.high_watermark)
+        self.advance()
+
+    def set_isr(self, isr: Sequence[str], min_isr: int | None = None) -> None:
+        """The ISR as the metadata store now holds it (after a shrink or an expand)."""
+        self.isr = set(isr) | {self.broker_id}
+        if min_isr is not None:
+            self.min_isr = min_isr
+        self.advance()
+
+    def advance(self) -> int:
+        """Raise the high watermark to the smallest ISR log end (not while the ISR is below
+        ``min_isr``), and let readers of the leader's log see that far; returns it. Called on
+        every fetch and every local commit (a leader alone in its ISR has no fetches)."""
+        if len(self.isr) >= self.min_isr:
+            floor = self._hw_floor()
+            if floor > self.high_watermark:
+                self.high_watermark = floor
+                self.partition.log.set_commit_limit(floor)
+        return self.high_watermark
+
+    @property
+    def epoch_start(self) -> int:
+        """The offset this leader's epoch starts at (its log end when it became leader)."""
+        return self.epochs.entries[-1].start_offset
+
+    @property
+    def log_end(self) -> int:
+        """The offset after the leader's newest committed record."""
+        return self.partition.log.committed_offset + 1
+
+    def follower_ends(self) -> dict[str, int]:
+        """Each follower's log end as its last fetch said."""
+        return {member: state.log_end for member, state in self._followers.items()}
 
     def _hw_floor(self) -> int:
         """What the high watermark may be at most now: the smallest ISR log end, less one."""
         log = self.partition.log
-        ends = [log.high_watermark + 1]
+        ends = [log.committed_offset + 1]
         for member in self.isr - {self.broker_id}:
             ends.append(self._followers.get(member, _Follower()).log_end)
         return min(ends) - 1
@@ -138,14 +175,21 @@ class LeaderReplica:
         log = self.partition.log
         state = self._followers.setdefault(follower, _Follower())
         state.log_end = from_offset
-        if from_offset > log.high_watermark:
-            state.caught_up_s = self._clock()
-        if len(self.isr) >= self.min_isr:
-            self.high_watermark = max(self.high_watermark, self._hw_floor())
+        committed = log.committed_offset
+        now = self._clock()
+        if from_offset > committed:
+            state.caught_up_s = now
+        elif from_offset >= state.leader_end_at_last_fetch >= 0:
+            # Not at the end now (the leader keeps appending), but it has everything the leader
+            # had when it last fetched: it was caught up then.
+            state.caught_up_s = max(state.caught_up_s, state.last_fetch_s)
+        state.last_fetch_s = now
+        state.leader_end_at_last_fetch = committed + 1
+        self.advance()
         records: list[ReplicatedRecord] = []
-        if from_offset <= log.high_watermark:
-            last = min(log.high_watermark, from_offset + max_records - 1)
-            for batch in log.forward_reader(from_offset, stop_offset=last):
+        if from_offset <= committed:
+            last = min(committed, from_offset + max_records - 1)
+            for batch in log.forward_reader(from_offset, stop_offset=last, past_limit=True):
                 for offset, stamp, value, key, headers in zip(
                     batch.offsets.tolist(),
                     batch.timestamps.tolist(),
@@ -175,6 +219,11 @@ class LeaderReplica:
     def end_offset_for(self, epoch: int) -> EpochEnd:
         """Where ``epoch`` ends in this leader's log (the follower's truncation question)."""
         return self.epochs.end_offset_for(epoch, self.partition.log.next_offset)
+
+    def caught_up(self, member: str, max_lag_s: float) -> bool:
+        """Whether ``member`` (in the ISR or not) has caught up within ``max_lag_s``."""
+        state = self._followers.get(member)
+        return state is not None and self._clock() - state.caught_up_s <= max_lag_s
 
     def lagging(self, max_lag_s: float) -> set[str]:
         """ISR followers that have not been caught up for ``max_lag_s``: candidates to leave
@@ -242,4 +291,5 @@ class FollowerReplica:
         self.high_watermark = max(
             self.high_watermark, min(answer.high_watermark, log.next_offset - 1)
         )
+        log.set_commit_limit(self.high_watermark)  # ReadISRReplica readers see up to it
         return log.next_offset

@@ -95,6 +95,18 @@ class MessageBatch:
             return _EMPTY_I64, _EMPTY_I64
         return self._starts(), self._header["vallen"].astype(np.int64)
 
+    def key_spans(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Where each key starts in ``data`` and its length (-1: the record has no key)."""
+        if self._header is None:
+            return _EMPTY_I64, _EMPTY_I64
+        return self.positions + HEADER_SIZE, self._header["keylen"].astype(np.int64)
+
+    def header_counts(self) -> npt.NDArray[np.int64]:
+        """How many headers each record has, in delivery order."""
+        if self._header is None:
+            return _EMPTY_I64
+        return self._header["hcount"].astype(np.int64)
+
     def values(self) -> list[bytes]:
         """Each record's value, in delivery order."""
         if self._header is None:
@@ -150,6 +162,15 @@ class MessageBatch:
         if self._header is None:
             return self
         return MessageBatch(self.data, self.positions[::-1], self.sizes[::-1], self._header[::-1])
+
+    def take(self, indices: npt.NDArray[np.intp]) -> MessageBatch:
+        """The records at ``indices`` (positions in delivery order), in that order; no bytes are
+        copied."""
+        if self._header is None:
+            return self
+        return MessageBatch(
+            self.data, self.positions[indices], self.sizes[indices], self._header[indices]
+        )
 
     def head(self, count: int) -> MessageBatch:
         """The first ``count`` records in delivery order."""

@@ -173,10 +173,12 @@ class CommitLog(Protocol):
         *,
         stop_offset: int | None = None,
         stop_timestamp: int | None = None,
+        past_limit: bool = False,
     ) -> Reader:
         """Read ascending offsets from ``start_offset`` (inclusive; below the oldest: from the
         oldest; inside a gap: from the next record) up to ``stop_offset`` and the last record with
-        timestamp <= ``stop_timestamp`` (both inclusive; None: no bound)."""
+        timestamp <= ``stop_timestamp`` (both inclusive; None: no bound). ``past_limit``: up to
+        the newest committed record, above a commit limit too."""
         ...
 
     def reverse_reader(
@@ -196,8 +198,18 @@ class CommitLog(Protocol):
         ...
 
     def add_listener(self, listener: Callable[[int], None]) -> None:
-        """Call ``listener(high_watermark)`` after every advance of the high watermark, from the
-        thread that advanced it, outside the log's locks."""
+        """Call ``listener(committed)`` after every commit and every raise of the commit limit
+        (the argument is the newest committed offset; readers see it once the limit allows),
+        from the thread that did it, outside the log's locks."""
+        ...
+
+    @property
+    def committed_offset(self) -> int:
+        """The newest committed record; above the high watermark while a commit limit holds."""
+        ...
+
+    def set_commit_limit(self, limit: int | None) -> None:
+        """Readers (the high watermark) see no record above ``limit``; None: no limit."""
         ...
 
     def remove_listener(self, listener: Callable[[int], None]) -> None:

@@ -53,10 +53,12 @@ class ForwardReader:
         *,
         stop_offset: int | None = None,
         stop_timestamp: int | None = None,
+        past_limit: bool = False,
     ) -> None:
         _check_offset("start_offset", start_offset)
         _check_offset("stop_offset", stop_offset)
         self._log = log
+        self._past_limit = past_limit
         self._next = start_offset
         self._stop_offset = _NO_LIMIT if stop_offset is None else stop_offset
         self._stop_timestamp = stop_timestamp
@@ -79,7 +81,7 @@ class ForwardReader:
         if self._done:
             return MessageBatch.empty()
         batch, high_watermark, newest_timestamp = self._log.read_forward(
-            self._next, self._stop_offset, max_messages, max_bytes
+            self._next, self._stop_offset, max_messages, max_bytes, self._past_limit
         )
         if not batch:
             # Nothing in [next, stop] now. If the committed log already reaches past a stop bound,

@@ -119,6 +119,19 @@ class SegmentedLog:
             return self._writer.high_watermark
 
     @property
+    def committed_offset(self) -> int:
+        """The newest committed record, above the high watermark while a commit limit holds
+        readers back (what a replica may copy)."""
+        with self._local.lock:
+            return self._writer.committed
+
+    def set_commit_limit(self, limit: int | None) -> None:
+        """Readers see no record above ``limit`` (None: no limit, the default): a replicated
+        partition's leader holds its high watermark at the offset every in-sync replica has.
+        Raising it wakes readers and listeners."""
+        self._writer.set_limit(limit)
+
+    @property
     def segment_count(self) -> int:
         with self._local.lock:
             return len(self._local.segments)
@@ -244,9 +257,16 @@ class SegmentedLog:
         *,
         stop_offset: int | None = None,
         stop_timestamp: int | None = None,
+        past_limit: bool = False,
     ) -> ForwardReader:
+        """``past_limit``: read every committed record, above a commit limit too (replicas
+        copying the leader's log)."""
         return ForwardReader(
-            self, start_offset, stop_offset=stop_offset, stop_timestamp=stop_timestamp
+            self,
+            start_offset,
+            stop_offset=stop_offset,
+            stop_timestamp=stop_timestamp,
+            past_limit=past_limit,
         )
 
     def reverse_reader(
@@ -261,17 +281,21 @@ class SegmentedLog:
         )
 
     def read_forward(
-        self, start: int, last: int, max_messages: int, max_bytes: int
+        self, start: int, last: int, max_messages: int, max_bytes: int, past_limit: bool = False
     ) -> tuple[MessageBatch, int, int]:
         """Committed records with offsets in ``[start, last]``, ascending, from one segment.
 
-        Returns the batch, the high watermark and its record's timestamp at read time.
+        Returns the batch, the high watermark and its record's timestamp at read time (with
+        ``past_limit``: the newest committed record and its timestamp, ignoring the limit).
         """
         reads.check_limits(max_messages, max_bytes)
         with self._local.lock:
             self._local.check_open()
             writer = self._writer
-            hw, hw_timestamp = writer.high_watermark, writer.high_watermark_timestamp
+            if past_limit:
+                hw, hw_timestamp = writer.committed, self._local.last_timestamp
+            else:
+                hw, hw_timestamp = writer.high_watermark, writer.high_watermark_timestamp
             piece = reads.forward_locked(self._local, start, min(last, hw), max_messages, max_bytes)
         return reads.verified(piece), hw, hw_timestamp
 

@@ -38,7 +38,16 @@ class LogWriter:
         self.clock = clock
         newest = local.next_offset - 1
         self.high_watermark = newest
+        """What readers see: the committed offset, held at ``limit`` when one is set."""
         self.high_watermark_timestamp = local.last_timestamp
+        """The high watermark record's timestamp, or (while held by ``limit``) a lower bound
+        of it: every record above the high watermark is at least this new."""
+        self.committed = newest
+        """The newest record committed here (written, and synced under ``ALWAYS``), whatever
+        the limit: what a replica of this log may copy."""
+        self.limit: int | None = None
+        """Set by a replicated partition: readers see nothing above it (the offset every
+        in-sync replica holds). None: the high watermark is the committed offset."""
         self.synced = newest
         self.listeners: list[Callable[[int], None]] = []
 
@@ -138,10 +147,36 @@ class LogWriter:
         local.next_offset = newest + 1
         local.last_timestamp = stamp
         if config.flush_policy is not FlushPolicy.ALWAYS:
-            self.high_watermark = newest
-            self.high_watermark_timestamp = stamp
-            local.committed.notify_all()
+            self._commit_locked(newest, stamp)
         return rolled, stamp
+
+    def _commit_locked(self, newest: int, stamp: int) -> bool:
+        """Commit through ``newest`` (whose timestamp is ``stamp``); True when readers may see
+        more. Holds ``local.lock``."""
+        self.committed = max(self.committed, newest)
+        return self._show_locked(stamp)
+
+    def _show_locked(self, stamp: int) -> bool:
+        visible = self.committed if self.limit is None else min(self.committed, self.limit)
+        if visible <= self.high_watermark:
+            return False
+        self.high_watermark = visible
+        if visible == self.committed:
+            self.high_watermark_timestamp = stamp
+        self.local.committed.notify_all()
+        return True
+
+    def set_limit(self, limit: int | None) -> None:
+        """See ``SegmentedLog.set_commit_limit``."""
+        local = self.local
+        with local.lock:
+            if local.closed:
+                return
+            self.limit = limit
+            shown = self._show_locked(local.last_timestamp)
+            committed = self.committed
+        if shown:
+            self.notify(committed)
 
     def _after_append(self, newest: int, rolled: bool) -> None:
         if self.local.config.flush_policy is FlushPolicy.ALWAYS:
@@ -233,12 +268,10 @@ class LogWriter:
             with local.lock:
                 self.synced = max(self.synced, target)
                 advanced = (
-                    local.config.flush_policy is FlushPolicy.ALWAYS and target > self.high_watermark
+                    local.config.flush_policy is FlushPolicy.ALWAYS
+                    and target > self.committed
+                    and self._commit_locked(target, target_timestamp)
                 )
-                if advanced:
-                    self.high_watermark = target
-                    self.high_watermark_timestamp = target_timestamp
-                    local.committed.notify_all()
         if advanced:
             self.notify(target)
 
@@ -280,6 +313,7 @@ class LogWriter:
                     default=0,
                 )
                 newest = local.next_offset - 1
+                self.committed = min(self.committed, newest)
                 if self.high_watermark > newest:
                     self.high_watermark = newest
                     self.high_watermark_timestamp = local.last_timestamp

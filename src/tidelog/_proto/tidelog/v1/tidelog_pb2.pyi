@@ -1623,3 +1623,167 @@ class RecordBatch(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RecordBatch: _TypeAlias = RecordBatch  # noqa: Y015
+
+@_typing.final
+class BrowseFilter(_message.Message):
+    """Every condition set must hold. Bounds are inclusive; absent = no condition."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    KEY_PREFIX_FIELD_NUMBER: _builtins.int
+    HEADERS_FIELD_NUMBER: _builtins.int
+    VALUE_CONTAINS_FIELD_NUMBER: _builtins.int
+    SINCE_NS_FIELD_NUMBER: _builtins.int
+    UNTIL_NS_FIELD_NUMBER: _builtins.int
+    key: _builtins.bytes
+    key_prefix: _builtins.bytes
+    value_contains: _builtins.bytes
+    """The value holds these bytes (send text as UTF-8)."""
+    since_ns: _builtins.int
+    """Broker timestamps, ns since the Unix epoch."""
+    until_ns: _builtins.int
+    @_builtins.property
+    def headers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Header]:
+        """Each header must be among the message's headers with exactly this value."""
+
+    def __init__(
+        self,
+        *,
+        key: _builtins.bytes | None = ...,
+        key_prefix: _builtins.bytes | None = ...,
+        headers: _abc.Iterable[Global___Header] | None = ...,
+        value_contains: _builtins.bytes | None = ...,
+        since_ns: _builtins.int | None = ...,
+        until_ns: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_key_prefix", b"_key_prefix", "_since_ns", b"_since_ns", "_until_ns", b"_until_ns", "_value_contains", b"_value_contains", "key", b"key", "key_prefix", b"key_prefix", "since_ns", b"since_ns", "until_ns", b"until_ns", "value_contains", b"value_contains"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_key_prefix", b"_key_prefix", "_since_ns", b"_since_ns", "_until_ns", b"_until_ns", "_value_contains", b"_value_contains", "headers", b"headers", "key", b"key", "key_prefix", b"key_prefix", "since_ns", b"since_ns", "until_ns", b"until_ns", "value_contains", b"value_contains"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__key: _TypeAlias = _typing.Literal["key"]  # noqa: Y015
+    _WhichOneofArgType__key: _TypeAlias = _typing.Literal["_key", b"_key"]  # noqa: Y015
+    _WhichOneofReturnType__key_prefix: _TypeAlias = _typing.Literal["key_prefix"]  # noqa: Y015
+    _WhichOneofArgType__key_prefix: _TypeAlias = _typing.Literal["_key_prefix", b"_key_prefix"]  # noqa: Y015
+    _WhichOneofReturnType__since_ns: _TypeAlias = _typing.Literal["since_ns"]  # noqa: Y015
+    _WhichOneofArgType__since_ns: _TypeAlias = _typing.Literal["_since_ns", b"_since_ns"]  # noqa: Y015
+    _WhichOneofReturnType__until_ns: _TypeAlias = _typing.Literal["until_ns"]  # noqa: Y015
+    _WhichOneofArgType__until_ns: _TypeAlias = _typing.Literal["_until_ns", b"_until_ns"]  # noqa: Y015
+    _WhichOneofReturnType__value_contains: _TypeAlias = _typing.Literal["value_contains"]  # noqa: Y015
+    _WhichOneofArgType__value_contains: _TypeAlias = _typing.Literal["_value_contains", b"_value_contains"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__key) -> _WhichOneofReturnType__key | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__key_prefix) -> _WhichOneofReturnType__key_prefix | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__since_ns) -> _WhichOneofReturnType__since_ns | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__until_ns) -> _WhichOneofReturnType__until_ns | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__value_contains) -> _WhichOneofReturnType__value_contains | None: ...
+
+Global___BrowseFilter: _TypeAlias = BrowseFilter  # noqa: Y015
+
+@_typing.final
+class BrowseRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    OLDEST_FIRST_FIELD_NUMBER: _builtins.int
+    START_NS_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    MAX_SCAN_FIELD_NUMBER: _builtins.int
+    MAX_SCAN_SECONDS_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    limit: _builtins.int
+    """At most this many messages; 0 = the server's default (50); at most 10,000."""
+    oldest_first: _builtins.bool
+    """Oldest first; the default is newest first."""
+    start_ns: _builtins.int
+    """Without a token: newest first, messages at or before this time; oldest first, at or after
+    it (ns since the Unix epoch). Absent: from the newest (or the oldest) message.
+    """
+    token: _builtins.str
+    """A previous page's next_token, unchanged: continue after it (overrides start_ns). Send the
+    same direction and filter with it.
+    """
+    max_scan: _builtins.int
+    """The scan budget: messages examined (0 = 1,000,000) and seconds (0 = 5, at most 60)."""
+    max_scan_seconds: _builtins.float
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Only these partitions; empty = all of them."""
+
+    @_builtins.property
+    def filter(self) -> Global___BrowseFilter: ...
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+        limit: _builtins.int = ...,
+        oldest_first: _builtins.bool = ...,
+        start_ns: _builtins.int | None = ...,
+        token: _builtins.str = ...,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+        filter: Global___BrowseFilter | None = ...,
+        max_scan: _builtins.int = ...,
+        max_scan_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_start_ns", b"_start_ns", "filter", b"filter", "start_ns", b"start_ns"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_start_ns", b"_start_ns", "filter", b"filter", "limit", b"limit", "max_scan", b"max_scan", "max_scan_seconds", b"max_scan_seconds", "oldest_first", b"oldest_first", "partitions", b"partitions", "start_ns", b"start_ns", "stream", b"stream", "token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__start_ns: _TypeAlias = _typing.Literal["start_ns"]  # noqa: Y015
+    _WhichOneofArgType__start_ns: _TypeAlias = _typing.Literal["_start_ns", b"_start_ns"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__start_ns) -> _WhichOneofReturnType__start_ns | None: ...
+
+Global___BrowseRequest: _TypeAlias = BrowseRequest  # noqa: Y015
+
+@_typing.final
+class BrowseResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BATCH_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    NEXT_TOKEN_FIELD_NUMBER: _builtins.int
+    SCANNED_FIELD_NUMBER: _builtins.int
+    BUDGET_EXHAUSTED_FIELD_NUMBER: _builtins.int
+    REACHED_TIMESTAMP_FIELD_NUMBER: _builtins.int
+    partitions: _builtins.bytes
+    """n little-endian int32: each message's partition."""
+    next_token: _builtins.str
+    """Continue in the same direction with this; empty when there is nothing more that way. An
+    oldest-first page at the live end still has one: it continues with later messages.
+    """
+    scanned: _builtins.int
+    """Messages examined, passing the filter or not."""
+    budget_exhausted: _builtins.bool
+    """The scan stopped at its budget before the page was full: continue with next_token."""
+    reached_timestamp: _builtins.int
+    """The timestamp of the last message examined (absent when none was): how far the scan got."""
+    @_builtins.property
+    def batch(self) -> Global___RecordBatch:
+        """The page, in page order: offsets, timestamps and messages as in a subscription's batch."""
+
+    def __init__(
+        self,
+        *,
+        batch: Global___RecordBatch | None = ...,
+        partitions: _builtins.bytes = ...,
+        next_token: _builtins.str = ...,
+        scanned: _builtins.int = ...,
+        budget_exhausted: _builtins.bool = ...,
+        reached_timestamp: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_reached_timestamp", b"_reached_timestamp", "batch", b"batch", "reached_timestamp", b"reached_timestamp"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_reached_timestamp", b"_reached_timestamp", "batch", b"batch", "budget_exhausted", b"budget_exhausted", "next_token", b"next_token", "partitions", b"partitions", "reached_timestamp", b"reached_timestamp", "scanned", b"scanned"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__reached_timestamp: _TypeAlias = _typing.Literal["reached_timestamp"]  # noqa: Y015
+    _WhichOneofArgType__reached_timestamp: _TypeAlias = _typing.Literal["_reached_timestamp", b"_reached_timestamp"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reached_timestamp) -> _WhichOneofReturnType__reached_timestamp | None: ...
+
+Global___BrowseResponse: _TypeAlias = BrowseResponse  # noqa: Y015

@@ -54,6 +54,11 @@ class TidelogStub:
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.ConsumeRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ConsumeBatch.FromString,
                 _registered_method=True)
+        self.Browse = channel.unary_unary(
+                '/tidelog.v1.Tidelog/Browse',
+                request_serializer=tidelog_dot_v1_dot_tidelog__pb2.BrowseRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_tidelog__pb2.BrowseResponse.FromString,
+                _registered_method=True)
         self.DeclareView = channel.unary_unary(
                 '/tidelog.v1.Tidelog/DeclareView',
                 request_serializer=tidelog_dot_v1_dot_tidelog__pb2.DeclareViewRequest.SerializeToString,
@@ -157,6 +162,15 @@ class TidelogServicer:
         (messages it is ready to take) and may `seek` at any moment with a higher epoch; every batch
         carries the epoch its records were read under, so the client can drop what was read before
         its latest seek.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Browse(self, request, context):
+        """One page of a stream's messages merged across its partitions in timestamp order (ties by
+        partition, then offset), newest first unless asked otherwise, from now, a time or a token;
+        filtered on the server by plain comparisons (no expressions), within a scan budget.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -288,6 +302,11 @@ def add_TidelogServicer_to_server(servicer, server):
                     servicer.Consume,
                     request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.ConsumeRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_tidelog__pb2.ConsumeBatch.SerializeToString,
+            ),
+            'Browse': grpc.unary_unary_rpc_method_handler(
+                    servicer.Browse,
+                    request_deserializer=tidelog_dot_v1_dot_tidelog__pb2.BrowseRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_tidelog__pb2.BrowseResponse.SerializeToString,
             ),
             'DeclareView': grpc.unary_unary_rpc_method_handler(
                     servicer.DeclareView,
@@ -468,6 +487,33 @@ class Tidelog:
             '/tidelog.v1.Tidelog/Consume',
             tidelog_dot_v1_dot_tidelog__pb2.ConsumeRequest.SerializeToString,
             tidelog_dot_v1_dot_tidelog__pb2.ConsumeBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Browse(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidelog.v1.Tidelog/Browse',
+            tidelog_dot_v1_dot_tidelog__pb2.BrowseRequest.SerializeToString,
+            tidelog_dot_v1_dot_tidelog__pb2.BrowseResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -56,6 +56,11 @@ class TidelogStub:
     carries the epoch its records were read under, so the client can drop what was read before
     its latest seek.
     """
+    Browse: _grpc.UnaryUnaryMultiCallable[_tidelog_pb2.BrowseRequest, _tidelog_pb2.BrowseResponse]
+    """One page of a stream's messages merged across its partitions in timestamp order (ties by
+    partition, then offset), newest first unless asked otherwise, from now, a time or a token;
+    filtered on the server by plain comparisons (no expressions), within a scan budget.
+    """
     DeclareView: _grpc.UnaryUnaryMultiCallable[_tidelog_pb2.DeclareViewRequest, _tidelog_pb2.DeclareViewResponse]
     """Materialised views (tables and window indexes) maintained over a stream as it is appended.
     Declaring a view builds it from the stream's oldest retained record onward.
@@ -114,6 +119,11 @@ class TidelogAsyncStub(TidelogStub):
     (messages it is ready to take) and may `seek` at any moment with a higher epoch; every batch
     carries the epoch its records were read under, so the client can drop what was read before
     its latest seek.
+    """
+    Browse: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.BrowseRequest, _tidelog_pb2.BrowseResponse]  # type: ignore[assignment]
+    """One page of a stream's messages merged across its partitions in timestamp order (ties by
+    partition, then offset), newest first unless asked otherwise, from now, a time or a token;
+    filtered on the server by plain comparisons (no expressions), within a scan budget.
     """
     DeclareView: _aio.UnaryUnaryMultiCallable[_tidelog_pb2.DeclareViewRequest, _tidelog_pb2.DeclareViewResponse]  # type: ignore[assignment]
     """Materialised views (tables and window indexes) maintained over a stream as it is appended.
@@ -194,6 +204,17 @@ class TidelogServicer(metaclass=_abc_1.ABCMeta):
         (messages it is ready to take) and may `seek` at any moment with a higher epoch; every batch
         carries the epoch its records were read under, so the client can drop what was read before
         its latest seek.
+        """
+
+    @_abc_1.abstractmethod
+    def Browse(
+        self,
+        request: _tidelog_pb2.BrowseRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tidelog_pb2.BrowseResponse, _abc.Awaitable[_tidelog_pb2.BrowseResponse]]:
+        """One page of a stream's messages merged across its partitions in timestamp order (ties by
+        partition, then offset), newest first unless asked otherwise, from now, a time or a token;
+        filtered on the server by plain comparisons (no expressions), within a scan budget.
         """
 
     @_abc_1.abstractmethod

@@ -1,0 +1,708 @@
+"""A broker's part in a cluster: membership, the controller's duties, and each replicated
+partition's role on this broker.
+
+Theory of operation (``docs/cluster.md``):
+
+- **Membership.** The node registers its broker id and advertised address in etcd with a lease
+  (``metadata.Membership``). A lease that expires while the process was paused or cut off is
+  noticed on the next refresh: the node registers again, and until it has read the cluster's
+  state anew it leads nothing.
+- **One loop** (``_run``) reads the whole cluster state every ``poll_s`` (one etcd range read)
+  and makes this broker match it. Every decision is taken from that state and written back by
+  compare-and-set on the partition epoch, so a decision taken on a stale state loses.
+- **The controller** (the broker holding the ``controller`` key) elects a new leader from the
+  live ISR when a partition's leader is not live (``placement.elect``; no unclean election).
+- **A partition's leader** (``LeaderReplica``) takes publishes; its high watermark is the
+  smallest ISR log end, and readers of its log see only that far (the log's commit limit). It
+  shrinks the ISR of followers that stopped catching up for ``replica_lag_max_s`` and expands it
+  with followers that reached its log end, both by compare-and-set (as Kafka's leaders once
+  wrote ISR changes to ZooKeeper themselves). It marks the partition ready in etcd once open.
+- **A follower** (``FollowerReplica``) asks its leader where its own newest epoch ends,
+  truncates there, then fetches in a loop (``ReplicaFetch``, long-polled) and appends with the
+  leader's offsets and timestamps. A fetch refused for its epoch waits for the next state.
+- A publish with ack policy ALL returns once the high watermark passes it; while the ISR is
+  below ``minIsr`` the high watermark stands still and such publishes fail after the ack timeout
+  with ``NotEnoughReplicas`` (retryable); what was acknowledged is on every ISR member.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import numpy as np
+
+from tidelog import columns
+from tidelog._proto.tidelog.v1 import cluster_pb2 as cpb
+from tidelog._proto.tidelog.v1 import cluster_pb2_grpc
+from tidelog.broker import Broker, FlushPolicy, Partition, StreamConfig, replace_json
+from tidelog.cluster.leader_epochs import EpochEnd, EpochEntry
+from tidelog.cluster.metadata import (
+    ClusterView,
+    Membership,
+    Metadata,
+    MetadataUnavailable,
+    PartitionState,
+    StreamRecord,
+)
+from tidelog.cluster.placement import elect, expand_isr, place, shrink_isr
+from tidelog.cluster.replication import (
+    FETCH_MAX_RECORDS,
+    FetchAnswer,
+    FollowerReplica,
+    LeaderReplica,
+    ReplicatedRecord,
+    StaleEpoch,
+)
+from tidelog.errors import (
+    InvalidArgument,
+    NotEnoughReplicas,
+    NotLeader,
+    StreamExists,
+    StreamNotFound,
+)
+from tidelog.wire import MAX_FRAME
+
+LOG = logging.getLogger("tidelog.cluster")
+
+HW_CHECKPOINT = "replication-hw"
+"""The high watermark a replica last knew, in its partition's directory (decimal text)."""
+CHECKPOINT_INTERVAL_S = 1.0
+"""How often the high watermarks are written (a restart may restart from one this old)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    etcd: str
+    """The etcd endpoint, http://HOST:PORT."""
+    broker_id: str
+    advertise: str
+    """HOST:PORT other brokers and clients reach this broker at."""
+    cluster: str = "default"
+    lease_ttl_s: int = 3
+    poll_s: float = 0.1
+    replica_lag_max_s: float = 5.0
+    ack_timeout_s: float = 5.0
+    fetch_wait_ms: int = 500
+
+
+def _read_hw(partition: Partition) -> int:
+    try:
+        return int((partition.directory / HW_CHECKPOINT).read_text())
+    except (FileNotFoundError, ValueError):
+        return -1
+
+
+class PartitionRole:
+    """The :class:`ReplicaRole` of one partition on this broker: leader, follower or neither."""
+
+    def __init__(self, node: ClusterNode, partition: Partition) -> None:
+        self.node = node
+        self.partition = partition
+        self.leader: LeaderReplica | None = None
+        self.follower: FollowerReplica | None = None
+        self.following: tuple[str, int] | None = None
+        """(leader id, leader epoch) the fetch task follows."""
+        self._task: asyncio.Task[None] | None = None
+        self._listener: Callable[[int], None] | None = None
+        self.state: PartitionState | None = None
+        self.saved_hw = -1
+        self.known_hw = _read_hw(partition)
+        """The high watermark last known here, restored from the checkpoint on a restart."""
+
+    # -- ReplicaRole -----------------------------------------------------------------------------
+
+    def check_publish(self) -> None:
+        if self.leader is None or not self.node.member:
+            raise NotLeader(self.partition.stream, self.partition.number, self._leader_address())
+
+    async def replicated(self, last_offset: int) -> None:
+        deadline = time.monotonic() + self.node.settings.ack_timeout_s
+        leader = self.leader
+        while leader is not None and leader.high_watermark < last_offset:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                isr = ", ".join(sorted(leader.isr))
+                raise NotEnoughReplicas(
+                    f"offset {last_offset} of {self.partition.stream}/{self.partition.number} "
+                    f"was not copied by every in-sync replica within "
+                    f"{self.node.settings.ack_timeout_s:g} s (ISR: {isr}; minIsr "
+                    f"{leader.min_isr}): publish again once the replicas are back"
+                )
+            # asyncio.wait, not wait_for: the signal's future is shared, never cancel it.
+            await asyncio.wait([self.partition.signal.current()], timeout=min(remaining, 0.5))
+            if self.leader is not leader:
+                raise NotLeader(self.partition.stream, self.partition.number)
+        if leader is None:
+            raise NotLeader(self.partition.stream, self.partition.number, self._leader_address())
+
+    def check_read(self, read_replica: bool) -> None:
+        if self.leader is not None:
+            return
+        if read_replica and self.follower is not None:
+            return
+        raise NotLeader(self.partition.stream, self.partition.number, self._leader_address())
+
+    def opened(self, log: Any) -> None:
+        log.set_commit_limit(self.high_watermark)
+
+    # -- state -----------------------------------------------------------------------------------
+
+    @property
+    def high_watermark(self) -> int:
+        if self.leader is not None:
+            return self.leader.high_watermark
+        if self.follower is not None:
+            return self.follower.high_watermark
+        return self.known_hw
+
+    def _leader_address(self) -> str:
+        state = self.state
+        if state is None or not state.leader:
+            return ""
+        return self.node.view.brokers.get(state.leader, "")
+
+    async def checkpoint(self) -> None:
+        """Write the high watermark if it moved (a restart resumes from it), in a thread."""
+        hw = self.high_watermark
+        if hw != self.saved_hw and not (self.partition.deleted or self.partition.closed):
+            await asyncio.to_thread(replace_json, self.partition.directory / HW_CHECKPOINT, hw)
+            self.saved_hw = hw
+
+    def lead(self, state: PartitionState, min_isr: int) -> bool:
+        """Become (or stay) the leader of ``state``; True when leadership is new."""
+        if self.leader is not None and self.leader.leader_epoch == state.leader_epoch:
+            self.leader.set_isr(state.isr, min_isr)
+            return False
+        self.stop_following()
+        known = self.high_watermark
+        partition = self.partition
+        partition.reload_producers()
+        self.leader = LeaderReplica(
+            partition,
+            self.node.broker_id,
+            state.leader_epoch,
+            state.isr,
+            high_watermark=known,
+            min_isr=min_isr,
+        )
+        loop = asyncio.get_running_loop()
+        leader = self.leader
+
+        def committed(_: int) -> None:  # local appends move a lone leader's high watermark
+            loop.call_soon_threadsafe(leader.advance)
+
+        self._listener = committed
+        partition.log.add_listener(committed)
+        leader.advance()
+        LOG.info(
+            "leading %s/%d at leader epoch %d (ISR %s)",
+            partition.stream,
+            partition.number,
+            state.leader_epoch,
+            ",".join(state.isr),
+        )
+        return True
+
+    def step_down(self) -> None:
+        leader, self.leader = self.leader, None
+        if leader is not None:
+            self.known_hw = leader.high_watermark
+            if self._listener is not None:
+                with contextlib.suppress(Exception):
+                    self.partition.log.remove_listener(self._listener)
+                self._listener = None
+            self.partition.signal.fire()  # ack waiters learn at once
+
+    def follow(self, leader_id: str, leader_epoch: int) -> None:
+        if self.following == (leader_id, leader_epoch) and self._task is not None:
+            return
+        self.step_down()
+        self.stop_following()
+        if self.follower is None:
+            self.follower = FollowerReplica(self.partition, self.node.broker_id)
+            self.follower.high_watermark = self.known_hw
+        self.following = (leader_id, leader_epoch)
+        self._task = asyncio.create_task(
+            self.node.follow(self, leader_id, leader_epoch),
+            name=f"follow {self.partition.stream}/{self.partition.number}",
+        )
+
+    def stop_following(self) -> None:
+        task, self._task = self._task, None
+        self.following = None
+        if task is not None:
+            task.cancel()
+        if self.follower is not None:
+            self.known_hw = max(self.known_hw, self.follower.high_watermark)
+
+    async def close(self) -> None:
+        task = self._task
+        self.stop_following()
+        self.step_down()
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+class ClusterNode:
+    def __init__(self, broker: Broker, settings: ClusterSettings) -> None:
+        self.broker = broker
+        self.settings = settings
+        self.broker_id = settings.broker_id
+        self.view = ClusterView()
+        self.roles: dict[tuple[str, int], PartitionRole] = {}
+        self.member = False
+        self._metadata_cm: Any = None
+        self.metadata: Metadata | None = None
+        self.membership: Membership | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._changed = asyncio.Event()
+        self._warned = 0.0
+        self._checkpointed = 0.0
+        self.fetch_delay_s = float(os.environ.get("TIDELOG_TEST_REPLICA_FETCH_DELAY_S") or 0)
+        """Fault tests: each fetch answer waits this long before the follower appends it (a slow
+        follower or link; docs/operations.md). Zero otherwise."""
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.broker.hosted_elsewhere = self._elsewhere
+        self._metadata_cm = Metadata.connect(self.settings.etcd, self.settings.cluster)
+        self.metadata = await self._metadata_cm.__aenter__()
+        try:
+            await self._register()
+            await self._step()
+        except BaseException:
+            await self._metadata_cm.__aexit__(None, None, None)
+            raise
+        self._task = asyncio.create_task(self._run(), name="cluster")
+
+    async def _register(self) -> None:
+        assert self.metadata is not None
+        deadline = time.monotonic() + 3 * self.settings.lease_ttl_s
+        while True:
+            try:
+                self.membership = await self.metadata.register(
+                    self.broker_id, self.settings.advertise, self.settings.lease_ttl_s
+                )
+                break
+            except ValueError:
+                # Our own key from before a restart (kill -9) lives until its lease expires.
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+        self.member = True
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for role in list(self.roles.values()):
+            with contextlib.suppress(Exception):
+                await role.checkpoint()
+            await role.close()
+            role.partition.role = None
+        for channel in self._channels.values():
+            await channel.close()
+        if self.membership is not None:
+            await self.membership.close()
+        if self._metadata_cm is not None:
+            await self._metadata_cm.__aexit__(None, None, None)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._step()
+            except MetadataUnavailable as error:
+                if time.monotonic() - self._warned > 10:
+                    LOG.warning("cluster metadata unavailable: %s", error)
+                    self._warned = time.monotonic()
+            except Exception:
+                LOG.exception("cluster step failed; trying again")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), self.settings.poll_s)
+            self._changed.clear()
+
+    async def _step(self) -> None:
+        assert self.metadata is not None and self.membership is not None
+        if self.membership.lost:
+            self.member = False
+            for role in self.roles.values():
+                role.step_down()
+            await self.membership.lapse()
+            await self._register()
+        view = await self.metadata.view()
+        self.view = view
+        if view.controller is None:
+            await self.metadata.campaign(self.broker_id, self.membership)
+        elif view.controller == self.broker_id:
+            await self._control(view)
+        await self._reconcile(view)
+
+    # -- the controller --------------------------------------------------------------------------
+
+    async def _control(self, view: ClusterView) -> None:
+        assert self.metadata is not None
+        live = set(view.brokers)
+        for (stream, number), state in view.partitions.items():
+            new = elect(state, live)
+            if new is None:
+                continue
+            written = await self.metadata.update_partition(
+                stream, number, state.partition_epoch, new
+            )
+            if written is not None:
+                LOG.info(
+                    "controller: %s/%d leader %s -> %s (leader epoch %d)",
+                    stream,
+                    number,
+                    state.leader or "-",
+                    written.leader,
+                    written.leader_epoch,
+                )
+                view.partitions[stream, number] = written
+
+    # -- this broker's partitions ----------------------------------------------------------------
+
+    async def _reconcile(self, view: ClusterView) -> None:
+        assert self.metadata is not None and self.membership is not None
+        seen: set[tuple[str, int]] = set()
+        for (stream, number), state in sorted(view.partitions.items()):
+            if self.broker_id not in state.replicas:
+                continue
+            record = view.streams.get(stream)
+            if record is None:
+                continue
+            role = self._role(stream, number, record)
+            if role is None:
+                continue
+            seen.add((stream, number))
+            role.state = state
+            marked = view.ready.get((stream, number), {}).get(self.broker_id)
+            if state.leader == self.broker_id:
+                role.lead(state, record.min_isr)
+                if marked != state.leader_epoch:
+                    await self.metadata.mark_ready(
+                        stream, number, self.broker_id, state.leader_epoch, self.membership.lease
+                    )
+                await self._adjust_isr(stream, number, state, role)
+            elif state.leader and state.leader in view.brokers:
+                role.follow(state.leader, state.leader_epoch)
+                if marked != state.leader_epoch:
+                    await self.metadata.mark_ready(
+                        stream, number, self.broker_id, state.leader_epoch, self.membership.lease
+                    )
+            else:
+                role.step_down()
+                role.stop_following()
+        if time.monotonic() - self._checkpointed >= CHECKPOINT_INTERVAL_S:
+            self._checkpointed = time.monotonic()
+            for key in seen:
+                await self.roles[key].checkpoint()
+        for key in [k for k in self.roles if k not in seen]:
+            role = self.roles.pop(key)
+            await role.close()
+            role.partition.role = None
+            if key[0] not in view.streams and self.broker.find_stream(key[0]) is not None:
+                LOG.info("stream %s was deleted from the cluster: deleting it here", key[0])
+                with contextlib.suppress(StreamNotFound):
+                    await self.broker.delete_stream(key[0])
+
+    def _role(self, stream: str, number: int, record: StreamRecord) -> PartitionRole | None:
+        role = self.roles.get((stream, number))
+        if role is not None and not (role.partition.deleted or role.partition.closed):
+            return role
+        found = self.broker.find_stream(stream)
+        if found is None:
+            found = self.broker.create_stream(stream, StreamConfig.from_json(record.config))
+        if number >= len(found.partitions):
+            LOG.error("%s has %d partitions here, the cluster says more", stream, number)
+            return None
+        partition = found.partitions[number]
+        role = PartitionRole(self, partition)
+        partition.role = role
+        if partition.current_log is not None:
+            role.opened(partition.current_log)
+        self.roles[stream, number] = role
+        return role
+
+    async def _adjust_isr(
+        self, stream: str, number: int, state: PartitionState, role: PartitionRole
+    ) -> None:
+        assert self.metadata is not None
+        leader = role.leader
+        if leader is None:
+            return
+        new: PartitionState | None = None
+        lagging = leader.lagging(self.settings.replica_lag_max_s)
+        if lagging:
+            new = shrink_isr(state, lagging)
+        else:
+            # In sync again (Kafka's rule): it holds everything the ISR holds (the high
+            # watermark) and has fetched into the current leader epoch.
+            ends = leader.follower_ends()
+            floor = max(leader.high_watermark + 1, leader.epoch_start)
+            lag = self.settings.replica_lag_max_s
+            for member in state.replicas:
+                if (
+                    member not in state.isr
+                    and ends.get(member, -1) >= floor
+                    and leader.caught_up(member, lag / 2)
+                ):
+                    new = expand_isr(state, member)
+                    break
+        if new is None:
+            return
+        written = await self.metadata.update_partition(stream, number, state.partition_epoch, new)
+        if written is not None:
+            LOG.info("%s/%d ISR %s -> %s", stream, number, ",".join(state.isr), ",".join(new.isr))
+            role.state = written
+            leader.set_isr(written.isr)
+
+    def _elsewhere(self, stream: str, number: int) -> str | None:
+        view = self.view
+        if stream not in view.streams:
+            return None
+        state = view.partitions.get((stream, max(number, 0)))
+        if state is None:
+            return None
+        return view.brokers.get(state.leader, "")
+
+    # -- streams ---------------------------------------------------------------------------------
+
+    async def create_stream(
+        self, name: str, config: StreamConfig, replication_factor: int, min_isr: int
+    ) -> None:
+        """Place a new stream's partitions on live brokers and wait until every leader has
+        opened its partition (``StreamExists`` if the name is taken)."""
+        assert self.metadata is not None
+        view = await self.metadata.view()
+        if replication_factor == 0:
+            replication_factor = 1
+        states = place(config.partitions, replication_factor, list(view.brokers), view.leading())
+        factor = len(states[0].replicas)
+        if min_isr < 0 or min_isr > factor:
+            raise InvalidArgument(
+                f"minIsr {min_isr} is more than the stream's {factor} replicas: use 1 to {factor}"
+            )
+        record = StreamRecord(config.to_json(), factor, max(min_isr, 1))
+        if not await self.metadata.create_stream(name, record, states):
+            raise StreamExists(name)
+        self._changed.set()
+        await self._wait_ready(name, config.partitions)
+
+    async def _wait_ready(self, name: str, partitions: int, timeout_s: float = 10.0) -> None:
+        assert self.metadata is not None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            view = await self.metadata.view()
+            if all(view.opened(name, n) for n in range(partitions)):
+                return
+            if time.monotonic() > deadline:
+                raise NotEnoughReplicas(
+                    f"stream {name!r} was created but its leaders did not open it within "
+                    f"{timeout_s:g} s: check `tidelog cluster status`"
+                )
+            await asyncio.sleep(0.05)
+
+    async def delete_stream(self, name: str) -> None:
+        assert self.metadata is not None
+        if not await self.metadata.delete_stream(name):
+            raise StreamNotFound(name)
+        self._changed.set()
+
+    # -- replication between brokers -------------------------------------------------------------
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(
+                address,
+                options=[
+                    ("grpc.max_receive_message_length", MAX_FRAME),
+                    ("grpc.max_send_message_length", MAX_FRAME),
+                ],
+            )
+            self._channels[address] = channel
+        return channel
+
+    def leading(self, stream: str, number: int) -> LeaderReplica:
+        role = self.roles.get((stream, number))
+        if role is None or role.leader is None:
+            raise NotLeader(stream, number, "" if role is None else role._leader_address())
+        return role.leader
+
+    async def follow(self, role: PartitionRole, leader_id: str, leader_epoch: int) -> None:
+        """Copy the leader's log until cancelled (a new state, a close)."""
+        partition = role.partition
+        follower = role.follower
+        assert follower is not None
+        stub: Any = None
+        next_offset: int | None = None
+        backoff = 0.05
+        while True:
+            try:
+                address = self.view.brokers.get(leader_id)
+                if address is None:
+                    await asyncio.sleep(self.settings.poll_s)
+                    continue
+                stub = cluster_pb2_grpc.ReplicationStub(self.channel(address))
+                if next_offset is None:
+                    asked = follower.epochs.latest_epoch
+                    reply = await stub.OffsetForLeaderEpoch(
+                        cpb.OffsetForLeaderEpochRequest(
+                            stream=partition.stream,
+                            partition=partition.number,
+                            leader_epoch=leader_epoch,
+                            epoch=asked,
+                        ),
+                        timeout=5,
+                    )
+                    answer = EpochEnd(reply.epoch, reply.end_offset)
+                    before = partition.log.next_offset
+                    next_offset = follower.follow(leader_epoch, lambda _, end=answer: end)
+                    LOG.info(
+                        "%s/%d: following %s at leader epoch %d from offset %d%s",
+                        partition.stream,
+                        partition.number,
+                        leader_id,
+                        leader_epoch,
+                        next_offset,
+                        f" (cut {before - next_offset} records it never had)"
+                        if next_offset < before
+                        else "",
+                    )
+                response = await stub.ReplicaFetch(
+                    cpb.ReplicaFetchRequest(
+                        stream=partition.stream,
+                        partition=partition.number,
+                        follower=self.broker_id,
+                        leader_epoch=leader_epoch,
+                        fetch_offset=next_offset,
+                        max_records=FETCH_MAX_RECORDS,
+                        max_wait_ms=self.settings.fetch_wait_ms,
+                    ),
+                    timeout=5 + self.settings.fetch_wait_ms / 1000,
+                )
+                fetched = _answer(response)
+                if self.fetch_delay_s and fetched.records:
+                    await asyncio.sleep(self.fetch_delay_s)
+                if fetched.records and partition.log.config.flush_policy is FlushPolicy.ALWAYS:
+                    next_offset = await asyncio.to_thread(follower.apply, fetched)
+                else:
+                    next_offset = follower.apply(fetched)
+                backoff = 0.05
+            except asyncio.CancelledError:
+                raise
+            except grpc.aio.AioRpcError as error:
+                LOG.debug(
+                    "%s/%d: fetch from %s: %s %s",
+                    partition.stream,
+                    partition.number,
+                    leader_id,
+                    error.code(),
+                    error.details(),
+                )
+                if error.code() not in (
+                    grpc.StatusCode.UNAVAILABLE,
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    grpc.StatusCode.NOT_FOUND,
+                ):
+                    LOG.warning(
+                        "%s/%d: fetch from %s failed: %s",
+                        partition.stream,
+                        partition.number,
+                        leader_id,
+                        error.details(),
+                    )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+            except Exception:
+                LOG.exception("%s/%d: following %s", partition.stream, partition.number, leader_id)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+
+    async def serve_fetch(self, request: cpb.ReplicaFetchRequest) -> cpb.ReplicaFetchResponse:
+        """The leader's side of ``ReplicaFetch``: answer at once when there are records, else
+        wait up to ``max_wait_ms`` for some."""
+        leader = self.leading(request.stream, request.partition)
+        max_records = request.max_records or FETCH_MAX_RECORDS
+        answer = leader.fetch(
+            request.follower, request.leader_epoch, request.fetch_offset, max_records
+        )
+        if not answer.records and request.max_wait_ms > 0:
+            partition = leader.partition
+            deadline = time.monotonic() + request.max_wait_ms / 1000
+            while not answer.records and (remaining := deadline - time.monotonic()) > 0:
+                await asyncio.wait([partition.signal.current()], timeout=remaining)
+                leader = self.leading(request.stream, request.partition)
+                answer = leader.fetch(
+                    request.follower, request.leader_epoch, request.fetch_offset, max_records
+                )
+        return _response(answer)
+
+    def serve_epoch_end(
+        self, request: cpb.OffsetForLeaderEpochRequest
+    ) -> cpb.OffsetForLeaderEpochResponse:
+        leader = self.leading(request.stream, request.partition)
+        if request.leader_epoch != leader.leader_epoch:
+            raise StaleEpoch(request.leader_epoch, leader.leader_epoch)
+        end = leader.end_offset_for(request.epoch)
+        return cpb.OffsetForLeaderEpochResponse(epoch=end.epoch, end_offset=end.end_offset)
+
+
+def _response(answer: FetchAnswer) -> cpb.ReplicaFetchResponse:
+    records = answer.records
+    response = cpb.ReplicaFetchResponse(
+        leader_epoch=answer.leader_epoch,
+        high_watermark=answer.high_watermark,
+        epochs=[cpb.EpochStart(epoch=e.epoch, start_offset=e.start_offset) for e in answer.epochs],
+    )
+    if records:
+        batch = response.records
+        batch.offsets = columns.pack_int64(np.fromiter((r.offset for r in records), np.int64))
+        batch.timestamps = columns.pack_int64(np.fromiter((r.timestamp for r in records), np.int64))
+        batch.messages.CopyFrom(
+            columns.pack(
+                [r.value for r in records],
+                [r.key for r in records],
+                [r.headers for r in records],
+            )
+        )
+    return response
+
+
+def _answer(response: cpb.ReplicaFetchResponse) -> FetchAnswer:
+    batch = response.records
+    offsets = np.frombuffer(batch.offsets, dtype="<i8").tolist()
+    stamps = np.frombuffer(batch.timestamps, dtype="<i8").tolist()
+    values, keys, headers = columns.unpack(batch.messages)
+    if not (len(offsets) == len(stamps) == len(values)):
+        raise ValueError("malformed replica fetch answer: column lengths differ")
+    records = [
+        ReplicatedRecord(
+            offset,
+            stamp,
+            value,
+            None if keys is None else keys[i],
+            {} if headers is None else headers[i],
+        )
+        for i, (offset, stamp, value) in enumerate(zip(offsets, stamps, values, strict=True))
+    ]
+    epochs = [EpochEntry(e.epoch, e.start_offset) for e in response.epochs]
+    return FetchAnswer(response.leader_epoch, response.high_watermark, records, epochs)
+
+
+def stream_states(view: ClusterView, stream: str) -> dict[int, PartitionState]:
+    return {n: st for (s, n), st in view.partitions.items() if s == stream}
