@@ -280,13 +280,17 @@ class SendQueue:
                 return
 
     def _remember(self, offset: int, record: RecordColumns) -> RecordColumns:
-        """Keep ``record`` for the other senders (dropping the oldest beyond the bound)."""
-        if offset not in self._decoded:
-            self._decoded[offset] = record
-            self._decoded_bytes += _footprint(record)
-            while self._decoded_bytes > DECODED_BYTES and len(self._decoded) > 1:
-                _, dropped = self._decoded.popitem(last=False)
-                self._decoded_bytes -= _footprint(dropped)
+        """Keep ``record`` for the other senders (dropping the oldest beyond the bound). A
+        record kept for ``offset`` before is replaced: what was just written or read there is
+        what the queue holds."""
+        previous = self._decoded.pop(offset, None)
+        if previous is not None:
+            self._decoded_bytes -= _footprint(previous)
+        self._decoded[offset] = record
+        self._decoded_bytes += _footprint(record)
+        while self._decoded_bytes > DECODED_BYTES and len(self._decoded) > 1:
+            _, dropped = self._decoded.popitem(last=False)
+            self._decoded_bytes -= _footprint(dropped)
         return record
 
     def _trimmed_under(self, site_number: int, after: int) -> NoReturn:
