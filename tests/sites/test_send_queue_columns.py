@@ -9,10 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from tests.broker.brokertools import broker_config, running
 from tests.sites.test_envelope_and_tag_index import encode_version_1
 
 from tidelog.broker import Broker
+from tidelog.log import FlushPolicy, LogConfig
 from tidelog.sites import send_queue
 from tidelog.sites.envelope import Entry, EntryKind, RoutingRecord, mask_of, split_position
 from tidelog.sites.registry import SITES_FILE, SiteRegistry
@@ -134,3 +137,65 @@ def test_reads_are_the_same_from_memory_from_disk_and_after_a_restart(
     assert sum(len(f) for f in live) == sum(
         len(choices[(call + i) % 3]) for call in range(12) for i in range(1 + call % 4)
     )
+
+
+DESTINATIONS = [["b"], ["c"], ["b", "c"], ["c", "b"]]
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    calls=st.lists(
+        st.lists(
+            st.tuples(st.binary(max_size=200), st.sampled_from(DESTINATIONS)),
+            min_size=1,
+            max_size=30,
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    limit=st.integers(1, 50),
+)
+@example(calls=[[(b"", ["b"])], [(b"", ["b"])]], limit=1)  # found by this test: see read_for
+def test_any_calls_read_back_per_site_in_order_across_small_records(
+    tmp_path_factory: pytest.TempPathFactory,
+    calls: list[list[tuple[bytes, list[str]]]],
+    limit: int,
+) -> None:
+    """Records of at most 1,000 bytes, so a call spreads over several: each site reads exactly
+    its payloads, in order, whatever its read limit."""
+    data_dir = tmp_path_factory.mktemp("q")
+    log = LogConfig(flush_policy=FlushPolicy.NEVER, retention_age_s=None, max_message_bytes=1000)
+
+    async def main() -> None:
+        async with running(broker_config(data_dir, log=log)) as broker:
+            queue = opened(broker, data_dir)
+            for site_id in ("b", "c"):
+                queue.registry.add(site_id, "h:1", queue.next_offset)
+            positions: list[int] = []
+            for call in calls:
+                got = await queue.transmit_columns(
+                    "app", [p for p, _ in call], [d for _, d in call]
+                )
+                assert len(got) == len(call)
+                positions += got
+            assert positions == sorted(set(positions))
+            sizes = [len(v) for b in queue.partition.log.forward_reader(0) for v in b.values()]
+            assert max(sizes) <= 1000
+            if any(sum(len(p) for p, _ in call) > 1000 for call in calls):
+                assert len(sizes) > len(calls)  # a call spread over several records
+            for site_id in ("b", "c"):
+                number = queue.registry.get(site_id).number
+                read, after = [], -1
+                while batch := queue.read_for(number, after, limit=limit):
+                    read += list(batch)
+                    after = batch[-1].position
+                wanted = [
+                    (at, p)
+                    for at, (p, d) in zip(positions, (i for c in calls for i in c), strict=True)
+                    if site_id in d
+                ]
+                assert [(e.position, e.payload) for e in read] == wanted
+
+    asyncio.run(main())

@@ -223,7 +223,9 @@ class SendQueue:
             held = position(self.index.held_from(site_number), 0)
             raise PositionTrimmed(self._site_id(site_number), after, held)
         from_offset = split_position(after)[0] if after >= 0 else 0
-        offsets = self.index.records_for(site_number, from_offset, limit)
+        # One record more than the limit: the first may be the one ``after`` is in, with
+        # nothing left in it after ``after`` (a read of one record would then find nothing).
+        offsets = self.index.records_for(site_number, from_offset, limit + 1)
         found: list[RoutedColumns] = []
         count = size = 0
         for offset, record in self._records(offsets, site_number, after):
