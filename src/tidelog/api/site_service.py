@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 
 import grpc
+import numpy as np
+import numpy.typing as npt
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 from tidelog.api.status import grpc_errors
 from tidelog.errors import FailedPrecondition, InvalidArgument
-from tidelog.sites.envelope import RoutedEntry
 from tidelog.sites.local_site import LocalSite
 from tidelog.sites.registry import Site
-from tidelog.sites.send_queue import Transmission
+from tidelog.sites.routed import RoutedColumns, from_wire
 from tidelog.sites.sink import SnapshotFrame
 from tidelog.sites.windows import Framed
 
 Context = grpc.aio.ServicerContext[object, object]
+_U32 = np.dtype("<u4")
 
 
 def _wire(site: Site) -> v1.SiteInfo:
@@ -90,11 +92,24 @@ class SiteService(v1_grpc.TidelogServicer):
 
     async def Transmit(self, request: v1.TransmitRequest, context: Context) -> v1.TransmitResponse:
         async with grpc_errors(context):
-            positions = await self._site().transmit(
-                request.client_name,
-                [Transmission(e.payload, list(e.destinations)) for e in request.entries],
-            )
-            return v1.TransmitResponse(positions=positions)
+            site = self._site()
+            entries = request.entries
+            if not entries:
+                payloads, sizes, lists, indexes = _packed_transmit(request)
+                positions = await site.transmit_packed(
+                    request.client_name, payloads, sizes, lists, indexes
+                )
+            elif request.payloads or request.payload_sizes or request.destination_indexes:
+                raise InvalidArgument(
+                    "a transmit carries its entries either packed or as messages, not both"
+                )
+            else:
+                positions = await site.transmit_columns(
+                    request.client_name,
+                    [e.payload for e in entries],
+                    [e.destinations for e in entries],
+                )
+            return v1.TransmitResponse(positions=positions, packed_transmit=True)
         raise AssertionError("unreachable")
 
     async def Replicate(
@@ -123,6 +138,7 @@ class SiteService(v1_grpc.TidelogServicer):
                     snapshot_transferred=progress.snapshot_transferred,
                     snapshot_applied=progress.snapshot_applied,
                     last_processed=progress.last_processed,
+                    packed_deltas=True,
                 )
             )
             async for request in request_iterator:
@@ -161,6 +177,22 @@ class SiteService(v1_grpc.TidelogServicer):
         return v1.ResyncSiteResponse()
 
 
+def _packed_transmit(
+    request: v1.TransmitRequest,
+) -> tuple[bytes, npt.NDArray[np.int64], list[list[str]], npt.NDArray[np.int64]]:
+    """The columns of a packed transmit; INVALID_ARGUMENT when one is not whole numbers of
+    its entries (the send queue checks that they fit together)."""
+    if len(request.payload_sizes) % 4 or len(request.destination_indexes) % 4:
+        raise InvalidArgument(
+            "payload_sizes and destination_indexes are little-endian uint32 columns: their "
+            "lengths must be multiples of 4"
+        )
+    sizes = np.frombuffer(request.payload_sizes, dtype=_U32).astype(np.int64)
+    indexes = np.frombuffer(request.destination_indexes, dtype=_U32).astype(np.int64)
+    lists = [list(d.sites) for d in request.destination_lists]
+    return request.payloads, sizes, lists, indexes
+
+
 def _snapshot(batch: v1.SnapshotBatch) -> SnapshotFrame:
     return SnapshotFrame(
         batch.snapshot,
@@ -171,9 +203,8 @@ def _snapshot(batch: v1.SnapshotBatch) -> SnapshotFrame:
     )
 
 
-def _batch(deltas: v1.DeltaBatch) -> Framed[Sequence[RoutedEntry]]:
-    entries = tuple(RoutedEntry(e.position, e.client_name, e.payload) for e in deltas.entries)
+def _batch(deltas: v1.DeltaBatch) -> Framed[RoutedColumns]:
     try:
-        return Framed(deltas.prev, deltas.current, entries)
+        return Framed(deltas.prev, deltas.current, from_wire(deltas))
     except ValueError as error:
         raise InvalidArgument(str(error)) from None

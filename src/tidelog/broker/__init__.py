@@ -79,7 +79,7 @@ from tidelog.log.config import (
     MAX_MESSAGE_BYTES_LIMIT,
     MIN_SEGMENT_BYTES,
 )
-from tidelog.log.record import PackedValues
+from tidelog.log.record import HeaderedValues, PackedValues
 
 __all__ = [
     "BROWSE_PAGE_BYTES",
@@ -112,6 +112,7 @@ __all__ = [
     "BrowsedRecord",
     "EndReason",
     "FlushPolicy",
+    "HeaderedValues",
     "LogConfig",
     "MessageBatch",
     "NewRecord",

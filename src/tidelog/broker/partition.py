@@ -26,7 +26,7 @@ from tidelog.broker.producers import (
 from tidelog.errors import BrokerClosed, PartitionPaused, PartitionReadonly, StreamDeleted
 from tidelog.log import CommitLog, FlushPolicy, LogConfig, NewRecord, SegmentedLog
 from tidelog.log.filecache import DEFAULT_FILE_CACHE, FileCache
-from tidelog.log.record import PackedValues
+from tidelog.log.record import HeaderedValues, PackedValues
 
 
 class ReplicaRole(Protocol):
@@ -98,7 +98,7 @@ class PartitionStats:
 
 
 def _payload_bytes(messages: Sequence[bytes | NewRecord]) -> int:
-    if isinstance(messages, PackedValues):
+    if isinstance(messages, PackedValues | HeaderedValues):
         return len(messages.blob)
     try:
         return sum(map(len, messages))  # type: ignore[arg-type]

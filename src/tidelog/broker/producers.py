@@ -36,7 +36,7 @@ from typing import Final
 from tidelog.broker.jsonfile import replace_json
 from tidelog.errors import InvalidArgument, echo
 from tidelog.log import CommitLog, NewRecord
-from tidelog.log.record import PackedValues
+from tidelog.log.record import HeaderedValues, PackedValues
 
 LOG = logging.getLogger("tidelog.broker.producers")
 
@@ -109,6 +109,8 @@ def check_headers(messages: Sequence[bytes | NewRecord]) -> None:
     the reserved ``__producer`` header itself."""
     if isinstance(messages, PackedValues):
         return
+    if isinstance(messages, HeaderedValues):
+        messages = messages[:1]  # one header name for all: checking the first checks all
     for i, m in enumerate(messages):
         if not isinstance(m, NewRecord) or not m.headers:
             continue
@@ -158,7 +160,11 @@ def with_producer_header(
 ) -> list[bytes | NewRecord]:
     """``messages`` with the ``__producer`` header added to the last one."""
     items: list[bytes | NewRecord] = (
-        list(messages.split()) if isinstance(messages, PackedValues) else list(messages)
+        list(messages.split())
+        if isinstance(messages, PackedValues)
+        else list[bytes | NewRecord](messages.records())
+        if isinstance(messages, HeaderedValues)
+        else list(messages)
     )
     last = items[-1]
     if isinstance(last, NewRecord) and len(last.headers) >= MAX_HEADERS:

@@ -85,7 +85,7 @@ class ClusterCalls:
     """The cluster calls of :class:`~tidelog.client.AsyncClient` (not retried: status is
     asked again by whoever polls it, a reassignment is checked with status)."""
 
-    _channel: Any
+    _channel: grpc.aio.Channel
 
     def _admin(self) -> Any:
         return cluster_pb2_grpc.ClusterAdminStub(self._channel)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
+import numpy as np
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
@@ -22,6 +23,22 @@ from tidelog.client.errors import from_rpc_error
 from tidelog.client.retry import Attempt, removal
 
 T = TypeVar("T")
+_U32 = np.dtype("<u4")
+
+
+def _packed(client_name: str, items: list[tuple[bytes, Sequence[str]]]) -> v1.TransmitRequest:
+    """A packed ``TransmitRequest``: the payloads as one buffer and their sizes, the call's
+    distinct destination lists and each entry's index into them."""
+    lists: dict[tuple[str, ...], int] = {}
+    indexes = [lists.setdefault(tuple(destinations), len(lists)) for _, destinations in items]
+    payloads = [payload for payload, _ in items]
+    return v1.TransmitRequest(
+        client_name=client_name,
+        payloads=b"".join(payloads),
+        payload_sizes=np.fromiter(map(len, payloads), dtype=_U32, count=len(payloads)).tobytes(),
+        destination_lists=[v1.DestinationList(sites=sites) for sites in lists],
+        destination_indexes=np.asarray(indexes, dtype=_U32).tobytes(),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +92,9 @@ class SiteCalls:
     """The site calls of :class:`~tidelog.client.AsyncClient`."""
 
     _v1: v1_grpc.TidelogAsyncStub
+    _transmit_packed: bool = False
+    """The server answered a transmit with ``packed_transmit``: later calls go packed (a server
+    from before the packed fields never says so, and keeps getting one message per entry)."""
 
     async def _retrying(self, attempt: Attempt[T], timeout: float | None = None) -> T:
         raise NotImplementedError  # provided by AsyncClient
@@ -119,17 +139,22 @@ class SiteCalls:
     ) -> list[int]:
         """Store each payload once for its destinations, in order, in one call; their
         positions. A refused item stores nothing of the call."""
-        request = v1.TransmitRequest(
-            client_name=client_name,
-            entries=[
-                v1.TransmitEntry(payload=payload, destinations=list(destinations))
-                for payload, destinations in items
-            ],
-        )
+        if self._transmit_packed:
+            request = _packed(client_name, list(items))
+        else:
+            request = v1.TransmitRequest(
+                client_name=client_name,
+                entries=[
+                    v1.TransmitEntry(payload=payload, destinations=list(destinations))
+                    for payload, destinations in items
+                ],
+            )
         try:
             response = await self._v1.Transmit(request)
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
+        if response.packed_transmit:
+            self._transmit_packed = True  # the server reads packed calls: send those from now
         return list(response.positions)
 
     async def resync_site(self, site_id: str) -> None:

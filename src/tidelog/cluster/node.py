@@ -270,7 +270,9 @@ class Outsider:
         self.number = number
 
     def _refuse(self) -> NotLeader:
-        return NotLeader(self.stream, self.number, self.node._elsewhere(self.stream, self.number))
+        return NotLeader(
+            self.stream, self.number, self.node._elsewhere(self.stream, self.number) or ""
+        )
 
     def check_publish(self) -> None:
         raise self._refuse()

@@ -12,6 +12,9 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+
 from tidelog.broker import Broker
 from tidelog.sites.registry import SITES_FILE, Site, SiteRegistry
 from tidelog.sites.send_queue import QueueRetention, SendQueue, Transmission
@@ -109,6 +112,23 @@ class LocalSite:
 
     async def transmit(self, client: str, items: Sequence[Transmission]) -> list[int]:
         return await self.queue.transmit(client, items)
+
+    async def transmit_columns(
+        self, client: str, payloads: Sequence[bytes], destinations: Sequence[Sequence[str]]
+    ) -> list[int]:
+        return await self.queue.transmit_columns(client, payloads, destinations)
+
+    async def transmit_packed(
+        self,
+        client: str,
+        payloads: bytes,
+        sizes: npt.NDArray[np.int64],
+        destination_lists: Sequence[Sequence[str]],
+        list_indexes: npt.NDArray[np.int64],
+    ) -> list[int]:
+        return await self.queue.transmit_packed(
+            client, payloads, sizes, destination_lists, list_indexes
+        )
 
     async def transmit_snapshot(
         self,

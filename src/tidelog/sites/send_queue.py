@@ -22,33 +22,36 @@ retention may have removed raises ``PositionTrimmed`` rather than skip them.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NoReturn
+
+import numpy as np
+import numpy.typing as npt
 
 from tidelog.broker import Broker, Partition, StreamConfig, replace_bytes
 from tidelog.errors import InvalidArgument, PositionTrimmed, echo
 from tidelog.sites.envelope import (
     MAX_ENTRIES,
-    Entry,
     EntryKind,
-    RoutedEntry,
-    RoutingRecord,
-    encode,
+    MalformedRecord,
+    RecordColumns,
+    columns,
+    encode_packed,
     position,
-    routed_for,
-    site_counts,
     split_position,
 )
 from tidelog.sites.registry import Site, SiteRegistry, validate_site_id
+from tidelog.sites.routed import RoutedColumns
 from tidelog.sites.tag_index import TagIndex
 from tidelog.sites.tag_index_file import decode as decode_index
 from tidelog.sites.tag_index_file import encode as encode_index
 
 LOG = logging.getLogger("tidelog.sites")
+Int64Array = npt.NDArray[np.int64]
 
 DELTA_QUEUE: Final = "__lrq_delta"
 QUEUE_SEGMENT_BYTES: Final = 16 << 20
@@ -67,7 +70,11 @@ the largest payload is the stream's ``max_message_bytes`` minus this."""
 READ_BYTES: Final = 4 << 20
 """Payload bytes a sender reads (and ships in one batch) at most, past the first record."""
 _ENTRY_ROOM: Final = 15
-"""Bytes of framing per entry at most: a 64-bit mask and a length, as varints."""
+"""Bytes of framing per entry at most: a mask (8 bytes in the table), its index and a size."""
+DECODED_BYTES: Final = 8 << 20
+"""Bytes of decoded records (payloads and columns) kept in memory (``SendQueue._decoded``): the
+records a transmit just stored, and those a sender read, so that every site's sender ships them
+without reading and decoding them again; at least two senders' reads (``READ_BYTES``) fit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +124,10 @@ class SendQueue:
         """How many records the last :meth:`open` read to build the tag index."""
         self._saved_covers = -1
         self._partition: Partition | None = None
+        self._decoded: OrderedDict[int, RecordColumns] = OrderedDict()
+        """Offset -> the record's columns, oldest first, at most ``DECODED_BYTES`` of them:
+        decoding once serves every site's sender."""
+        self._decoded_bytes = 0
 
     @property
     def partition(self) -> Partition:
@@ -154,7 +165,7 @@ class SendQueue:
         if log.newest_offset > self.index.covers:
             for batch in log.forward_reader(self.index.covers + 1):
                 for offset, value in zip(batch.offsets.tolist(), batch.values(), strict=True):
-                    self._index(offset, site_counts(value), sites)
+                    self._index(offset, columns(value).site_counts(), sites)
                     self.records_read_at_open += 1
         self.index.trim(log.oldest_offset)
 
@@ -199,42 +210,90 @@ class SendQueue:
 
     def read_for(
         self, site_number: int, after: int, limit: int, max_bytes: int = READ_BYTES
-    ) -> list[RoutedEntry]:
+    ) -> RoutedColumns:
         """The entries for one site with positions after ``after``, in order, whole records at
         a time, stopping after the record that reaches ``limit`` entries or ``max_bytes`` of
-        payload (at least one record). Reads only the records the tag index lists for the site
-        (blocking: a few records per call). Raises ``PositionTrimmed`` when retention removed
-        entries for the site after ``after`` (:meth:`lost_for`), or removes a record listed for
-        it while this reads: reading on would skip them."""
+        payload (at least one record). Reads only the records the tag index lists for the site,
+        from memory when a transmit or another site's read decoded them recently, else from the
+        queue (blocking: a few records per call). Raises ``PositionTrimmed`` when retention
+        removed entries for the site after ``after`` (:meth:`lost_for`), or removes a record
+        listed for it while this reads: reading on would skip them."""
         self._follow_retention()
         if self.lost_for(site_number, after):
             held = position(self.index.held_from(site_number), 0)
             raise PositionTrimmed(self._site_id(site_number), after, held)
         from_offset = split_position(after)[0] if after >= 0 else 0
-        offsets = self.index.records_for(site_number, from_offset, limit)
-        found: list[RoutedEntry] = []
-        size = 0
+        # One record more than the limit: the first may be the one ``after`` is in, with
+        # nothing left in it after ``after`` (a read of one record would then find nothing).
+        offsets = self.index.records_for(site_number, from_offset, limit + 1)
+        found: list[RoutedColumns] = []
+        count = size = 0
+        for offset, record in self._records(offsets, site_number, after):
+            part = record.for_site(offset, site_number).after(after)
+            found.append(part)
+            count += len(part)
+            size += len(part.payloads)
+            if count >= limit or size >= max_bytes:
+                break
+        return RoutedColumns.concat(found)
+
+    def _records(
+        self, offsets: list[int], site_number: int, after: int
+    ) -> Iterator[tuple[int, RecordColumns]]:
+        """The records at ``offsets`` (ascending), decoded, in order: from memory where they
+        are, else read from the queue a run at a time (lazily: the caller may stop early)."""
         log = self.partition.log
-        wanted = set(offsets)
-        seen = 0  # offsets[:seen] were read, in order
-        for first, last in _runs(offsets):
-            for batch in log.forward_reader(first, stop_offset=last):
-                for offset, value in zip(batch.offsets.tolist(), batch.values(), strict=True):
-                    if offset not in wanted:
+        high_watermark = log.high_watermark
+        at = 0
+        while at < len(offsets):
+            offset = offsets[at]
+            if offset > high_watermark:
+                return  # not committed yet (the index runs ahead of a sync under way)
+            if offset < log.oldest_offset:
+                self._trimmed_under(site_number, after)
+            record = self._decoded.get(offset)
+            if record is not None:
+                yield offset, record
+                at += 1
+                continue
+            end = at + 1  # a run of consecutive offsets: one reader, no record between
+            while (
+                end < len(offsets)
+                and offsets[end] == offsets[end - 1] + 1
+                and offsets[end] not in self._decoded
+            ):
+                end += 1
+            wanted = offsets[at:end]
+            last = min(wanted[-1], high_watermark)
+            seen = 0
+            for batch in log.forward_reader(offset, stop_offset=last):
+                for found, value in zip(batch.offsets.tolist(), batch.values(), strict=True):
+                    if seen == len(wanted) or found < wanted[seen]:
                         continue
-                    if offset != offsets[seen]:  # retention took one since the check above
+                    if found != wanted[seen]:  # retention took one since the check above
                         self._trimmed_under(site_number, after)
+                    record = self._remember(found, columns(value))
                     seen += 1
-                    fresh = [
-                        e for e in routed_for(value, offset, site_number) if e.position > after
-                    ]
-                    found += fresh
-                    size += sum(len(e.payload) for e in fresh)
-                    if len(found) >= limit or size >= max_bytes:
-                        return found
-        if seen < len(offsets):
-            self._trimmed_under(site_number, after)
-        return found
+                    yield found, record
+            if seen < len(wanted) and wanted[seen] <= last:
+                self._trimmed_under(site_number, after)
+            at += seen
+            if seen < len(wanted):
+                return
+
+    def _remember(self, offset: int, record: RecordColumns) -> RecordColumns:
+        """Keep ``record`` for the other senders (dropping the oldest beyond the bound). A
+        record kept for ``offset`` before is replaced: what was just written or read there is
+        what the queue holds."""
+        previous = self._decoded.pop(offset, None)
+        if previous is not None:
+            self._decoded_bytes -= _footprint(previous)
+        self._decoded[offset] = record
+        self._decoded_bytes += _footprint(record)
+        while self._decoded_bytes > DECODED_BYTES and len(self._decoded) > 1:
+            _, dropped = self._decoded.popitem(last=False)
+            self._decoded_bytes -= _footprint(dropped)
+        return record
 
     def _trimmed_under(self, site_number: int, after: int) -> NoReturn:
         """A record the index listed for the site was gone when read: retention removed it
@@ -275,23 +334,72 @@ class SendQueue:
     async def transmit(self, client: str, items: Sequence[Transmission]) -> list[int]:
         """Store ``items`` once each, tagged with their destinations; their positions, in
         order. Nothing is stored when any item is refused."""
-        masks: dict[tuple[str, ...], int] = {}  # a call repeats few destination lists
-        entries = [self._entry(item, masks) for item in self._checked(client, items)]
-        records = self._pack(client, entries)
-        published = await self.partition.publish([encode(r) for r in records])
+        return await self.transmit_columns(
+            client, [i.payload for i in items], [i.destinations for i in items]
+        )
+
+    async def transmit_columns(
+        self, client: str, payloads: Sequence[bytes], destinations: Sequence[Sequence[str]]
+    ) -> list[int]:
+        """:meth:`transmit` with the payloads and their destination lists side by side."""
+        if len(destinations) != len(payloads):
+            raise InvalidArgument(
+                f"{len(payloads)} payloads but {len(destinations)} destination lists"
+            )
+        lists: dict[tuple[str, ...], int] = {}  # a call repeats few destination lists
+        indexes = [lists.setdefault(tuple(d), len(lists)) for d in destinations]
+        sizes = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
+        return await self.transmit_packed(
+            client, b"".join(payloads), sizes, list(lists), np.asarray(indexes, dtype=np.int64)
+        )
+
+    async def transmit_packed(
+        self,
+        client: str,
+        payloads: bytes,
+        sizes: Int64Array,
+        destination_lists: Sequence[Sequence[str]],
+        list_indexes: Int64Array,
+    ) -> list[int]:
+        """:meth:`transmit` from columns (what a packed ``TransmitRequest`` carries): entry i
+        is the next ``sizes[i]`` bytes of ``payloads``, for the sites of
+        ``destination_lists[list_indexes[i]]``. Checked whole before anything is written."""
+        self._check_call(client, payloads, sizes, len(destination_lists), list_indexes)
+        table: dict[int, int] = {}  # two lists may name the same sites
+        remap = [table.setdefault(self._mask(tuple(d)), len(table)) for d in destination_lists]
+        masks = list(table)
+        mask_indexes = np.asarray(remap, dtype=np.int64)[list_indexes]
+        ends = np.cumsum(sizes)
+        starts = ends - sizes
+        values = []
+        for a, b in self._pack(sizes):
+            blob = payloads[int(starts[a]) : int(ends[b - 1])]
+            values.append(
+                encode_packed(
+                    EntryKind.DELTA, client, 0, masks, mask_indexes[a:b], sizes[a:b], blob
+                )
+            )
+        published = await self.partition.publish(values)
         positions: list[int] = []
-        for offset, record in zip(published.offsets, records, strict=True):
+        for offset, value in zip(published.offsets, values, strict=True):
+            try:
+                record = columns(value)
+            except MalformedRecord as error:  # never: it was just encoded
+                raise AssertionError(f"a record encoded here does not decode: {error}") from None
             first = position(offset, 0)
-            positions += range(first, first + len(record.entries))
-            per_mask = collections.Counter(entry.destinations for entry in record.entries)
-            counts: dict[int, int] = {}
-            for mask, times in per_mask.items():
-                for number in _numbers(mask):
-                    counts[number] = counts.get(number, 0) + times
-            self.index.add(offset, counts)
+            positions += range(first, first + len(record))
+            self.index.add(offset, record.site_counts())
+            self._remember(offset, record)
         return positions
 
-    def _checked(self, client: str, items: Sequence[Transmission]) -> Sequence[Transmission]:
+    def _check_call(
+        self,
+        client: str,
+        payloads: bytes,
+        sizes: Int64Array,
+        lists: int,
+        list_indexes: Int64Array,
+    ) -> None:
         try:
             validate_site_id(client)
         except InvalidArgument:
@@ -299,23 +407,27 @@ class SendQueue:
                 f"invalid client name {echo(client)}: use 1-63 letters, digits, '_' or '-', "
                 f"starting with a letter or digit (it names the sinks' receive queues)"
             ) from None
-        if not items:
+        count = len(sizes)
+        if not count:
             raise InvalidArgument("a transmit needs at least one payload")
+        if int(sizes.sum()) != len(payloads):
+            raise InvalidArgument(
+                f"the payload sizes add up to {int(sizes.sum())} bytes, but {len(payloads)} "
+                f"bytes of payloads were sent"
+            )
+        if len(list_indexes) != count:
+            raise InvalidArgument(f"{count} payloads but {len(list_indexes)} destination indexes")
+        if int(list_indexes.min()) < 0 or int(list_indexes.max()) >= lists:
+            raise InvalidArgument(
+                f"a destination index points past the call's {lists} destination lists"
+            )
         limit = self.max_payload_bytes
-        for item in items:
-            if len(item.payload) > limit:
-                raise InvalidArgument(
-                    f"a payload of {len(item.payload)} bytes is over the limit of {limit} "
-                    f"(the server's max_message_bytes less {ENVELOPE_ROOM}); nothing was stored"
-                )
-        return items
-
-    def _entry(self, item: Transmission, masks: dict[tuple[str, ...], int]) -> Entry:
-        destinations = tuple(item.destinations)
-        mask = masks.get(destinations)
-        if mask is None:
-            mask = masks[destinations] = self._mask(destinations)
-        return Entry(mask, item.payload)
+        largest = int(sizes.max())
+        if largest > limit:
+            raise InvalidArgument(
+                f"a payload of {largest} bytes is over the limit of {limit} "
+                f"(the server's max_message_bytes less {ENVELOPE_ROOM}); nothing was stored"
+            )
 
     def _mask(self, destinations: tuple[str, ...]) -> int:
         if not destinations:
@@ -329,34 +441,27 @@ class SendQueue:
             mask |= 1 << self.registry.get(site_id).number
         return mask
 
-    def _pack(self, client: str, entries: list[Entry]) -> list[RoutingRecord]:
-        """As few records as the size limit allows, entries in order."""
+    def _pack(self, sizes: Int64Array) -> list[tuple[int, int]]:
+        """Entries ``[a, b)`` of each record: as few records as the size limit allows (each
+        record as many entries as fit, in order)."""
         room = self.partition.log_config.max_message_bytes - ENVELOPE_ROOM
-        records: list[RoutingRecord] = []
-        current: list[Entry] = []
-        size = 0
-        for entry in entries:
-            cost = len(entry.payload) + _ENTRY_ROOM
-            if current and (size + cost > room or len(current) == MAX_ENTRIES):
-                records.append(RoutingRecord(EntryKind.DELTA, client, 0, tuple(current)))
-                current, size = [], 0
-            current.append(entry)
-            size += cost
-        records.append(RoutingRecord(EntryKind.DELTA, client, 0, tuple(current)))
-        return records
+        costs = np.cumsum(sizes + _ENTRY_ROOM)
+        bounds: list[tuple[int, int]] = []
+        first, count = 0, len(sizes)
+        while first < count:
+            used_before = int(costs[first - 1]) if first else 0
+            end = int(np.searchsorted(costs, used_before + room, side="right"))
+            end = min(max(end, first + 1), first + MAX_ENTRIES, count)
+            bounds.append((first, end))
+            first = end
+        return bounds
 
 
-def _numbers(mask: int) -> list[int]:
-    """The site numbers set in a destination mask."""
-    return [number for number in range(mask.bit_length()) if mask >> number & 1]
-
-
-def _runs(offsets: list[int]) -> list[tuple[int, int]]:
-    """Consecutive offsets as (first, last) runs: one reader per run."""
-    runs: list[tuple[int, int]] = []
-    for offset in offsets:
-        if runs and offset == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], offset)
-        else:
-            runs.append((offset, offset))
-    return runs
+def _footprint(record: RecordColumns) -> int:
+    """Bytes a decoded record holds: its payloads and its columns."""
+    return (
+        len(record.payloads)
+        + record.masks.nbytes
+        + record.mask_indexes.nbytes
+        + record.sizes.nbytes
+    )

@@ -3,11 +3,12 @@
 It connects to the site's server, says hello (its own site id and the site it means to reach)
 and gets the sink's progress for this source; :func:`~tidelog.sites.negotiation.negotiate`
 decides how to go on, and the session's state table (``sync_states.py``) follows. In delta sync
-it reads the site's entries through the tag index, ships them in batches framed ``(prev,
-current]`` with at most ``window`` batches unacknowledged, and wakes on the queue's commit signal
-when it has caught up. A lost connection ends the stream; the sender reconnects with a growing
-pause and negotiates again, so it resumes from what the sink says it applied: the sink's
-receive queues, not the sender's memory, decide where deltas resume.
+it reads the site's entries through the tag index (as columns, ``routed.py``), ships them in
+batches framed ``(prev, current]`` (packed when the sink's progress says ``packed_deltas``, one
+message per entry otherwise) with at most ``window`` batches unacknowledged, and wakes on the
+queue's commit signal when it has caught up. A lost connection ends the stream; the sender
+reconnects with a growing pause and negotiates again, so it resumes from what the sink says it
+applied: the sink's receive queues, not the sender's memory, decide where deltas resume.
 
 Snapshot sync (``snapshots.py``) runs on the same stream: the sender asks the application for a
 snapshot, ships its start, entries and end as the provider writes them, waits for the sink to
@@ -33,7 +34,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -41,9 +42,10 @@ import grpc
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
-from tidelog.sites.envelope import EntryKind, RoutedEntry, position
+from tidelog.sites.envelope import EntryKind, position
 from tidelog.sites.negotiation import NONE, Decision, Outcome, SinkProgress, negotiate
 from tidelog.sites.registry import Site
+from tidelog.sites.routed import RoutedColumns, to_wire
 from tidelog.sites.send_queue import SendQueue
 from tidelog.sites.snapshots import SnapshotRecord, Snapshots, SnapshotTrimmed, Wanted
 from tidelog.sites.sync_states import SenderSession, SyncEvent, SyncState
@@ -112,7 +114,7 @@ class Sender:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         """Set by an ack, a snapshot's apply or a resync request: the session looks again."""
-        self._window: SendWindow[Sequence[RoutedEntry]] | None = None
+        self._window: SendWindow[RoutedColumns] | None = None
         self._resync_asked: str | None = None
         """Why the next negotiation must start a snapshot (None: let it decide)."""
 
@@ -167,7 +169,7 @@ class Sender:
                 decision = Decision(Outcome.SNAPSHOT, self._resync_asked)
             self.reason = decision.reason
             self.session.handle(_NEGOTIATED[decision.outcome], cycle)
-            link = _Link(call, self._on_ack)
+            link = _Link(call, self._on_ack, packed=reply.progress.packed_deltas)
             try:
                 resume_after = decision.resume_after
                 while True:
@@ -329,7 +331,7 @@ class Sender:
     async def _ship(self, link: _Link, resume_after: int) -> None:
         """Ship deltas after ``resume_after`` until the session leaves delta sync."""
         cycle = self.session.cycle
-        window: SendWindow[Sequence[RoutedEntry]] = SendWindow(
+        window: SendWindow[RoutedColumns] = SendWindow(
             self.window_batches, resend_after_s=self.ack_timeout_s, max_resends=self.max_resends
         )
         window.ack(resume_after)
@@ -352,15 +354,13 @@ class Sender:
                     entries = self.queue.read_for(self.site.number, cursor, self.batch_entries)
                     if not entries:
                         break
-                    framed: Framed[Sequence[RoutedEntry]] = Framed(
-                        cursor, entries[-1].position, tuple(entries)
-                    )
+                    framed = Framed(cursor, int(entries.positions[-1]), entries)
                     window.sent(framed)
-                    await link.call.write(v1.ReplicationRequest(deltas=_wire(framed)))
+                    await link.call.write(v1.ReplicationRequest(deltas=link.wire(framed)))
                     cursor = framed.current
                 try:
                     for again in window.due():  # the sink drops what it applied already
-                        await link.call.write(v1.ReplicationRequest(deltas=_wire(again)))
+                        await link.call.write(v1.ReplicationRequest(deltas=link.wire(again)))
                 except AckTimeout:
                     self.session.handle(SyncEvent.ACK_TIMEOUT, cycle)
                     self.reason = (
@@ -376,8 +376,10 @@ class Sender:
 class _Link:
     """One Replicate stream: the call, and the task reading the sink's replies."""
 
-    def __init__(self, call: Call, on_ack: Callable[[int], None]) -> None:
+    def __init__(self, call: Call, on_ack: Callable[[int], None], *, packed: bool) -> None:
         self.call = call
+        self.packed = packed
+        """The sink reads packed delta batches (it said so in its progress)."""
         self.applied = NONE
         """The newest snapshot the sink said it applied on this stream."""
         self.changed = asyncio.Event()
@@ -393,6 +395,9 @@ class _Link:
             elif reply.HasField("snapshot_applied"):
                 self.applied = max(self.applied, reply.snapshot_applied)
                 self.changed.set()
+
+    def wire(self, batch: Framed[RoutedColumns]) -> v1.DeltaBatch:
+        return to_wire(batch.prev, batch.current, batch.entries, packed=self.packed)
 
     def check(self) -> None:
         """Raise what ended the stream, if it ended."""
@@ -418,17 +423,6 @@ def _frame(wanted: Wanted, record: SnapshotRecord) -> v1.SnapshotBatch:
             for p in record.payloads
         )
     return frame
-
-
-def _wire(batch: Framed[Sequence[RoutedEntry]]) -> v1.DeltaBatch:
-    return v1.DeltaBatch(
-        prev=batch.prev,
-        current=batch.current,
-        entries=[
-            v1.RoutedEntry(position=e.position, client_name=e.client, payload=e.payload)
-            for e in batch.entries
-        ],
-    )
 
 
 def _describe(error: BaseException) -> str:

@@ -7,12 +7,13 @@ source go through that source's :class:`~tidelog.sites.windows.ApplyWindow`: app
 nothing is missing before them, early ones kept, duplicates dropped.
 
 Exactly once. Entries are applied in position order, consecutive entries of one client as one
-append, and each append is synced before the next (``durable``), so what is on disk is always a
-prefix of the source's order. The receive queues are therefore the sink's progress: at open,
-the last position applied from a source is the highest ``__position`` among its receive queues'
-newest records, and everything before it was applied. An ack is sent only for what is synced. A
-failed append (a full disk) resets the source's window to what the queues hold, so the source's
-resend fills the gap and nothing is applied twice.
+append (laid out as columns: ``HeaderedValues``, no object per entry), and each append is synced
+before the next (``durable``), so what is on disk is always a prefix of the source's order. The
+receive queues are therefore the sink's progress: at open, the last position applied from a
+source is the highest ``__position`` among its receive queues' newest records, and everything
+before it was applied. An ack is sent only for what is synced. A failed append (a full disk)
+resets the source's window to what the queues hold, so the source's resend fills the gap and
+nothing is applied twice.
 
 Snapshots. A snapshot from a source replaces what the sink application holds from it: its start
 frame puts a ``snapshot_start`` record (``__kind`` header) in each of the source's receive queues,
@@ -36,15 +37,25 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Final
 
-from tidelog.broker import Broker, NewRecord, Stream, StreamConfig, replace_json
+import numpy as np
+
+from tidelog.broker import (
+    Broker,
+    HeaderedValues,
+    NewRecord,
+    Stream,
+    StreamConfig,
+    replace_json,
+)
 from tidelog.errors import InvalidArgument, echo
-from tidelog.sites.envelope import RoutedEntry
 from tidelog.sites.negotiation import NONE, SinkProgress
 from tidelog.sites.registry import validate_site_id
+from tidelog.sites.routed import RoutedColumns, RoutedEntry
 from tidelog.sites.windows import ApplyWindow, Framed
 from tidelog.wire import KIND_HEADER, POSITION_HEADER, RECEIVE_QUEUE_PREFIX, SNAPSHOT_HEADER
 
 _POSITION = struct.Struct(">q")
+_POSITIONS = np.dtype(">i8")
 PROGRESS_FILE: Final = "sites_sink.json"
 START: Final = b"snapshot_start"
 ENTRY: Final = b"snapshot_entry"
@@ -85,14 +96,16 @@ def receive_queue(client: str, source: str) -> str:
     return f"{RECEIVE_QUEUE_PREFIX}{client}.{source}"
 
 
-Batch = Framed[Sequence[RoutedEntry]]
+Batch = Framed[Sequence[RoutedEntry]] | Framed[RoutedColumns]
+"""A batch as it arrives: its entries as :class:`RoutedColumns` (the fast path, what the
+service hands over) or any sequence of :class:`RoutedEntry`."""
 
 
 class Sink:
     def __init__(self, broker: Broker, local_site: str) -> None:
         self.broker = broker
         self.local_site = validate_site_id(local_site)
-        self._windows: dict[str, ApplyWindow[Sequence[RoutedEntry]]] = {}
+        self._windows: dict[str, ApplyWindow[RoutedColumns]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         """One apply at a time per source: two streams from one source (a reconnect while the
         old stream lingers) must not interleave their appends."""
@@ -128,7 +141,7 @@ class Sink:
             last_processed=self.last_processed(source),
         )
 
-    def _window(self, source: str) -> ApplyWindow[Sequence[RoutedEntry]]:
+    def _window(self, source: str) -> ApplyWindow[RoutedColumns]:
         window = self._windows.get(source)
         if window is None:
             window = self._windows[source] = ApplyWindow(self._recovered(source))
@@ -161,13 +174,13 @@ class Sink:
     async def receive(self, source: str, batch: Batch) -> int:
         """Apply what ``batch`` brings from ``source``, exactly once; returns the cumulative ack
         (the last position applied and synced)."""
-        _check(source, self.local_site, batch)
+        columns = Framed(batch.prev, batch.current, RoutedColumns.from_entries(batch.entries))
+        _check(source, self.local_site, columns)
         async with self._locks.setdefault(source, asyncio.Lock()):
             window = self._window(source)
             try:
-                for ready in window.offer(batch):
-                    fresh = [e for e in ready.batch.entries if e.position > ready.skip_through]
-                    await self._apply(source, fresh)
+                for ready in window.offer(columns):
+                    await self._apply(source, ready.batch.entries.after(ready.skip_through))
             except BaseException:
                 # The window counted the batch applied; the queues say what really is.
                 self._windows[source] = ApplyWindow(self._recovered(source), window.capacity)
@@ -231,22 +244,17 @@ class Sink:
         )
         transfer.started.add(stream.name)
 
-    async def _apply(self, source: str, entries: Sequence[RoutedEntry]) -> None:
-        start = 0
-        while start < len(entries):
-            client = entries[start].client
-            end = start
-            while end < len(entries) and entries[end].client == client:
-                end += 1
+    async def _apply(self, source: str, entries: RoutedColumns) -> None:
+        """One synced append per run of one client's entries, each payload with its
+        ``__position`` header, laid out as columns."""
+        for client, start, end in entries.runs():
             stream = self.broker.internal_stream(
                 receive_queue(client, source), StreamConfig(partitions=1)
             )
-            records = [
-                NewRecord(e.payload, headers={POSITION_HEADER: _POSITION.pack(e.position)})
-                for e in entries[start:end]
-            ]
+            blob, sizes = entries.span(start, end)
+            positions = entries.positions[start:end].astype(_POSITIONS).tobytes()
+            records = HeaderedValues(blob, sizes, POSITION_HEADER, positions, _POSITION.size)
             await stream.partitions[0].publish(records, durable=True)
-            start = end
 
 
 def _marks(transfer: _Transfer, kind: bytes) -> dict[str, bytes]:
@@ -257,20 +265,28 @@ def _marks(transfer: _Transfer, kind: bytes) -> dict[str, bytes]:
     }
 
 
-def _check(source: str, local_site: str, batch: Batch) -> None:
+def _check(source: str, local_site: str, batch: Framed[RoutedColumns]) -> None:
     validate_site_id(source)
     if source == local_site:
         raise InvalidArgument(f"{echo(source)} is this site: a site does not replicate to itself")
-    previous = batch.prev
-    for entry in batch.entries:
-        if entry.position <= previous:
+    entries = batch.entries
+    try:
+        entries.checked()
+    except ValueError as error:
+        raise InvalidArgument(f"a malformed delta batch: {error}") from None
+    positions = entries.positions
+    if len(positions):
+        steps = np.diff(positions, prepend=batch.prev)
+        if int(steps.min()) <= 0:
+            at = int(np.argmax(steps <= 0))
+            previous = batch.prev if at == 0 else int(positions[at - 1])
             raise InvalidArgument(
                 f"entries of a batch must follow ({batch.prev}, {batch.current}] in order; "
-                f"got position {entry.position} after {previous}"
+                f"got position {int(positions[at])} after {previous}"
             )
-        validate_site_id(entry.client)
-        previous = entry.position
-    if not batch.entries or previous != batch.current:
+    for client in entries.clients:
+        validate_site_id(client)
+    if not len(positions) or int(positions[-1]) != batch.current:
         raise InvalidArgument(
             f"a batch ({batch.prev}, {batch.current}] must end with the entry at {batch.current}"
         )

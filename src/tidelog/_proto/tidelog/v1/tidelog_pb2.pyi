@@ -285,22 +285,49 @@ class DeltaBatch(_message.Message):
     PREV_FIELD_NUMBER: _builtins.int
     CURRENT_FIELD_NUMBER: _builtins.int
     ENTRIES_FIELD_NUMBER: _builtins.int
+    POSITIONS_FIELD_NUMBER: _builtins.int
+    PAYLOAD_SIZES_FIELD_NUMBER: _builtins.int
+    PAYLOADS_FIELD_NUMBER: _builtins.int
+    RUN_CLIENTS_FIELD_NUMBER: _builtins.int
+    RUN_LENGTHS_FIELD_NUMBER: _builtins.int
     prev: _builtins.int
     """The position of the last entry for this sink before the batch (-1: none)."""
     current: _builtins.int
     """The position of the batch's last entry."""
+    positions: _builtins.bytes
+    """The packed form, sent instead of `entries` to a sink whose progress says packed_deltas:
+    n little-endian int64 positions, ascending.
+    """
+    payload_sizes: _builtins.bytes
+    """n little-endian uint32 payload sizes."""
+    payloads: _builtins.bytes
+    """The n payloads back to back."""
+    run_lengths: _builtins.bytes
     @_builtins.property
-    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___RoutedEntry]: ...
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___RoutedEntry]:
+        """The entries one message each: what a sink that does not say packed_deltas gets."""
+
+    @_builtins.property
+    def run_clients(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The client name of each run of consecutive entries of one client, and the runs' lengths
+        (little-endian uint32 each, adding up to n).
+        """
+
     def __init__(
         self,
         *,
         prev: _builtins.int = ...,
         current: _builtins.int = ...,
         entries: _abc.Iterable[Global___RoutedEntry] | None = ...,
+        positions: _builtins.bytes = ...,
+        payload_sizes: _builtins.bytes = ...,
+        payloads: _builtins.bytes = ...,
+        run_clients: _abc.Iterable[_builtins.str] | None = ...,
+        run_lengths: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["current", b"current", "entries", b"entries", "prev", b"prev"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current", b"current", "entries", b"entries", "payload_sizes", b"payload_sizes", "payloads", b"payloads", "positions", b"positions", "prev", b"prev", "run_clients", b"run_clients", "run_lengths", b"run_lengths"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -384,11 +411,14 @@ class SinkProgress(_message.Message):
     SNAPSHOT_TRANSFERRED_FIELD_NUMBER: _builtins.int
     SNAPSHOT_APPLIED_FIELD_NUMBER: _builtins.int
     LAST_PROCESSED_FIELD_NUMBER: _builtins.int
+    PACKED_DELTAS_FIELD_NUMBER: _builtins.int
     snapshot_started: _builtins.int
     """-1 where nothing happened yet."""
     snapshot_transferred: _builtins.int
     snapshot_applied: _builtins.int
     last_processed: _builtins.int
+    packed_deltas: _builtins.bool
+    """The sink reads DeltaBatch's packed fields (positions, payload_sizes, ...): send those."""
     def __init__(
         self,
         *,
@@ -396,10 +426,11 @@ class SinkProgress(_message.Message):
         snapshot_transferred: _builtins.int = ...,
         snapshot_applied: _builtins.int = ...,
         last_processed: _builtins.int = ...,
+        packed_deltas: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_processed", b"last_processed", "snapshot_applied", b"snapshot_applied", "snapshot_started", b"snapshot_started", "snapshot_transferred", b"snapshot_transferred"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_processed", b"last_processed", "packed_deltas", b"packed_deltas", "snapshot_applied", b"snapshot_applied", "snapshot_started", b"snapshot_started", "snapshot_transferred", b"snapshot_transferred"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -613,24 +644,70 @@ class TransmitEntry(_message.Message):
 Global___TransmitEntry: _TypeAlias = TransmitEntry  # noqa: Y015
 
 @_typing.final
+class DestinationList(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SITES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def sites(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Site ids, at least one; each a declared remote site."""
+
+    def __init__(
+        self,
+        *,
+        sites: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["sites", b"sites"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DestinationList: _TypeAlias = DestinationList  # noqa: Y015
+
+@_typing.final
 class TransmitRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CLIENT_NAME_FIELD_NUMBER: _builtins.int
     ENTRIES_FIELD_NUMBER: _builtins.int
+    PAYLOADS_FIELD_NUMBER: _builtins.int
+    PAYLOAD_SIZES_FIELD_NUMBER: _builtins.int
+    DESTINATION_LISTS_FIELD_NUMBER: _builtins.int
+    DESTINATION_INDEXES_FIELD_NUMBER: _builtins.int
     client_name: _builtins.str
     """Names the application stream: the sinks deliver it to listeners of this name."""
+    payloads: _builtins.bytes
+    """The packed form, sent instead of `entries` to a server whose TransmitResponse said
+    packed_transmit: the n payloads back to back,
+    """
+    payload_sizes: _builtins.bytes
+    """their sizes (n little-endian uint32),"""
+    destination_indexes: _builtins.bytes
+    """and each entry's list, as an index into destination_lists (n little-endian uint32)."""
     @_builtins.property
-    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___TransmitEntry]: ...
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___TransmitEntry]:
+        """The entries one message each: what a client sends a server that has not said
+        packed_transmit.
+        """
+
+    @_builtins.property
+    def destination_lists(self) -> _containers.RepeatedCompositeFieldContainer[Global___DestinationList]:
+        """the call's distinct destination lists,"""
+
     def __init__(
         self,
         *,
         client_name: _builtins.str = ...,
         entries: _abc.Iterable[Global___TransmitEntry] | None = ...,
+        payloads: _builtins.bytes = ...,
+        payload_sizes: _builtins.bytes = ...,
+        destination_lists: _abc.Iterable[Global___DestinationList] | None = ...,
+        destination_indexes: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_name", b"client_name", "entries", b"entries"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_name", b"client_name", "destination_indexes", b"destination_indexes", "destination_lists", b"destination_lists", "entries", b"entries", "payload_sizes", b"payload_sizes", "payloads", b"payloads"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -754,6 +831,9 @@ class TransmitResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     POSITIONS_FIELD_NUMBER: _builtins.int
+    PACKED_TRANSMIT_FIELD_NUMBER: _builtins.int
+    packed_transmit: _builtins.bool
+    """This server reads TransmitRequest's packed fields (payloads, payload_sizes, ...)."""
     @_builtins.property
     def positions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """One per entry, in order: record offset * 65536 + index in the record."""
@@ -762,10 +842,11 @@ class TransmitResponse(_message.Message):
         self,
         *,
         positions: _abc.Iterable[_builtins.int] | None = ...,
+        packed_transmit: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["positions", b"positions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["packed_transmit", b"packed_transmit", "positions", b"positions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
