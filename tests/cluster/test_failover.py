@@ -1,7 +1,8 @@
 """Three brokers and etcd on loopback: the leader of a replicated partition (RF 3, minIsr 2) is
 killed with SIGKILL while a producer publishes with ack policy ALL, round after round, and
 restarted. No acknowledged message is lost, none is stored twice, and once the cluster settles
-every replica holds the same records, offsets and timestamps included."""
+every replica holds the same records, offsets and timestamps included. The same holds through a
+rolling restart, each broker stopped gracefully and started again in turn."""
 
 from __future__ import annotations
 
@@ -66,3 +67,34 @@ def test_killing_the_leader_twenty_times_loses_no_acknowledged_message(tmp_path:
         f"{len(producer.acked)} batches acknowledged, {producer.failures} retries, "
         f"leaders killed in turn: {leaders}"
     )
+
+
+def test_a_rolling_restart_of_every_broker_under_load_loses_nothing(tmp_path: Path) -> None:
+    with running_cluster(tmp_path) as cluster:
+        cluster.create_stream("s", replication_factor=3, min_isr=2)
+        producer = Producer(cluster, "s")
+        producer.start()
+        try:
+            producer.wait_acked(20)
+            for broker_id in sorted(cluster.servers):
+                assert cluster.servers[broker_id].stop() == 0  # SIGTERM: a graceful restart
+                producer.wait_acked(10)
+                cluster.start(broker_id)
+                wait_for(lambda: len(cluster.partition("s").isr) == 3, 30, "the ISR back")
+                producer.wait_acked(10)
+        finally:
+            producer.stop.set()
+            producer.join(30)
+        assert producer.error is None, producer.error
+        wait_for(lambda: len(cluster.partition("s").isr) == 3, 30)
+        time.sleep(1.0)
+        for server in cluster.servers.values():
+            assert server.stop() == 0
+        copies = {b: stored_records(tmp_path / b, "s") for b in cluster.servers}
+    first = next(iter(copies.values()))
+    assert all(records == first for records in copies.values())
+    stored = [value for _, _, value in first]
+    assert len(stored) == len(set(stored))
+    position = {value: offset for offset, _, value in first}
+    for sequence, offsets in producer.acked.items():
+        assert [position.get(v) for v in producer.values[sequence]] == list(offsets)

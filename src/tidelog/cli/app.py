@@ -193,6 +193,20 @@ def stream_create(
     retention_age: Annotated[float | None, typer.Option(help="seconds to keep messages")] = None,
     segment_bytes: Annotated[int | None, typer.Option(help="segment size before rolling")] = None,
     compact: Annotated[bool, typer.Option(help="keep only the latest message per key")] = False,
+    replication_factor: Annotated[
+        int,
+        typer.Option(
+            "--replication-factor",
+            min=-1,
+            help="copies of each partition in a cluster (-1: every broker)",
+        ),
+    ] = 1,
+    min_isr: Annotated[
+        int | None,
+        typer.Option(
+            "--min-isr", min=1, help="in-sync copies needed to acknowledge a publish (cluster)"
+        ),
+    ] = None,
     view: Annotated[
         list[str] | None,
         typer.Option(
@@ -213,8 +227,11 @@ def stream_create(
             segment_max_bytes=segment_bytes,
             compact=compact,
             views=views,
+            replication_factor=replication_factor,
+            min_isr=min_isr,
         )
-    out.print(f"created stream [bold]{name}[/bold] with {partitions} partition(s)")
+    copies = "" if replication_factor == 1 else f", replication factor {replication_factor}"
+    out.print(f"created stream [bold]{name}[/bold] with {partitions} partition(s){copies}")
 
 
 @stream_app.command("list")

@@ -162,11 +162,22 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
         optimistic_concurrency: bool = False,
         compact: bool = False,
         views: Sequence[View] = (),
+        replication_factor: int = 1,
+        min_isr: int | None = None,
     ) -> None:
-        """Create a stream, then declare ``views`` on it (tables and window indexes)."""
+        """Create a stream, then declare ``views`` on it (tables and window indexes).
+
+        In a cluster, ``replication_factor`` brokers keep a copy of each partition (-1: every
+        broker) and ``min_isr`` in-sync copies are needed to acknowledge a publish (default: the
+        server's); a single broker accepts only 1 (or -1)."""
         request = pb.CreateStreamRequest(
-            name=name, subject=subject or name, partitions=partitions, replicationFactor=1
+            name=name,
+            subject=subject or name,
+            partitions=partitions,
+            replicationFactor=replication_factor,
         )
+        if min_isr is not None:
+            request.minIsr.value = min_isr
         if retention_bytes is not None:
             request.retentionMaxBytes.value = retention_bytes
         if retention_messages is not None:

@@ -65,7 +65,8 @@ class LeaderRouter:
         return pb_grpc.APIStub(self.channel(self.address(stream, partition)))
 
     def learn(self, response: pb.FetchMetadataResponse) -> None:
-        """Take the leaders a metadata answer names."""
+        """Take the leaders a metadata answer names (the streams it names need no lookup)."""
+        self._looked_up.update(meta.name for meta in response.streamMetadata)
         brokers = {b.id: f"{b.host}:{b.port}" for b in response.brokers}
         if len(brokers) > 1:
             self.clustered = True

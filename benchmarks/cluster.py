@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""A cluster of three brokers and etcd on loopback: what replication costs and how fast a
+cluster recovers.
+
+- ``publish_rf1_msgs_per_s``: messages of ``--size`` bytes published to a stream with one
+  replica, acknowledged by the leader (``--publishers`` concurrent publishers, batches of
+  ``--batch``), through ``tidelog.AsyncClient`` routed to the leader.
+- ``publish_rf3_all_msgs_per_s``: the same into a stream with three replicas and minIsr 2,
+  acknowledged only once every in-sync replica holds them (ack policy ALL); in the same run, with
+  ``rf3_all_over_rf1`` (target: >= 0.5).
+- ``failover_s``: while a publisher publishes with ack ALL, the leader is killed (SIGKILL); the
+  time from the kill to the first acknowledged publish after it, with the default lease
+  (``cluster_lease_ttl_s``, 3 s; target: <= 5 s).
+- ``replica_catchup_mb_per_s``: a follower is stopped, ``--catchup-mb`` of records are
+  published, the follower is started again; megabytes of records per second from its ready line
+  until it is back in the ISR with the leader's log end (target: >= 100); the process start is
+  reported beside it (``catchup_follower_start_s``).
+
+Prints one JSON object with those keys, the targets and the load average before and after.
+
+    python benchmarks/cluster.py [--messages 200000] [--size 100] [--batch 1000]
+        [--publishers 4] [--catchup-mb 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from tidelog.client import AsyncClient, Client, ClientSettings
+from tidelog.process import ServerProcess, running_etcd
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+class Brokers:
+    def __init__(self, root: Path, url: str, stack: ExitStack) -> None:
+        self.root = root
+        self.url = url
+        self.servers: dict[str, ServerProcess] = {}
+        self.stack = stack
+
+    def start(self, broker_id: str) -> ServerProcess:
+        server = ServerProcess(
+            self.root / broker_id, "--cluster", self.url, "--broker-id", broker_id
+        ).start()
+        self.servers[broker_id] = server
+        self.stack.callback(server.kill)
+        return server
+
+    def any_live(self) -> str:
+        for server in self.servers.values():
+            if server.process is not None and server.process.poll() is None:
+                return server.address
+        raise RuntimeError("no broker is running")
+
+
+async def publish_rate(address: str, stream: str, args: argparse.Namespace, ack_all: bool) -> float:
+    """Messages per second acknowledged, ``args.publishers`` publishers at once."""
+    settings = ClientSettings(ack_all=ack_all, retry_budget_s=30)
+    value = b"x" * args.size
+    per_publisher = args.messages // args.publishers
+    async with AsyncClient(address, settings=settings) as client:
+        await client.publish_batch(stream, [value])  # routes to the leader, warms the path
+
+        async def publisher(number: int) -> None:
+            for sequence in range(per_publisher // args.batch):
+                await client.publish_batch(
+                    stream,
+                    [value] * args.batch,
+                    producer_id=f"bench-{number}",
+                    producer_sequence=sequence,
+                )
+
+        started = time.perf_counter()
+        await asyncio.gather(*(publisher(n) for n in range(args.publishers)))
+        elapsed = time.perf_counter() - started
+    return (per_publisher // args.batch) * args.batch * args.publishers / elapsed
+
+
+def create(address: str, name: str, replicas: int, min_isr: int) -> None:
+    with Client(address) as client:
+        client.create_stream(name, replication_factor=replicas, min_isr=min_isr)
+
+
+def leader_of(address: str, stream: str) -> str:
+    with Client(address) as client:
+        (partition,) = client.cluster_status(stream).partitions
+        return partition.leader
+
+
+def failover(brokers: Brokers, stream: str) -> float:
+    """Seconds from killing the leader to the next acknowledged publish with ack ALL."""
+    leader = leader_of(brokers.any_live(), stream)
+    others = [s.address for b, s in brokers.servers.items() if b != leader]
+    settings = ClientSettings(ack_all=True, retry_budget_s=60)
+    with Client(others[0], settings=settings) as client:
+        for n in range(10):
+            client.publish_batch(stream, [b"before"], producer_id="failover", producer_sequence=n)
+        killed = time.perf_counter()
+        brokers.servers[leader].kill()
+        client.publish_batch(stream, [b"after"], producer_id="failover", producer_sequence=10)
+        took = time.perf_counter() - killed
+    brokers.start(leader)  # back for the next phase
+    return took
+
+
+def catchup(brokers: Brokers, stream: str, megabytes: int) -> dict[str, Any]:
+    address = brokers.any_live()
+    leader = leader_of(address, stream)
+    follower = next(b for b in brokers.servers if b != leader)
+    brokers.servers[follower].stop()
+    value = b"c" * 1000
+    batches = megabytes * 1000 // 1000
+    with Client(brokers.servers[leader].address) as client:
+        for _ in range(batches):
+            client.publish_batch(stream, [value] * 1000, partition=0)
+    launched = time.perf_counter()
+    brokers.start(follower)
+    started = time.perf_counter()  # from its ready line: the process start is not replication
+    with Client(brokers.servers[leader].address) as client:
+        while True:
+            (p,) = client.cluster_status(stream).partitions
+            if follower in p.isr and p.lag(follower) == 0:
+                break
+            if time.perf_counter() - started > 600:
+                raise RuntimeError("the follower did not catch up in 600 s")
+            time.sleep(0.05)
+    took = time.perf_counter() - started
+    return {
+        "replica_catchup_mb_per_s": round(megabytes / took, 1),
+        "catchup_s": round(took, 2),
+        "catchup_follower_start_s": round(started - launched, 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--publishers", type=int, default=4)
+    parser.add_argument("--catchup-mb", type=int, default=200)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="tidelog-cluster-bench-"))
+    result: dict[str, Any] = {"load_before": loadavg()}
+    try:
+        with ExitStack() as stack:
+            url = stack.enter_context(running_etcd(root / "etcd"))
+            brokers = Brokers(root, url, stack)
+            for n in (1, 2, 3):
+                brokers.start(f"b{n}")
+            address = brokers.any_live()
+            create(address, "rf1", 1, 1)
+            create(address, "rf3", 3, 2)
+            rf1 = asyncio.run(publish_rate(address, "rf1", args, ack_all=False))
+            rf3 = asyncio.run(publish_rate(address, "rf3", args, ack_all=True))
+            result["publish_rf1_msgs_per_s"] = round(rf1)
+            result["publish_rf3_all_msgs_per_s"] = round(rf3)
+            result["rf3_all_over_rf1"] = round(rf3 / rf1, 3)
+            result["failover_s"] = round(failover(brokers, "rf3"), 2)
+            create(brokers.any_live(), "catchup", 3, 1)
+            result.update(catchup(brokers, "catchup", args.catchup_mb))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    result["load_after"] = loadavg()
+    result["targets"] = {
+        "rf3_all_over_rf1": ">= 0.5",
+        "failover_s": "<= 5",
+        "replica_catchup_mb_per_s": ">= 100",
+    }
+    result["settings"] = vars(args)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
