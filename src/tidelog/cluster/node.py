@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-import numpy as np
 
 from tidelog import columns
 from tidelog._proto.tidelog.v1 import cluster_pb2 as cpb
@@ -65,8 +64,8 @@ from tidelog.cluster.replication import (
     FetchAnswer,
     FollowerReplica,
     LeaderReplica,
-    ReplicatedRecord,
     StaleEpoch,
+    StoredRecords,
 )
 from tidelog.errors import (
     InvalidArgument,
@@ -827,42 +826,20 @@ def _known(answer: EpochEnd) -> Callable[[int], EpochEnd]:
 
 def _response(answer: FetchAnswer) -> cpb.ReplicaFetchResponse:
     records = answer.records
-    response = cpb.ReplicaFetchResponse(
+    return cpb.ReplicaFetchResponse(
         leader_epoch=answer.leader_epoch,
         high_watermark=answer.high_watermark,
         epochs=[cpb.EpochStart(epoch=e.epoch, start_offset=e.start_offset) for e in answer.epochs],
+        stored_records=records.data,
+        stored_sizes=columns.pack_int64(records.sizes) if len(records) else b"",
     )
-    if records:
-        batch = response.records
-        batch.offsets = columns.pack_int64(np.fromiter((r.offset for r in records), np.int64))
-        batch.timestamps = columns.pack_int64(np.fromiter((r.timestamp for r in records), np.int64))
-        batch.messages.CopyFrom(
-            columns.pack(
-                [r.value for r in records],
-                [r.key for r in records],
-                [r.headers for r in records],
-            )
-        )
-    return response
 
 
 def _answer(response: cpb.ReplicaFetchResponse) -> FetchAnswer:
-    batch = response.records
-    offsets = np.frombuffer(batch.offsets, dtype="<i8").tolist()
-    stamps = np.frombuffer(batch.timestamps, dtype="<i8").tolist()
-    values, keys, headers = columns.unpack(batch.messages)
-    if not (len(offsets) == len(stamps) == len(values)):
-        raise ValueError("malformed replica fetch answer: column lengths differ")
-    records = [
-        ReplicatedRecord(
-            offset,
-            stamp,
-            value,
-            None if keys is None else keys[i],
-            {} if headers is None else headers[i],
-        )
-        for i, (offset, stamp, value) in enumerate(zip(offsets, stamps, values, strict=True))
-    ]
+    sizes = columns.unpack_int64(response.stored_sizes)
+    if int(sizes.sum()) != len(response.stored_records):
+        raise ValueError("malformed replica fetch answer: record sizes and bytes differ")
+    records = StoredRecords(response.stored_records, sizes)
     epochs = [EpochEntry(e.epoch, e.start_offset) for e in response.epochs]
     return FetchAnswer(response.leader_epoch, response.high_watermark, records, epochs)
 

@@ -10,7 +10,8 @@ Theory of operation (``docs/cluster.md``; Kafka's and Liftbridge's ISR protocol)
   follower's log reaches, and the **high watermark** is the smallest log end among the in-sync
   replicas (the leader included): the offset below which every ISR member holds every record.
   It never moves back, and it does not move while the ISR is smaller than ``min_isr``.
-- A fetch answer carries the records (with the leader's offsets and timestamps), the high
+- A fetch answer carries the records exactly as the leader stored them (offsets, timestamps,
+  flags and CRCs: the follower checks the CRCs and writes the bytes as they are), the high
   watermark, and the leader's epoch entries for the records it returns, so the follower's
   leader-epoch cache names the epoch that *wrote* each record, not the one it fetched under.
 - A **follower** that starts following a leader (after its own start, or a leader change) first
@@ -26,11 +27,13 @@ Both ends are plain objects over a partition's log: the replica-fetch RPC and th
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tidelog.broker import NewRecord, Partition, replace_json
+import numpy as np
+
+from tidelog.broker import Partition, replace_json
 from tidelog.cluster.leader_epochs import (
     UNDEFINED,
     EpochEnd,
@@ -40,7 +43,9 @@ from tidelog.cluster.leader_epochs import (
 )
 from tidelog.errors import TidelogError
 
-FETCH_MAX_RECORDS = 1000
+FETCH_MAX_RECORDS = 10_000
+FETCH_MAX_BYTES = 4 << 20
+"""A fetch answers at most this many record bytes (at least one record, whatever its size)."""
 
 
 class StaleEpoch(TidelogError):
@@ -52,20 +57,36 @@ class StaleEpoch(TidelogError):
         self.current = current
 
 
+_NO_SIZES = np.empty(0, dtype=np.int64)
+_OFFSET_AT = 8  # the offset field of a stored record (tidelog.log.record)
+
+
 @dataclass(frozen=True, slots=True)
-class ReplicatedRecord:
-    offset: int
-    timestamp: int
-    value: bytes
-    key: bytes | None
-    headers: Mapping[str, bytes]
+class StoredRecords:
+    """Records as the leader's log stores them, back to back (``sizes[i]`` bytes each)."""
+
+    data: bytes = b""
+    sizes: np.ndarray = field(default_factory=lambda: _NO_SIZES)
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def offset_range(self) -> tuple[int, int]:
+        """The first and last record's offsets (read from their stored headers)."""
+        last_at = len(self.data) - int(self.sizes[-1])
+        return (
+            int.from_bytes(self.data[_OFFSET_AT : _OFFSET_AT + 8], "little", signed=True),
+            int.from_bytes(
+                self.data[last_at + _OFFSET_AT : last_at + _OFFSET_AT + 8], "little", signed=True
+            ),
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class FetchAnswer:
     leader_epoch: int
     high_watermark: int
-    records: Sequence[ReplicatedRecord]
+    records: StoredRecords
     epochs: Sequence[EpochEntry]
     """The leader's epoch entries covering ``records`` (oldest first)."""
 
@@ -186,27 +207,27 @@ class LeaderReplica:
         state.last_fetch_s = now
         state.leader_end_at_last_fetch = committed + 1
         self.advance()
-        records: list[ReplicatedRecord] = []
+        records = StoredRecords()
         if from_offset <= committed:
             last = min(committed, from_offset + max_records - 1)
-            for batch in log.forward_reader(from_offset, stop_offset=last, past_limit=True):
-                for offset, stamp, value, key, headers in zip(
-                    batch.offsets.tolist(),
-                    batch.timestamps.tolist(),
-                    batch.values(),
-                    batch.keys(),
-                    batch.headers(),
-                    strict=True,
-                ):
-                    records.append(ReplicatedRecord(offset, stamp, value, key, dict(headers)))
+            parts: list[bytes] = []
+            sizes: list[np.ndarray] = []
+            reader = log.forward_reader(from_offset, stop_offset=last, past_limit=True)
+            budget = FETCH_MAX_BYTES
+            while budget > 0 and (batch := reader.read(max_records, budget)):
+                parts.append(_stored_bytes(batch.data, batch.positions, batch.sizes))
+                sizes.append(batch.sizes)
+                budget -= batch.byte_size
+            if parts:
+                records = StoredRecords(b"".join(parts), np.concatenate(sizes).astype(np.int64))
         return FetchAnswer(
             self.leader_epoch, self.high_watermark, records, self._epochs_for(records)
         )
 
-    def _epochs_for(self, records: Sequence[ReplicatedRecord]) -> list[EpochEntry]:
+    def _epochs_for(self, records: StoredRecords) -> list[EpochEntry]:
         if not records:
             return []
-        first, last = records[0].offset, records[-1].offset
+        first, last = records.offset_range()
         entries = self.epochs.entries
         covering = [
             e
@@ -267,7 +288,7 @@ class FollowerReplica:
         log = self.partition.log
         records = answer.records
         if records:
-            first = records[0].offset
+            first, _ = records.offset_range()
             changed = False
             for entry in answer.epochs:
                 before = self.epochs.entries
@@ -275,21 +296,25 @@ class FollowerReplica:
                 changed = changed or self.epochs.entries != before
             if changed:
                 save_epochs(self.partition, self.epochs)  # before the records it describes
-            start = 0
-            while start < len(records):  # one append per run of one timestamp (a batch)
-                stamp = records[start].timestamp
-                end = start
-                while end < len(records) and records[end].timestamp == stamp:
-                    end += 1
-                run = records[start:end]
-                log.append_at(
-                    [NewRecord(r.value, key=r.key, headers=dict(r.headers)) for r in run],
-                    [r.offset for r in run],
-                    timestamp=stamp,
-                )
-                start = end
+            log.append_stored(records.data, records.sizes)  # CRCs checked, bytes as they are
         self.high_watermark = max(
             self.high_watermark, min(answer.high_watermark, log.next_offset - 1)
         )
         log.set_commit_limit(self.high_watermark)  # ReadISRReplica readers see up to it
         return log.next_offset
+
+
+def _stored_bytes(data: bytes, positions: np.ndarray, sizes: np.ndarray) -> bytes:
+    """The stored records at ``positions`` of ``data``, back to back (one slice when they lie
+    back to back already, as a forward read of a segment finds them)."""
+    if not len(positions):
+        return b""
+    start = int(positions[0])
+    end = int(positions[-1] + sizes[-1])
+    if end - start == int(sizes.sum()) and bool(
+        (positions[1:] == positions[:-1] + sizes[:-1]).all()
+    ):
+        return bytes(data[start:end])
+    return b"".join(
+        bytes(data[a : a + n]) for a, n in zip(positions.tolist(), sizes.tolist(), strict=True)
+    )

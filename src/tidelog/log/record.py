@@ -511,3 +511,34 @@ def scan_records(
         previous_offset, previous_timestamp = offset, timestamp
         at += size
     return found, at
+
+
+def stored_batches(data: bytes, sizes: Int64Array, source: str) -> list[EncodedBatch]:
+    """Records as another log stored them (``data``: whole records back to back, ``sizes[i]``
+    bytes each), checked and cut into runs of one timestamp, ready to be written as they are.
+
+    Each record must pass its CRC and size checks and the offsets must strictly increase;
+    otherwise :class:`CorruptRecord` names ``source`` and the first bad record, and nothing is
+    returned. The attrs (an atomic batch's CONTINUES flags) travel unchanged."""
+    n = len(sizes)
+    if not n:
+        return []
+    sizes = sizes.astype(np.int64)
+    ends = np.cumsum(sizes)
+    if int(ends[-1]) != len(data) or int(sizes.min()) < HEADER_SIZE:
+        raise CorruptRecord(source, 0, f"record sizes add up to {int(ends[-1])}, not {len(data)}")
+    positions = ends - sizes
+    header = gather_headers(data, positions)
+    offsets = header["offset"].astype(np.int64)
+    stamps = header["timestamp"].astype(np.int64)
+    verify_records(data, positions, sizes, offsets, stamps, source, 0)
+    if n > 1 and not bool((np.diff(offsets) > 0).all()):
+        raise CorruptRecord(source, 0, "record offsets do not strictly increase")
+    flat = np.frombuffer(data, dtype=np.uint8)
+    cuts = (np.flatnonzero(np.diff(stamps)) + 1).tolist()
+    return [
+        EncodedBatch(
+            flat[int(positions[a]) : int(ends[b - 1])], offsets[a:b], sizes[a:b], int(stamps[a])
+        )
+        for a, b in zip([0, *cuts], [*cuts, n], strict=True)
+    ]

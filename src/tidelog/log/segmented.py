@@ -38,7 +38,7 @@ from tidelog.log.filecache import DEFAULT_FILE_CACHE, FileCache
 from tidelog.log.flush import DEFAULT_FLUSHER, Flusher
 from tidelog.log.local import LOG, LocalLog
 from tidelog.log.reader import ForwardReader, ReverseReader
-from tidelog.log.record import NewRecord
+from tidelog.log.record import Int64Array, NewRecord, stored_batches
 from tidelog.log.recovery import RecoveryReport, open_segments, write_recovery_point
 from tidelog.log.writer import LogWriter
 
@@ -206,6 +206,15 @@ class SegmentedLog:
         records had elsewhere. ``offsets`` must strictly increase from above ``newest_offset``; any
         gaps they leave stay gaps (readers skip them)."""
         self._writer.append_at(messages, offsets, timestamp)
+
+    def append_stored(self, data: bytes, sizes: Int64Array) -> None:
+        """Append records exactly as another log stored them (a replica copying its leader):
+        ``data`` holds whole stored records back to back, ``sizes[i]`` bytes each, with their
+        offsets, timestamps and flags. Their CRCs are checked first (``CorruptRecord``, nothing
+        written); each run of one timestamp is written as one batch, byte for byte. Offsets must
+        rise above ``newest_offset`` and timestamps must not go back (``OffsetOutOfRange``)."""
+        for batch in stored_batches(data, sizes, f"{self.directory} (stored records to append)"):
+            self._writer.append_stored(batch)
 
     def truncate_to(self, offset: int) -> None:
         """Remove every record at or after ``offset``: a replica cutting a tail its new leader

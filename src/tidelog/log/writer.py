@@ -23,7 +23,7 @@ from tidelog.log.compaction import sync_dir
 from tidelog.log.config import FlushPolicy
 from tidelog.log.contract import AppendGuard
 from tidelog.log.local import LocalLog, SegmentChange
-from tidelog.log.record import NewRecord, encode_batch
+from tidelog.log.record import EncodedBatch, NewRecord, encode_batch
 from tidelog.log.recovery import read_recovery_point, write_recovery_point
 from tidelog.log.segment import Segment
 
@@ -120,6 +120,34 @@ class LogWriter:
         now = self.clock() if timestamp is None else timestamp
         stamp = max(now, local.last_timestamp)
         batch = encode_batch(messages, offsets, stamp, config.max_message_bytes, atomic=atomic)
+        return self._write_locked(batch), stamp
+
+    def append_stored(self, batch: EncodedBatch) -> None:
+        """See ``SegmentedLog.append_stored``: ``batch`` is already encoded (one timestamp)."""
+        if not len(batch.sizes):
+            return
+        local = self.local
+        with local.lock:
+            local.check_open()
+            if int(batch.offsets[0]) < local.next_offset:
+                raise OffsetOutOfRange(
+                    f"offset {int(batch.offsets[0])} is not above the log's newest offset "
+                    f"{local.next_offset - 1}"
+                )
+            if batch.timestamp < local.last_timestamp:
+                raise OffsetOutOfRange(
+                    f"timestamp {batch.timestamp} of offset {int(batch.offsets[0])} is older than "
+                    f"the log's newest, {local.last_timestamp}"
+                )
+            rolled = self._write_locked(batch)
+        self._after_append(int(batch.offsets[-1]), rolled)
+
+    def _write_locked(self, batch: EncodedBatch) -> bool:
+        """Write an encoded batch; returns whether the active segment changed."""
+        local = self.local
+        config = local.config
+        offsets = batch.offsets
+        stamp = batch.timestamp
         # A roll happens before the batch is written, never inside it: a batch (an atomic one
         # included) always lies whole in one segment. The new segment only replaces the active
         # one once the batch is in it and the old one is sealed: a failed append (a full disk, no
@@ -148,7 +176,7 @@ class LogWriter:
         local.last_timestamp = stamp
         if config.flush_policy is not FlushPolicy.ALWAYS:
             self._commit_locked(newest, stamp)
-        return rolled, stamp
+        return rolled
 
     def _commit_locked(self, newest: int, stamp: int) -> bool:
         """Commit through ``newest`` (whose timestamp is ``stamp``); True when readers may see

@@ -9,7 +9,6 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
-from tidelog._proto.tidelog.v1 import tidelog_pb2 as _tidelog_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -86,14 +85,18 @@ class ReplicaFetchResponse(_message.Message):
 
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
-    RECORDS_FIELD_NUMBER: _builtins.int
     EPOCHS_FIELD_NUMBER: _builtins.int
+    STORED_RECORDS_FIELD_NUMBER: _builtins.int
+    STORED_SIZES_FIELD_NUMBER: _builtins.int
     leader_epoch: _builtins.int
     high_watermark: _builtins.int
-    @_builtins.property
-    def records(self) -> _tidelog_pb2.RecordBatch:
-        """The records from fetch_offset on, with the leader's offsets and timestamps."""
-
+    stored_records: _builtins.bytes
+    """The records from fetch_offset on exactly as the leader's log stores them (docs/format.md:
+    offset, timestamp, flags and CRC in each), back to back; the follower checks and writes
+    them as they are.
+    """
+    stored_sizes: _builtins.bytes
+    """Each record's size in stored_records, int64 little-endian."""
     @_builtins.property
     def epochs(self) -> _containers.RepeatedCompositeFieldContainer[Global___EpochStart]:
         """The leader's epoch entries covering those records, oldest first."""
@@ -103,12 +106,13 @@ class ReplicaFetchResponse(_message.Message):
         *,
         leader_epoch: _builtins.int = ...,
         high_watermark: _builtins.int = ...,
-        records: _tidelog_pb2.RecordBatch | None = ...,
         epochs: _abc.Iterable[Global___EpochStart] | None = ...,
+        stored_records: _builtins.bytes = ...,
+        stored_sizes: _builtins.bytes = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["records", b"records"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epochs", b"epochs", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epochs", b"epochs", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "stored_records", b"stored_records", "stored_sizes", b"stored_sizes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
