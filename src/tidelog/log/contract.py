@@ -18,7 +18,7 @@ from typing import Protocol
 from tidelog.log.batch import MessageBatch
 from tidelog.log.compaction import CompactionReport
 from tidelog.log.config import LogConfig
-from tidelog.log.record import NewRecord
+from tidelog.log.record import Int64Array, NewRecord
 
 
 class Reader(Protocol):
@@ -149,6 +149,11 @@ class CommitLog(Protocol):
     ) -> None:
         """Append with caller-chosen offsets, strictly increasing from above the newest (a
         replica keeps its leader's offsets)."""
+        ...
+
+    def append_stored(self, data: bytes, sizes: Int64Array) -> None:
+        """Append records exactly as another log stored them (a replica copying its leader),
+        after checking their CRCs; ``sizes[i]``: the bytes of record ``i`` in ``data``."""
         ...
 
     def truncate_to(self, offset: int) -> None:
