@@ -19,7 +19,7 @@ cluster recovers.
 Prints one JSON object with those keys, the targets and the load average before and after.
 
     python benchmarks/cluster.py [--messages 200000] [--size 100] [--batch 1000]
-        [--publishers 4] [--catchup-mb 200]
+        [--publishers 4] [--catchup-mb 500]
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--publishers", type=int, default=4)
-    parser.add_argument("--catchup-mb", type=int, default=200)
+    parser.add_argument("--catchup-mb", type=int, default=500)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="tidelog-cluster-bench-"))
     result: dict[str, Any] = {"load_before": loadavg()}

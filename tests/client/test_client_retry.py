@@ -251,3 +251,43 @@ def test_settings_become_channel_options_and_are_checked() -> None:
     ):
         with pytest.raises(ValueError):
             ClientSettings(**bad)  # type: ignore[arg-type]
+
+
+def test_calls_routed_to_a_leader_pause_at_most_a_quarter_second(monkeypatch) -> None:
+    """A failover ends when the controller elects: routed retries look the leader up again at
+    least every 0.25 s, where other calls back off up to ``retry_max_backoff_s``."""
+    from tidelog.client import retry
+
+    class Down(grpc.RpcError):
+        def code(self) -> grpc.StatusCode:
+            return grpc.StatusCode.UNAVAILABLE
+
+    def run(routed: bool) -> list[float]:
+        pauses: list[float] = []
+
+        async def sleep(seconds: float) -> None:
+            pauses.append(seconds)
+
+        async def attempt(timeout: float | None, number: int) -> str:
+            if number <= 8:
+                raise Down()
+            return "answered"
+
+        async def relocate(error: grpc.RpcError) -> None:
+            pass
+
+        monkeypatch.setattr(retry.asyncio, "sleep", sleep)
+        answer = asyncio.run(
+            retry.retrying(
+                attempt,
+                channel=None,
+                settings=ClientSettings(retry_budget_s=60),
+                after_failure=relocate if routed else None,
+            )
+        )
+        monkeypatch.undo()
+        assert answer == "answered"
+        return pauses
+
+    assert run(routed=True) == [0.05, 0.1, 0.2, 0.25, 0.25, 0.25, 0.25, 0.25]
+    assert run(routed=False) == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0]

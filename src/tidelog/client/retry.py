@@ -36,12 +36,13 @@ again. DEADLINE_EXCEEDED is not: an attempt's deadline is what is left of the ca
 ``timeout``, so when it passes there is no time left to retry in.
 
 Between attempts the call pauses (``retry_first_backoff_s``, doubling up to
-``retry_max_backoff_s``), then waits for the channel to be connected again instead of failing
-fast on a channel that is still down; gRPC's reconnect backoff (``ClientSettings``) decides how
-soon that happens after the server is back. The whole is bounded by a budget: the call's
-``timeout`` when it has one, else ``retry_budget_s``, counted from the call's start. An attempt
-sent to a connected server is not cut by the budget (it keeps the call's own deadline, if any),
-so a slow answer from a live server is still waited for.
+``retry_max_backoff_s``; calls routed to a leader at most ``ROUTED_MAX_PAUSE_S``), then waits
+for the channel to be connected again instead of failing fast on a channel that is still down;
+gRPC's reconnect backoff (``ClientSettings``) decides how soon that happens after the server
+is back. The whole is bounded by a budget: the call's ``timeout`` when it has one, else
+``retry_budget_s``, counted from the call's start. An attempt sent to a connected server is not
+cut by the budget (it keeps the call's own deadline, if any), so a slow answer from a live
+server is still waited for.
 
 :class:`RetryBudget` is the bookkeeping alone (no I/O, the clock passed in); :func:`retrying`
 is the asyncio shell around it.
@@ -64,6 +65,12 @@ from tidelog.client.settings import ClientSettings
 T = TypeVar("T")
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
+
+ROUTED_MAX_PAUSE_S = 0.25
+"""The longest pause between attempts of a call routed to a partition's leader: each retry
+first looks the leader up (one small metadata call), and a failover ends when the controller
+elects, at any moment, so pausing a full ``retry_max_backoff_s`` would add up to that much to
+it."""
 
 Attempt = Callable[[float | None, int], Awaitable[T]]
 """One try of a call: given the deadline left of the call's own timeout (None: no deadline) and
@@ -142,6 +149,9 @@ async def retrying(
     attempt goes to the leader. ``channel``: wait for it to reconnect between attempts (None:
     only pause, the next attempt may go elsewhere)."""
     budget = RetryBudget.start(settings, timeout, clock())
+    if after_failure is not None:
+        budget.max_pause_s = min(budget.max_pause_s, ROUTED_MAX_PAUSE_S)
+        budget.pause_s = min(budget.pause_s, budget.max_pause_s)
     while True:
         budget.attempts += 1
         try:
