@@ -160,11 +160,15 @@ def lag_phase(
                 if stop.is_set():
                     return
                 time.sleep(0.01)
-            for message in client.subscribe(queue, start="earliest"):
-                sent = int.from_bytes(message.value[:8], "big") / 1e9
-                arrivals.append(time.time() - sent)
-                if stop.is_set():
-                    return
+            try:
+                for message in client.subscribe(queue, start="earliest"):
+                    sent = int.from_bytes(message.value[:8], "big") / 1e9
+                    arrivals.append(time.time() - sent)
+                    if stop.is_set():
+                        return
+            except tidelog.client.Unavailable:
+                if not stop.is_set():
+                    raise  # the servers stop once every sample is in: only then is it expected
 
     before = loadavg()
     watcher = threading.Thread(target=watch, daemon=True)
