@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import re
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
+from tests.console.browsertools import Console, free_port, shot
 from tests.support.server import ServerProcess, served
 
 from tidelog._proto.liftbridge import api_pb2 as pb
@@ -33,53 +30,8 @@ from tidelog.client import Client, View
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = "/usr/bin/chromium"
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
 MESSAGES = 30
 PARTITIONS = 3
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class Console:
-    """A standalone ``tidelog console`` process, killed by PID."""
-
-    def __init__(self, server: str, *extra: str) -> None:
-        command = [sys.executable, "-m", "tidelog.cli", "console", "--server", server, "--port=0"]
-        self.process = subprocess.Popen(
-            [*command, *extra],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        match = re.search(r"http://[^/ ]+/", line)
-        if match is None:
-            self.kill()
-            raise RuntimeError(f"tidelog console did not start: {line!r}")
-        self.url = match.group(0).rstrip("/")
-
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.wait(10)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"{CHROMIUM} is missing: run `make chromium` (Debian chromium and its driver)")
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=["--no-sandbox"]
-        )
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture(scope="module")
@@ -111,20 +63,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerPro
                 client.add_site("west", f"127.0.0.1:{probe.getsockname()[1]}")
             client.transmit_many("orders-to-west", [(b"%d" % i, ["west"]) for i in range(3)])
         yield process, f"http://127.0.0.1:{http_port}"
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 800}, accept_downloads=True)
-    tab = context.new_page()
-    tab.set_default_timeout(10_000)
-    yield tab
-    context.close()
-
-
-def shot(page: Page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
 def rows(page: Page) -> list[list[str]]:
@@ -317,6 +255,8 @@ def test_replication_shows_each_site_with_its_state_and_outstanding_entries(
     expect(west).to_contain_text("3")
     expect(west).to_contain_text("stalled", timeout=15_000)
     shot(page, "replication")
+    page.click("text=cluster page")
+    expect(page.locator("#single")).to_contain_text("single broker")
 
 
 def test_consumers_show_lag_and_a_stalled_cursor_standalone(

@@ -44,6 +44,7 @@ from tidelog.client import (
     AsyncClient,
     ClientError,
     ClientSettings,
+    FailedPrecondition,
     InvalidArgument,
     NotFound,
     Unavailable,
@@ -477,6 +478,34 @@ async def replication_page(request: Request) -> Response:
     return page(request, "replication.html", {"sites": sites, "enabled": enabled})
 
 
+async def cluster_page(request: Request) -> Response:
+    """Brokers, the controller, and each partition's leader, replicas, ISR and followers' lag,
+    as the broker the console talks to gathers them from each leader."""
+    console = _console(request)
+    try:
+        status = await console.client.cluster_status()
+    except FailedPrecondition:  # a single broker: not part of a cluster
+        return page(request, "cluster.html", {"status": None})
+    rows = [
+        {
+            "p": p,
+            "under": len(p.isr) < p.min_isr,
+            "replicas": [
+                {
+                    "id": b,
+                    "leader": b == p.leader,
+                    "in_sync": b in p.isr,
+                    "lag": p.lag(b),
+                }
+                for b in p.replicas
+            ],
+        }
+        for p in sorted(status.partitions, key=lambda p: (p.stream, p.partition))
+        if not p.stream.startswith("__") or request.query_params.get("internal")
+    ]
+    return page(request, "cluster.html", {"status": status, "rows": rows})
+
+
 # -- admin actions -------------------------------------------------------------------------------
 
 
@@ -616,6 +645,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
         Route("/views", views_page),
         Route("/views/{stream}/{view}", view_page),
         Route("/replication", replication_page),
+        Route("/cluster", cluster_page),
         Route("/actions/{action}", action, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
