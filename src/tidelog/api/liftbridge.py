@@ -44,6 +44,7 @@ from tidelog.broker import (
     validate_stream_name,
 )
 from tidelog.broker import SubscribeRequest as BrokerSubscribe
+from tidelog.broker.cursors import CursorStore
 from tidelog.cluster.metadata import PartitionState
 from tidelog.cluster.node import ClusterNode
 from tidelog.errors import (
@@ -714,18 +715,23 @@ class LiftbridgeService(pb_grpc.APIServicer):
         self, request: pb.SetCursorRequest, context: Context
     ) -> pb.SetCursorResponse:
         async with grpc_errors(context):
-            await self.broker.cursors.set(
-                request.cursorId, request.stream, request.partition, request.offset
-            )
+            store = await self._cursors()
+            await store.set(request.cursorId, request.stream, request.partition, request.offset)
         return pb.SetCursorResponse()
+
+    async def _cursors(self) -> CursorStore:
+        """Where cursors are kept: this broker's ``__cursors``, in a cluster a replicated stream
+        whose partitions' leaders take the calls (others answer not-leader, naming it)."""
+        if self.cluster is not None:
+            return await self.cluster.cursors()
+        return self.broker.cursors
 
     async def FetchCursor(
         self, request: pb.FetchCursorRequest, context: Context
     ) -> pb.FetchCursorResponse:
         async with grpc_errors(context):
-            offset = await self.broker.cursors.fetch(
-                request.cursorId, request.stream, request.partition
-            )
+            store = await self._cursors()
+            offset = await store.fetch(request.cursorId, request.stream, request.partition)
             return pb.FetchCursorResponse(offset=offset)
         raise AssertionError("unreachable")
 

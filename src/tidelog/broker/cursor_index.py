@@ -68,6 +68,22 @@ class CursorIndex:
         return index
 
     @classmethod
+    def rebuild(cls, log: CommitLog) -> CursorIndex:
+        """The index of every record ``log`` holds, above a commit limit too, without its
+        snapshot: what a replica that becomes the leader of a cursor partition serves from (its
+        snapshot may describe records a truncation has since replaced)."""
+        index = cls()
+        for batch in log.forward_reader(0, past_limit=True):
+            for offset, key, value in zip(
+                batch.offsets.tolist(), batch.keys(), batch.values(), strict=True
+            ):
+                if key is not None:
+                    index.apply(offset, key, value)
+            index.covered = max(index.covered, batch.last_offset)
+            index.replayed += len(batch)
+        return index
+
+    @classmethod
     def _load(cls, directory: Path, high_watermark: int) -> CursorIndex:
         index = cls()
         path = directory / SNAPSHOT_FILE

@@ -64,6 +64,14 @@ class CursorStore:
     def _partition_for(self, key: bytes) -> int:
         return zlib.crc32(key) % len(self.stream.partitions)
 
+    def rebuild(self, number: int) -> int:
+        """Rebuild partition ``number``'s index from its whole log (a replica that has just
+        become its leader; followers' indexes do not follow the records they copy). Runs on the
+        event loop, so no set interleaves; returns the records read."""
+        index = CursorIndex.rebuild(self.stream.partitions[number].log)
+        self._indexes[number] = index
+        return index.replayed
+
     @staticmethod
     def _check(cursor_id: str, stream: str) -> None:
         if not cursor_id:
@@ -92,5 +100,9 @@ class CursorStore:
         """The stored value, or -1 for a cursor never set: one dictionary lookup either way."""
         self._check(cursor_id, stream)
         key = cursor_key(cursor_id, stream, partition)
-        found = self._indexes[self._partition_for(key)].get(key)
+        number = self._partition_for(key)
+        role = self.stream.partitions[number].role
+        if role is not None:
+            role.check_read(False)  # in a cluster only the leader's index follows the records
+        found = self._indexes[number].get(key)
         return NO_CURSOR if found is None else found

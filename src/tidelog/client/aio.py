@@ -47,7 +47,7 @@ from tidelog.client.errors import (
     error_for_number,
     from_rpc_error,
 )
-from tidelog.client.leaders import NOT_LEADER_TEXT, LeaderRouter, not_leader
+from tidelog.client.leaders import CURSORS_STREAM, NOT_LEADER_TEXT, LeaderRouter, not_leader
 from tidelog.client.models import (
     Ack,
     Acks,
@@ -124,16 +124,19 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
         timeout: float | None = None,
         *,
         route: tuple[str, int] | None = None,
+        look_up: bool = True,
     ) -> T:
         """Run a call that is safe to repeat, retrying it while the server is unreachable;
         ``route``: the (stream, partition) whose leader serves it, looked up again when a broker
-        says it does not lead it."""
+        says it does not lead it (``look_up``: ask for the stream's leaders before the first
+        call, else only once a broker refuses)."""
         if route is None:
             return await retrying(
                 attempt, channel=self._channel, settings=self.settings, timeout=timeout
             )
         stream, partition = route
-        await self._router.ensure(stream)
+        if look_up:
+            await self._router.ensure(stream)
 
         async def relocate(error: grpc.RpcError) -> None:
             await self._router.after_failure(error, stream, partition)
@@ -771,19 +774,38 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
             cursorId=cursor_id, stream=stream, partition=partition, offset=offset
         )
 
-        async def attempt(timeout: float | None, number: int) -> None:
-            await self._api.SetCursor(request, timeout=timeout)
+        key = f"{cursor_id},{stream},{partition}".encode()
 
-        await self._retrying(attempt)
+        async def attempt(timeout: float | None, number: int) -> None:
+            await self._cursor_api(key).SetCursor(request, timeout=timeout)
+
+        await self._retrying(attempt, route=await self._cursor_route(key), look_up=False)
+
+    async def _cursor_route(self, key: bytes) -> tuple[str, int]:
+        """The ``__cursors`` partition that keeps ``key`` (CRC-32 of it, as the server and
+        Liftbridge place it), whose leader takes the call in a cluster. A single broker is not
+        asked for ``__cursors``' metadata: it keeps every cursor itself."""
+        if self._router.clustered:
+            await self._router.ensure(CURSORS_STREAM)
+        return CURSORS_STREAM, zlib.crc32(key) % self._router.partition_count(CURSORS_STREAM)
+
+    def _cursor_api(self, key: bytes) -> Any:
+        count = self._router.partition_count(CURSORS_STREAM)
+        return self._router.api(CURSORS_STREAM, zlib.crc32(key) % count)
 
     async def fetch_cursor(self, cursor_id: str, stream: str, partition: int = 0) -> int:
         """The stored offset, or -1 when the cursor was never set."""
         request = pb.FetchCursorRequest(cursorId=cursor_id, stream=stream, partition=partition)
 
-        async def attempt(timeout: float | None, number: int) -> pb.FetchCursorResponse:
-            return await self._api.FetchCursor(request, timeout=timeout)
+        key = f"{cursor_id},{stream},{partition}".encode()
 
-        response = await self._retrying(attempt)
+        async def attempt(timeout: float | None, number: int) -> pb.FetchCursorResponse:
+            answer: pb.FetchCursorResponse = await self._cursor_api(key).FetchCursor(
+                request, timeout=timeout
+            )
+            return answer
+
+        response = await self._retrying(attempt, route=await self._cursor_route(key), look_up=False)
         return int(response.offset)
 
 

@@ -35,6 +35,11 @@ def not_leader(error: grpc.RpcError) -> bool:
     )
 
 
+CURSORS_STREAM = "__cursors"
+"""The internal stream cursors are kept in; in a cluster its partitions' leaders take the cursor
+calls."""
+
+
 class LeaderRouter:
     def __init__(self, server: str, channel: grpc.aio.Channel, settings: ClientSettings) -> None:
         self.server = server
@@ -42,6 +47,7 @@ class LeaderRouter:
         self._channels: dict[str, grpc.aio.Channel] = {server: channel}
         self._leaders: dict[tuple[str, int], str] = {}
         self._looked_up: set[str] = set()
+        self._partitions: dict[str, int] = {}
         self.clustered = False
         """True once a broker said it does not lead a partition, or metadata named several."""
 
@@ -67,6 +73,9 @@ class LeaderRouter:
     def learn(self, response: pb.FetchMetadataResponse) -> None:
         """Take the leaders a metadata answer names (the streams it names need no lookup)."""
         self._looked_up.update(meta.name for meta in response.streamMetadata)
+        for meta in response.streamMetadata:
+            if meta.partitions:
+                self._partitions[meta.name] = len(meta.partitions)
         brokers = {b.id: f"{b.host}:{b.port}" for b in response.brokers}
         if len(brokers) > 1:
             self.clustered = True
@@ -81,6 +90,10 @@ class LeaderRouter:
                     self._leaders.pop((meta.name, number), None)
                 else:
                     self._leaders[meta.name, number] = address
+
+    def partition_count(self, stream: str) -> int:
+        """How many partitions the last metadata answer gave ``stream`` (1 before any)."""
+        return self._partitions.get(stream, 1)
 
     async def after_failure(self, error: grpc.RpcError, stream: str, partition: int) -> None:
         """Before a call is tried again: learn who leads now (a refusal, an unreachable

@@ -41,7 +41,15 @@ import grpc
 from tidelog import columns
 from tidelog._proto.tidelog.v1 import cluster_pb2 as cpb
 from tidelog._proto.tidelog.v1 import cluster_pb2_grpc
-from tidelog.broker import Broker, FlushPolicy, Partition, StreamConfig, replace_json
+from tidelog.broker import (
+    CURSORS_STREAM,
+    Broker,
+    FlushPolicy,
+    Partition,
+    StreamConfig,
+    replace_json,
+)
+from tidelog.broker.cursors import CursorStore
 from tidelog.cluster.leader_epochs import EpochEnd, EpochEntry
 from tidelog.cluster.metadata import (
     ClusterView,
@@ -68,6 +76,7 @@ from tidelog.cluster.replication import (
     StoredRecords,
 )
 from tidelog.errors import (
+    FailedPrecondition,
     InvalidArgument,
     NotEnoughReplicas,
     NotLeader,
@@ -77,6 +86,10 @@ from tidelog.errors import (
 from tidelog.wire import MAX_FRAME
 
 LOG = logging.getLogger("tidelog.cluster")
+
+CURSOR_REPLICAS = 3
+"""Replicas of ``__cursors`` in a cluster (fewer when the cluster has fewer live brokers when
+the first cursor is set)."""
 
 HW_CHECKPOINT = "replication-hw"
 """The high watermark a replica last knew, in its partition's directory (decimal text)."""
@@ -427,7 +440,10 @@ class ClusterNode:
             role.state = state
             marked = view.ready.get((stream, number), {}).get(self.broker_id)
             if state.leader == self.broker_id:
-                role.lead(state, record.min_isr)
+                if role.lead(state, record.min_isr) and stream == CURSORS_STREAM:
+                    # Before any await: no set can reach the new leader before its index.
+                    read = self.broker.cursors.rebuild(number)
+                    LOG.info("%s/%d: cursor index rebuilt from %d records", stream, number, read)
                 if marked != state.leader_epoch:
                     await self.metadata.mark_ready(
                         stream, number, self.broker_id, state.leader_epoch, self.membership.lease
@@ -544,6 +560,37 @@ class ClusterNode:
             raise StreamExists(name)
         self._changed.set()
         await self._wait_ready(name, config.partitions)
+
+    async def cursors(self) -> CursorStore:
+        """The broker's cursor store, once ``__cursors`` is a replicated stream of the cluster
+        (created here on first use: ``cursor_partitions`` partitions, three replicas or every
+        broker if fewer, minIsr 2 or 1) and every local partition of it has its role, so a set
+        is appended only by a partition's leader and acknowledged once the ISR has it."""
+        assert self.metadata is not None
+        if CURSORS_STREAM not in self.view.streams:
+            view = await self.metadata.view()
+            if CURSORS_STREAM not in view.streams:
+                factor = min(CURSOR_REPLICAS, max(len(view.brokers), 1))
+                config = StreamConfig(partitions=self.broker.config.cursor_partitions, compact=True)
+                with contextlib.suppress(StreamExists):  # another broker created it first
+                    await self.create_stream(CURSORS_STREAM, config, factor, min(2, factor))
+        store = self.broker.cursors
+        deadline = time.monotonic() + 10
+        while any(p.role is None for p in store.stream.partitions):
+            if time.monotonic() > deadline:
+                raise NotEnoughReplicas(
+                    f"{CURSORS_STREAM} is not assigned on this broker yet: try again"
+                )
+            self._changed.set()
+            await asyncio.sleep(self.settings.poll_s)
+        record = self.view.streams.get(CURSORS_STREAM)
+        wanted = None if record is None else StreamConfig.from_json(record.config).partitions
+        if wanted is not None and wanted != len(store.stream.partitions):
+            raise FailedPrecondition(
+                f"this broker's {CURSORS_STREAM} has {len(store.stream.partitions)} partitions, "
+                f"the cluster's {wanted}: give every broker the same cursor_partitions"
+            )
+        return store
 
     async def _wait_ready(self, name: str, partitions: int, timeout_s: float = 10.0) -> None:
         assert self.metadata is not None
