@@ -77,7 +77,9 @@ def test_a_rolling_restart_of_every_broker_under_load_loses_nothing(tmp_path: Pa
         try:
             producer.wait_acked(20)
             for broker_id in sorted(cluster.servers):
-                assert cluster.servers[broker_id].stop() == 0  # SIGTERM: a graceful restart
+                server = cluster.servers[broker_id]
+                code = server.stop()  # SIGTERM: a graceful restart
+                assert code == 0, f"{broker_id} exited {code}: {''.join(server.stderr_lines[-30:])}"
                 producer.wait_acked(10)
                 cluster.start(broker_id)
                 wait_for(lambda: len(cluster.partition("s").isr) == 3, 30, "the ISR back")
