@@ -9,10 +9,13 @@ import threading
 from pathlib import Path
 
 import grpc
+import pytest
 from tests.cluster.clustertools import running_cluster, wait_for
 
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog.client import Client, ClientSettings
+
+pytestmark = pytest.mark.slow  # etcd and three brokers on loopback
 
 
 def test_the_client_follows_the_leader_through_a_crash(tmp_path: Path) -> None:

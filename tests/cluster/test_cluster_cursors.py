@@ -14,6 +14,8 @@ from tests.cluster.clustertools import running_cluster, wait_for
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog.client import Client
 
+pytestmark = pytest.mark.slow  # etcd and three brokers on loopback
+
 CURSORS = 30
 
 

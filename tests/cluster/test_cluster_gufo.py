@@ -16,9 +16,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from tests.cluster.clustertools import running_cluster, wait_for
 
 from tidelog.client import Client, ClientSettings
+
+pytestmark = pytest.mark.slow  # etcd and three brokers on loopback
 
 CHILD = Path(__file__).with_name("gufo_follower.py")
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from tests.cluster.clustertools import (
     Producer,
     running_cluster,
     stored_records,
     wait_for,
 )
+
+pytestmark = pytest.mark.slow  # etcd and three brokers on loopback
 
 
 def test_killing_the_leader_twenty_times_loses_no_acknowledged_message(tmp_path: Path) -> None:

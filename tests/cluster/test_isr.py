@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import grpc
+import pytest
 from tests.cluster.clustertools import (
     Producer,
     publish_batch,
@@ -18,6 +19,8 @@ from tests.cluster.clustertools import (
     stored_records,
     wait_for,
 )
+
+pytestmark = pytest.mark.slow  # etcd and three brokers on loopback
 
 
 def test_a_deposed_leader_acks_nothing_and_its_tail_is_cut_when_it_rejoins(

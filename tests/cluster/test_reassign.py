@@ -12,10 +12,13 @@ import sys
 from pathlib import Path
 
 import grpc
+import pytest
 from tests.cluster.clustertools import publish_batch, running_cluster, stored_records, wait_for
 from tests.support.server import served
 
 from tidelog._proto.liftbridge import api_pb2 as pb
+
+pytestmark = pytest.mark.slow  # etcd and three brokers on loopback
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
