@@ -44,6 +44,13 @@ def test_publish_chooses_the_partition_by_key_hash(server: ServerProcess, stream
             assert [a.offset for a in acks if a.partition == number] == list(
                 range(len(extra), len(got))
             )
+            info = client.partition_info(stream, number)  # as the partition's leader has it
+            assert (info.partition, info.high_watermark, info.newest_offset) == (
+                number,
+                len(got) - 1,
+                len(got) - 1,
+            )
+            assert info == client.stream_info(stream).partitions[number]
 
 
 def test_publish_batch_over_1000_messages_is_split_with_dense_acks(

@@ -33,6 +33,7 @@ from tidelog.api.status import (
 )
 from tidelog.broker import (
     Broker,
+    CursorStore,
     MessageBatch,
     NewRecord,
     Partition,
@@ -44,7 +45,6 @@ from tidelog.broker import (
     validate_stream_name,
 )
 from tidelog.broker import SubscribeRequest as BrokerSubscribe
-from tidelog.broker.cursors import CursorStore
 from tidelog.cluster.metadata import PartitionState
 from tidelog.cluster.node import ClusterNode
 from tidelog.errors import (

@@ -50,6 +50,7 @@ from tidelog.broker.config import (
     StreamConfig,
     validate_stream_name,
 )
+from tidelog.broker.cursors import CursorStore
 from tidelog.broker.delivery import delivery_gate
 from tidelog.broker.jsonfile import replace_bytes, replace_json
 from tidelog.broker.partition import Partition, ReplicaRole
@@ -110,6 +111,7 @@ __all__ = [
     "BrowseQuery",
     "BrowseResult",
     "BrowsedRecord",
+    "CursorStore",
     "EndReason",
     "FlushPolicy",
     "HeaderedValues",

@@ -299,6 +299,28 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
             infos.append(StreamInfo(meta.name, meta.subject, meta.creationTimestamp, parts))
         return infos
 
+    async def partition_info(self, stream: str, partition: int = 0) -> PartitionInfo:
+        """One partition as its leader sees it (``FetchPartitionMetadata``): in a cluster its
+        high watermark is the leader's, where ``stream_info`` may answer from a follower whose
+        high watermark trails by a fetch."""
+        request = pb.FetchPartitionMetadataRequest(stream=stream, partition=partition)
+
+        async def attempt(timeout: float | None, number: int) -> pb.FetchPartitionMetadataResponse:
+            answer: pb.FetchPartitionMetadataResponse = await self._router.api(
+                stream, partition
+            ).FetchPartitionMetadata(request, timeout=timeout)
+            return answer
+
+        p = (await self._retrying(attempt, route=(stream, partition))).metadata
+        return PartitionInfo(
+            partition=p.id,
+            high_watermark=p.highWatermark,
+            newest_offset=p.newestOffset,
+            paused=p.paused,
+            readonly=p.readonly,
+            leader=p.leader,
+        )
+
     async def _choose_partition(self, stream: str, key: bytes | None, partition: int | None) -> int:
         """Explicit partition, else CRC-32 of the key over the partitions, else partition 0."""
         if partition is not None:

@@ -27,6 +27,7 @@ from tidelog.client.models import (
     Acks,
     BrowsePage,
     Message,
+    PartitionInfo,
     ReceivedMessage,
     Start,
     Stop,
@@ -141,6 +142,9 @@ class Client(SyncViewCalls, SyncSiteCalls, SyncDescribeCalls):
 
     def stream_info(self, name: str) -> StreamInfo:
         return self._run(self._client.stream_info(name))
+
+    def partition_info(self, stream: str, partition: int = 0) -> PartitionInfo:
+        return self._run(self._client.partition_info(stream, partition))
 
     def publish(
         self,

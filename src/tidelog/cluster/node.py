@@ -44,12 +44,12 @@ from tidelog._proto.tidelog.v1 import cluster_pb2_grpc
 from tidelog.broker import (
     CURSORS_STREAM,
     Broker,
+    CursorStore,
     FlushPolicy,
     Partition,
     StreamConfig,
     replace_json,
 )
-from tidelog.broker.cursors import CursorStore
 from tidelog.cluster.leader_epochs import EpochEnd, EpochEntry
 from tidelog.cluster.metadata import (
     ClusterView,

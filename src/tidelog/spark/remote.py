@@ -89,11 +89,12 @@ def _close(frames: Iterator[v1.RecordBatch]) -> None:
 
 
 def bounds(client: Client, stream: str, partitions: Sequence[int]) -> dict[int, PartitionBounds]:
-    """``[oldest, next)`` of each partition, committed records only."""
-    info = {p.partition: p for p in stream_info(client, stream).partitions}
+    """``[oldest, next)`` of each partition, committed records only (the high watermark as the
+    partition's leader has it: in a cluster a follower's may trail what was acknowledged)."""
+    stream_info(client, stream)  # an unknown stream: the error that lists the streams there
     found = {}
     for partition in partitions:
-        next_offset = info[partition].high_watermark + 1
+        next_offset = client.partition_info(stream, partition).high_watermark + 1
         oldest = oldest_offset(client, stream, partition) if next_offset > 0 else None
         found[partition] = PartitionBounds(
             partition, next_offset if oldest is None else min(oldest, next_offset), next_offset
