@@ -58,6 +58,15 @@ def test_the_spark_source_and_sink_follow_the_leaders(spark: Any, tmp_path: Path
         )
         survivor = next(b for b in cluster.live() if b != leader)
         address = cluster.servers[survivor].address
+        with Client(address) as client:  # the new leaders commit what their ISR holds
+            wait_for(
+                lambda: all(
+                    client.partition_info("source", p).high_watermark == COUNT // PARTITIONS - 1
+                    for p in range(PARTITIONS)
+                ),
+                30,
+                "the new leaders' high watermarks",
+            )
         assert sorted(read(spark, address, "source"), key=int) == numbers
         write(spark, address, "sink", numbers[COUNT // 2 :])
         with Client(address) as client:
