@@ -576,21 +576,24 @@ class ClusterNode:
                     await self.create_stream(CURSORS_STREAM, config, factor, min(2, factor))
         store = self.broker.cursors
         deadline = time.monotonic() + 10
-        while any(p.role is None for p in store.stream.partitions):
+        while True:
+            record = self.view.streams.get(CURSORS_STREAM)
+            if record is not None:
+                wanted = StreamConfig.from_json(record.config).partitions
+                if wanted != len(store.stream.partitions):
+                    raise FailedPrecondition(
+                        f"this broker's {CURSORS_STREAM} has {len(store.stream.partitions)} "
+                        f"partitions, the cluster's {wanted}: give every broker the same "
+                        f"cursor_partitions"
+                    )
+                if all(p.role is not None for p in store.stream.partitions):
+                    return store
             if time.monotonic() > deadline:
                 raise NotEnoughReplicas(
                     f"{CURSORS_STREAM} is not assigned on this broker yet: try again"
                 )
-            self._changed.set()
+            self._changed.set()  # reconcile now rather than at the next poll
             await asyncio.sleep(self.settings.poll_s)
-        record = self.view.streams.get(CURSORS_STREAM)
-        wanted = None if record is None else StreamConfig.from_json(record.config).partitions
-        if wanted is not None and wanted != len(store.stream.partitions):
-            raise FailedPrecondition(
-                f"this broker's {CURSORS_STREAM} has {len(store.stream.partitions)} partitions, "
-                f"the cluster's {wanted}: give every broker the same cursor_partitions"
-            )
-        return store
 
     async def _wait_ready(self, name: str, partitions: int, timeout_s: float = 10.0) -> None:
         assert self.metadata is not None
