@@ -13,6 +13,7 @@ Lookups use subscriptions that end by themselves, so none ever waits for new rec
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 
@@ -39,22 +40,30 @@ FRAME_MESSAGES = 10_000
 """Records per frame asked of the server (it also caps frames at its byte limit)."""
 
 
-def connect(servers: Sequence[str]) -> Client:
+def connect(servers: Sequence[str], wait_s: float = 0.0) -> Client:
     """A client for the first of ``servers`` that answers (servers of one cluster are
-    interchangeable for reading); raises ``Unavailable`` naming all when none does."""
-    failures = []
-    for server in servers:
-        # A short retry budget: an unreachable server should cost the probe seconds, not the
-        # client's default 10 s, before the next one is tried (Spark retries its tasks too).
-        client = Client(server, settings=ClientSettings(retry_budget_s=PROBE_RETRY_S))
-        try:
-            client.list_streams()
-        except Unavailable as error:
-            client.close()
-            failures.append(f"{server}: {error}")
-            continue
-        return client
-    raise Unavailable("no tidelog server answered (option 'servers'): " + "; ".join(failures))
+    interchangeable for reading); raises ``Unavailable`` naming all when none does, after
+    trying them all again for up to ``wait_s`` (a broker restarting)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        failures = []
+        for server in servers:
+            # A short retry budget: an unreachable server should cost the probe seconds, not
+            # the client's default 10 s, before the next one is tried (Spark retries its tasks).
+            client = Client(server, settings=ClientSettings(retry_budget_s=PROBE_RETRY_S))
+            try:
+                client.list_streams()
+            except Unavailable as error:
+                client.close()
+                failures.append(f"{server}: {error}")
+                continue
+            return client
+        if time.monotonic() >= deadline:
+            raise Unavailable(
+                "no tidelog server answered (option 'servers'): " + "; ".join(failures)
+            )
+        LOG.warning("no tidelog server answered yet; trying again: %s", "; ".join(failures))
+        time.sleep(0.5)
 
 
 def stream_info(client: Client, stream: str) -> StreamInfo:

@@ -77,12 +77,17 @@ class SinkPlan:
     partition_count: int
 
 
-def plan(options: Mapping[str, str], schema: StructType, overwrite: bool) -> SinkPlan:
-    """Refuse overwrite, check options and schema, look up the output stream."""
+def plan(
+    options: Mapping[str, str], schema: StructType, overwrite: bool, streaming: bool = False
+) -> SinkPlan:
+    """Refuse overwrite, check options and schema, look up the output stream. A streaming
+    query's writer, which Spark creates again for each commit, waits for an output broker that
+    does not answer (one restarting) as long as its writes would (``writeRetryTimeoutSeconds``);
+    a batch write fails at once."""
     refuse_overwrite(overwrite)
     parsed = parse_write_options(options)
     columns = check_schema(schema)
-    client = remote.connect(parsed.servers)
+    client = remote.connect(parsed.servers, parsed.retry_timeout_s if streaming else 0.0)
     try:
         info = remote.stream_info(client, parsed.stream)
     finally:
@@ -281,4 +286,4 @@ def batch_writer(
 def stream_writer(
     options: Mapping[str, str], schema: StructType, overwrite: bool
 ) -> TidelogStreamWriter:
-    return TidelogStreamWriter(plan(options, schema, overwrite))
+    return TidelogStreamWriter(plan(options, schema, overwrite, streaming=True))
