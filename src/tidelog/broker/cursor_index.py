@@ -14,11 +14,12 @@ import base64
 import json
 import logging
 import struct
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
 from tidelog.broker.jsonfile import replace_json
-from tidelog.log import CommitLog
+from tidelog.log import CommitLog, MessageBatch
 
 LOG = logging.getLogger("tidelog.broker.cursors")
 
@@ -57,14 +58,7 @@ class CursorIndex:
         """The index of ``log``: its snapshot in ``directory`` plus the records after it."""
         index = cls._load(directory, log.high_watermark)
         start = index.covered + 1
-        for batch in log.forward_reader(start):
-            for offset, key, value in zip(
-                batch.offsets.tolist(), batch.keys(), batch.values(), strict=True
-            ):
-                if key is not None:
-                    index.apply(offset, key, value)
-            index.covered = max(index.covered, batch.last_offset)
-            index.replayed += len(batch)
+        index._replay(log.forward_reader(start))
         return index
 
     @classmethod
@@ -73,15 +67,19 @@ class CursorIndex:
         snapshot: what a replica that becomes the leader of a cursor partition serves from (its
         snapshot may describe records a truncation has since replaced)."""
         index = cls()
-        for batch in log.forward_reader(0, past_limit=True):
+        index._replay(log.forward_reader(0, past_limit=True))
+        return index
+
+    def _replay(self, batches: Iterable[MessageBatch]) -> None:
+        """Take ``batches`` (read from the partition, in offset order) into account."""
+        for batch in batches:
             for offset, key, value in zip(
                 batch.offsets.tolist(), batch.keys(), batch.values(), strict=True
             ):
                 if key is not None:
-                    index.apply(offset, key, value)
-            index.covered = max(index.covered, batch.last_offset)
-            index.replayed += len(batch)
-        return index
+                    self.apply(offset, key, value)
+            self.covered = max(self.covered, batch.last_offset)
+            self.replayed += len(batch)
 
     @classmethod
     def _load(cls, directory: Path, high_watermark: int) -> CursorIndex:

@@ -284,17 +284,7 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
         for meta in response.streamMetadata:
             if meta.error == pb.StreamMetadata.UNKNOWN_STREAM:
                 raise NotFound(f"no such stream: {meta.name!r}")
-            parts = tuple(
-                PartitionInfo(
-                    partition=p.id,
-                    high_watermark=p.highWatermark,
-                    newest_offset=p.newestOffset,
-                    paused=p.paused,
-                    readonly=p.readonly,
-                    leader=p.leader,
-                )
-                for _, p in sorted(meta.partitions.items())
-            )
+            parts = tuple(_partition_info(p) for _, p in sorted(meta.partitions.items()))
             self._partition_counts[meta.name] = len(parts)
             infos.append(StreamInfo(meta.name, meta.subject, meta.creationTimestamp, parts))
         return infos
@@ -311,15 +301,7 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
             ).FetchPartitionMetadata(request, timeout=timeout)
             return answer
 
-        p = (await self._retrying(attempt, route=(stream, partition))).metadata
-        return PartitionInfo(
-            partition=p.id,
-            high_watermark=p.highWatermark,
-            newest_offset=p.newestOffset,
-            paused=p.paused,
-            readonly=p.readonly,
-            leader=p.leader,
-        )
+        return _partition_info((await self._retrying(attempt, route=(stream, partition))).metadata)
 
     async def _choose_partition(self, stream: str, key: bytes | None, partition: int | None) -> int:
         """Explicit partition, else CRC-32 of the key over the partitions, else partition 0."""
@@ -829,6 +811,17 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
 
         response = await self._retrying(attempt, route=await self._cursor_route(key), look_up=False)
         return int(response.offset)
+
+
+def _partition_info(p: pb.PartitionMetadata) -> PartitionInfo:
+    return PartitionInfo(
+        partition=p.id,
+        high_watermark=p.highWatermark,
+        newest_offset=p.newestOffset,
+        paused=p.paused,
+        readonly=p.readonly,
+        leader=p.leader,
+    )
 
 
 async def _batches(call: Any, first: v1.RecordBatch) -> AsyncGenerator[v1.RecordBatch, None]:
