@@ -192,6 +192,29 @@ def test_only_idempotent_publishes_are_retried() -> None:
     assert calls.calls["PublishBatch"] == 4  # two for the idempotent batch, one each after
 
 
+def test_a_call_the_server_cancelled_is_retried_like_an_unavailable_one() -> None:
+    """A server shutting down cancels the calls it accepted but had not started (gRPC core
+    answers CANCELLED, not UNAVAILABLE): a retryable call tries again, the others fail with
+    ``Unavailable`` saying what happened, not a bare CANCELLED."""
+
+    async def body(client: AsyncClient, _: Scripted) -> None:
+        assert await client.fetch_cursor("c", "s") == 7
+        acks = await client.publish_batch(
+            "s", [b"a"], partition=0, producer_id="p", producer_sequence=1
+        )
+        assert list(acks.offsets) == [0]
+        with pytest.raises(Unavailable, match="server cancelled the call"):
+            await client.publish_batch("s", [b"a"], partition=0)
+
+    cancelled = grpc.StatusCode.CANCELLED
+    script: dict[str, list[Answer]] = {
+        "FetchCursor": [cancelled],
+        "PublishBatch": [cancelled, None, cancelled],
+    }
+    calls = asyncio.run(_with_server(script, body))
+    assert (calls.calls["FetchCursor"], calls.calls["PublishBatch"]) == (2, 3)
+
+
 def test_a_server_that_keeps_answering_unavailable_is_given_up_on_after_the_budget() -> None:
     """Connected but refusing (a server shutting down): attempts are spaced by the growing
     pause, so a 1 s budget makes a handful of attempts, not thousands."""

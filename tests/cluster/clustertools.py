@@ -117,6 +117,13 @@ class Cluster:
         request.minIsr.value = min_isr
         self.api(self.live()[0]).CreateStream(request, timeout=20)
 
+    def logs(self, lines: int = 40) -> str:
+        """The newest lines each broker wrote, for a failure's message."""
+        return "\n".join(
+            f"--- {broker_id}:\n" + "".join(server.stderr_lines[-lines:])
+            for broker_id, server in sorted(self.servers.items())
+        )
+
     def close(self) -> None:
         for channel in self._channels.values():
             channel.close()
@@ -171,6 +178,9 @@ def stored_records(data_dir: Path, stream: str, number: int = 0) -> list[tuple[i
 
 RETRYABLE = {
     grpc.StatusCode.UNAVAILABLE,
+    # A broker shutting down cancels the calls it accepted but had not started (gRPC core
+    # answers those CANCELLED); tidelog.Client retries them too (client/retry.py).
+    grpc.StatusCode.CANCELLED,
     grpc.StatusCode.FAILED_PRECONDITION,
     grpc.StatusCode.DEADLINE_EXCEEDED,
     grpc.StatusCode.NOT_FOUND,
@@ -227,4 +237,4 @@ class Producer(threading.Thread):
     def wait_acked(self, more: int, timeout: float = 30.0) -> None:
         target = len(self.acked) + more
         wait_for(lambda: len(self.acked) >= target or self.error, timeout, "acks")
-        assert self.error is None, self.error
+        assert self.error is None, f"{self.error}\n{self.cluster.logs()}"

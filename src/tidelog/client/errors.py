@@ -97,6 +97,10 @@ _BY_CODE: dict[grpc.StatusCode, type[ClientError]] = {
     grpc.StatusCode.RESOURCE_EXHAUSTED: MessageTooLarge,
     grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
+    # Received (not raised by this client's own cancel, which asyncio reports as
+    # CancelledError): a server that shuts down cancels the calls it had accepted but not yet
+    # started (gRPC core does, grpc/grpc#41785), and those still running after its grace time.
+    grpc.StatusCode.CANCELLED: Unavailable,
     grpc.StatusCode.DATA_LOSS: DataLoss,
     grpc.StatusCode.UNIMPLEMENTED: Unimplemented,
 }
@@ -130,6 +134,8 @@ def error_for(code: grpc.StatusCode, details: str) -> ClientError:
             if marker in details:
                 kind = sub
                 break
+    if code == grpc.StatusCode.CANCELLED:
+        details = f"the server cancelled the call, as a server shutting down does: {details}"
     if code == grpc.StatusCode.UNAVAILABLE and "failed to connect" in details.lower():
         details = f"cannot reach the tidelog server: {details}"
     return kind(details, code)

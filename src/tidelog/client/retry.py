@@ -30,9 +30,10 @@ a live subscription, ``Consumer``   no      it ends with ``Unavailable``; resume
                                             resumes on the new leader by itself)
 ==================================  ======  ====================================================
 
-Only UNAVAILABLE is retried, and, for calls routed to a partition's leader in a cluster
-(``leaders.py``), FAILED_PRECONDITION "not partition leader", after looking the leader up
-again. DEADLINE_EXCEEDED is not: an attempt's deadline is what is left of the call's own
+Only UNAVAILABLE and a CANCELLED sent by the server (a server shutting down cancels the calls
+it had accepted but not started) are retried, and, for calls routed to a partition's leader in
+a cluster (``leaders.py``), FAILED_PRECONDITION "not partition leader", after looking the
+leader up again. DEADLINE_EXCEEDED is not: an attempt's deadline is what is left of the call's own
 ``timeout``, so when it passes there is no time left to retry in.
 
 Between attempts the call pauses (``retry_first_backoff_s``, doubling up to
@@ -64,7 +65,10 @@ from tidelog.client.settings import ClientSettings
 
 T = TypeVar("T")
 
-RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
+"""CANCELLED as received from a server (this client's own cancel raises CancelledError
+instead): a server shutting down cancels calls it accepted but had not started, and calls still
+running after its grace time. Like UNAVAILABLE, the call may or may not have been done."""
 
 ROUTED_MAX_PAUSE_S = 0.25
 """The longest pause between attempts of a call routed to a partition's leader: each retry

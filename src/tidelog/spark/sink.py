@@ -51,8 +51,11 @@ from tidelog.spark.sink_options import (
 
 LOG = logging.getLogger("tidelog.spark.sink")
 
-RETRYABLE: Final = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-"""Failures of reaching the broker, not of the request: retrying the same chunk is safe."""
+RETRYABLE: Final = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
+"""Failures of reaching the broker, not of the request: retrying the same chunk is safe
+(CANCELLED: a broker shutting down cancels the calls it had not started)."""
 FIRST_BACKOFF_S: Final = 0.1
 MAX_BACKOFF_S: Final = 2.0
 
