@@ -112,6 +112,26 @@ def test_the_last_member_leaving_removes_the_group_from_the_file(tmp_path: Path)
     assert read_groups(path) == {}
 
 
+def test_a_mirror_saves_and_expires_nothing(tmp_path: Path, caplog: Any) -> None:
+    """In a cluster the broker's coordinator holds what etcd decides: groups from its own file
+    are dropped with a WARNING naming them, and silent members stay until the cluster's
+    coordinator removes them."""
+    path = tmp_path / GROUPS_FILE
+    clock = Clock()
+    saved_at(path, clock).join("old", "c1", ["a"])
+    groups = saved_at(path, clock)
+    with caplog.at_level(logging.WARNING, logger="tidelog.broker"):
+        groups.mirror()
+    assert groups.groups == {} and "old" in caplog.text
+    elsewhere = saved_at(tmp_path / "elsewhere.json", clock)
+    elsewhere.join("g", "c1", ["a"])
+    groups.groups.update(elsewhere.groups)  # what the cluster installs
+    clock.now += 1_000
+    groups.expire()
+    assert set(groups.groups["g"].members) == {"c1"}, "not expired by the mirror"
+    assert read_groups(path).keys() == {"old"}, "the file is left as it was"
+
+
 def test_after_a_restart_expiry_counts_from_the_load(tmp_path: Path) -> None:
     """Heartbeats are not saved: a broker down for longer than the consumer timeout must not
     expire everyone at once on start, and a member that never comes back still expires."""

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 from tests.support.etcd import running_etcd
 
-from tidelog.cluster.metadata import Metadata, MetadataUnavailable, PartitionState, endpoint
+from tidelog.cluster.metadata import (
+    GroupRecord,
+    Metadata,
+    MetadataUnavailable,
+    PartitionState,
+    endpoint,
+)
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +99,40 @@ def test_partition_changes_are_compare_and_set_on_the_epoch(etcd: str) -> None:
             assert final is not None
             assert final.partition_epoch == 1 + sum(wins), "no lost update, no double win"
             assert final.leader_epoch == sum(wins)
+
+    asyncio.run(main())
+
+
+def test_group_changes_are_compare_and_set_on_the_revision(etcd: str) -> None:
+    def record(epoch: int, *members: str) -> GroupRecord:
+        return GroupRecord("b1", epoch, {m: ("s",) for m in members}, {})
+
+    async def main() -> None:
+        async with Metadata.connect(etcd, "groups") as meta:
+            assert await meta.group("g") == (None, 0)
+            assert await meta.replace_group("g", 0, record(1, "c1"))
+            assert not await meta.replace_group("g", 0, record(1, "c2")), "it exists already"
+            found, revision = await meta.group("g")
+            assert found == record(1, "c1")
+            assert await meta.replace_group("g", revision, record(2, "c1", "c2"))
+            assert not await meta.replace_group("g", revision, None), "a stale revision"
+            assert (await meta.view()).groups == {"g": record(2, "c1", "c2")}
+
+            # Racers add themselves from what they read: none is lost.
+            async def racer(name: str) -> None:
+                while True:
+                    seen, at = await meta.group("g")
+                    assert seen is not None
+                    mine = record(seen.epoch + 1, *seen.members, name)
+                    if await meta.replace_group("g", at, mine):
+                        return
+
+            await asyncio.gather(*(racer(f"r{i}") for i in range(8)))
+            final, revision = await meta.group("g")
+            assert final is not None and final.epoch == 10
+            assert set(final.members) == {"c1", "c2"} | {f"r{i}" for i in range(8)}
+            assert await meta.replace_group("g", revision, None)  # the last leave deletes it
+            assert await meta.group("g") == (None, 0)
 
     asyncio.run(main())
 

@@ -338,15 +338,19 @@ class LiftbridgeService(pb_grpc.APIServicer):
             partitions={p.number: partition_metadata(p, broker_id) for p in stream.partitions},
         )
 
-    def _group_metadata(self, group_id: str) -> pb.ConsumerGroupMetadata:
-        epoch = self.broker.groups.epoch(group_id)
-        if epoch is None:
+    async def _group_metadata(self, group_id: str) -> pb.ConsumerGroupMetadata:
+        if self.cluster is not None:
+            # Read from etcd: a client asks after a refusal, so the answer must be current.
+            record = await self.cluster.groups.refresh(group_id)
+            found = None if record is None else (record.coordinator, record.epoch)
+        else:
+            epoch = self.broker.groups.epoch(group_id)
+            found = None if epoch is None else (self.advertised.broker_id, epoch)
+        if found is None:
             return pb.ConsumerGroupMetadata(
                 groupId=group_id, error=pb.ConsumerGroupMetadata.UNKNOWN_GROUP
             )
-        return pb.ConsumerGroupMetadata(
-            groupId=group_id, coordinator=self.advertised.broker_id, epoch=epoch
-        )
+        return pb.ConsumerGroupMetadata(groupId=group_id, coordinator=found[0], epoch=found[1])
 
     async def FetchMetadata(
         self, request: pb.FetchMetadataRequest, context: Context
@@ -361,7 +365,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
             return pb.FetchMetadataResponse(
                 brokers=brokers,
                 streamMetadata=[self._stream_metadata(n) for n in names],
-                groupMetadata=[self._group_metadata(g) for g in request.groups],
+                groupMetadata=[await self._group_metadata(g) for g in request.groups],
             )
         raise AssertionError("unreachable")
 
@@ -669,6 +673,9 @@ class LiftbridgeService(pb_grpc.APIServicer):
                 )
             group = (consumer.groupId, consumer.consumerId, consumer.groupEpoch)
         async with grpc_errors(context):
+            clustered = self.cluster.groups if self.cluster is not None else None
+            if group is not None and clustered and not clustered.check_subscriber(*group):
+                await clustered.refresh(group[0])  # the mirror may be behind the metadata
             start_offset = request.startOffset
             if request.startPosition == pb.OFFSET:
                 # As Liftbridge: a negative start counts as 0 (gufo-liftbridge sends -1 for a
@@ -742,9 +749,17 @@ class LiftbridgeService(pb_grpc.APIServicer):
     ) -> pb.JoinConsumerGroupResponse:
         async with grpc_errors(context):
             groups = self.broker.groups
-            epoch = groups.join(request.groupId, request.consumerId, list(request.streams))
+            streams = list(request.streams)
+            if self.cluster is not None:
+                record = await self.cluster.groups.join(
+                    request.groupId, request.consumerId, streams
+                )
+                coordinator, epoch = record.coordinator, record.epoch
+            else:
+                epoch = groups.join(request.groupId, request.consumerId, streams)
+                coordinator = self.advertised.broker_id
             return pb.JoinConsumerGroupResponse(
-                coordinator=self.advertised.broker_id,
+                coordinator=coordinator,
                 epoch=epoch,
                 consumerTimeout=int(groups.consumer_timeout_s * 1e9),
                 coordinatorTimeout=int(groups.coordinator_timeout_s * 1e9),
@@ -755,16 +770,24 @@ class LiftbridgeService(pb_grpc.APIServicer):
         self, request: pb.LeaveConsumerGroupRequest, context: Context
     ) -> pb.LeaveConsumerGroupResponse:
         async with grpc_errors(context):
-            self.broker.groups.leave(request.groupId, request.consumerId)
+            if self.cluster is not None:
+                await self.cluster.groups.leave(request.groupId, request.consumerId)
+            else:
+                self.broker.groups.leave(request.groupId, request.consumerId)
         return pb.LeaveConsumerGroupResponse()
 
     async def FetchConsumerGroupAssignments(
         self, request: pb.FetchConsumerGroupAssignmentsRequest, context: Context
     ) -> pb.FetchConsumerGroupAssignmentsResponse:
         async with grpc_errors(context):
-            epoch, assigned = self.broker.groups.fetch_assignments(
-                request.groupId, request.consumerId, request.epoch
-            )
+            if self.cluster is not None:
+                epoch, assigned = await self.cluster.groups.fetch_assignments(
+                    request.groupId, request.consumerId, request.epoch
+                )
+            else:
+                epoch, assigned = self.broker.groups.fetch_assignments(
+                    request.groupId, request.consumerId, request.epoch
+                )
             return pb.FetchConsumerGroupAssignmentsResponse(
                 epoch=epoch,
                 assignments=[
@@ -778,9 +801,14 @@ class LiftbridgeService(pb_grpc.APIServicer):
         self, request: pb.ReportConsumerGroupCoordinatorRequest, context: Context
     ) -> pb.ReportConsumerGroupCoordinatorResponse:
         async with grpc_errors(context):
-            self.broker.groups.report_coordinator(
-                request.groupId, request.consumerId, request.epoch
-            )
+            if self.cluster is not None:
+                await self.cluster.groups.report_coordinator(
+                    request.groupId, request.consumerId, request.coordinator, request.epoch
+                )
+            else:
+                self.broker.groups.report_coordinator(
+                    request.groupId, request.consumerId, request.epoch
+                )
         return pb.ReportConsumerGroupCoordinatorResponse()
 
 

@@ -151,6 +151,18 @@ class ServerSettings(BaseSettings):
         le=64,
         description="partitions of __cursors when it is first created",
     )
+    group_consumer_timeout_s: float = Field(
+        15.0,
+        gt=0,
+        description="a consumer-group member whose heartbeats stop this long is removed "
+        "(Liftbridge's groups.consumer.timeout)",
+    )
+    group_coordinator_timeout_s: float = Field(
+        15.0,
+        gt=0,
+        description="reports of an unreachable group coordinator count this long (Liftbridge's "
+        "groups.coordinator.timeout)",
+    )
     shutdown_grace_s: float = Field(5.0, ge=0, description="time in-flight calls get on SIGTERM")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["text", "json"] = "text"
@@ -192,6 +204,8 @@ class ServerSettings(BaseSettings):
             cursor_partitions=self.cursor_partitions,
             subscriber_buffer_bytes=self.subscriber_buffer_bytes,
             open_files_max=self.open_files_max,
+            group_consumer_timeout_s=self.group_consumer_timeout_s,
+            group_coordinator_timeout_s=self.group_coordinator_timeout_s,
         )
 
 

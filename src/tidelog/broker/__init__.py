@@ -20,6 +20,9 @@ above the broker imports ``tidelog.log`` or a broker submodule. The contract, pr
 - **Browsing** (``browse``) reads one page of a stream merged across partitions in timestamp
   order, newest or oldest first, with filters given as data and a scan budget; a token
   continues it (``browse.py`` has the theory of the merge).
+- **Consumer groups** (``groups``) are coordinated by the broker alone, saved in its data
+  directory; in a cluster its :class:`GroupCoordinator` becomes a mirror of what the cluster
+  decides (``mirror``), and :func:`assign_partitions` is the one assignment rule of both.
 - **Errors** are ``tidelog.errors`` classes, each of which the api maps to one status; anything
   else escaping the broker is a bug.
 - **Defaults** of every layer are named once (``log/config.py``, ``broker/config.py``) and
@@ -52,6 +55,9 @@ from tidelog.broker.config import (
 )
 from tidelog.broker.cursors import CursorStore
 from tidelog.broker.delivery import delivery_gate
+from tidelog.broker.groups import Group, GroupCoordinator
+from tidelog.broker.groups import Member as GroupMember
+from tidelog.broker.groups import assign as assign_partitions
 from tidelog.broker.jsonfile import replace_bytes, replace_json
 from tidelog.broker.partition import Partition, ReplicaRole
 from tidelog.broker.partition_view import ViewEntry, ViewKind, ViewSpec
@@ -114,6 +120,9 @@ __all__ = [
     "CursorStore",
     "EndReason",
     "FlushPolicy",
+    "Group",
+    "GroupCoordinator",
+    "GroupMember",
     "HeaderedValues",
     "LogConfig",
     "MessageBatch",
@@ -134,6 +143,7 @@ __all__ = [
     "ViewKind",
     "ViewSpec",
     "arm_faults_from_environment",
+    "assign_partitions",
     "decode_token",
     "delivery_gate",
     "encode_token",

@@ -138,6 +138,8 @@ class Broker:
         self._cursors: CursorStore | None = None
         self.groups = GroupCoordinator(
             lambda name: len(self.stream(name).partitions),
+            consumer_timeout_s=self.config.group_consumer_timeout_s,
+            coordinator_timeout_s=self.config.group_coordinator_timeout_s,
             save=functools.partial(write_groups, self.data_dir / GROUPS_FILE),
         )
         """Consumer groups, saved in ``<data_dir>/groups.json`` and restored by :meth:`start`."""

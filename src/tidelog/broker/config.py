@@ -176,6 +176,10 @@ class BrokerConfig:
     open_files_max: int = DEFAULT_OPEN_FILES_MAX
     """Descriptors the open segment files of all partitions may hold together; the least
     recently used segments' files are closed beyond it (``tidelog.log.filecache``)."""
+    group_consumer_timeout_s: float = 15.0
+    """A consumer-group member silent this long is removed."""
+    group_coordinator_timeout_s: float = 15.0
+    """How long members' reports of an unreachable coordinator count (clusters)."""
 
     @property
     def flush_policy(self) -> FlushPolicy:

@@ -7,7 +7,7 @@ partitions so far (members in consumer-id order). Members poll ``fetch_assignmen
 epoch they know: that call is also their heartbeat; a member silent for ``consumer_timeout_s``
 is removed. Subscriptions made on behalf of a group carry its epoch: a partition keeps one
 subscriber per group, a subscriber with a newer-or-equal epoch replaces (fences) the old one,
-and one with an older epoch is refused. This broker is always the coordinator.
+and one with an older epoch is refused. On a single broker it is always the coordinator.
 
 Durability. Every group's epoch, members (with their streams) and assignments are saved as one
 JSON document, ``<data_dir>/groups.json`` (:data:`GROUPS_FILE`), replaced atomically (temp file,
@@ -28,8 +28,9 @@ broker hands it what :func:`read_groups` found at start. Rules:
 - positions are not here: they are cursors (``__group:<group id>``) in ``__cursors``.
 
 Saving runs on the event loop (one small fsynced file); membership changes are rare next to
-heartbeats, which write nothing. When clusters arrive (issue 14) this state moves to the
-cluster's metadata store.
+heartbeats, which write nothing. In a cluster the groups live in etcd instead
+(``tidelog.cluster.groups``) and this object only mirrors them (:meth:`GroupCoordinator.mirror`):
+it keeps the heartbeats the coordinator sees and fences subscribers on partitions led here.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -101,9 +102,26 @@ class GroupCoordinator:
         self._save = save
         self._expiry_unsaved = False
         """An expiry could not be saved (logged once until one succeeds)."""
+        self.mirrored = False
+        """The groups are decided elsewhere (a cluster's metadata, ``tidelog.cluster.groups``)
+        and installed here: nothing is saved or expired by this object."""
         self.groups: dict[str, Group] = {}
 
     # -- durability ------------------------------------------------------------------------------
+
+    def mirror(self) -> None:
+        """From now on hold what a cluster decides (see :attr:`mirrored`); groups restored
+        from this broker's own file are dropped, with a WARNING naming them."""
+        if self.groups:
+            LOG.warning(
+                "consumer groups %s from this broker's %s are not used in a cluster: their "
+                "members must join again",
+                ", ".join(sorted(self.groups)),
+                GROUPS_FILE,
+            )
+        self.mirrored = True
+        self._save = None
+        self.groups = {}
 
     def document(self) -> dict[str, Any]:
         """Every group as the JSON document that is saved (heartbeats and subscribers left out)."""
@@ -203,6 +221,8 @@ class GroupCoordinator:
         """Remove members silent for longer than the consumer timeout. If that cannot be saved,
         they stay (a WARNING says so) until a later call manages to; this never raises for it,
         since the caller is another member's heartbeat or the broker's maintenance."""
+        if self.mirrored:
+            return  # the group's coordinator expires members through the cluster's metadata
         now = self._clock()
         timeout = self.consumer_timeout_s
         silent = [
@@ -282,21 +302,31 @@ class GroupCoordinator:
 
     def _rebalance(self, group: Group) -> None:
         group.epoch += 1
-        members = sorted(group.members)
-        assignments: dict[str, dict[str, list[int]]] = {m: {} for m in members}
-        load = dict.fromkeys(members, 0)
-        streams = sorted({s for m in group.members.values() for s in m.streams})
-        for stream in streams:
-            try:
-                count = self._partition_counts(stream)
-            except Exception:  # a stream deleted since the join: nothing to assign
-                continue
-            takers = [m for m in members if stream in group.members[m].streams]
-            for partition in range(count):
-                chosen = min(takers, key=lambda m: (load[m], m))
-                assignments[chosen].setdefault(stream, []).append(partition)
-                load[chosen] += 1
-        group.assignments = assignments
+        group.assignments = assign(
+            {m.consumer_id: m.streams for m in group.members.values()}, self._partition_counts
+        )
+
+
+def assign(
+    members: Mapping[str, Sequence[str]], partition_counts: Callable[[str], int]
+) -> dict[str, dict[str, list[int]]]:
+    """Each member's partitions (consumer id -> stream -> partitions): for each stream, its
+    partitions 0..n-1 in turn to the member that takes it and holds the fewest so far (ties by
+    consumer id). A stream ``partition_counts`` cannot count (deleted since) is left out."""
+    ids = sorted(members)
+    assignments: dict[str, dict[str, list[int]]] = {m: {} for m in ids}
+    load = dict.fromkeys(ids, 0)
+    for stream in sorted({s for streams in members.values() for s in streams}):
+        try:
+            count = partition_counts(stream)
+        except Exception:  # a stream deleted since the join: nothing to assign
+            continue
+        takers = [m for m in ids if stream in members[m]]
+        for partition in range(count):
+            chosen = min(takers, key=lambda m: (load[m], m))
+            assignments[chosen].setdefault(stream, []).append(partition)
+            load[chosen] += 1
+    return assignments
 
 
 # -- the saved document --------------------------------------------------------------------------

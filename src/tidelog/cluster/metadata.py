@@ -22,6 +22,11 @@ per cluster (``/tidelog/<cluster>/``):
   the key was not modified since that read (its etcd ``mod_revision``). Two controllers, or a
   controller and a leader shrinking its ISR, can never both win from the same epoch.
 
+- ``groups/<id>``: a consumer group's :class:`GroupRecord` (its coordinator, epoch, members and
+  their assignments) as JSON. Every change is a compare-and-set on the key's ``mod_revision``
+  (:meth:`Metadata.replace_group`), and every change raises the group's epoch; the last member's
+  leave deletes the key the same way.
+
 The store knows nothing of what the states mean; the controller and the replicas (later parts of
 ``tidelog.cluster``) decide. Errors: etcd unreachable or failing is :class:`MetadataUnavailable`,
 with the endpoint in the message.
@@ -287,6 +292,27 @@ class Metadata:
         with _unavailable(self._url):
             await self._client.put(key, str(leader_epoch).encode(), lease)
 
+    # -- consumer groups -------------------------------------------------------------------------
+
+    async def group(self, group_id: str) -> tuple[GroupRecord | None, int]:
+        """The group and the etcd revision it was last changed at (0 when there is none)."""
+        with _unavailable(self._url):
+            found = await self._client.get(self._key("groups", group_id))
+        if found is None:
+            return None, 0
+        return GroupRecord.from_json(found.value), found.mod_revision
+
+    async def replace_group(self, group_id: str, revision: int, record: GroupRecord | None) -> bool:
+        """Write ``record`` (None: delete the group) only if the group is still as read at
+        ``revision`` (0: only if there is none); False when it changed since: read again."""
+        key = self._key("groups", group_id)
+        tx = self._client.transactions
+        compare = [tx.version(key) == 0] if revision == 0 else [tx.mod(key) == revision]
+        success = [tx.delete(key)] if record is None else [tx.put(key, record.to_json())]
+        with _unavailable(self._url):
+            done, _ = await self._client.transaction(compare=compare, success=success, failure=[])
+        return bool(done)
+
     async def view(self) -> ClusterView:
         """Everything under the cluster's prefix, read at one revision."""
         with _unavailable(self._url):
@@ -303,6 +329,8 @@ class Metadata:
                 view.streams[parts[1]] = StreamRecord.from_json(kv.value)
             elif kind == "partitions" and len(parts) == 3:
                 view.partitions[parts[1], int(parts[2])] = PartitionState.from_json(kv.value)
+            elif kind == "groups" and len(parts) >= 2:
+                view.groups["/".join(parts[1:])] = GroupRecord.from_json(kv.value)
             elif kind == "ready" and len(parts) == 4:
                 marks = view.ready.setdefault((parts[1], int(parts[2])), {})
                 marks[parts[3]] = int(kv.value)
@@ -327,6 +355,47 @@ class StreamRecord:
         return cls(dict(data["config"]), int(data["replication_factor"]), int(data["min_isr"]))
 
 
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    """A consumer group as the cluster knows it. ``epoch`` is raised by every change (a member
+    joining, leaving or expiring, a new coordinator)."""
+
+    coordinator: str
+    """Broker id of the broker that takes the members' heartbeats and expires silent ones."""
+    epoch: int
+    members: dict[str, tuple[str, ...]]
+    """Consumer id -> the streams it consumes."""
+    assignments: dict[str, dict[str, tuple[int, ...]]]
+    """Consumer id -> stream -> its partitions."""
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "coordinator": self.coordinator,
+                "epoch": self.epoch,
+                "members": {c: list(s) for c, s in self.members.items()},
+                "assignments": {
+                    c: {s: list(p) for s, p in streams.items()}
+                    for c, streams in self.assignments.items()
+                },
+            },
+            sort_keys=True,
+        ).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> GroupRecord:
+        data: dict[str, Any] = json.loads(raw)
+        return cls(
+            str(data["coordinator"]),
+            int(data["epoch"]),
+            {str(c): tuple(s) for c, s in data["members"].items()},
+            {
+                str(c): {str(s): tuple(p) for s, p in streams.items()}
+                for c, streams in data["assignments"].items()
+            },
+        )
+
+
 @dataclass(slots=True)
 class ClusterView:
     """The cluster's metadata at one moment (``Metadata.view``)."""
@@ -339,6 +408,8 @@ class ClusterView:
     ready: dict[tuple[str, int], dict[str, int]] = field(default_factory=dict)
     """(stream, partition) -> {broker: leader epoch} of the replicas that have opened it
     under that leader epoch."""
+    groups: dict[str, GroupRecord] = field(default_factory=dict)
+    """Consumer groups by id."""
 
     def opened(self, stream: str, partition: int) -> bool:
         """Whether the partition's leader and every live replica have opened it under its

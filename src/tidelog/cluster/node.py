@@ -50,6 +50,7 @@ from tidelog.broker import (
     StreamConfig,
     replace_json,
 )
+from tidelog.cluster.groups import ClusterGroups
 from tidelog.cluster.leader_epochs import EpochEnd, EpochEntry
 from tidelog.cluster.metadata import (
     ClusterView,
@@ -305,6 +306,8 @@ class ClusterNode:
         self.settings = settings
         self.broker_id = settings.broker_id
         self.view = ClusterView()
+        self.groups = ClusterGroups(self)
+        """Consumer groups in etcd; the broker's own coordinator becomes their mirror."""
         self.roles: dict[tuple[str, int], PartitionRole] = {}
         self.member = False
         self._metadata_cm: Any = None
@@ -392,11 +395,14 @@ class ClusterNode:
             await self._register()
         view = await self.metadata.view()
         self.view = view
+        self.groups.follow(view)
         if view.controller is None:
             await self.metadata.campaign(self.broker_id, self.membership)
         elif view.controller == self.broker_id:
             await self._control(view)
+            await self.groups.control(view)
         await self._reconcile(view)
+        await self.groups.expire()
 
     # -- the controller --------------------------------------------------------------------------
 
@@ -638,7 +644,7 @@ class ClusterNode:
     async def status(self, stream: str, local_only: bool) -> cpb.ClusterStatusResponse:
         """The cluster as this broker sees it, with each partition's replica progress from its
         leader (asked over ClusterStatus unless ``local_only``)."""
-        view = self.view if local_only else await self._fresh_view()
+        view = self.view if local_only else await self.fresh_view()
         response = cpb.ClusterStatusResponse(
             cluster=self.settings.cluster,
             answered_by=self.broker_id,
@@ -686,7 +692,7 @@ class ClusterNode:
             await self._merge_remote(response, view, remote, stream)
         return response
 
-    async def _fresh_view(self) -> ClusterView:
+    async def fresh_view(self) -> ClusterView:
         assert self.metadata is not None
         try:
             return await self.metadata.view()
