@@ -197,7 +197,7 @@ class Server:
             ClusterAdminService(self.cluster), registry
         )
         tidelog_pb2_grpc.add_TidelogServicer_to_server(
-            TidelogService(self.broker, self.metrics, self.local_site),
+            TidelogService(self.broker, self.metrics, self.local_site, self.cluster),
             registry,
         )
         for service in ("", "proto.API", "tidelog.v1.Tidelog"):

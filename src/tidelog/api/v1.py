@@ -28,6 +28,7 @@ from tidelog.broker import (
     SubscribeRequest,
     delivery_gate,
 )
+from tidelog.cluster.node import ClusterNode
 from tidelog.errors import InvalidArgument, ReadonlyEnd, StopReached
 from tidelog.sites.local_site import LocalSite
 
@@ -42,9 +43,11 @@ class TidelogService(
         broker: Broker,
         metrics: Metrics | None = None,
         local_site: LocalSite | None = None,
+        cluster: ClusterNode | None = None,
     ) -> None:
         self.broker = broker
         self.local_site = local_site
+        self.cluster = cluster
         self._latency = None if metrics is None else metrics.publish_latency.labels("tidelog.v1")
 
     async def _publish(self, request: v1.PublishBatchRequest) -> v1.PublishBatchResponse:

@@ -64,6 +64,10 @@ from tidelog.broker.partition_view import ViewEntry, ViewKind, ViewSpec
 from tidelog.broker.producers import Published
 from tidelog.broker.stream import Stream
 from tidelog.broker.stream_views import StreamViews
+from tidelog.broker.stream_views import merge_range as merge_view_ranges
+from tidelog.broker.stream_views import merge_window as merge_view_windows
+from tidelog.broker.stream_views import newest as newest_view_entry
+from tidelog.broker.stream_views import query_limit as view_query_limit
 from tidelog.broker.subscription import (
     EndReason,
     StartPosition,
@@ -147,7 +151,11 @@ __all__ = [
     "decode_token",
     "delivery_gate",
     "encode_token",
+    "merge_view_ranges",
+    "merge_view_windows",
+    "newest_view_entry",
     "replace_bytes",
     "replace_json",
     "validate_stream_name",
+    "view_query_limit",
 ]

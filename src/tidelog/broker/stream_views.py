@@ -19,7 +19,7 @@ import heapq
 import itertools
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final, TypeVar
 
@@ -34,7 +34,7 @@ MAX_LIMIT: Final = 100_000
 T = TypeVar("T")
 
 
-def _limit(limit: int | None) -> int:
+def query_limit(limit: int | None) -> int:
     if limit is None or limit == 0:
         return DEFAULT_LIMIT
     if not 0 < limit <= MAX_LIMIT:
@@ -169,17 +169,18 @@ class StreamViews:
         await asyncio.to_thread(remove)
         LOG.info("dropped view %s of stream %s", name, self.stream)
 
-    async def status(self) -> list[tuple[ViewSpec, list[int], int]]:
-        """(spec, next offset to apply per partition, approximate entries) per view; read in a
-        worker thread under each view's lock (a catch-up may hold it for a while)."""
+    async def status(self) -> list[tuple[ViewSpec, list[int], list[int]]]:
+        """(spec, next offset to apply per partition, approximate entries per partition) per
+        view; read in a worker thread under each view's lock (a catch-up may hold it for a
+        while)."""
         views = sorted(self._views.items())
 
-        def read() -> list[tuple[ViewSpec, list[int], int]]:
+        def read() -> list[tuple[ViewSpec, list[int], list[int]]]:
             return [
                 (
                     self.specs[name],
                     [v.applied for v in partition_views],
-                    sum(v.approximate_entries() for v in partition_views),
+                    [v.approximate_entries() for v in partition_views],
                 )
                 for name, partition_views in views
             ]
@@ -231,8 +232,7 @@ class StreamViews:
     async def get(self, name: str, key: bytes, partition: int | None = None) -> ViewEntry | None:
         """The latest value of ``key`` (newest timestamp when several partitions hold it)."""
         views = self._select(self._view(name, ViewKind.TABLE), partition)
-        found = [e for e in await self._fresh(views, lambda v: v.get(key)) if e is not None]
-        return max(found, key=lambda e: (e.timestamp_ns, e.partition), default=None)
+        return newest(await self._fresh(views, lambda v: v.get(key)))
 
     async def range(
         self,
@@ -252,11 +252,10 @@ class StreamViews:
                 "from_key is after to_key; give the range in ascending order and set reverse "
                 "for descending results"
             )
-        count = _limit(limit)
+        count = query_limit(limit)
         views = self._select(self._view(name, ViewKind.TABLE), partition)
         answers = await self._fresh(views, lambda v: v.range(from_key, to_key, reverse, count))
-        merged = heapq.merge(*answers, key=lambda e: (e.key, e.partition), reverse=reverse)
-        return list(itertools.islice(merged, count))
+        return merge_range(answers, reverse, count)
 
     async def window_fetch(
         self,
@@ -267,6 +266,7 @@ class StreamViews:
         *,
         backward: bool = False,
         limit: int | None = None,
+        partition: int | None = None,
     ) -> list[ViewEntry]:
         """Values of ``key`` with timestamps (ms) in [time_from_ms, time_to_ms] (None: open),
         oldest first or newest first (``backward``), at most ``limit``."""
@@ -275,12 +275,37 @@ class StreamViews:
                 f"time_from_ms {time_from_ms} is after time_to_ms {time_to_ms}; give the range "
                 f"in ascending order and set backward for newest-first results"
             )
-        count = _limit(limit)
-        views = self._view(name, ViewKind.WINDOW)
+        count = query_limit(limit)
+        views = self._select(self._view(name, ViewKind.WINDOW), partition)
         answers = await self._fresh(
             views, lambda v: v.window_fetch(key, time_from_ms, time_to_ms, backward, count)
         )
-        merged = heapq.merge(
-            *answers, key=lambda e: (e.timestamp_ns, e.partition, e.offset), reverse=backward
-        )
-        return list(itertools.islice(merged, count))
+        return merge_window(answers, backward, count)
+
+
+# -- merging per-partition answers (here, and across the brokers of a cluster) ------------------
+
+
+def newest(found: Iterable[ViewEntry | None]) -> ViewEntry | None:
+    """A key's answer from several partitions: the newest value (ties: the higher partition)."""
+    return max(
+        (e for e in found if e is not None),
+        key=lambda e: (e.timestamp_ns, e.partition),
+        default=None,
+    )
+
+
+def merge_range(answers: Iterable[list[ViewEntry]], reverse: bool, limit: int) -> list[ViewEntry]:
+    """Per-partition key ranges, each already in the asked direction, as one: by key, then
+    partition, at most ``limit``."""
+    merged = heapq.merge(*answers, key=lambda e: (e.key, e.partition), reverse=reverse)
+    return list(itertools.islice(merged, limit))
+
+
+def merge_window(answers: Iterable[list[ViewEntry]], backward: bool, limit: int) -> list[ViewEntry]:
+    """Per-partition window values, each already in the asked direction, as one: by time, then
+    partition and offset, at most ``limit``."""
+    merged = heapq.merge(
+        *answers, key=lambda e: (e.timestamp_ns, e.partition, e.offset), reverse=backward
+    )
+    return list(itertools.islice(merged, limit))

@@ -22,6 +22,9 @@ per cluster (``/tidelog/<cluster>/``):
   the key was not modified since that read (its etcd ``mod_revision``). Two controllers, or a
   controller and a leader shrinking its ISR, can never both win from the same epoch.
 
+- ``views/<stream>/<name>``: a materialised view's definition (``ViewSpec.to_json()``), created
+  only while the stream exists and the name is free; every replica of the stream builds it from
+  its own copy of the log.
 - ``groups/<id>``: a consumer group's :class:`GroupRecord` (its coordinator, epoch, members and
   their assignments) as JSON. Every change is a compare-and-set on the key's ``mod_revision``
   (:meth:`Metadata.replace_group`), and every change raises the group's epoch; the last member's
@@ -281,7 +284,34 @@ class Metadata:
             found = await self._client.delete(self._key("streams", name))
             await self._client.delete_prefix(self._key("partitions", name, ""))
             await self._client.delete_prefix(self._key("ready", name, ""))
+            await self._client.delete_prefix(self._key("views", name, ""))
         return bool(found)
+
+    # -- views -----------------------------------------------------------------------------------
+
+    async def declare_view(
+        self, stream: str, name: str, spec: dict[str, Any]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        """Write a view's definition if the stream exists and no view has the name: (True,
+        None); else (False, the definition already there, or None when the stream is gone)."""
+        key = self._key("views", stream, name)
+        stream_key = self._key("streams", stream)
+        tx = self._client.transactions
+        with _unavailable(self._url):
+            created, _ = await self._client.transaction(
+                compare=[tx.version(stream_key) > 0, tx.version(key) == 0],
+                success=[tx.put(key, json.dumps(spec, sort_keys=True).encode())],
+                failure=[],
+            )
+            if created:
+                return True, None
+            found = await self._client.get(key)
+        return False, None if found is None else json.loads(found.value)
+
+    async def drop_view(self, stream: str, name: str) -> bool:
+        """Remove a view's definition; False when there was none."""
+        with _unavailable(self._url):
+            return bool(await self._client.delete(self._key("views", stream, name)))
 
     async def mark_ready(
         self, stream: str, partition: int, broker_id: str, leader_epoch: int, lease: aetcd.Lease
@@ -329,6 +359,8 @@ class Metadata:
                 view.streams[parts[1]] = StreamRecord.from_json(kv.value)
             elif kind == "partitions" and len(parts) == 3:
                 view.partitions[parts[1], int(parts[2])] = PartitionState.from_json(kv.value)
+            elif kind == "views" and len(parts) == 3:
+                view.views.setdefault(parts[1], {})[parts[2]] = json.loads(kv.value)
             elif kind == "groups" and len(parts) >= 2:
                 view.groups["/".join(parts[1:])] = GroupRecord.from_json(kv.value)
             elif kind == "ready" and len(parts) == 4:
@@ -410,6 +442,8 @@ class ClusterView:
     under that leader epoch."""
     groups: dict[str, GroupRecord] = field(default_factory=dict)
     """Consumer groups by id."""
+    views: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    """Stream -> view name -> the view's definition (``ViewSpec.to_json()``)."""
 
     def opened(self, stream: str, partition: int) -> bool:
         """Whether the partition's leader and every live replica have opened it under its

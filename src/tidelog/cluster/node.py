@@ -48,6 +48,7 @@ from tidelog.broker import (
     FlushPolicy,
     Partition,
     StreamConfig,
+    ViewSpec,
     replace_json,
 )
 from tidelog.cluster.groups import ClusterGroups
@@ -83,6 +84,8 @@ from tidelog.errors import (
     NotLeader,
     StreamExists,
     StreamNotFound,
+    ViewExists,
+    ViewNotFound,
 )
 from tidelog.wire import MAX_FRAME
 
@@ -317,6 +320,8 @@ class ClusterNode:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._changed = asyncio.Event()
         self._warned = 0.0
+        self._view_failures: set[str] = set()
+        """Streams whose views could not be reconciled (logged once until they can)."""
         self._checkpointed = 0.0
         self.fetch_delay_s = float(os.environ.get("TIDELOG_TEST_REPLICA_FETCH_DELAY_S") or 0)
         """Fault tests: each fetch answer waits this long before the follower appends it (a slow
@@ -402,6 +407,7 @@ class ClusterNode:
             await self._control(view)
             await self.groups.control(view)
         await self._reconcile(view)
+        await self._reconcile_views(view)
         await self.groups.expire()
 
     # -- the controller --------------------------------------------------------------------------
@@ -729,6 +735,68 @@ class ClusterNode:
         if not await self.metadata.delete_stream(name):
             raise StreamNotFound(name)
         self._changed.set()
+
+    # -- views -----------------------------------------------------------------------------------
+
+    async def declare_view(self, stream: str, spec: ViewSpec) -> None:
+        """Declare a view on every replica of ``stream``: its definition goes to etcd (declaring
+        an identical one again is a no-op), and each replica builds it from its own log once
+        it reads the metadata (:meth:`_reconcile_views`)."""
+        assert self.metadata is not None
+        spec.validate()
+        if stream.startswith("__"):
+            raise InvalidArgument(f"stream {stream!r} is internal and takes no views")
+        created, existing = await self.metadata.declare_view(stream, spec.name, spec.to_json())
+        if not created:
+            if existing is None:
+                raise StreamNotFound(stream)
+            if ViewSpec.from_json(existing) != spec:
+                raise ViewExists(stream, spec.name)
+        self._changed.set()
+
+    async def drop_view(self, stream: str, name: str) -> None:
+        assert self.metadata is not None
+        if not await self.metadata.drop_view(stream, name):
+            view = await self.fresh_view()
+            raise (
+                StreamNotFound(stream) if stream not in view.streams else ViewNotFound(stream, name)
+            )
+        self._changed.set()
+
+    async def sync_views(self, stream: str) -> bool:
+        """Read the metadata now and build ``stream``'s views here; True when that changed
+        anything (a view declared a moment ago, not built yet)."""
+        view = await self.fresh_view()
+        local = self.broker.find_stream(stream)
+        before = {} if local is None else dict(local.views.specs)
+        await self._reconcile_views(view, only=stream)
+        return local is not None and local.views.specs != before
+
+    async def _reconcile_views(self, view: ClusterView, only: str | None = None) -> None:
+        """Make the local copies of every stream (or ``only``) carry the cluster's views, no
+        more."""
+        for name in view.streams if only is None else [only]:
+            if name not in view.streams:
+                continue  # not (or no longer) the cluster's: its copy goes with the stream
+            local = self.broker.find_stream(name)
+            if local is None or name.startswith("__"):
+                continue
+            wanted = {n: ViewSpec.from_json(d) for n, d in view.views.get(name, {}).items()}
+            have = local.views.specs
+            try:
+                for view_name in [n for n in have if n not in wanted]:
+                    await self.broker.drop_view(name, view_name)
+                for view_name, spec in wanted.items():
+                    if have.get(view_name) != spec:
+                        if view_name in have:  # redefined: dropped and declared again
+                            await self.broker.drop_view(name, view_name)
+                        await self.broker.declare_view(name, spec)
+            except Exception:
+                if name not in self._view_failures:  # once, not every 100 ms
+                    LOG.exception("views of %s could not be made to match the cluster's", name)
+                self._view_failures.add(name)
+            else:
+                self._view_failures.discard(name)
 
     # -- replication between brokers -------------------------------------------------------------
 

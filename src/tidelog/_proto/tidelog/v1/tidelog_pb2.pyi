@@ -986,6 +986,7 @@ class ViewStatus(_message.Message):
     SPEC_FIELD_NUMBER: _builtins.int
     APPLIED_OFFSETS_FIELD_NUMBER: _builtins.int
     ENTRIES_FIELD_NUMBER: _builtins.int
+    PARTITION_ENTRIES_FIELD_NUMBER: _builtins.int
     entries: _builtins.int
     """Approximate number of entries across partitions."""
     @_builtins.property
@@ -994,16 +995,21 @@ class ViewStatus(_message.Message):
     def applied_offsets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Per partition, in partition order: the next offset the view will apply."""
 
+    @_builtins.property
+    def partition_entries(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Approximate number of entries per partition, in partition order."""
+
     def __init__(
         self,
         *,
         spec: Global___ViewSpec | None = ...,
         applied_offsets: _abc.Iterable[_builtins.int] | None = ...,
         entries: _builtins.int = ...,
+        partition_entries: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_offsets", b"applied_offsets", "entries", b"entries", "spec", b"spec"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_offsets", b"applied_offsets", "entries", b"entries", "partition_entries", b"partition_entries", "spec", b"spec"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1073,21 +1079,27 @@ class ViewGetRequest(_message.Message):
     STREAM_FIELD_NUMBER: _builtins.int
     VIEW_FIELD_NUMBER: _builtins.int
     KEY_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     view: _builtins.str
     key: _builtins.bytes
+    partition: _builtins.int
+    """Only this partition; absent = every partition (the newest value wins)."""
     def __init__(
         self,
         *,
         stream: _builtins.str = ...,
         view: _builtins.str = ...,
         key: _builtins.bytes = ...,
+        partition: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_partition", b"_partition", "partition", b"partition"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "stream", b"stream", "view", b"view"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_partition", b"_partition", "key", b"key", "partition", b"partition", "stream", b"stream", "view", b"view"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__partition: _TypeAlias = _typing.Literal["partition"]  # noqa: Y015
+    _WhichOneofArgType__partition: _TypeAlias = _typing.Literal["_partition", b"_partition"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__partition) -> _WhichOneofReturnType__partition | None: ...
 
 Global___ViewGetRequest: _TypeAlias = ViewGetRequest  # noqa: Y015
 
@@ -1196,6 +1208,7 @@ class WindowFetchRequest(_message.Message):
     TIME_TO_MS_FIELD_NUMBER: _builtins.int
     BACKWARD_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     view: _builtins.str
     key: _builtins.bytes
@@ -1206,6 +1219,8 @@ class WindowFetchRequest(_message.Message):
     """Newest first."""
     limit: _builtins.int
     """At most this many entries; 0 = the server's default (1000)."""
+    partition: _builtins.int
+    """Only this partition; absent = every partition, merged in time order."""
     def __init__(
         self,
         *,
@@ -1216,15 +1231,20 @@ class WindowFetchRequest(_message.Message):
         time_to_ms: _builtins.int | None = ...,
         backward: _builtins.bool = ...,
         limit: _builtins.int = ...,
+        partition: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_time_from_ms", b"_time_from_ms", "_time_to_ms", b"_time_to_ms", "time_from_ms", b"time_from_ms", "time_to_ms", b"time_to_ms"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_partition", b"_partition", "_time_from_ms", b"_time_from_ms", "_time_to_ms", b"_time_to_ms", "partition", b"partition", "time_from_ms", b"time_from_ms", "time_to_ms", b"time_to_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_time_from_ms", b"_time_from_ms", "_time_to_ms", b"_time_to_ms", "backward", b"backward", "key", b"key", "limit", b"limit", "stream", b"stream", "time_from_ms", b"time_from_ms", "time_to_ms", b"time_to_ms", "view", b"view"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_partition", b"_partition", "_time_from_ms", b"_time_from_ms", "_time_to_ms", b"_time_to_ms", "backward", b"backward", "key", b"key", "limit", b"limit", "partition", b"partition", "stream", b"stream", "time_from_ms", b"time_from_ms", "time_to_ms", b"time_to_ms", "view", b"view"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__partition: _TypeAlias = _typing.Literal["partition"]  # noqa: Y015
+    _WhichOneofArgType__partition: _TypeAlias = _typing.Literal["_partition", b"_partition"]  # noqa: Y015
     _WhichOneofReturnType__time_from_ms: _TypeAlias = _typing.Literal["time_from_ms"]  # noqa: Y015
     _WhichOneofArgType__time_from_ms: _TypeAlias = _typing.Literal["_time_from_ms", b"_time_from_ms"]  # noqa: Y015
     _WhichOneofReturnType__time_to_ms: _TypeAlias = _typing.Literal["time_to_ms"]  # noqa: Y015
     _WhichOneofArgType__time_to_ms: _TypeAlias = _typing.Literal["_time_to_ms", b"_time_to_ms"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__partition) -> _WhichOneofReturnType__partition | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__time_from_ms) -> _WhichOneofReturnType__time_from_ms | None: ...
     @_typing.overload
