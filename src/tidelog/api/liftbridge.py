@@ -256,7 +256,12 @@ class LiftbridgeService(pb_grpc.APIServicer):
         self, request: pb.SetStreamReadonlyRequest, context: Context
     ) -> pb.SetStreamReadonlyResponse:
         async with grpc_errors(context):
-            self.broker.set_readonly(request.name, list(request.partitions), request.readonly)
+            if self.cluster is not None:
+                await self.cluster.set_readonly(
+                    request.name, list(request.partitions), request.readonly
+                )
+            else:
+                self.broker.set_readonly(request.name, list(request.partitions), request.readonly)
         return pb.SetStreamReadonlyResponse()
 
     # -- metadata --------------------------------------------------------------------------------
@@ -316,6 +321,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
                     isr=list(state.isr),
                     highWatermark=-1,
                     newestOffset=-1,
+                    readonly=(name, number) in view.readonly,
                 )
         return pb.StreamMetadata(
             name=name,

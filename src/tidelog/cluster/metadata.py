@@ -25,6 +25,8 @@ per cluster (``/tidelog/<cluster>/``):
 - ``views/<stream>/<name>``: a materialised view's definition (``ViewSpec.to_json()``), created
   only while the stream exists and the name is free; every replica of the stream builds it from
   its own copy of the log.
+- ``readonly/<stream>/<n>``: present while that partition is read-only (Liftbridge's
+  ``SetStreamReadonly``); every replica applies it, so a new leader is read-only too.
 - ``groups/<id>``: a consumer group's :class:`GroupRecord` (its coordinator, epoch, members and
   their assignments) as JSON. Every change is a compare-and-set on the key's ``mod_revision``
   (:meth:`Metadata.replace_group`), and every change raises the group's epoch; the last member's
@@ -285,7 +287,22 @@ class Metadata:
             await self._client.delete_prefix(self._key("partitions", name, ""))
             await self._client.delete_prefix(self._key("ready", name, ""))
             await self._client.delete_prefix(self._key("views", name, ""))
+            await self._client.delete_prefix(self._key("readonly", name, ""))
         return bool(found)
+
+    async def set_readonly(self, stream: str, partitions: Sequence[int], readonly: bool) -> bool:
+        """Mark ``partitions`` read-only (or writable again) in one transaction, only while the
+        stream exists; False when it does not."""
+        tx = self._client.transactions
+        keys = [self._key("readonly", stream, str(n)) for n in partitions]
+        changes = [tx.put(k, b"1") for k in keys] if readonly else [tx.delete(k) for k in keys]
+        with _unavailable(self._url):
+            done, _ = await self._client.transaction(
+                compare=[tx.version(self._key("streams", stream)) > 0],
+                success=changes,
+                failure=[],
+            )
+        return bool(done)
 
     # -- views -----------------------------------------------------------------------------------
 
@@ -359,6 +376,8 @@ class Metadata:
                 view.streams[parts[1]] = StreamRecord.from_json(kv.value)
             elif kind == "partitions" and len(parts) == 3:
                 view.partitions[parts[1], int(parts[2])] = PartitionState.from_json(kv.value)
+            elif kind == "readonly" and len(parts) == 3:
+                view.readonly.add((parts[1], int(parts[2])))
             elif kind == "views" and len(parts) == 3:
                 view.views.setdefault(parts[1], {})[parts[2]] = json.loads(kv.value)
             elif kind == "groups" and len(parts) >= 2:
@@ -444,6 +463,8 @@ class ClusterView:
     """Consumer groups by id."""
     views: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     """Stream -> view name -> the view's definition (``ViewSpec.to_json()``)."""
+    readonly: set[tuple[str, int]] = field(default_factory=set)
+    """The read-only partitions."""
 
     def opened(self, stream: str, partition: int) -> bool:
         """Whether the partition's leader and every live replica have opened it under its

@@ -82,6 +82,8 @@ from tidelog.errors import (
     InvalidArgument,
     NotEnoughReplicas,
     NotLeader,
+    PartitionNotFound,
+    PermissionDenied,
     StreamExists,
     StreamNotFound,
     ViewExists,
@@ -407,6 +409,7 @@ class ClusterNode:
             await self._control(view)
             await self.groups.control(view)
         await self._reconcile(view)
+        self._reconcile_flags(view)
         await self._reconcile_views(view)
         await self.groups.expire()
 
@@ -735,6 +738,48 @@ class ClusterNode:
         if not await self.metadata.delete_stream(name):
             raise StreamNotFound(name)
         self._changed.set()
+
+    # -- read-only partitions --------------------------------------------------------------------
+
+    async def set_readonly(self, name: str, partitions: list[int], readonly: bool) -> None:
+        """Make partitions (none named: all) read-only, or writable again, on every replica:
+        the flag goes to etcd first, then this broker applies it at once and every other
+        replica within one metadata read (:meth:`_reconcile_flags`)."""
+        assert self.metadata is not None
+        if name.startswith("__"):
+            raise PermissionDenied(
+                f"stream {name!r} is internal: only the broker may change the read-only flag of "
+                f"it (it is read with the usual calls; cursors are set with SetCursor)"
+            )
+        view = await self.fresh_view()
+        record = view.streams.get(name)
+        if record is None:
+            raise StreamNotFound(name)
+        count = int(record.config.get("partitions", 1))
+        chosen = partitions or list(range(count))
+        for number in chosen:
+            if not 0 <= number < count:
+                raise PartitionNotFound(name, number, count)
+        if not await self.metadata.set_readonly(name, chosen, readonly):
+            raise StreamNotFound(name)
+        for number in chosen:
+            if readonly:
+                self.view.readonly.add((name, number))
+            else:
+                self.view.readonly.discard((name, number))
+        self._reconcile_flags(self.view, only=name)
+        self._changed.set()
+
+    def _reconcile_flags(self, view: ClusterView, only: str | None = None) -> None:
+        """Make the local copies of the cluster's streams read-only as the metadata says."""
+        for name in view.streams if only is None else [only]:
+            local = self.broker.find_stream(name)
+            if local is None or name.startswith("__"):
+                continue
+            for partition in local.partitions:
+                wanted = (name, partition.number) in view.readonly
+                if partition.readonly != wanted:
+                    self.broker.set_readonly(name, [partition.number], wanted)
 
     # -- views -----------------------------------------------------------------------------------
 
