@@ -133,6 +133,13 @@ class Server:
                 await self.local_site.open(settings.sites)
                 self.metrics.add_sites(self.local_site)
             if settings.cluster:
+                if self.local_site is not None:
+                    LOG.warning(
+                        "site %s runs on this cluster broker alone: its send and receive queues "
+                        "are kept on this broker's disk, not replicated to the others "
+                        "(docs/cluster.md, 'Not built yet')",
+                        settings.site_id,
+                    )
                 host = settings.advertised_host or settings.host
                 self.cluster = ClusterNode(
                     self.broker,
