@@ -45,6 +45,7 @@ from tidelog.broker import (
     validate_stream_name,
 )
 from tidelog.broker import SubscribeRequest as BrokerSubscribe
+from tidelog.cluster.groups import FORWARDED
 from tidelog.cluster.metadata import PartitionState
 from tidelog.cluster.node import ClusterNode
 from tidelog.errors import (
@@ -809,7 +810,11 @@ class LiftbridgeService(pb_grpc.APIServicer):
         async with grpc_errors(context):
             if self.cluster is not None:
                 await self.cluster.groups.report_coordinator(
-                    request.groupId, request.consumerId, request.coordinator, request.epoch
+                    request.groupId,
+                    request.consumerId,
+                    request.coordinator,
+                    request.epoch,
+                    forwarded=any(k == FORWARDED for k, _ in context.invocation_metadata() or ()),
                 )
             else:
                 self.broker.groups.report_coordinator(

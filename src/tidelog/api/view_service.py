@@ -21,16 +21,19 @@ from tidelog.broker import (
     newest_view_entry,
     view_query_limit,
 )
+from tidelog.cluster.groups import FORWARDED
 from tidelog.cluster.node import ClusterNode
-from tidelog.errors import InvalidArgument, NotLeader, StreamNotFound, ViewNotFound
+from tidelog.errors import (
+    InvalidArgument,
+    NotEnoughReplicas,
+    NotLeader,
+    StreamNotFound,
+    ViewNotFound,
+)
 
 Context = grpc.aio.ServicerContext[object, object]
 T = TypeVar("T")
 
-FORWARDED = "tidelog-view-forwarded"
-"""Metadata on a view query one broker of a cluster hands to a partition's leader: the leader
-answers from its own views and never hands it on (two brokers that disagree for a moment on
-who leads must not pass a query back and forth)."""
 LEADER_ATTEMPTS = 3
 """Tries per partition when the broker asked is no longer its leader (a failover under way)."""
 
@@ -321,25 +324,27 @@ class ViewService(v1_grpc.TidelogServicer):
         numbers = range(count) if partition is None else [partition]
 
         async def one(number: int) -> T:
-            for attempt in range(LEADER_ATTEMPTS):
-                state = cluster.view.partitions.get((stream, number))
+            current = view
+            for _ in range(LEADER_ATTEMPTS):
+                state = current.partitions.get((stream, number))
                 leader = "" if state is None else state.leader
                 if leader == cluster.broker_id:
                     return await self._local(stream, lambda: local(number))
-                address = cluster.view.brokers.get(leader)
-                try:
-                    if address is None:
-                        raise NotLeader(stream, number)
+                address = current.brokers.get(leader)
+                if address is not None:
                     stub = v1_grpc.TidelogStub(cluster.channel(address))
-                    return await remote(stub, number)
-                except grpc.aio.AioRpcError as error:
-                    if attempt + 1 == LEADER_ATTEMPTS or not _moved(error):
-                        raise Forwarded(error.code(), error.details() or "") from None
-                except NotLeader:
-                    if attempt + 1 == LEADER_ATTEMPTS:
-                        raise
+                    try:
+                        return await remote(stub, number)
+                    except grpc.aio.AioRpcError as error:
+                        if not _moved(error):
+                            raise Forwarded(error.code(), error.details() or "") from None
                 await asyncio.sleep(0.2)  # a failover under way: the metadata will say
-            raise AssertionError("unreachable")
+                current = cluster.view
+            # UNAVAILABLE: retried by clients (a read), and the election ends within a lease.
+            raise NotEnoughReplicas(
+                f"partition {number} of {stream!r} has no reachable leader now (a failover "
+                f"under way?): try again"
+            )
 
         return list(await asyncio.gather(*(one(n) for n in numbers)))
 

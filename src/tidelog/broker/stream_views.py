@@ -53,6 +53,9 @@ class StreamViews:
         self._views: dict[str, list[PartitionView]] = {}
         self._tasks: dict[str, list[asyncio.Task[None]]] = {}
         self._closed = False
+        self._changing = asyncio.Lock()
+        """One declare or drop at a time: each awaits a thread between its check and its
+        change, and two at once could open two stores on one directory."""
 
     # -- lifecycle (blocking parts run in threads) -----------------------------------------------
 
@@ -136,6 +139,10 @@ class StreamViews:
         """Add ``spec``; False when an identical view already exists (declaring is idempotent).
         The caller persists the stream's metadata when this returns True."""
         spec.validate()
+        async with self._changing:
+            return await self._declare(spec)
+
+    async def _declare(self, spec: ViewSpec) -> bool:
         known = self.specs.get(spec.name)
         if known is not None:
             if known == spec:
@@ -155,6 +162,10 @@ class StreamViews:
 
     async def drop(self, name: str) -> None:
         """Remove the view and its files; the caller persists the stream's metadata."""
+        async with self._changing:
+            await self._drop(name)
+
+    async def _drop(self, name: str) -> None:
         if name not in self.specs:
             raise ViewNotFound(self.stream, name)
         await self._stop(name)

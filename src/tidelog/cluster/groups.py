@@ -35,11 +35,17 @@ each time the cluster's view is read (every ``poll_s``); a call that finds the m
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import grpc
+
+from tidelog._proto.liftbridge import api_pb2 as pb
+from tidelog._proto.liftbridge import api_pb2_grpc
 from tidelog.broker import Group, GroupCoordinator, GroupMember, assign_partitions
 from tidelog.cluster.metadata import ClusterView, GroupRecord
 from tidelog.errors import (
@@ -54,6 +60,10 @@ if TYPE_CHECKING:
     from tidelog.cluster.node import ClusterNode
 
 LOG = logging.getLogger("tidelog.cluster")
+
+FORWARDED = "tidelog-forwarded"
+"""Metadata on a call one broker hands to another (a coordinator report to the controller, a
+view query to a partition's leader): the receiver does it itself, never hands it on."""
 
 CAS_ATTEMPTS = 20
 """Compare-and-set attempts of one change before giving up (UNAVAILABLE, retryable)."""
@@ -112,7 +122,10 @@ def joined(
 
 
 def without(record: GroupRecord, gone: set[str], view: ClusterView) -> GroupRecord | None:
-    """The group without the members ``gone`` (None: no member is left)."""
+    """The group without the members ``gone`` (None: no member is left; the same record when
+    none of them is a member)."""
+    if not gone & set(record.members):
+        return record
     members = {c: s for c, s in record.members.items() if c not in gone}
     if not members:
         return None
@@ -143,8 +156,12 @@ class ClusterGroups:
         self.mirror.mirror()
         self._clock = clock
         self._coordinating: set[str] = set()
+        self._as_of: dict[str, int] = {}
+        """Group id -> the etcd revision the mirror's copy is known true at: an older read
+        (a view read while this broker wrote a newer record) is never installed over it."""
         self._reports: dict[tuple[str, int], dict[str, float]] = {}
         """(group, epoch) -> consumer -> when it reported the coordinator."""
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def consumer_timeout_s(self) -> float:
@@ -165,13 +182,15 @@ class ClusterGroups:
         view = await self._view_with(wanted)
         record = await self._change(group_id, lambda r: joined(r, consumer_id, wanted, view))
         assert record is not None
-        self._heartbeat(group_id, consumer_id)
+        self._heartbeat_at_coordinator(group_id, consumer_id, record)
         return record
 
     async def leave(self, group_id: str, consumer_id: str) -> None:
+        view = await self._view_for(group_id)
+
         def change(record: GroupRecord | None) -> GroupRecord | None:
             record = _known(record, group_id, consumer_id)
-            return without(record, {consumer_id}, self.node.view)
+            return without(record, {consumer_id}, view)
 
         await self._change(group_id, change)
 
@@ -180,6 +199,12 @@ class ClusterGroups:
     ) -> tuple[int, dict[str, list[int]]]:
         """The member's partitions at the group's epoch; only the coordinator answers (this is
         the member's heartbeat)."""
+        if not self.node.member:
+            raise NotEnoughReplicas(
+                f"broker {self.node.broker_id} is cut off from the cluster's metadata and "
+                f"cannot coordinate group {group_id!r} now: fetch the group's metadata from "
+                f"another broker"
+            )
         record = self.node.view.groups.get(group_id)
         if not _current(record, consumer_id, epoch, self.node.broker_id):
             record = await self.refresh(group_id)
@@ -199,17 +224,27 @@ class ClusterGroups:
         return record.epoch, {s: list(p) for s, p in assigned.items()}
 
     async def report_coordinator(
-        self, group_id: str, consumer_id: str, coordinator: str, epoch: int
+        self, group_id: str, consumer_id: str, coordinator: str, epoch: int, *, forwarded: bool
     ) -> None:
         """A member cannot reach the coordinator. A coordinator that is not a live broker is
         replaced at once; a live one once a majority of the members reported it within
-        ``coordinator_timeout_s`` (Liftbridge's rule). A report of an older coordinator or
-        epoch changes nothing: the group has moved on."""
+        ``coordinator_timeout_s`` (Liftbridge's rule). Reports are counted by the controller
+        (another broker hands them to it, as Liftbridge's go to its metadata leader), so
+        members reporting through different brokers still add up. A report of an older
+        coordinator or epoch changes nothing: the group has moved on."""
         record = _known(await self.refresh(group_id), group_id, consumer_id)
         if epoch != record.epoch:
             raise FailedPrecondition(f"group {group_id!r} is at epoch {record.epoch}, not {epoch}")
         if coordinator and coordinator != record.coordinator:
             return
+        view = await self.node.fresh_view()
+        controller = view.controller
+        if not forwarded and controller and controller != self.node.broker_id:
+            address = view.brokers.get(controller)
+            if address is not None and await self._hand_to_controller(
+                address, group_id, consumer_id, record.coordinator, epoch
+            ):
+                return
         now = self._clock()
         for key, earlier in list(self._reports.items()):  # forget reports too old to count
             for member in [c for c, at in earlier.items() if now - at > self.coordinator_timeout_s]:
@@ -218,8 +253,7 @@ class ClusterGroups:
                 del self._reports[key]
         reports = self._reports.setdefault((group_id, epoch), {})
         reports[consumer_id] = now
-        recent = [c for c, at in reports.items() if now - at <= self.coordinator_timeout_s]
-        view = await self.node.fresh_view()
+        recent = sorted(reports)
         if record.coordinator in view.brokers and 2 * len(recent) <= len(record.members):
             return
         new = pick_coordinator(view, avoid=record.coordinator)
@@ -238,7 +272,7 @@ class ClusterGroups:
                 record.coordinator,
                 written.coordinator,
                 written.epoch,
-                ", ".join(sorted(recent)),
+                ", ".join(recent),
             )
         self._reports.pop((group_id, epoch), None)
 
@@ -250,50 +284,49 @@ class ClusterGroups:
     async def refresh(self, group_id: str) -> GroupRecord | None:
         """Read the group from etcd and install it in the mirror."""
         assert self.node.metadata is not None
-        record, _ = await self.node.metadata.group(group_id)
-        self._install(group_id, record)
+        record, _, read_at = await self.node.metadata.group(group_id)
+        self._install(group_id, record, read_at)
         return record
-
-    def record(self, group_id: str) -> GroupRecord | None:
-        return self.node.view.groups.get(group_id)
 
     # -- what the node runs --------------------------------------------------------------------
 
     def follow(self, view: ClusterView) -> None:
         """Install every group of a freshly read view in the mirror."""
         for group_id in [g for g in self.mirror.groups if g not in view.groups]:
-            self._install(group_id, None)
+            self._install(group_id, None, view.revision)
         for group_id, record in view.groups.items():
-            self._install(group_id, record)
+            self._install(group_id, record, view.revision)
+        for group_id in [g for g in self._as_of if g not in view.groups]:
+            if self._as_of[group_id] <= view.revision:  # gone, as of this read: forget it
+                del self._as_of[group_id]
 
     async def expire(self) -> None:
         """Remove the silent members of the groups this broker coordinates."""
-        now = self._clock()
         for group_id in sorted(self._coordinating):
-            group = self.mirror.groups.get(group_id)
-            if group is None:
+            if not self._silent(group_id, self.mirror.groups.get(group_id)):
                 continue
-            silent = {
-                m.consumer_id
-                for m in group.members.values()
-                if now - m.last_seen > self.consumer_timeout_s
-            }
-            if not silent:
-                continue
+            view = await self._view_for(group_id)
 
-            def change(record: GroupRecord | None, gone: set[str] = silent) -> GroupRecord | None:
+            def change(
+                record: GroupRecord | None, group_id: str = group_id, view: ClusterView = view
+            ) -> GroupRecord | None:
+                # Decided again on the record just read and the heartbeats now: a member that
+                # joined again or called meanwhile stays.
                 if record is None or record.coordinator != self.node.broker_id:
                     return record
-                return without(record, gone & set(record.members), self.node.view)
+                return without(record, self._silent(group_id, record), view)
 
+            before = self.node.view.groups.get(group_id)
             written = await self._change(group_id, change)
-            LOG.info(
-                "group %s: expired %s (silent for %g s)%s",
-                group_id,
-                ", ".join(sorted(silent)),
-                self.consumer_timeout_s,
-                "" if written is None else f", epoch {written.epoch}",
-            )
+            gone = set(before.members if before else ()) - set(written.members if written else ())
+            if gone:
+                LOG.info(
+                    "group %s: expired %s (silent for %g s)%s",
+                    group_id,
+                    ", ".join(sorted(gone)),
+                    self.consumer_timeout_s,
+                    "" if written is None else f", epoch {written.epoch}",
+                )
 
     async def control(self, view: ClusterView) -> None:
         """The controller's part: a group whose coordinator is not a live broker gets one."""
@@ -322,6 +355,20 @@ class ClusterGroups:
 
     # -- internals -----------------------------------------------------------------------------
 
+    def _silent(self, group_id: str, record: GroupRecord | Group | None) -> set[str]:
+        """Members of ``record`` whose heartbeats this coordinator has not seen for the
+        consumer timeout (a member the mirror does not hold yet is not silent)."""
+        group = self.mirror.groups.get(group_id)
+        if record is None or group is None:
+            return set()
+        now = self._clock()
+        return {
+            c
+            for c in record.members
+            if (m := group.members.get(c)) is not None
+            and now - m.last_seen > self.consumer_timeout_s
+        }
+
     async def _view_with(self, streams: tuple[str, ...]) -> ClusterView:
         """The node's view, read again when it lacks one of ``streams`` (just created)."""
         view = self.node.view
@@ -329,18 +376,25 @@ class ClusterGroups:
             view = await self.node.fresh_view()
         return view
 
+    async def _view_for(self, group_id: str) -> ClusterView:
+        """A view that has every stream the group's members consume, for reassigning."""
+        record = self.node.view.groups.get(group_id)
+        streams = {s for ss in (record.members.values() if record else ()) for s in ss}
+        return await self._view_with(tuple(sorted(streams)))
+
     async def _change(self, group_id: str, change: Change) -> GroupRecord | None:
         """Apply ``change`` to the group by compare-and-set, reading it again after a race."""
         metadata = self.node.metadata
         assert metadata is not None
         for _ in range(CAS_ATTEMPTS):
-            record, revision = await metadata.group(group_id)
+            record, revision, read_at = await metadata.group(group_id)
             new = change(record)
             if new is record:
-                self._install(group_id, record)
+                self._install(group_id, record, read_at)
                 return record
-            if await metadata.replace_group(group_id, revision, new):
-                self._install(group_id, new)
+            written_at = await metadata.replace_group(group_id, revision, new)
+            if written_at:
+                self._install(group_id, new, written_at)
                 if new is None:
                     self.node.view.groups.pop(group_id, None)
                 else:
@@ -348,7 +402,10 @@ class ClusterGroups:
                 return new
         raise NotEnoughReplicas(f"consumer group {group_id!r} kept changing: try again")
 
-    def _install(self, group_id: str, record: GroupRecord | None) -> None:
+    def _install(self, group_id: str, record: GroupRecord | None, as_of: int) -> None:
+        if as_of < self._as_of.get(group_id, 0):
+            return  # read before what is installed
+        self._as_of[group_id] = as_of
         groups = self.mirror.groups
         if record is None:
             groups.pop(group_id, None)
@@ -362,8 +419,10 @@ class ClusterGroups:
         members: dict[str, GroupMember] = {}
         for consumer_id, streams in record.members.items():
             old = group.members.get(consumer_id)
-            seen = old.last_seen if old is not None and was_coordinating else now
-            members[consumer_id] = GroupMember(consumer_id, list(streams), seen)
+            kept = old is not None and was_coordinating and old.streams == list(streams)
+            members[consumer_id] = GroupMember(
+                consumer_id, list(streams), old.last_seen if kept and old else now
+            )
         group.epoch = record.epoch
         group.members = members
         group.assignments = {
@@ -379,6 +438,50 @@ class ClusterGroups:
         member = None if group is None else group.members.get(consumer_id)
         if member is not None:
             member.last_seen = self._clock()
+
+    def _heartbeat_at_coordinator(
+        self, group_id: str, consumer_id: str, record: GroupRecord
+    ) -> None:
+        """A join counts as the member's heartbeat: here when this broker coordinates, else
+        passed to the coordinator in the background (a member that stalled and joined again
+        through another broker must not be expired by the coordinator's old clock)."""
+        if record.coordinator == self.node.broker_id:
+            self._heartbeat(group_id, consumer_id)
+            return
+        address = self.node.view.brokers.get(record.coordinator)
+        if address is None:
+            return
+        stub = api_pb2_grpc.APIStub(self.node.channel(address))
+        request = pb.FetchConsumerGroupAssignmentsRequest(
+            groupId=group_id, consumerId=consumer_id, epoch=record.epoch
+        )
+
+        async def send() -> None:
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await stub.FetchConsumerGroupAssignments(request, timeout=2)
+
+        task = asyncio.create_task(send())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _hand_to_controller(
+        self, address: str, group_id: str, consumer_id: str, coordinator: str, epoch: int
+    ) -> bool:
+        """Pass a report on to the controller; False when it cannot be reached (the report is
+        then counted here)."""
+        stub = api_pb2_grpc.APIStub(self.node.channel(address))
+        request = pb.ReportConsumerGroupCoordinatorRequest(
+            groupId=group_id, consumerId=consumer_id, coordinator=coordinator, epoch=epoch
+        )
+        try:
+            await stub.ReportConsumerGroupCoordinator(
+                request, timeout=5, metadata=((FORWARDED, "1"),)
+            )
+        except grpc.aio.AioRpcError as error:
+            if error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                return False
+            raise FailedPrecondition(error.details() or str(error.code())) from None
+        return True
 
 
 def _known(record: GroupRecord | None, group_id: str, consumer_id: str) -> GroupRecord:

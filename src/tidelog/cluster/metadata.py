@@ -341,33 +341,52 @@ class Metadata:
 
     # -- consumer groups -------------------------------------------------------------------------
 
-    async def group(self, group_id: str) -> tuple[GroupRecord | None, int]:
-        """The group and the etcd revision it was last changed at (0 when there is none)."""
+    async def group(self, group_id: str) -> tuple[GroupRecord | None, int, int]:
+        """The group, the etcd revision it was last changed at (0 when there is none), and
+        the revision it was read at."""
+        key = self._key("groups", group_id)
         with _unavailable(self._url):
-            found = await self._client.get(self._key("groups", group_id))
-        if found is None:
-            return None, 0
-        return GroupRecord.from_json(found.value), found.mod_revision
+            found = await self._client.get_range(key, key + b"\0")  # that key, with a header
+        for kv in found:
+            return GroupRecord.from_json(kv.value), kv.mod_revision, found.header.revision
+        return None, 0, found.header.revision
 
-    async def replace_group(self, group_id: str, revision: int, record: GroupRecord | None) -> bool:
+    async def replace_group(self, group_id: str, revision: int, record: GroupRecord | None) -> int:
         """Write ``record`` (None: delete the group) only if the group is still as read at
-        ``revision`` (0: only if there is none); False when it changed since: read again."""
+        ``revision`` (0: only if there is none); the etcd revision of the write, or 0 when the
+        group changed since: read again."""
         key = self._key("groups", group_id)
         tx = self._client.transactions
         compare = [tx.version(key) == 0] if revision == 0 else [tx.mod(key) == revision]
         success = [tx.delete(key)] if record is None else [tx.put(key, record.to_json())]
         with _unavailable(self._url):
-            done, _ = await self._client.transaction(compare=compare, success=success, failure=[])
-        return bool(done)
+            done, responses = await self._client.transaction(
+                compare=compare, success=success, failure=[]
+            )
+        if not done:
+            return 0
+        answer = responses[0]
+        return int(getattr(answer, answer.WhichOneof("response")).header.revision)
 
     async def view(self) -> ClusterView:
         """Everything under the cluster's prefix, read at one revision."""
         with _unavailable(self._url):
             found = await self._client.get_prefix(self.prefix)
-        view = ClusterView()
+        view = ClusterView(revision=found.header.revision)
         for kv in found:
             parts = kv.key[len(self.prefix) :].decode().split("/")
             kind = parts[0]
+            if kind in _OPTIONAL:
+                try:
+                    _OPTIONAL[kind](view, parts, kv.value, kv.mod_revision)
+                except (ValueError, KeyError, TypeError, IndexError) as error:
+                    # A value this broker cannot read (damaged, or written by a newer
+                    # version) costs that one group, view or flag, never the whole cluster.
+                    key = "/".join(parts)
+                    if key not in _WARNED:
+                        _WARNED.add(key)
+                        LOG.warning("cluster metadata %s is unreadable, ignored: %s", key, error)
+                continue
             if kind == "brokers" and len(parts) == 2:
                 view.brokers[parts[1]] = json.loads(kv.value)["address"]
             elif kind == "controller":
@@ -376,16 +395,35 @@ class Metadata:
                 view.streams[parts[1]] = StreamRecord.from_json(kv.value)
             elif kind == "partitions" and len(parts) == 3:
                 view.partitions[parts[1], int(parts[2])] = PartitionState.from_json(kv.value)
-            elif kind == "readonly" and len(parts) == 3:
-                view.readonly.add((parts[1], int(parts[2])))
-            elif kind == "views" and len(parts) == 3:
-                view.views.setdefault(parts[1], {})[parts[2]] = json.loads(kv.value)
-            elif kind == "groups" and len(parts) >= 2:
-                view.groups["/".join(parts[1:])] = GroupRecord.from_json(kv.value)
             elif kind == "ready" and len(parts) == 4:
                 marks = view.ready.setdefault((parts[1], int(parts[2])), {})
                 marks[parts[3]] = int(kv.value)
         return view
+
+
+def _read_readonly(view: ClusterView, parts: list[str], value: bytes, revision: int) -> None:
+    if len(parts) == 3:
+        view.readonly.add((parts[1], int(parts[2])))
+
+
+def _read_view(view: ClusterView, parts: list[str], value: bytes, revision: int) -> None:
+    if len(parts) == 3:
+        definition = json.loads(value)
+        if not isinstance(definition, dict) or not isinstance(definition.get("kind"), str):
+            raise ValueError(f"not a view definition: {value[:80]!r}")
+        view.views.setdefault(parts[1], {})[parts[2]] = definition
+
+
+def _read_group(view: ClusterView, parts: list[str], value: bytes, revision: int) -> None:
+    if len(parts) >= 2:
+        group_id = "/".join(parts[1:])
+        view.groups[group_id] = GroupRecord.from_json(value)
+        view.group_revisions[group_id] = revision
+
+
+_OPTIONAL = {"readonly": _read_readonly, "views": _read_view, "groups": _read_group}
+"""Kinds of keys whose values one broker may fail to read without harm to the rest."""
+_WARNED: set[str] = set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,6 +503,10 @@ class ClusterView:
     """Stream -> view name -> the view's definition (``ViewSpec.to_json()``)."""
     readonly: set[tuple[str, int]] = field(default_factory=set)
     """The read-only partitions."""
+    group_revisions: dict[str, int] = field(default_factory=dict)
+    """Group id -> the etcd revision its record was last written at."""
+    revision: int = 0
+    """The etcd revision the view was read at (0: not read from etcd)."""
 
     def opened(self, stream: str, partition: int) -> bool:
         """Whether the partition's leader and every live replica have opened it under its

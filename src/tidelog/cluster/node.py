@@ -32,7 +32,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -324,6 +324,10 @@ class ClusterNode:
         self._warned = 0.0
         self._view_failures: set[str] = set()
         """Streams whose views could not be reconciled (logged once until they can)."""
+        self._failing: set[str] = set()
+        """Parts of the step that failed last time (logged once until they succeed)."""
+        self._views_lock = asyncio.Lock()
+        """One views reconcile at a time: the step's and a query's (``sync_views``)."""
         self._checkpointed = 0.0
         self.fetch_delay_s = float(os.environ.get("TIDELOG_TEST_REPLICA_FETCH_DELAY_S") or 0)
         """Fault tests: each fetch answer waits this long before the follower appends it (a slow
@@ -407,11 +411,26 @@ class ClusterNode:
             await self.metadata.campaign(self.broker_id, self.membership)
         elif view.controller == self.broker_id:
             await self._control(view)
-            await self.groups.control(view)
         await self._reconcile(view)
-        self._reconcile_flags(view)
-        await self._reconcile_views(view)
-        await self.groups.expire()
+        # Partitions first (above): what follows must never keep a step from electing leaders
+        # or following them, so each part fails alone, logged, and is tried at the next step.
+        if view.controller == self.broker_id:
+            await self._isolated("group coordinators", self.groups.control(view))
+        await self._isolated("read-only flags", self._reconcile_flags(view))
+        await self._isolated("views", self._reconcile_views(view))
+        await self._isolated("group expiry", self.groups.expire())
+
+    async def _isolated(self, what: str, work: Awaitable[None]) -> None:
+        try:
+            await work
+        except MetadataUnavailable:
+            raise
+        except Exception:
+            if what not in self._failing:  # once, not every 100 ms
+                LOG.exception("cluster step: %s failed; trying again at every step", what)
+            self._failing.add(what)
+        else:
+            self._failing.discard(what)
 
     # -- the controller --------------------------------------------------------------------------
 
@@ -756,7 +775,7 @@ class ClusterNode:
         if record is None:
             raise StreamNotFound(name)
         count = int(record.config.get("partitions", 1))
-        chosen = partitions or list(range(count))
+        chosen = sorted(set(partitions)) or list(range(count))
         for number in chosen:
             if not 0 <= number < count:
                 raise PartitionNotFound(name, number, count)
@@ -767,10 +786,10 @@ class ClusterNode:
                 self.view.readonly.add((name, number))
             else:
                 self.view.readonly.discard((name, number))
-        self._reconcile_flags(self.view, only=name)
+        await self._reconcile_flags(self.view, only=name)
         self._changed.set()
 
-    def _reconcile_flags(self, view: ClusterView, only: str | None = None) -> None:
+    async def _reconcile_flags(self, view: ClusterView, only: str | None = None) -> None:
         """Make the local copies of the cluster's streams read-only as the metadata says."""
         for name in view.streams if only is None else [only]:
             local = self.broker.find_stream(name)
@@ -820,15 +839,19 @@ class ClusterNode:
     async def _reconcile_views(self, view: ClusterView, only: str | None = None) -> None:
         """Make the local copies of every stream (or ``only``) carry the cluster's views, no
         more."""
+        async with self._views_lock:
+            await self._reconcile_views_locked(view, only)
+
+    async def _reconcile_views_locked(self, view: ClusterView, only: str | None) -> None:
         for name in view.streams if only is None else [only]:
             if name not in view.streams:
                 continue  # not (or no longer) the cluster's: its copy goes with the stream
             local = self.broker.find_stream(name)
             if local is None or name.startswith("__"):
                 continue
-            wanted = {n: ViewSpec.from_json(d) for n, d in view.views.get(name, {}).items()}
-            have = local.views.specs
             try:
+                wanted = {n: ViewSpec.from_json(d) for n, d in view.views.get(name, {}).items()}
+                have = local.views.specs
                 for view_name in [n for n in have if n not in wanted]:
                     await self.broker.drop_view(name, view_name)
                 for view_name, spec in wanted.items():
