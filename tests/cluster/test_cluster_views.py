@@ -4,6 +4,7 @@ answered after a leader dies (the new leader's views were built from its copy of
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,42 @@ def test_views_are_built_on_every_replica_and_answered_by_the_leaders(tmp_path: 
                 assert [s.view.name for s in c.list_views("v")] == ["latest"]
                 with pytest.raises(NotFound):
                     c.window_fetch("v", "minutes", b"p0-k0")
+
+
+def test_views_declared_while_queries_arrive_are_built_once(tmp_path: Path) -> None:
+    """Queries through every broker race the declaration (a broker builds a view it has not
+    built yet when asked, while its metadata reconcile builds it too): every answer is right,
+    every broker ends with one working copy, and a drop leaves none."""
+    with running_cluster(tmp_path) as cluster:
+        cluster.create_stream("v", partitions=PARTITIONS, replication_factor=2, min_isr=1)
+        latest = publish(cluster, "b1", 1)
+        errors: list[BaseException] = []
+
+        def ask(broker: str, name: str) -> None:
+            try:
+                with client(cluster, broker) as c:
+                    for key, value in latest.items():
+                        found = c.view_get("v", name, key)
+                        assert found is not None and found.value == value, (broker, key)
+            except BaseException as error:  # reported below
+                errors.append(error)
+
+        for round_ in range(5):
+            name = f"t{round_}"
+            with client(cluster, "b1") as c:
+                c.declare_view("v", View.table(name))
+            threads = [threading.Thread(target=ask, args=(b, name)) for b in ("b1", "b2", "b3") * 2]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+            assert not errors, errors
+            with client(cluster, "b2") as c:
+                c.drop_view("v", name)
+        for broker in ("b1", "b2", "b3"):
+            wait_for(lambda b=broker: client_views(cluster, b) == [], 5, "views dropped")
+
+
+def client_views(cluster: Cluster, broker: str) -> list[str]:
+    with client(cluster, broker) as c:
+        return [s.view.name for s in c.list_views("v")]

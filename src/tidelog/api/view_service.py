@@ -288,8 +288,9 @@ class ViewService(v1_grpc.TidelogServicer):
         try:
             return await call()
         except ViewNotFound:
-            if self.cluster is None or not await self.cluster.sync_views(stream):
+            if self.cluster is None:
                 raise
+            await self.cluster.sync_views(stream)  # or it was being built: asked again below
             return await call()
 
     async def _across_leaders(

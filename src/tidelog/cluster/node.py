@@ -827,14 +827,12 @@ class ClusterNode:
             )
         self._changed.set()
 
-    async def sync_views(self, stream: str) -> bool:
-        """Read the metadata now and build ``stream``'s views here; True when that changed
-        anything (a view declared a moment ago, not built yet)."""
+    async def sync_views(self, stream: str) -> None:
+        """Read the metadata now and make ``stream``'s views here match it (a view declared a
+        moment ago that this broker has not built yet); returns once no other reconcile is
+        building them either."""
         view = await self.fresh_view()
-        local = self.broker.find_stream(stream)
-        before = {} if local is None else dict(local.views.specs)
         await self._reconcile_views(view, only=stream)
-        return local is not None and local.views.specs != before
 
     async def _reconcile_views(self, view: ClusterView, only: str | None = None) -> None:
         """Make the local copies of every stream (or ``only``) carry the cluster's views, no
