@@ -156,6 +156,8 @@ class ClusterGroups:
         self.mirror.mirror()
         self._clock = clock
         self._coordinating: set[str] = set()
+        self._records: dict[str, GroupRecord] = {}
+        """The records the mirror holds, kept by the same rule (never an older read)."""
         self._as_of: dict[str, int] = {}
         """Group id -> the etcd revision the mirror's copy is known true at: an older read
         (a view read while this broker wrote a newer record) is never installed over it."""
@@ -205,7 +207,7 @@ class ClusterGroups:
                 f"cannot coordinate group {group_id!r} now: fetch the group's metadata from "
                 f"another broker"
             )
-        record = self.node.view.groups.get(group_id)
+        record = self._records.get(group_id)
         if not _current(record, consumer_id, epoch, self.node.broker_id):
             record = await self.refresh(group_id)
         record = _known(record, group_id, consumer_id)
@@ -409,8 +411,10 @@ class ClusterGroups:
         groups = self.mirror.groups
         if record is None:
             groups.pop(group_id, None)
+            self._records.pop(group_id, None)
             self._coordinating.discard(group_id)
             return
+        self._records[group_id] = record
         now = self._clock()
         group = groups.get(group_id)
         if group is None:
