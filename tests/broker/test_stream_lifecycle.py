@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from tests.broker.brokertools import broker_config, running
 
-from tidelog.broker import Broker, StreamConfig
+from tidelog.broker import Broker, StreamConfig, ViewKind, ViewSpec
 from tidelog.broker.config import CURSORS_STREAM
 from tidelog.errors import (
     DiskFull,
@@ -307,3 +307,24 @@ def test_an_internal_stream_takes_its_owners_settings_at_every_open(tmp_path: Pa
     asyncio.run(first())
     asyncio.run(second())
     asyncio.run(third())
+
+
+def test_view_status_while_views_are_declared_and_dropped(tmp_path: Path) -> None:
+    """ListViews races DeclareView/DropView (a cluster reconciles views while queries come):
+    every status lists whole views, never fails on one dropped meanwhile."""
+
+    async def main() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            broker.create_stream("s", StreamConfig(partitions=2))
+            views = broker.views("s")
+            for round_ in range(40):
+                name = f"v{round_}"
+                await broker.declare_view("s", ViewSpec(name, ViewKind.TABLE))
+                statuses = await asyncio.gather(
+                    views.status(), broker.drop_view("s", name), views.status(), views.status()
+                )
+                for found in (statuses[0], statuses[2], statuses[3]):
+                    assert found is not None
+                    assert all(len(applied) == 2 for _, applied, _ in found)
+
+    asyncio.run(main())

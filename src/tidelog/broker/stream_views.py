@@ -184,16 +184,22 @@ class StreamViews:
         """(spec, next offset to apply per partition, approximate entries per partition) per
         view; read in a worker thread under each view's lock (a catch-up may hold it for a
         while)."""
-        views = sorted(self._views.items())
+        # Taken here on the loop, in one go: a drop running meanwhile removes the name from
+        # both dicts, so the thread below must not look anything up by name.
+        views = [
+            (self.specs[name], partition_views)
+            for name, partition_views in sorted(self._views.items())
+            if name in self.specs
+        ]
 
         def read() -> list[tuple[ViewSpec, list[int], list[int]]]:
             return [
                 (
-                    self.specs[name],
+                    spec,
                     [v.applied for v in partition_views],
                     [v.approximate_entries() for v in partition_views],
                 )
-                for name, partition_views in views
+                for spec, partition_views in views
             ]
 
         return await asyncio.to_thread(read)

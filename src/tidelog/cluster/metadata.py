@@ -143,6 +143,9 @@ class Metadata:
         self._client = client
         self._url = url
         self.prefix = f"/tidelog/{cluster}/".encode()
+        self.flags_written_at = 0
+        """The etcd revision of this broker's newest change of a view definition or a
+        read-only flag: a view read at an older revision does not describe them yet."""
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -297,11 +300,13 @@ class Metadata:
         keys = [self._key("readonly", stream, str(n)) for n in partitions]
         changes = [tx.put(k, b"1") for k in keys] if readonly else [tx.delete(k) for k in keys]
         with _unavailable(self._url):
-            done, _ = await self._client.transaction(
+            done, responses = await self._client.transaction(
                 compare=[tx.version(self._key("streams", stream)) > 0],
                 success=changes,
                 failure=[],
             )
+        if done and responses:
+            self._wrote(responses)
         return bool(done)
 
     # -- views -----------------------------------------------------------------------------------
@@ -315,20 +320,33 @@ class Metadata:
         stream_key = self._key("streams", stream)
         tx = self._client.transactions
         with _unavailable(self._url):
-            created, _ = await self._client.transaction(
+            created, responses = await self._client.transaction(
                 compare=[tx.version(stream_key) > 0, tx.version(key) == 0],
                 success=[tx.put(key, json.dumps(spec, sort_keys=True).encode())],
                 failure=[],
             )
             if created:
+                self._wrote(responses)
                 return True, None
             found = await self._client.get(key)
         return False, None if found is None else json.loads(found.value)
 
     async def drop_view(self, stream: str, name: str) -> bool:
         """Remove a view's definition; False when there was none."""
+        key = self._key("views", stream, name)
+        tx = self._client.transactions
         with _unavailable(self._url):
-            return bool(await self._client.delete(self._key("views", stream, name)))
+            dropped, responses = await self._client.transaction(
+                compare=[tx.version(key) > 0], success=[tx.delete(key)], failure=[]
+            )
+        if dropped:
+            self._wrote(responses)
+        return bool(dropped)
+
+    def _wrote(self, responses: list[Any]) -> None:
+        answer = responses[0]
+        revision = int(getattr(answer, answer.WhichOneof("response")).header.revision)
+        self.flags_written_at = max(self.flags_written_at, revision)
 
     async def mark_ready(
         self, stream: str, partition: int, broker_id: str, leader_epoch: int, lease: aetcd.Lease

@@ -326,6 +326,8 @@ class ClusterNode:
         """Streams whose views could not be reconciled (logged once until they can)."""
         self._failing: set[str] = set()
         """Parts of the step that failed last time (logged once until they succeed)."""
+        self._views_revision = 0
+        """The etcd revision of the newest view the views were reconciled with."""
         self._views_lock = asyncio.Lock()
         """One views reconcile at a time: the step's and a query's (``sync_views``)."""
         self._checkpointed = 0.0
@@ -416,8 +418,9 @@ class ClusterNode:
         # or following them, so each part fails alone, logged, and is tried at the next step.
         if view.controller == self.broker_id:
             await self._isolated("group coordinators", self.groups.control(view))
-        await self._isolated("read-only flags", self._reconcile_flags(view))
-        await self._isolated("views", self._reconcile_views(view))
+        if view.revision >= self.metadata.flags_written_at:  # else: read before our own write
+            await self._isolated("read-only flags", self._reconcile_flags(view))
+            await self._isolated("views", self._reconcile_views(view))
         await self._isolated("group expiry", self.groups.expire())
 
     async def _isolated(self, what: str, work: Awaitable[None]) -> None:
@@ -841,6 +844,9 @@ class ClusterNode:
             await self._reconcile_views_locked(view, only)
 
     async def _reconcile_views_locked(self, view: ClusterView, only: str | None) -> None:
+        if view.revision < self._views_revision:
+            return  # read before a view another reconcile already applied (a query's)
+        self._views_revision = view.revision
         for name in view.streams if only is None else [only]:
             if name not in view.streams:
                 continue  # not (or no longer) the cluster's: its copy goes with the stream
