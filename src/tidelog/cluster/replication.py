@@ -89,6 +89,8 @@ class FetchAnswer:
     records: StoredRecords
     epochs: Sequence[EpochEntry]
     """The leader's epoch entries covering ``records`` (oldest first)."""
+    log_end: int = 0
+    """The offset after the leader's newest record when it answered (0: not said)."""
 
 
 @dataclass(slots=True)
@@ -190,17 +192,21 @@ class LeaderReplica:
         leader_epoch: int,
         from_offset: int,
         max_records: int = FETCH_MAX_RECORDS,
+        log_end: int | None = None,
     ) -> FetchAnswer:
+        """Records from ``from_offset``; ``log_end``: how far the follower's log reaches when
+        that is less (a pipelined fetch, sent while the previous answer is being written)."""
         if leader_epoch != self.leader_epoch:
             raise StaleEpoch(leader_epoch, self.leader_epoch)
         log = self.partition.log
         state = self._followers.setdefault(follower, _Follower())
-        state.log_end = from_offset
+        held = from_offset if log_end is None else min(log_end, from_offset)
+        state.log_end = held
         committed = log.committed_offset
         now = self._clock()
-        if from_offset > committed:
+        if held > committed:
             state.caught_up_s = now
-        elif from_offset >= state.leader_end_at_last_fetch >= 0:
+        elif held >= state.leader_end_at_last_fetch >= 0:
             # Not at the end now (the leader keeps appending), but it has everything the leader
             # had when it last fetched: it was caught up then.
             state.caught_up_s = max(state.caught_up_s, state.last_fetch_s)
@@ -221,7 +227,11 @@ class LeaderReplica:
             if parts:
                 records = StoredRecords(b"".join(parts), np.concatenate(sizes).astype(np.int64))
         return FetchAnswer(
-            self.leader_epoch, self.high_watermark, records, self._epochs_for(records)
+            self.leader_epoch,
+            self.high_watermark,
+            records,
+            self._epochs_for(records),
+            committed + 1,
         )
 
     def _epochs_for(self, records: StoredRecords) -> list[EpochEntry]:
