@@ -162,30 +162,3 @@ def test_a_restarted_follower_keeps_what_the_leader_has_above_its_high_watermark
             assert contents(parts["b"]) == contents(parts["a"])
 
     asyncio.run(main())
-
-
-def test_a_fetch_sent_ahead_counts_only_what_the_follower_has_written(tmp_path: Path) -> None:
-    """Catching up, a follower asks for the next records before it has written the last ones
-    (``log_end`` below ``fetch_offset``): the high watermark follows what it wrote, and every
-    answer says where the leader's log ends, so the follower knows more wait."""
-
-    async def main() -> None:
-        async with replicas(tmp_path, "a", "b") as parts:
-            leader = LeaderReplica(parts["a"], "a", leader_epoch=1, isr=["a", "b"])
-            b = FollowerReplica(parts["b"], "b")
-            b.follow(1, leader.end_offset_for)
-            await publish(parts["a"], *(b"v%d" % i for i in range(10)))
-            first = leader.fetch("b", 1, 0, max_records=4)
-            assert first.records.offset_range() == (0, 3) and first.log_end == 10
-            ahead = leader.fetch("b", 1, 4, max_records=4, log_end=0)  # 0..3 not written yet
-            assert leader.high_watermark == -1, "the fetch offset alone proves nothing"
-            assert b.apply(first) == 4
-            third = leader.fetch("b", 1, 8, max_records=4, log_end=4)
-            assert leader.high_watermark == 3
-            assert b.apply(ahead) == 8 and b.apply(third) == 10
-            assert third.log_end == 10
-            leader.fetch("b", 1, 10)
-            assert leader.high_watermark == 9
-            assert contents(parts["b"]) == contents(parts["a"])
-
-    asyncio.run(main())

@@ -898,8 +898,6 @@ class ClusterNode:
         assert follower is not None
         stub: Any = None
         next_offset: int | None = None
-        ahead: asyncio.Future[cpb.ReplicaFetchResponse] | None = None
-        """The next fetch, sent while a backlog's answer is being written."""
         backoff = 0.05
         while True:
             try:
@@ -933,39 +931,27 @@ class ClusterNode:
                         if next_offset < before
                         else "",
                     )
-                if ahead is None:
-                    ahead = asyncio.ensure_future(
-                        self._replica_fetch(stub, partition, leader_epoch, next_offset, None)
-                    )
-                response = await ahead
-                ahead = None
+                response = await stub.ReplicaFetch(
+                    cpb.ReplicaFetchRequest(
+                        stream=partition.stream,
+                        partition=partition.number,
+                        follower=self.broker_id,
+                        leader_epoch=leader_epoch,
+                        fetch_offset=next_offset,
+                        max_records=FETCH_MAX_RECORDS,
+                        max_wait_ms=self.settings.fetch_wait_ms,
+                    ),
+                    timeout=5 + self.settings.fetch_wait_ms / 1000,
+                )
                 fetched = _answer(response)
-                after = next_offset
-                if fetched.records:
-                    after = fetched.records.offset_range()[1] + 1
-                    if fetched.log_end > after:
-                        # A backlog (catch-up): ask for what follows while these are written.
-                        # The leader counts only what is written (log_end) towards the high
-                        # watermark; a caught-up follower fetches one at a time, so its next
-                        # fetch reports what it just wrote.
-                        ahead = asyncio.ensure_future(
-                            self._replica_fetch(
-                                stub, partition, leader_epoch, after, partition.log.next_offset
-                            )
-                        )
                 if self.fetch_delay_s and fetched.records:
                     await asyncio.sleep(self.fetch_delay_s)
                 if fetched.records and partition.log.config.flush_policy is FlushPolicy.ALWAYS:
                     next_offset = await asyncio.to_thread(follower.apply, fetched)
                 else:
                     next_offset = follower.apply(fetched)
-                if ahead is not None and next_offset != after:
-                    _dropped(ahead)  # the log did not end where that fetch starts
-                    ahead = None
                 backoff = 0.05
             except asyncio.CancelledError:
-                if ahead is not None:
-                    _dropped(ahead)
                 raise
             except grpc.aio.AioRpcError as error:
                 LOG.debug(
@@ -989,51 +975,20 @@ class ClusterNode:
                         leader_id,
                         error.details(),
                     )
-                if ahead is not None:
-                    _dropped(ahead)
-                    ahead = None
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
             except Exception:
                 LOG.exception("%s/%d: following %s", partition.stream, partition.number, leader_id)
-                if ahead is not None:
-                    _dropped(ahead)
-                    ahead = None
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
-
-    async def _replica_fetch(
-        self,
-        stub: Any,
-        partition: Partition,
-        leader_epoch: int,
-        fetch_offset: int,
-        log_end: int | None,
-    ) -> cpb.ReplicaFetchResponse:
-        request = cpb.ReplicaFetchRequest(
-            stream=partition.stream,
-            partition=partition.number,
-            follower=self.broker_id,
-            leader_epoch=leader_epoch,
-            fetch_offset=fetch_offset,
-            max_records=FETCH_MAX_RECORDS,
-            max_wait_ms=self.settings.fetch_wait_ms,
-        )
-        if log_end is not None:
-            request.log_end = log_end
-        response: cpb.ReplicaFetchResponse = await stub.ReplicaFetch(
-            request, timeout=5 + self.settings.fetch_wait_ms / 1000
-        )
-        return response
 
     async def serve_fetch(self, request: cpb.ReplicaFetchRequest) -> cpb.ReplicaFetchResponse:
         """The leader's side of ``ReplicaFetch``: answer at once when there are records, else
         wait up to ``max_wait_ms`` for some."""
         leader = self.leading(request.stream, request.partition)
         max_records = request.max_records or FETCH_MAX_RECORDS
-        log_end = request.log_end if request.HasField("log_end") else None
         answer = leader.fetch(
-            request.follower, request.leader_epoch, request.fetch_offset, max_records, log_end
+            request.follower, request.leader_epoch, request.fetch_offset, max_records
         )
         if not answer.records and request.max_wait_ms > 0:
             partition = leader.partition
@@ -1042,11 +997,7 @@ class ClusterNode:
                 await asyncio.wait([partition.signal.current()], timeout=remaining)
                 leader = self.leading(request.stream, request.partition)
                 answer = leader.fetch(
-                    request.follower,
-                    request.leader_epoch,
-                    request.fetch_offset,
-                    max_records,
-                    log_end,
+                    request.follower, request.leader_epoch, request.fetch_offset, max_records
                 )
         return _response(answer)
 
@@ -1058,12 +1009,6 @@ class ClusterNode:
             raise StaleEpoch(request.leader_epoch, leader.leader_epoch)
         end = leader.end_offset_for(request.epoch)
         return cpb.OffsetForLeaderEpochResponse(epoch=end.epoch, end_offset=end.end_offset)
-
-
-def _dropped(task: asyncio.Future[Any]) -> None:
-    """Cancel a fetch sent ahead whose answer will not be used (its error too is dropped)."""
-    task.cancel()
-    task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
 
 def _known(answer: EpochEnd) -> Callable[[int], EpochEnd]:
@@ -1083,7 +1028,6 @@ def _response(answer: FetchAnswer) -> cpb.ReplicaFetchResponse:
         epochs=[cpb.EpochStart(epoch=e.epoch, start_offset=e.start_offset) for e in answer.epochs],
         stored_records=records.data,
         stored_sizes=columns.pack_int64(records.sizes) if len(records) else b"",
-        log_end=answer.log_end,
     )
 
 
@@ -1093,9 +1037,7 @@ def _answer(response: cpb.ReplicaFetchResponse) -> FetchAnswer:
         raise ValueError("malformed replica fetch answer: record sizes and bytes differ")
     records = StoredRecords(response.stored_records, sizes)
     epochs = [EpochEntry(e.epoch, e.start_offset) for e in response.epochs]
-    return FetchAnswer(
-        response.leader_epoch, response.high_watermark, records, epochs, response.log_end
-    )
+    return FetchAnswer(response.leader_epoch, response.high_watermark, records, epochs)
 
 
 def stream_states(view: ClusterView, stream: str) -> dict[int, PartitionState]:

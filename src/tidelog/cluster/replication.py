@@ -89,8 +89,6 @@ class FetchAnswer:
     records: StoredRecords
     epochs: Sequence[EpochEntry]
     """The leader's epoch entries covering ``records`` (oldest first)."""
-    log_end: int = 0
-    """The offset after the leader's newest record when it answered (0: not said)."""
 
 
 @dataclass(slots=True)
@@ -192,21 +190,17 @@ class LeaderReplica:
         leader_epoch: int,
         from_offset: int,
         max_records: int = FETCH_MAX_RECORDS,
-        log_end: int | None = None,
     ) -> FetchAnswer:
-        """Records from ``from_offset``; ``log_end``: how far the follower's log reaches when
-        that is less (a pipelined fetch, sent while the previous answer is being written)."""
         if leader_epoch != self.leader_epoch:
             raise StaleEpoch(leader_epoch, self.leader_epoch)
         log = self.partition.log
         state = self._followers.setdefault(follower, _Follower())
-        held = from_offset if log_end is None else min(log_end, from_offset)
-        state.log_end = held
+        state.log_end = from_offset
         committed = log.committed_offset
         now = self._clock()
-        if held > committed:
+        if from_offset > committed:
             state.caught_up_s = now
-        elif held >= state.leader_end_at_last_fetch >= 0:
+        elif from_offset >= state.leader_end_at_last_fetch >= 0:
             # Not at the end now (the leader keeps appending), but it has everything the leader
             # had when it last fetched: it was caught up then.
             state.caught_up_s = max(state.caught_up_s, state.last_fetch_s)
@@ -227,11 +221,7 @@ class LeaderReplica:
             if parts:
                 records = StoredRecords(b"".join(parts), np.concatenate(sizes).astype(np.int64))
         return FetchAnswer(
-            self.leader_epoch,
-            self.high_watermark,
-            records,
-            self._epochs_for(records),
-            committed + 1,
+            self.leader_epoch, self.high_watermark, records, self._epochs_for(records)
         )
 
     def _epochs_for(self, records: StoredRecords) -> list[EpochEntry]:

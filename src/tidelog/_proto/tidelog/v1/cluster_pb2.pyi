@@ -31,7 +31,6 @@ class ReplicaFetchRequest(_message.Message):
     FETCH_OFFSET_FIELD_NUMBER: _builtins.int
     MAX_RECORDS_FIELD_NUMBER: _builtins.int
     MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
-    LOG_END_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     partition: _builtins.int
     follower: _builtins.str
@@ -39,11 +38,6 @@ class ReplicaFetchRequest(_message.Message):
     fetch_offset: _builtins.int
     max_records: _builtins.int
     max_wait_ms: _builtins.int
-    log_end: _builtins.int
-    """The offset after the follower's newest written record, when it is below fetch_offset (a
-    fetch sent while the previous answer is still being written); absent: fetch_offset. The
-    leader's high watermark and ISR use this, never the fetch offset alone.
-    """
     def __init__(
         self,
         *,
@@ -54,15 +48,12 @@ class ReplicaFetchRequest(_message.Message):
         fetch_offset: _builtins.int = ...,
         max_records: _builtins.int = ...,
         max_wait_ms: _builtins.int = ...,
-        log_end: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_log_end", b"_log_end", "log_end", b"log_end"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_log_end", b"_log_end", "fetch_offset", b"fetch_offset", "follower", b"follower", "leader_epoch", b"leader_epoch", "log_end", b"log_end", "max_records", b"max_records", "max_wait_ms", b"max_wait_ms", "partition", b"partition", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fetch_offset", b"fetch_offset", "follower", b"follower", "leader_epoch", b"leader_epoch", "max_records", b"max_records", "max_wait_ms", b"max_wait_ms", "partition", b"partition", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType__log_end: _TypeAlias = _typing.Literal["log_end"]  # noqa: Y015
-    _WhichOneofArgType__log_end: _TypeAlias = _typing.Literal["_log_end", b"_log_end"]  # noqa: Y015
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__log_end) -> _WhichOneofReturnType__log_end | None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReplicaFetchRequest: _TypeAlias = ReplicaFetchRequest  # noqa: Y015
 
@@ -97,7 +88,6 @@ class ReplicaFetchResponse(_message.Message):
     EPOCHS_FIELD_NUMBER: _builtins.int
     STORED_RECORDS_FIELD_NUMBER: _builtins.int
     STORED_SIZES_FIELD_NUMBER: _builtins.int
-    LOG_END_FIELD_NUMBER: _builtins.int
     leader_epoch: _builtins.int
     high_watermark: _builtins.int
     stored_records: _builtins.bytes
@@ -107,10 +97,6 @@ class ReplicaFetchResponse(_message.Message):
     """
     stored_sizes: _builtins.bytes
     """Each record's size in stored_records, int64 little-endian."""
-    log_end: _builtins.int
-    """The offset after the leader's newest record when it answered: more than the end of these
-    records means more wait (the follower may ask for them before it has written these).
-    """
     @_builtins.property
     def epochs(self) -> _containers.RepeatedCompositeFieldContainer[Global___EpochStart]:
         """The leader's epoch entries covering those records, oldest first."""
@@ -123,11 +109,10 @@ class ReplicaFetchResponse(_message.Message):
         epochs: _abc.Iterable[Global___EpochStart] | None = ...,
         stored_records: _builtins.bytes = ...,
         stored_sizes: _builtins.bytes = ...,
-        log_end: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epochs", b"epochs", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end", b"log_end", "stored_records", b"stored_records", "stored_sizes", b"stored_sizes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epochs", b"epochs", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "stored_records", b"stored_records", "stored_sizes", b"stored_sizes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
