@@ -3,6 +3,7 @@ partition stays read-only when its leader dies, and writable again for all once 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import grpc
@@ -61,3 +62,37 @@ def test_a_read_only_partition_stays_read_only_on_a_new_leader(tmp_path: Path) -
             pb.SetStreamReadonlyRequest(name="r", readonly=False), timeout=10
         )
         wait_for(lambda: publish(cluster, 0) == grpc.StatusCode.OK, 5, "writable again")
+
+
+def test_replicated_partitions_are_never_paused(tmp_path: Path) -> None:
+    """Auto-pause is per broker: on a follower, which takes no publishes, it used to close the
+    replica and stop its replication (the ISR then shrank below minIsr and ack ALL failed).
+    Replicated partitions are not auto-paused, and PauseStream on them is refused."""
+    env = {"TIDELOG_MAINTENANCE_INTERVAL_S": "0.2"}
+    with running_cluster(tmp_path, env=env) as cluster:
+        request = pb.CreateStreamRequest(name="r", subject="r", replicationFactor=3, partitions=1)
+        request.minIsr.value = 3
+        request.autoPauseTime.value = 500  # ms
+        cluster.api("b1").CreateStream(request, timeout=20)
+        assert publish_all(cluster) == grpc.StatusCode.OK
+        time.sleep(2.0)  # four times the auto-pause time, ten maintenance passes
+        assert publish_all(cluster) == grpc.StatusCode.OK, "every replica still replicates"
+        assert readonly_seen(cluster, 0) == {False}
+        for broker in cluster.live():
+            answer = cluster.api(broker).FetchMetadata(pb.FetchMetadataRequest(streams=["r"]))
+            assert not answer.streamMetadata[0].partitions[0].paused, broker
+        with pytest.raises(grpc.RpcError) as refused:
+            cluster.api("b2").PauseStream(pb.PauseStreamRequest(name="r"), timeout=5)
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "replicat" in (refused.value.details() or "")
+
+
+def publish_all(cluster: Cluster) -> grpc.StatusCode:
+    leader = cluster.partition("r", 0).leader
+    try:
+        cluster.api(leader).Publish(
+            pb.PublishRequest(stream="r", partition=0, value=b"x", ackPolicy=pb.ALL), timeout=10
+        )
+    except grpc.RpcError as error:
+        return error.code()
+    return grpc.StatusCode.OK

@@ -61,6 +61,7 @@ from tidelog.broker.stream_views import StreamViews
 from tidelog.broker.subscription import SubscribeRequest, Subscription, resolve
 from tidelog.errors import (
     BrokerClosed,
+    FailedPrecondition,
     InvalidArgument,
     LogLocked,
     NotLeader,
@@ -505,6 +506,11 @@ class Broker:
     def pause(self, name: str, partitions: list[int] | None, resume_all: bool) -> None:
         stream = self.stream(name)
         _check_not_internal(name, "pause")
+        if any(p.role is not None for p in stream.select(partitions)):
+            raise FailedPrecondition(
+                f"stream {name!r} is replicated by a cluster: pausing it would stop its "
+                f"replication, so tidelog does not pause replicated partitions (docs/cluster.md)"
+            )
         for partition in stream.select(partitions):
             partition.pause()
         stream.resume_all = resume_all
@@ -758,7 +764,14 @@ class Broker:
                     )
                 idle = now - partition.stats.last_activity_monotonic
                 auto_pause = stream.config.auto_pause_s
-                if auto_pause and partition.subscribers == 0 and idle >= auto_pause:
+                # Not a partition of a cluster (a role): closing a replica stops its
+                # replication, and a follower has no publishes to count as activity.
+                if (
+                    auto_pause
+                    and partition.role is None
+                    and partition.subscribers == 0
+                    and idle >= auto_pause
+                ):
                     partition.pause()
                     stream.save()
                     LOG.info("auto-paused idle partition %s/%d", stream.name, partition.number)
