@@ -355,6 +355,10 @@ class ClusterGroups:
                 )
                 view.groups[group_id] = written
 
+    def forget_revisions(self) -> None:
+        """etcd's revisions went back: what was installed is no longer newer than anything."""
+        self._as_of.clear()
+
     # -- internals -----------------------------------------------------------------------------
 
     def _silent(self, group_id: str, record: GroupRecord | Group | None) -> set[str]:

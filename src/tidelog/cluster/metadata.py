@@ -344,9 +344,11 @@ class Metadata:
         return bool(dropped)
 
     def _wrote(self, responses: list[Any]) -> None:
-        answer = responses[0]
-        revision = int(getattr(answer, answer.WhichOneof("response")).header.revision)
-        self.flags_written_at = max(self.flags_written_at, revision)
+        # The highest of the answers: a delete that found nothing reports the revision before
+        # the transaction, the others the one it made.
+        for answer in responses:
+            revision = int(getattr(answer, answer.WhichOneof("response")).header.revision)
+            self.flags_written_at = max(self.flags_written_at, revision)
 
     async def mark_ready(
         self, stream: str, partition: int, broker_id: str, leader_epoch: int, lease: aetcd.Lease

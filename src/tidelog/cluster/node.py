@@ -326,8 +326,10 @@ class ClusterNode:
         """Streams whose views could not be reconciled (logged once until they can)."""
         self._failing: set[str] = set()
         """Parts of the step that failed last time (logged once until they succeed)."""
-        self._views_revision = 0
-        """The etcd revision of the newest view the views were reconciled with."""
+        self._views_revision: dict[str, int] = {}
+        """Stream -> the etcd revision of the newest view its views were reconciled with."""
+        self._revision = 0
+        """The etcd revision of the last view read by the step."""
         self._views_lock = asyncio.Lock()
         """One views reconcile at a time: the step's and a query's (``sync_views``)."""
         self._checkpointed = 0.0
@@ -407,6 +409,14 @@ class ClusterNode:
             await self.membership.lapse()
             await self._register()
         view = await self.metadata.view()
+        if view.revision < self._revision:
+            # etcd went back (restored from a snapshot, or replaced): the revisions remembered
+            # to skip older reads mean nothing now.
+            LOG.warning("etcd revision went back from %d to %d", self._revision, view.revision)
+            self._views_revision.clear()
+            self.metadata.flags_written_at = 0
+            self.groups.forget_revisions()
+        self._revision = view.revision
         self.view = view
         self.groups.follow(view)
         if view.controller is None:
@@ -526,6 +536,10 @@ class ClusterNode:
             LOG.error("%s has %d partitions here, the cluster says more", stream, number)
             return None
         partition = found.partitions[number]
+        if partition.paused:
+            # Paused before it was replicated here (or by an older build): a replica must be
+            # open to follow or lead, and replicated partitions are never paused.
+            self.broker.resume(partition)
         role = PartitionRole(self, partition)
         partition.role = role
         if partition.current_log is not None:
@@ -844,12 +858,12 @@ class ClusterNode:
             await self._reconcile_views_locked(view, only)
 
     async def _reconcile_views_locked(self, view: ClusterView, only: str | None) -> None:
-        if view.revision < self._views_revision:
-            return  # read before a view another reconcile already applied (a query's)
-        self._views_revision = view.revision
         for name in view.streams if only is None else [only]:
             if name not in view.streams:
                 continue  # not (or no longer) the cluster's: its copy goes with the stream
+            if view.revision < self._views_revision.get(name, 0):
+                continue  # read before what another reconcile (a query's) applied here
+            self._views_revision[name] = view.revision
             local = self.broker.find_stream(name)
             if local is None or name.startswith("__"):
                 continue
