@@ -175,26 +175,16 @@ class ViewService(v1_grpc.TidelogServicer):
     async def ViewGet(self, request: v1.ViewGetRequest, context: Context) -> v1.ViewGetResponse:
         async with grpc_errors(context):
             _names(request.stream, request.view)
-            partition = request.partition if request.HasField("partition") else None
 
             async def local(number: int | None) -> ViewEntry | None:
                 views = self.broker.views(request.stream)
                 return await views.get(request.view, request.key, partition=number)
 
             async def remote(stub: Any, number: int) -> ViewEntry | None:
-                ask = v1.ViewGetRequest()
-                ask.CopyFrom(request)
-                ask.partition = number
-                answer = await stub.ViewGet(ask, timeout=10, metadata=((FORWARDED, "1"),))
+                answer = await _handed(stub.ViewGet, request, number)
                 return entry_of(answer.entry) if answer.found else None
 
-            if self.cluster is None or _forwarded(context):
-                found = await self._local(request.stream, lambda: local(partition), partition)
-            else:
-                answers = await self._across_leaders(
-                    request.stream, partition, local, remote, request.view
-                )
-                found = newest_view_entry(answers)
+            found = newest_view_entry(await self._query(request, context, local, remote))
             if found is None:
                 return v1.ViewGetResponse(found=False)
             return v1.ViewGetResponse(found=True, entry=wire_entries([found])[0])
@@ -205,7 +195,6 @@ class ViewService(v1_grpc.TidelogServicer):
     ) -> v1.ViewRangeResponse:
         async with grpc_errors(context):
             _names(request.stream, request.view)
-            partition = request.partition if request.HasField("partition") else None
 
             async def local(number: int | None) -> list[ViewEntry]:
                 return await self.broker.views(request.stream).range(
@@ -218,21 +207,12 @@ class ViewService(v1_grpc.TidelogServicer):
                 )
 
             async def remote(stub: Any, number: int) -> list[ViewEntry]:
-                ask = v1.ViewRangeRequest()
-                ask.CopyFrom(request)
-                ask.partition = number
-                answer = await stub.ViewRange(ask, timeout=10, metadata=((FORWARDED, "1"),))
+                answer = await _handed(stub.ViewRange, request, number)
                 return [entry_of(e) for e in answer.entries]
 
-            if self.cluster is None or _forwarded(context):
-                entries = await self._local(request.stream, lambda: local(partition), partition)
-            else:
-                answers = await self._across_leaders(
-                    request.stream, partition, local, remote, request.view
-                )
-                entries = merge_view_ranges(
-                    answers, request.reverse, view_query_limit(request.limit)
-                )
+            answers = await self._query(request, context, local, remote)
+            limit = view_query_limit(request.limit)
+            entries = merge_view_ranges(answers, request.reverse, limit)
             return v1.ViewRangeResponse(entries=wire_entries(entries))
         raise AssertionError("unreachable")
 
@@ -241,7 +221,6 @@ class ViewService(v1_grpc.TidelogServicer):
     ) -> v1.WindowFetchResponse:
         async with grpc_errors(context):
             _names(request.stream, request.view)
-            partition = request.partition if request.HasField("partition") else None
 
             async def local(number: int | None) -> list[ViewEntry]:
                 return await self.broker.views(request.stream).window_fetch(
@@ -255,23 +234,29 @@ class ViewService(v1_grpc.TidelogServicer):
                 )
 
             async def remote(stub: Any, number: int) -> list[ViewEntry]:
-                ask = v1.WindowFetchRequest()
-                ask.CopyFrom(request)
-                ask.partition = number
-                answer = await stub.WindowFetch(ask, timeout=10, metadata=((FORWARDED, "1"),))
+                answer = await _handed(stub.WindowFetch, request, number)
                 return [entry_of(e) for e in answer.entries]
 
-            if self.cluster is None or _forwarded(context):
-                entries = await self._local(request.stream, lambda: local(partition), partition)
-            else:
-                answers = await self._across_leaders(
-                    request.stream, partition, local, remote, request.view
-                )
-                entries = merge_view_windows(
-                    answers, request.backward, view_query_limit(request.limit)
-                )
+            answers = await self._query(request, context, local, remote)
+            limit = view_query_limit(request.limit)
+            entries = merge_view_windows(answers, request.backward, limit)
             return v1.WindowFetchResponse(entries=wire_entries(entries))
         raise AssertionError("unreachable")
+
+    async def _query(
+        self,
+        request: Any,
+        context: Context,
+        local: Callable[[int | None], Awaitable[T]],
+        remote: Callable[[Any, int], Awaitable[T]],
+    ) -> list[T]:
+        """The answers to merge for a view query (``request`` has ``stream``, ``view`` and an
+        optional ``partition``): this broker's own, as one answer, on a single broker or for a
+        query another broker handed over; else, in a cluster, each partition's leader's."""
+        partition = request.partition if request.HasField("partition") else None
+        if self.cluster is None or _forwarded(context):
+            return [await self._local(request.stream, lambda: local(partition), partition)]
+        return await self._across_leaders(request.stream, partition, local, remote, request.view)
 
     # -- in a cluster: each partition's answer from its leader -----------------------------------
 
@@ -348,6 +333,14 @@ class ViewService(v1_grpc.TidelogServicer):
             )
 
         return list(await asyncio.gather(*(one(n) for n in numbers)))
+
+
+async def _handed(call: Any, request: Any, number: int) -> Any:
+    """``request`` for partition ``number`` alone, handed to that partition's leader."""
+    ask = type(request)()
+    ask.CopyFrom(request)
+    ask.partition = number
+    return await call(ask, timeout=10, metadata=((FORWARDED, "1"),))
 
 
 def _forwarded(context: Context) -> bool:
