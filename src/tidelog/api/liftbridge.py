@@ -27,6 +27,7 @@ from tidelog.api.status import (
     Forwarded,
     as_tidelog_error,
     grpc_errors,
+    handed_over,
     is_refusal,
     log_failure,
     status_of,
@@ -45,7 +46,6 @@ from tidelog.broker import (
     validate_stream_name,
 )
 from tidelog.broker import SubscribeRequest as BrokerSubscribe
-from tidelog.cluster.groups import FORWARDED
 from tidelog.cluster.metadata import PartitionState
 from tidelog.cluster.node import ClusterNode
 from tidelog.errors import (
@@ -814,7 +814,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
                     request.consumerId,
                     request.coordinator,
                     request.epoch,
-                    forwarded=any(k == FORWARDED for k, _ in context.invocation_metadata() or ()),
+                    forwarded=handed_over(context),
                 )
             else:
                 self.broker.groups.report_coordinator(

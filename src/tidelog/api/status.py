@@ -22,6 +22,7 @@ from typing import Final
 
 import grpc
 
+from tidelog.cluster.groups import FORWARDED
 from tidelog.cluster.metadata import MetadataUnavailable
 from tidelog.cluster.replication import StaleEpoch
 from tidelog.errors import (
@@ -153,6 +154,12 @@ def as_tidelog_error(error: BaseException) -> BaseException:
         )
         return resource_error(error, where) or error
     return error
+
+
+def handed_over(context: grpc.aio.ServicerContext[object, object]) -> bool:
+    """Whether another broker of the cluster handed this call over (``FORWARDED``): the
+    receiver does the work itself and never hands it on."""
+    return any(key == FORWARDED for key, _ in context.invocation_metadata() or ())
 
 
 class Forwarded(TidelogError):

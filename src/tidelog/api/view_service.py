@@ -10,7 +10,7 @@ import grpc
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
-from tidelog.api.status import Forwarded, grpc_errors
+from tidelog.api.status import Forwarded, grpc_errors, handed_over
 from tidelog.broker import (
     Broker,
     ViewEntry,
@@ -114,7 +114,7 @@ class ViewService(v1_grpc.TidelogServicer):
         self, request: v1.ListViewsRequest, context: Context
     ) -> v1.ListViewsResponse:
         async with grpc_errors(context):
-            if self.cluster is None or _forwarded(context):
+            if self.cluster is None or handed_over(context):
                 return await self._local_status(request.stream)
 
             async def remote(stub: Any, _: int) -> v1.ListViewsResponse:
@@ -254,7 +254,7 @@ class ViewService(v1_grpc.TidelogServicer):
         optional ``partition``): this broker's own, as one answer, on a single broker or for a
         query another broker handed over; else, in a cluster, each partition's leader's."""
         partition = request.partition if request.HasField("partition") else None
-        if self.cluster is None or _forwarded(context):
+        if self.cluster is None or handed_over(context):
             return [await self._local(request.stream, lambda: local(partition), partition)]
         return await self._across_leaders(request.stream, partition, local, remote, request.view)
 
@@ -341,10 +341,6 @@ async def _handed(call: Any, request: Any, number: int) -> Any:
     ask.CopyFrom(request)
     ask.partition = number
     return await call(ask, timeout=10, metadata=((FORWARDED, "1"),))
-
-
-def _forwarded(context: Context) -> bool:
-    return any(key == FORWARDED for key, _ in context.invocation_metadata() or ())
 
 
 def _moved(error: grpc.aio.AioRpcError) -> bool:

@@ -58,6 +58,7 @@ from tidelog.broker.delivery import delivery_gate
 from tidelog.broker.groups import Group, GroupCoordinator
 from tidelog.broker.groups import Member as GroupMember
 from tidelog.broker.groups import assign as assign_partitions
+from tidelog.broker.groups import check_join as check_group_join
 from tidelog.broker.jsonfile import replace_bytes, replace_json
 from tidelog.broker.partition import Partition, ReplicaRole
 from tidelog.broker.partition_view import ViewEntry, ViewKind, ViewSpec
@@ -148,6 +149,7 @@ __all__ = [
     "ViewSpec",
     "arm_faults_from_environment",
     "assign_partitions",
+    "check_group_join",
     "decode_token",
     "delivery_gate",
     "encode_token",

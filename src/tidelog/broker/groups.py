@@ -162,10 +162,7 @@ class GroupCoordinator:
     def join(self, group_id: str, consumer_id: str, streams: list[str]) -> int:
         """Add (or refresh) a member; returns the group's epoch after the change. A change that
         cannot be saved raises (``DiskFull`` & co.) and leaves the group as it was."""
-        if not group_id or not consumer_id:
-            raise InvalidArgument("joining a consumer group needs a group id and a consumer id")
-        if not streams:
-            raise InvalidArgument("joining a consumer group needs at least one stream")
+        check_join(group_id, consumer_id, streams)
         for stream in streams:
             self._partition_counts(stream)  # raises StreamNotFound
         self.expire()
@@ -305,6 +302,14 @@ class GroupCoordinator:
         group.assignments = assign(
             {m.consumer_id: m.streams for m in group.members.values()}, self._partition_counts
         )
+
+
+def check_join(group_id: str, consumer_id: str, streams: Sequence[str]) -> None:
+    """``InvalidArgument`` for a join that names no group, consumer or stream."""
+    if not group_id or not consumer_id:
+        raise InvalidArgument("joining a consumer group needs a group id and a consumer id")
+    if not streams:
+        raise InvalidArgument("joining a consumer group needs at least one stream")
 
 
 def assign(

@@ -46,12 +46,17 @@ import grpc
 
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc
-from tidelog.broker import Group, GroupCoordinator, GroupMember, assign_partitions
+from tidelog.broker import (
+    Group,
+    GroupCoordinator,
+    GroupMember,
+    assign_partitions,
+    check_group_join,
+)
 from tidelog.cluster.metadata import ClusterView, GroupRecord
 from tidelog.errors import (
     FailedPrecondition,
     GroupNotFound,
-    InvalidArgument,
     NotEnoughReplicas,
     StreamNotFound,
 )
@@ -176,10 +181,7 @@ class ClusterGroups:
     # -- the calls -----------------------------------------------------------------------------
 
     async def join(self, group_id: str, consumer_id: str, streams: list[str]) -> GroupRecord:
-        if not group_id or not consumer_id:
-            raise InvalidArgument("joining a consumer group needs a group id and a consumer id")
-        if not streams:
-            raise InvalidArgument("joining a consumer group needs at least one stream")
+        check_group_join(group_id, consumer_id, streams)
         wanted = tuple(streams)
         view = await self._view_with(wanted)
         record = await self._change(group_id, lambda r: joined(r, consumer_id, wanted, view))

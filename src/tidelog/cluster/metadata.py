@@ -344,11 +344,7 @@ class Metadata:
         return bool(dropped)
 
     def _wrote(self, responses: list[Any]) -> None:
-        # The highest of the answers: a delete that found nothing reports the revision before
-        # the transaction, the others the one it made.
-        for answer in responses:
-            revision = int(getattr(answer, answer.WhichOneof("response")).header.revision)
-            self.flags_written_at = max(self.flags_written_at, revision)
+        self.flags_written_at = max(self.flags_written_at, _revision_of(responses))
 
     async def mark_ready(
         self, stream: str, partition: int, broker_id: str, leader_epoch: int, lease: aetcd.Lease
@@ -383,10 +379,7 @@ class Metadata:
             done, responses = await self._client.transaction(
                 compare=compare, success=success, failure=[]
             )
-        if not done:
-            return 0
-        answer = responses[0]
-        return int(getattr(answer, answer.WhichOneof("response")).header.revision)
+        return _revision_of(responses) if done else 0
 
     async def view(self) -> ClusterView:
         """Everything under the cluster's prefix, read at one revision."""
@@ -419,6 +412,14 @@ class Metadata:
                 marks = view.ready.setdefault((parts[1], int(parts[2])), {})
                 marks[parts[3]] = int(kv.value)
         return view
+
+
+def _revision_of(responses: list[Any]) -> int:
+    """The etcd revision a successful transaction wrote at: the highest of its answers (a
+    delete that found nothing reports the revision before the transaction)."""
+    return max(
+        int(getattr(answer, answer.WhichOneof("response")).header.revision) for answer in responses
+    )
 
 
 def _read_readonly(view: ClusterView, parts: list[str], value: bytes, revision: int) -> None:

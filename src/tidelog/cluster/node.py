@@ -48,6 +48,7 @@ from tidelog.broker import (
     FlushPolicy,
     Partition,
     StreamConfig,
+    StreamViews,
     ViewSpec,
     replace_json,
 )
@@ -322,8 +323,6 @@ class ClusterNode:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._changed = asyncio.Event()
         self._warned = 0.0
-        self._view_failures: set[str] = set()
-        """Streams whose views could not be reconciled (logged once until they can)."""
         self._failing: set[str] = set()
         """Parts of the step that failed last time (logged once until they succeed)."""
         self._views_revision: dict[str, int] = {}
@@ -867,22 +866,18 @@ class ClusterNode:
             local = self.broker.find_stream(name)
             if local is None or name.startswith("__"):
                 continue
-            try:
-                wanted = {n: ViewSpec.from_json(d) for n, d in view.views.get(name, {}).items()}
-                have = local.views.specs
-                for view_name in [n for n in have if n not in wanted]:
+            # Each stream alone: one that cannot be matched does not hold back the others.
+            await self._isolated(f"views of {name}", self._match_views(name, local.views, view))
+
+    async def _match_views(self, name: str, have: StreamViews, view: ClusterView) -> None:
+        wanted = {n: ViewSpec.from_json(d) for n, d in view.views.get(name, {}).items()}
+        for view_name in [n for n in have.specs if n not in wanted]:
+            await self.broker.drop_view(name, view_name)
+        for view_name, spec in wanted.items():
+            if have.specs.get(view_name) != spec:
+                if view_name in have.specs:  # redefined: dropped and declared again
                     await self.broker.drop_view(name, view_name)
-                for view_name, spec in wanted.items():
-                    if have.get(view_name) != spec:
-                        if view_name in have:  # redefined: dropped and declared again
-                            await self.broker.drop_view(name, view_name)
-                        await self.broker.declare_view(name, spec)
-            except Exception:
-                if name not in self._view_failures:  # once, not every 100 ms
-                    LOG.exception("views of %s could not be made to match the cluster's", name)
-                self._view_failures.add(name)
-            else:
-                self._view_failures.discard(name)
+                await self.broker.declare_view(name, spec)
 
     # -- replication between brokers -------------------------------------------------------------
 
