@@ -8,7 +8,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidelog.cluster.metadata import PartitionState
-from tidelog.cluster.placement import EVERY_BROKER, elect, expand_isr, place, shrink_isr
+from tidelog.cluster.placement import (
+    EVERY_BROKER,
+    colocated,
+    elect,
+    expand_isr,
+    follow_anchor,
+    place,
+    shrink_isr,
+    widen,
+)
 from tidelog.errors import InvalidArgument
 
 
@@ -62,3 +71,37 @@ def test_isr_shrinks_without_the_leader_and_expands_in_replica_order() -> None:
     grown = expand_isr(shrunk, "a")
     assert grown is not None and grown.isr == ("a", "b", "c")
     assert expand_isr(grown, "a") is None and expand_isr(grown, "z") is None
+
+
+def test_a_colocated_stream_lives_and_leads_with_its_anchor() -> None:
+    anchor = PartitionState(("b1", "b2", "b3"), "b2", ("b2", "b3"), leader_epoch=4)
+    (state,) = colocated(1, anchor)
+    assert state.leader == "b2" and state.replicas == ("b2", "b1", "b3") == state.isr
+    live = {"b1", "b2", "b3"}
+    # The anchor's leader takes over once in the ISR, with a new leader epoch...
+    apart = PartitionState(("b1", "b2", "b3"), "b1", ("b1", "b2"), leader_epoch=7)
+    moved = follow_anchor(apart, anchor, live)
+    assert moved is not None and moved.leader == "b2" and moved.leader_epoch == 8
+    assert moved.isr == apart.isr and moved.replicas == apart.replicas
+    # ...and not before it is in sync, nor when dead, nor twice, nor during a reassignment.
+    assert follow_anchor(PartitionState(apart.replicas, "b1", ("b1", "b3")), anchor, live) is None
+    assert follow_anchor(apart, anchor, {"b1", "b3"}) is None
+    assert follow_anchor(moved, anchor, live) is None
+    moving = PartitionState(apart.replicas, "b1", apart.isr, target=("b1", "b2"))
+    assert follow_anchor(moving, anchor, live) is None
+    with pytest.raises(InvalidArgument):
+        colocated(1, PartitionState((), "", ()))
+
+
+def test_an_internal_stream_placed_on_too_few_brokers_widens_when_more_are_live() -> None:
+    lone = PartitionState(("b1",), "b1", ("b1",), partition_epoch=3)
+    wider = widen(lone, 3, {"b1", "b2", "b3", "b4"}, ["b1", "b3", "b2", "b4"])
+    assert wider is not None
+    assert wider.target == ("b1", "b3", "b2") and wider.replicas == ("b1", "b3", "b2")
+    assert wider.isr == ("b1",) and wider.leader == "b1", "the new ones join once caught up"
+    assert widen(lone, 3, {"b1"}, ["b1"]) is None, "nobody to add"
+    assert widen(wider, 3, {"b1", "b2", "b3"}, ["b2"]) is None, "moving already"
+    full = PartitionState(("b1", "b2", "b3"), "b1", ("b1",))
+    assert widen(full, 3, {"b1", "b2", "b3", "b4"}, ["b4"]) is None, "enough replicas"
+    down = PartitionState(("b1", "b2"), "b1", ("b1",))
+    assert widen(down, 3, {"b1", "b3"}, ["b3"]) is None, "never while a replica is down"

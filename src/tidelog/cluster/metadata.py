@@ -283,6 +283,16 @@ class Metadata:
             )
         return bool(created)
 
+    async def update_stream(self, name: str, record: StreamRecord) -> bool:
+        """Replace an existing stream's record (False, nothing written: there is none)."""
+        key = self._key("streams", name)
+        tx = self._client.transactions
+        with _unavailable(self._url):
+            done, _ = await self._client.transaction(
+                compare=[tx.version(key) > 0], success=[tx.put(key, record.to_json())], failure=[]
+            )
+        return bool(done)
+
     async def delete_stream(self, name: str) -> bool:
         """Remove a stream, its partitions and their ready marks; False when there was none."""
         with _unavailable(self._url):
@@ -455,6 +465,10 @@ class StreamRecord:
     """``StreamConfig.to_json()``."""
     replication_factor: int = 1
     min_isr: int = 1
+    colocate: str = ""
+    """A stream whose partitions live and lead with partition 0 of this one (the anchor): its
+    partitions are placed on the anchor's replicas, and the controller moves each leader to the
+    anchor's leader once that one is in its ISR. Empty: placed and elected on its own."""
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -462,7 +476,12 @@ class StreamRecord:
     @classmethod
     def from_json(cls, raw: bytes) -> StreamRecord:
         data: dict[str, Any] = json.loads(raw)
-        return cls(dict(data["config"]), int(data["replication_factor"]), int(data["min_isr"]))
+        return cls(
+            dict(data["config"]),
+            int(data["replication_factor"]),
+            int(data["min_isr"]),
+            str(data.get("colocate", "")),
+        )
 
 
 @dataclass(frozen=True, slots=True)

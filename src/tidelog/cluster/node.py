@@ -33,7 +33,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
@@ -47,6 +47,7 @@ from tidelog.broker import (
     CursorStore,
     FlushPolicy,
     Partition,
+    Stream,
     StreamConfig,
     StreamViews,
     ViewSpec,
@@ -63,12 +64,15 @@ from tidelog.cluster.metadata import (
     StreamRecord,
 )
 from tidelog.cluster.placement import (
+    colocated,
     elect,
     expand_isr,
     finish_reassignment,
+    follow_anchor,
     place,
     reassign,
     shrink_isr,
+    widen,
 )
 from tidelog.cluster.replication import (
     FETCH_MAX_RECORDS,
@@ -97,6 +101,9 @@ LOG = logging.getLogger("tidelog.cluster")
 CURSOR_REPLICAS = 3
 """Replicas of ``__cursors`` in a cluster (fewer when the cluster has fewer live brokers when
 the first cursor is set)."""
+INTERNAL_REPLICAS = 3
+"""Replicas of the other internal streams the cluster creates (``ClusterNode.internal_stream``;
+fewer when fewer brokers are live then)."""
 
 HW_CHECKPOINT = "replication-hw"
 """The high watermark a replica last knew, in its partition's directory (decimal text)."""
@@ -449,8 +456,15 @@ class ClusterNode:
     async def _control(self, view: ClusterView) -> None:
         assert self.metadata is not None
         live = set(view.brokers)
-        for (stream, number), state in view.partitions.items():
+        for (stream, number), state in sorted(view.partitions.items(), key=_anchors_first(view)):
             new = elect(state, live) or finish_reassignment(state)
+            record = view.streams.get(stream)
+            anchor = None if record is None else view.partitions.get((record.colocate, 0))
+            if new is None and anchor is not None:
+                new = follow_anchor(state, anchor, live)
+            if new is None and record is not None and stream.startswith("__"):
+                candidates = anchor.replicas if anchor is not None else sorted(live)
+                new = widen(state, INTERNAL_REPLICAS, live, candidates)
             if new is None:
                 continue
             written = await self.metadata.update_partition(
@@ -467,6 +481,32 @@ class ClusterNode:
                     ",".join(written.replicas),
                 )
                 view.partitions[stream, number] = written
+        await self._widened(view)
+
+    async def _widened(self, view: ClusterView) -> None:
+        """Internal streams that gained replicas (``placement.widen``): their records say so
+        once the reassignment is done, and their minIsr becomes 2 (what it would have been had
+        the replicas been live at creation) once every partition has two in sync."""
+        assert self.metadata is not None
+        for name, record in list(view.streams.items()):
+            states = stream_states(view, name)
+            if not name.startswith("__") or not states or any(s.target for s in states.values()):
+                continue
+            factor = min(len(s.replicas) for s in states.values())
+            in_sync = min(len(s.isr) for s in states.values())
+            wider = replace(
+                record,
+                replication_factor=max(record.replication_factor, factor),
+                min_isr=2 if record.min_isr < 2 <= in_sync else record.min_isr,
+            )
+            if wider != record and await self.metadata.update_stream(name, wider):
+                view.streams[name] = wider
+                LOG.info(
+                    "controller: %s has %d replicas now (minIsr %d)",
+                    name,
+                    wider.replication_factor,
+                    wider.min_isr,
+                )
 
     # -- this broker's partitions ----------------------------------------------------------------
 
@@ -530,7 +570,11 @@ class ClusterNode:
             return role
         found = self.broker.find_stream(stream)
         if found is None:
-            found = self.broker.create_stream(stream, StreamConfig.from_json(record.config))
+            config = StreamConfig.from_json(record.config)
+            if stream.startswith("__"):  # the cluster's internal streams (sites' queues)
+                found = self.broker.internal_stream(stream, config)
+            else:
+                found = self.broker.create_stream(stream, config)
         if number >= len(found.partitions):
             LOG.error("%s has %d partitions here, the cluster says more", stream, number)
             return None
@@ -591,21 +635,37 @@ class ClusterNode:
     # -- streams ---------------------------------------------------------------------------------
 
     async def create_stream(
-        self, name: str, config: StreamConfig, replication_factor: int, min_isr: int
+        self,
+        name: str,
+        config: StreamConfig,
+        replication_factor: int,
+        min_isr: int,
+        *,
+        colocate: str = "",
     ) -> None:
         """Place a new stream's partitions on live brokers and wait until every leader has
-        opened its partition (``StreamExists`` if the name is taken)."""
+        opened its partition (``StreamExists`` if the name is taken). ``colocate``: the stream
+        whose partition 0 this one lives and leads with (``placement.colocated``; the
+        replication factor is then that partition's)."""
         assert self.metadata is not None
         view = await self.metadata.view()
         if replication_factor == 0:
             replication_factor = 1
-        states = place(config.partitions, replication_factor, list(view.brokers), view.leading())
+        if colocate:
+            anchor = view.partitions.get((colocate, 0))
+            if anchor is None:
+                raise StreamNotFound(colocate)
+            states = colocated(config.partitions, anchor)
+        else:
+            states = place(
+                config.partitions, replication_factor, list(view.brokers), view.leading()
+            )
         factor = len(states[0].replicas)
         if min_isr < 0 or min_isr > factor:
             raise InvalidArgument(
                 f"minIsr {min_isr} is more than the stream's {factor} replicas: use 1 to {factor}"
             )
-        record = StreamRecord(config.to_json(), factor, max(min_isr, 1))
+        record = StreamRecord(config.to_json(), factor, max(min_isr, 1), colocate)
         if not await self.metadata.create_stream(name, record, states):
             raise StreamExists(name)
         self._changed.set()
@@ -644,6 +704,68 @@ class ClusterNode:
                 )
             self._changed.set()  # reconcile now rather than at the next poll
             await asyncio.sleep(self.settings.poll_s)
+
+    async def internal_stream(
+        self, name: str, config: StreamConfig, *, colocate: str = ""
+    ) -> Stream:
+        """The internal stream ``name`` as a replicated stream of the cluster, for the parts above
+        the broker that keep their state in streams (the sites' queues): created on first use
+        (``INTERNAL_REPLICAS`` replicas, or every live broker if fewer, and minIsr 2, or 1 on a
+        lone broker; ``colocate``: placed and led with that stream's partition 0), and returned
+        once every partition of it here has its role. Appends to it are a leader's only, and
+        acknowledged with ``durable`` once the ISR holds them. ``FailedPrecondition`` when this
+        broker holds no replica of it; ``NotEnoughReplicas`` (retryable) while it is not
+        assigned here yet."""
+        assert self.metadata is not None
+        if name not in self.view.streams:
+            view = await self.metadata.view()
+            if name not in view.streams:
+                factor = min(INTERNAL_REPLICAS, max(len(view.brokers), 1))
+                with contextlib.suppress(StreamExists):  # another broker created it first
+                    await self.create_stream(
+                        name, config, factor, min(2, factor), colocate=colocate
+                    )
+        deadline = time.monotonic() + 10
+        while True:
+            view = self.view
+            record = view.streams.get(name)
+            if record is not None:
+                states = stream_states(view, name)
+                if states and all(self.broker_id not in s.replicas for s in states.values()):
+                    raise FailedPrecondition(
+                        f"{name} has no replica on broker {self.broker_id}: its leader "
+                        f"{states[0].leader or '(none yet)'} serves it"
+                    )
+                local = self.broker.find_stream(name)
+                if local is not None and all(
+                    (name, p.number) in self.roles for p in local.partitions
+                ):
+                    return local
+            if time.monotonic() > deadline:
+                raise NotEnoughReplicas(f"{name} is not assigned on this broker yet: try again")
+            self._changed.set()  # reconcile now rather than at the next poll
+            await asyncio.sleep(self.settings.poll_s)
+
+    def leads(self, stream: str, number: int) -> bool:
+        """Whether this broker is the serving leader of ``stream``/``number`` now: the cluster
+        names it and its replica has taken the leadership."""
+        role = self.roles.get((stream, number))
+        state = self.view.partitions.get((stream, number))
+        return (
+            self.member
+            and role is not None
+            and role.leader is not None
+            and state is not None
+            and state.leader == self.broker_id
+            and role.leader.leader_epoch == state.leader_epoch
+        )
+
+    def leader_address(self, stream: str, number: int) -> str | None:
+        """``HOST:PORT`` of the live leader of ``stream``/``number`` (None: none now)."""
+        state = self.view.partitions.get((stream, number))
+        if state is None or not state.leader:
+            return None
+        return self.view.brokers.get(state.leader)
 
     async def _wait_ready(self, name: str, partitions: int, timeout_s: float = 10.0) -> None:
         assert self.metadata is not None
@@ -908,6 +1030,7 @@ class ClusterNode:
         stub: Any = None
         next_offset: int | None = None
         backoff = 0.05
+        released = 0
         while True:
             try:
                 address = self.view.brokers.get(leader_id)
@@ -959,6 +1082,13 @@ class ClusterNode:
                     next_offset = await asyncio.to_thread(follower.apply, fetched)
                 else:
                     next_offset = follower.apply(fetched)
+                # The leader's retention, or the owner of the stream, removed its oldest
+                # records: this replica follows, in whole segments, never past its own high
+                # watermark (asked again only when the leader's start moves).
+                start = min(fetched.log_start, follower.high_watermark + 1)
+                if start > released and start > partition.log.oldest_offset:
+                    released = start
+                    await partition.release_before(start)
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise
@@ -1037,6 +1167,7 @@ def _response(answer: FetchAnswer) -> cpb.ReplicaFetchResponse:
         epochs=[cpb.EpochStart(epoch=e.epoch, start_offset=e.start_offset) for e in answer.epochs],
         stored_records=records.data,
         stored_sizes=columns.pack_int64(records.sizes) if len(records) else b"",
+        log_start_offset=answer.log_start,
     )
 
 
@@ -1046,7 +1177,21 @@ def _answer(response: cpb.ReplicaFetchResponse) -> FetchAnswer:
         raise ValueError("malformed replica fetch answer: record sizes and bytes differ")
     records = StoredRecords(response.stored_records, sizes)
     epochs = [EpochEntry(e.epoch, e.start_offset) for e in response.epochs]
-    return FetchAnswer(response.leader_epoch, response.high_watermark, records, epochs)
+    return FetchAnswer(
+        response.leader_epoch, response.high_watermark, records, epochs, response.log_start_offset
+    )
+
+
+def _anchors_first(view: ClusterView) -> Callable[[Any], tuple[int, str, int]]:
+    """Order of the controller's pass: streams colocated with another after the others, so a
+    colocated partition follows the anchor's leader elected in the same pass."""
+
+    def key(item: Any) -> tuple[int, str, int]:
+        (stream, number), _ = item
+        record = view.streams.get(stream)
+        return (1 if record is not None and record.colocate else 0, stream, number)
+
+    return key
 
 
 def stream_states(view: ClusterView, stream: str) -> dict[int, PartitionState]:

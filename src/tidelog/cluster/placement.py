@@ -13,6 +13,14 @@ made again; these functions only say what the next state is.
   replica order, with the leader epoch raised; the ISR keeps its live members. With no live
   ISR member there is no leader (no unclean election: a replica outside the ISR may lack
   acknowledged records), and the partition is offline until one comes back.
+- **Colocation**: a stream colocated with an anchor partition (the sites' queues, with their delta
+  queue) is placed on the anchor's replicas with the anchor's leader leading, and each of its
+  partitions hands its leadership to the anchor's leader once that broker is in its ISR (a clean
+  move: the leader epoch is raised), so one broker leads them all.
+- **Internal streams widen**: an internal stream placed on fewer brokers than it wants (created
+  while fewer were live: the first brokers of a cluster start one by one) gets the missing
+  replicas through a reassignment once more brokers are live, a colocated one from its anchor's
+  replicas; never while one of its replicas is down (a reassignment asks for live brokers).
 - **ISR changes**: a lagging follower leaves, never the leader, never below one member; a
   follower that caught up rejoins. Neither changes the leader epoch.
 """
@@ -54,6 +62,47 @@ def place(
         replicas = tuple(ring[(at + i) % len(ring)] for i in range(factor))
         states.append(PartitionState(replicas, leader, replicas))
     return states
+
+
+def colocated(partitions: int, anchor: PartitionState) -> list[PartitionState]:
+    """The first state of each partition of a stream colocated with ``anchor``: its replicas,
+    its leader first, and its leader (or the first replica while it has none)."""
+    if not anchor.replicas:
+        raise InvalidArgument("the colocation anchor has no replicas")
+    leader = anchor.leader or anchor.replicas[0]
+    replicas = (leader, *(r for r in anchor.replicas if r != leader))
+    return [PartitionState(replicas, leader, replicas) for _ in range(partitions)]
+
+
+def follow_anchor(
+    state: PartitionState, anchor: PartitionState, live: set[str]
+) -> PartitionState | None:
+    """Leadership handed to the anchor's leader when it is live, a replica and in the ISR, and
+    leads nothing here yet (None: nothing to change; a reassignment in progress is left to
+    finish first)."""
+    wanted = anchor.leader
+    if (
+        not wanted
+        or wanted == state.leader
+        or wanted not in live
+        or wanted not in state.isr
+        or state.target
+    ):
+        return None
+    return replace(state, leader=wanted, leader_epoch=state.leader_epoch + 1)
+
+
+def widen(
+    state: PartitionState, wanted: int, live: set[str], candidates: Sequence[str]
+) -> PartitionState | None:
+    """A reassignment adding the first live ``candidates`` to a partition with fewer than
+    ``wanted`` replicas (None: nothing to add, one moving already, or a replica is down)."""
+    if state.target or len(state.replicas) >= wanted or not set(state.replicas) <= live:
+        return None
+    extra = [b for b in candidates if b in live and b not in state.replicas]
+    if not extra:
+        return None
+    return reassign(state, state.replicas + tuple(extra[: wanted - len(state.replicas)]), live)
 
 
 def elect(state: PartitionState, live: set[str]) -> PartitionState | None:

@@ -89,6 +89,8 @@ class FetchAnswer:
     records: StoredRecords
     epochs: Sequence[EpochEntry]
     """The leader's epoch entries covering ``records`` (oldest first)."""
+    log_start: int = 0
+    """The leader's oldest offset (a follower releases its whole segments below it)."""
 
 
 @dataclass(slots=True)
@@ -221,7 +223,11 @@ class LeaderReplica:
             if parts:
                 records = StoredRecords(b"".join(parts), np.concatenate(sizes).astype(np.int64))
         return FetchAnswer(
-            self.leader_epoch, self.high_watermark, records, self._epochs_for(records)
+            self.leader_epoch,
+            self.high_watermark,
+            records,
+            self._epochs_for(records),
+            log.oldest_offset,
         )
 
     def _epochs_for(self, records: StoredRecords) -> list[EpochEntry]:

@@ -88,6 +88,7 @@ class ReplicaFetchResponse(_message.Message):
     EPOCHS_FIELD_NUMBER: _builtins.int
     STORED_RECORDS_FIELD_NUMBER: _builtins.int
     STORED_SIZES_FIELD_NUMBER: _builtins.int
+    LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
     leader_epoch: _builtins.int
     high_watermark: _builtins.int
     stored_records: _builtins.bytes
@@ -97,6 +98,11 @@ class ReplicaFetchResponse(_message.Message):
     """
     stored_sizes: _builtins.bytes
     """Each record's size in stored_records, int64 little-endian."""
+    log_start_offset: _builtins.int
+    """The leader's oldest offset: what its retention (or the owner of an internal stream, as the
+    sites' delta queue does) removed below it, the follower removes too, in whole segments and
+    never past its own high watermark.
+    """
     @_builtins.property
     def epochs(self) -> _containers.RepeatedCompositeFieldContainer[Global___EpochStart]:
         """The leader's epoch entries covering those records, oldest first."""
@@ -109,10 +115,11 @@ class ReplicaFetchResponse(_message.Message):
         epochs: _abc.Iterable[Global___EpochStart] | None = ...,
         stored_records: _builtins.bytes = ...,
         stored_sizes: _builtins.bytes = ...,
+        log_start_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epochs", b"epochs", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "stored_records", b"stored_records", "stored_sizes", b"stored_sizes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epochs", b"epochs", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_start_offset", b"log_start_offset", "stored_records", b"stored_records", "stored_sizes", b"stored_sizes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
