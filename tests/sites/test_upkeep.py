@@ -216,7 +216,7 @@ def test_a_failed_last_pass_does_not_stop_the_close(
         async with running(broker_config(tmp_path)) as broker:
             site = LocalSite(broker, "a", tmp_path, upkeep_interval_s=3600.0)
             await site.open()
-            site.add_site("b", "127.0.0.1:1")
+            await site.add_site("b", "127.0.0.1:1")
             await site.transmit("app", [Transmission(b"x", ["b"])])
 
             async def full_disk() -> bool:

@@ -305,6 +305,14 @@ class Partition:
             await role.replicated(offsets[-1])
         return Published(offsets, timestamp=stamp)
 
+    async def replicated(self, last_offset: int) -> None:
+        """Return once every in-sync replica holds ``last_offset`` (a partition of a cluster;
+        at once on a single broker's): for an owner that appends first, indexes what it
+        appended, and only then waits for the ISR (the sites' send queue)."""
+        role = self.role
+        if role is not None:
+            await role.replicated(last_offset)
+
     async def publish_idempotent(
         self,
         messages: Sequence[bytes | NewRecord],

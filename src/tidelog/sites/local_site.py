@@ -4,6 +4,13 @@ The face of ``tidelog.sites`` for the api: declare and forget remote sites, list
 transmit payloads. A removed site's tag list is dropped at once, and it no longer holds entries
 in the queue: they leave once every remaining site acknowledged them (``upkeep.py``; they are
 never sent to a site that later takes its number).
+
+On a cluster (``streams`` given) the site is run by one broker at a time, the leader of its
+delta queue, and everything it keeps must reach the next one: its queues are the cluster's
+replicated internal streams (``streams`` creates them, led by the same broker), its registry and
+its sink's snapshot progress are records of ``__lrq_state`` (``site_state.py``), a transmit is
+answered once every in-sync replica holds it, and the tag index is rebuilt from the queue at
+every open (a snapshot file of it would be this broker's alone).
 """
 
 from __future__ import annotations
@@ -15,15 +22,17 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from tidelog.broker import Broker
+from tidelog.broker import Broker, StreamConfig
 from tidelog.sites.registry import SITES_FILE, Site, SiteRegistry
-from tidelog.sites.send_queue import QueueRetention, SendQueue, Transmission
+from tidelog.sites.send_queue import DELTA_QUEUE, QueueRetention, SendQueue, Transmission
 from tidelog.sites.sender import ACK_TIMEOUT_S, Sender
-from tidelog.sites.sink import Sink
-from tidelog.sites.snapshots import Snapshots
+from tidelog.sites.sink import Sink, StreamSource
+from tidelog.sites.site_state import REGISTRY, STATE_CONFIG, STATE_STREAM, StateStream
+from tidelog.sites.snapshots import SNAPSHOT_QUEUE, Snapshots
 from tidelog.sites.status import SiteState, site_state
 from tidelog.sites.tag_index_file import TAG_INDEX_FILE
 from tidelog.sites.upkeep import QueueUpkeep
+from tidelog.wire import RECEIVE_QUEUE_PREFIX, SNAPSHOT_REQUESTS
 
 
 class LocalSite:
@@ -36,15 +45,24 @@ class LocalSite:
         *,
         upkeep_interval_s: float | None = None,
         ack_timeout_s: float = ACK_TIMEOUT_S,
+        streams: StreamSource | None = None,
     ) -> None:
         """``upkeep_interval_s``: how often acknowledged entries are released (default: the
-        broker's maintenance interval)."""
-        self.registry = SiteRegistry(site_id, data_dir / SITES_FILE)
+        broker's maintenance interval); ``streams``: a cluster's replicated internal streams
+        (None: a single broker's own, and the registry in a file)."""
+        self._streams = streams
+        self._state: StateStream | None = None
+        replicated = streams is not None
+        self.registry = SiteRegistry(site_id, None if replicated else data_dir / SITES_FILE)
         self.queue = SendQueue(
-            broker, self.registry, retention, index_file=data_dir / TAG_INDEX_FILE
+            broker,
+            self.registry,
+            retention,
+            index_file=None if replicated else data_dir / TAG_INDEX_FILE,
         )
         self.snapshots = Snapshots(broker, self.registry, self.queue)
-        self.sink = Sink(broker, site_id)
+        self.sink = Sink(broker, site_id, streams=streams)
+        self._registry_lock = asyncio.Lock()
         self.senders: dict[str, Sender] = {}
         self.ack_timeout_s = ack_timeout_s
         interval = upkeep_interval_s or broker.config.maintenance_interval_s
@@ -58,15 +76,35 @@ class LocalSite:
         """Create the queue if needed and restore its tag index (in a thread: it reads the
         records after the index's snapshot, or the whole queue without one), declare the
         ``configured`` sites (id -> address; a declared one that moved gets its new address),
-        then start a sender per declared site and the queue's upkeep."""
+        then start a sender per declared site and the queue's upkeep. On a cluster, the
+        site's streams are made ready first (this broker must lead them) and its documents
+        read from ``__lrq_state``."""
+        if self._streams is not None:
+            await self._streams(DELTA_QUEUE, self.queue.retention.stream_config())
+            single = StreamConfig(partitions=1)
+            await self._streams(SNAPSHOT_QUEUE, single)
+            await self._streams(SNAPSHOT_REQUESTS, single)
+            # The receive queues too, before the sink reads where each source got to: a new
+            # leader's records above its high watermark are invisible until it settles.
+            for name in sorted(s.name for s in self.queue.broker.list_streams()):
+                if name.startswith(RECEIVE_QUEUE_PREFIX):
+                    await self._streams(name, single)
+            stream = await self._streams(STATE_STREAM, STATE_CONFIG)
+            self._state = await asyncio.to_thread(StateStream, stream.partitions[0])
+            self.registry.restore(self._state.load(REGISTRY), f"{STATE_STREAM}'s registry")
+            self.sink.use_state(self._state)
         await asyncio.to_thread(self.queue.open)
         self.snapshots.open()
-        for site_id, address in sorted((configured or {}).items()):
-            known = {s.site_id: s for s in self.registry.list()}.get(site_id)
-            if known is None:
-                self.registry.add(site_id, address, self.queue.next_offset)
-            elif known.address != address:
-                self.registry.move(site_id, address)
+        async with self._registry_lock:
+            before = self.registry.document()
+            for site_id, address in sorted((configured or {}).items()):
+                known = {s.site_id: s for s in self.registry.list()}.get(site_id)
+                if known is None:
+                    self.registry.add(site_id, address, self.queue.next_offset)
+                elif known.address != address:
+                    self.registry.move(site_id, address)
+            if self.registry.document() != before:
+                await self._keep_registry(before)
         for site in self.registry.list():
             self._start_sender(site)
         self.upkeep.start()
@@ -86,13 +124,30 @@ class LocalSite:
         self.senders[site.site_id] = sender
         sender.start()
 
-    def add_site(self, site_id: str, address: str) -> Site:
-        site = self.registry.add(site_id, address, self.queue.next_offset)
+    async def _keep_registry(self, before: dict[str, object]) -> None:
+        """On a cluster, save the registry's change in ``__lrq_state``; the change is undone
+        when that fails (a single broker's registry saved its file already)."""
+        if self._state is None:
+            return
+        try:
+            await self._state.save(REGISTRY, self.registry.document())
+        except BaseException:
+            self.registry.restore(before)
+            raise
+
+    async def add_site(self, site_id: str, address: str) -> Site:
+        async with self._registry_lock:
+            before = self.registry.document()
+            site = self.registry.add(site_id, address, self.queue.next_offset)
+            await self._keep_registry(before)
         self._start_sender(site)
         return site
 
     async def remove_site(self, site_id: str) -> Site:
-        site = self.registry.remove(site_id)
+        async with self._registry_lock:
+            before = self.registry.document()
+            site = self.registry.remove(site_id)
+            await self._keep_registry(before)
         self.queue.index.forget_site(site.number)
         sender = self.senders.pop(site_id, None)
         if sender is not None:

@@ -48,13 +48,23 @@ class Site:
 
 
 class SiteRegistry:
-    def __init__(self, local_site: str, path: Path, *, save: bool = True) -> None:
+    def __init__(self, local_site: str, path: Path | None, *, save: bool = True) -> None:
+        """``path``: the registry's file (None: kept in memory only, its owner saves
+        :meth:`document` elsewhere and restores it with :meth:`restore`)."""
         self.local_site = validate_site_id(local_site)
         self.path = path
-        self._save_enabled = save
+        self._save_enabled = save and path is not None
         self._sites: dict[str, Site] = {}
-        if path.exists():
+        if path is not None and path.exists():
             self._sites = _decode(path)
+
+    def document(self) -> dict[str, Any]:
+        """The registry as the JSON document its file holds."""
+        return _document(self._sites)
+
+    def restore(self, document: Any, where: str = "the site registry") -> None:
+        """Replace the registry with a saved :meth:`document` (None: empty)."""
+        self._sites = {} if document is None else _decode_document(document, where)
 
     def add(self, site_id: str, address: str, since: int) -> Site:
         """Declare a remote site; ``since`` is the send queue's next offset."""
@@ -100,11 +110,8 @@ class SiteRegistry:
         sites = dict(self._sites)
         change(sites)
         if self._save_enabled:
-            replace_json(
-                self.path,
-                {"version": 1, "sites": [asdict(s) for s in sites.values()]},
-                indent=1,
-            )
+            assert self.path is not None
+            replace_json(self.path, _document(sites), indent=1)
         self._sites = sites
 
 
@@ -113,12 +120,23 @@ def _check_address(address: str) -> None:
         raise InvalidArgument(f"invalid address {echo(address)}: give HOST:PORT")
 
 
+def _document(sites: dict[str, Site]) -> dict[str, Any]:
+    return {"version": 1, "sites": [asdict(s) for s in sites.values()]}
+
+
 def _decode(path: Path) -> dict[str, Site]:
     try:
         document: Any = json.loads(path.read_bytes())
+    except (OSError, ValueError) as error:
+        raise InvalidArgument(f"cannot read the site registry {path}: {error}") from error
+    return _decode_document(document, f"the site registry {path}")
+
+
+def _decode_document(document: Any, where: str) -> dict[str, Site]:
+    try:
         if document.get("version") != 1:
             raise ValueError(f"unknown version {document.get('version')!r}")
         sites = [Site(**entry) for entry in document["sites"]]
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:
-        raise InvalidArgument(f"cannot read the site registry {path}: {error}") from error
+    except (ValueError, TypeError, KeyError, AttributeError) as error:
+        raise InvalidArgument(f"cannot read {where}: {error}") from error
     return {site.site_id: site for site in sites}

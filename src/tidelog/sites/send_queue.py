@@ -390,6 +390,10 @@ class SendQueue:
             positions += range(first, first + len(record))
             self.index.add(offset, record.site_counts())
             self._remember(offset, record)
+        if published.offsets:
+            # Indexed first, in append order; acknowledged once the ISR holds it (a cluster's
+            # queue; at once on a single broker), so a new leader of the queue has it.
+            await self.partition.replicated(published.offsets[-1])
         return positions
 
     def _check_call(

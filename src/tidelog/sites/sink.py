@@ -22,8 +22,9 @@ first time gets its start record first), and its end frame puts a ``snapshot_end
 every queue that got a start. Each of these records carries the snapshot's covered position as
 its ``__position``, so a listener delivers start, entries, end, then the deltas after it. The
 sink persists, per source, the snapshot it saw start and the one it applied whole, with its
-covered position (``sites_sink.json`` in the data directory, replaced atomically before the
-ack): negotiation reads them (``negotiation.py``). A transfer that broke leaves a start without
+covered position (the document ``sink`` of ``site_state.py``: ``sites_sink.json`` in the data
+directory, replaced atomically, or a record of the cluster's ``__lrq_state``, before the ack):
+negotiation reads them (``negotiation.py``). A transfer that broke leaves a start without
 an end; the next negotiation asks for a new snapshot, whose start tells the listener to begin
 again. Entries are written as they arrive, so *transferred* and *applied* are one step here.
 """
@@ -31,9 +32,8 @@ again. Entries are written as they arrive, so *transferred* and *applied* are on
 from __future__ import annotations
 
 import asyncio
-import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Final
 
@@ -45,18 +45,17 @@ from tidelog.broker import (
     NewRecord,
     Stream,
     StreamConfig,
-    replace_json,
 )
 from tidelog.errors import InvalidArgument, echo
 from tidelog.sites.negotiation import NONE, SinkProgress
 from tidelog.sites.registry import validate_site_id
 from tidelog.sites.routed import RoutedColumns, RoutedEntry
+from tidelog.sites.site_state import SINK, SiteFiles, SiteState
 from tidelog.sites.windows import ApplyWindow, Framed
 from tidelog.wire import KIND_HEADER, POSITION_HEADER, RECEIVE_QUEUE_PREFIX, SNAPSHOT_HEADER
 
 _POSITION = struct.Struct(">q")
 _POSITIONS = np.dtype(">i8")
-PROGRESS_FILE: Final = "sites_sink.json"
 START: Final = b"snapshot_start"
 ENTRY: Final = b"snapshot_entry"
 END: Final = b"snapshot_end"
@@ -101,31 +100,60 @@ Batch = Framed[Sequence[RoutedEntry]] | Framed[RoutedColumns]
 service hands over) or any sequence of :class:`RoutedEntry`."""
 
 
+StreamSource = Callable[[str, StreamConfig], Awaitable[Stream]]
+"""Gives the internal stream of a name, created with the config if absent: the broker's own
+(:func:`local_streams`), or a cluster's replicated one."""
+
+
+def local_streams(broker: Broker) -> StreamSource:
+    async def stream(name: str, config: StreamConfig) -> Stream:
+        return broker.internal_stream(name, config)
+
+    return stream
+
+
 class Sink:
-    def __init__(self, broker: Broker, local_site: str) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        local_site: str,
+        *,
+        state: SiteState | None = None,
+        streams: StreamSource | None = None,
+    ) -> None:
+        """``state``: where the snapshots' progress is kept (default: the broker's data
+        directory); ``streams``: where the receive queues come from (default: the broker's
+        own internal streams)."""
         self.broker = broker
         self.local_site = validate_site_id(local_site)
         self._windows: dict[str, ApplyWindow[RoutedColumns]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         """One apply at a time per source: two streams from one source (a reconnect while the
         old stream lingers) must not interleave their appends."""
-        self._path = broker.data_dir / PROGRESS_FILE
+        self._streams = streams or local_streams(broker)
+        self._state: SiteState = state or SiteFiles(broker.data_dir)
         self._snapshots = self._load()
         self._transfers: dict[str, _Transfer] = {}
 
+    def use_state(self, state: SiteState) -> None:
+        """Keep the snapshots' progress in ``state`` from now on (and read it from there)."""
+        self._state = state
+        self._snapshots = self._load()
+        self._windows.clear()
+
     def _load(self) -> dict[str, _Snapshots]:
-        try:
-            data = json.loads(self._path.read_text())
-        except FileNotFoundError:
-            return {}
+        data = self._state.load(SINK) or {}
         return {source: _Snapshots(**fields) for source, fields in data.items()}
 
-    def _save(self, source: str, snapshots: _Snapshots) -> None:
-        """Persist ``snapshots`` for ``source`` (the memory changes only once it is on disk)."""
+    async def _save(self, source: str, snapshots: _Snapshots) -> None:
+        """Persist ``snapshots`` for ``source`` (the memory changes only once it is kept)."""
         data = {s: asdict(p) for s, p in self._snapshots.items()}
         data[source] = asdict(snapshots)
-        replace_json(self._path, data, indent=1)
+        await self._state.save(SINK, data)
         self._snapshots[source] = snapshots
+
+    async def _queue(self, client: str, source: str) -> Stream:
+        return await self._streams(receive_queue(client, source), StreamConfig(partitions=1))
 
     def last_processed(self, source: str) -> int:
         """The position of the last entry applied from ``source`` (``NONE``: nothing yet)."""
@@ -201,7 +229,9 @@ class Sink:
             transfer = self._transfers.get(source)
             if frame.start:
                 previous = self._snapshots.get(source, _Snapshots())
-                self._save(source, _Snapshots(frame.snapshot, previous.applied, previous.covered))
+                await self._save(
+                    source, _Snapshots(frame.snapshot, previous.applied, previous.covered)
+                )
                 transfer = self._transfers[source] = _Transfer(frame.snapshot, frame.covered)
                 for stream in self._queues_of(source):
                     await self._mark(stream, transfer, START, durable=False)
@@ -214,9 +244,11 @@ class Sink:
             if not frame.end:
                 return None
             for name in sorted(transfer.started):
-                stream = self.broker.internal_stream(name, StreamConfig(partitions=1))
+                stream = await self._streams(name, StreamConfig(partitions=1))
                 await self._mark(stream, transfer, END, durable=True)
-            self._save(source, _Snapshots(transfer.snapshot, transfer.snapshot, transfer.covered))
+            await self._save(
+                source, _Snapshots(transfer.snapshot, transfer.snapshot, transfer.covered)
+            )
             del self._transfers[source]
             self._windows[source] = ApplyWindow(transfer.covered)
             return transfer.snapshot
@@ -229,9 +261,7 @@ class Sink:
             by_client.setdefault(client, []).append(payload)
         headers = _marks(transfer, ENTRY)
         for client, payloads in by_client.items():
-            stream = self.broker.internal_stream(
-                receive_queue(client, source), StreamConfig(partitions=1)
-            )
+            stream = await self._queue(client, source)
             if stream.name not in transfer.started:
                 await self._mark(stream, transfer, START, durable=False)
             await stream.partitions[0].publish([NewRecord(p, headers=headers) for p in payloads])
@@ -248,9 +278,7 @@ class Sink:
         """One synced append per run of one client's entries, each payload with its
         ``__position`` header, laid out as columns."""
         for client, start, end in entries.runs():
-            stream = self.broker.internal_stream(
-                receive_queue(client, source), StreamConfig(partitions=1)
-            )
+            stream = await self._queue(client, source)
             blob, sizes = entries.span(start, end)
             positions = entries.positions[start:end].astype(_POSITIONS).tobytes()
             records = HeaderedValues(blob, sizes, POSITION_HEADER, positions, _POSITION.size)

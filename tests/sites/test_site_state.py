@@ -1,0 +1,70 @@
+"""A site's documents (``tidelog/sites/site_state.py``): on a cluster, the registry and the
+sink's snapshot progress are records of ``__lrq_state``, so the next broker to run the site reads
+them; a change that cannot be saved is not made."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.broker.brokertools import broker_config, running
+
+from tidelog.sites.local_site import LocalSite
+from tidelog.sites.registry import SITES_FILE
+from tidelog.sites.sink import SnapshotFrame, local_streams
+from tidelog.sites.site_state import STATE_STREAM, SiteFiles
+
+
+def test_the_next_broker_to_run_a_site_reads_its_documents_from_the_state_stream(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            # The broker's own streams stand in for a cluster's replicated ones.
+            streams = local_streams(broker)
+            site = LocalSite(broker, "a", tmp_path, upkeep_interval_s=3600.0, streams=streams)
+            await site.open({"c": "127.0.0.1:2"})
+            await site.add_site("b", "127.0.0.1:1")
+            await site.remove_site("c")
+            frame = SnapshotFrame(5, 10, start=True, end=True, entries=[("app", b"x")])
+            assert await site.sink.receive_snapshot("z", frame) == 5
+            await site.close()
+            assert not (tmp_path / SITES_FILE).exists(), "no file: the state stream"
+            assert SiteFiles(tmp_path).load("sink") is None
+            assert broker.find_stream(STATE_STREAM) is not None
+
+            again = LocalSite(broker, "a", tmp_path, upkeep_interval_s=3600.0, streams=streams)
+            await again.open()
+            assert [s.site_id for s in again.sites()] == ["b"]
+            progress = again.sink.progress("z")
+            assert progress.snapshot_applied == 5 and progress.last_processed == 10
+
+            async def full_disk(name: str, document: Any) -> None:
+                raise OSError(28, "No space left on device")
+
+            assert again._state is not None
+            again._state.save = full_disk  # type: ignore[method-assign]
+            with pytest.raises(OSError):
+                await again.add_site("d", "127.0.0.1:3")
+            with pytest.raises(OSError):
+                await again.remove_site("b")
+            assert [s.site_id for s in again.sites()] == ["b"], "unchanged"
+            assert set(again.senders) == {"b"}
+            await again.close()
+
+    asyncio.run(main())
+
+
+def test_a_single_brokers_site_keeps_its_files(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            site = LocalSite(broker, "a", tmp_path, upkeep_interval_s=3600.0)
+            await site.open()
+            await site.add_site("b", "127.0.0.1:1")
+            await site.close()
+            assert broker.find_stream(STATE_STREAM) is None
+        assert SiteFiles(tmp_path).load("registry")["sites"][0]["site_id"] == "b"
+
+    asyncio.run(main())
