@@ -118,6 +118,18 @@ class SiteExists(BrokerError):
         super().__init__(f"site {echo(site_id)} is declared already; remove it first")
 
 
+class SiteMoving(BrokerError):
+    """A cluster's site is between brokers: no broker runs it now (its delta queue's leader is
+    being elected, or is opening the site). Retryable."""
+
+    def __init__(self, site_id: str) -> None:
+        self.site_id = site_id
+        super().__init__(
+            f"site {echo(site_id)} is moving to another broker of the cluster (its delta "
+            f"queue's leader is being elected or is opening it): try again shortly"
+        )
+
+
 class PositionTrimmed(BrokerError):
     """A remote site's next entries may have been removed by the delta queue's retention: deltas
     cannot go on from its position, only a snapshot sync (multi-site replication)."""

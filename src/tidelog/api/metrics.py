@@ -13,8 +13,8 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from tidelog.api.site_host import SiteHost
 from tidelog.broker import Broker
-from tidelog.sites.local_site import LocalSite
 
 PUBLISH_LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0)
 
@@ -65,8 +65,8 @@ class SitesCollector(Collector):
     """Multi-site replication, per remote site (``tidelog.sites.status``): what ``tidelog site
     status`` shows, at scrape time."""
 
-    def __init__(self, local_site: LocalSite) -> None:
-        self.local_site = local_site
+    def __init__(self, sites: SiteHost) -> None:
+        self.sites = sites
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         def gauge(name: str, text: str) -> GaugeMetricFamily:
@@ -85,7 +85,8 @@ class SitesCollector(Collector):
         state = GaugeMetricFamily(
             "tidelog_site_state", "1 for the sender's current state", labels=["site", "state"]
         )
-        for site in self.local_site.status():
+        local = self.sites.local  # on a cluster: only the broker that runs the site reports it
+        for site in [] if local is None else local.status():
             labels = [site.site_id]
             lag.add_metric(labels, site.lag_entries)
             lag_s.add_metric(labels, site.lag_seconds)
@@ -112,6 +113,6 @@ class Metrics:
             registry=self.registry,
         )
 
-    def add_sites(self, local_site: LocalSite) -> None:
+    def add_sites(self, sites: SiteHost) -> None:
         """Export multi-site replication's per-site lag and state too."""
-        self.registry.register(SitesCollector(local_site))
+        self.registry.register(SitesCollector(sites))

@@ -29,11 +29,13 @@ from tidelog.api.liftbridge import Advertised, LiftbridgeService
 from tidelog.api.metrics import Metrics
 from tidelog.api.replica_service import ClusterAdminService, ReplicationService
 from tidelog.api.settings import ServerSettings
+from tidelog.api.site_host import ClusterSite, SiteHost
 from tidelog.api.v1 import TidelogService
 from tidelog.broker import Broker, arm_faults_from_environment
 from tidelog.cluster.node import ClusterNode, ClusterSettings
 from tidelog.sites.local_site import LocalSite
 from tidelog.sites.send_queue import QUEUE_SEGMENT_BYTES, QueueRetention
+from tidelog.sites.sink import StreamSource
 from tidelog.wire import MAX_FRAME
 
 LOG = logging.getLogger("tidelog.server")
@@ -80,8 +82,9 @@ class Server:
         self.port = 0
         self.metrics_port = 0
         self._grpc: grpc.aio.Server | None = None
-        self.local_site: LocalSite | None = None
-        """This site, when ``site_id`` is set (multi-site replication)."""
+        self.sites: SiteHost | None = None
+        """Where this server's site runs, when ``site_id`` is set (multi-site replication):
+        here, or on one broker of the cluster (``site_host.py``)."""
         self.cluster: ClusterNode | None = None
         """This broker's part in a cluster, when ``cluster`` is set."""
         self._health_servicer = health.HealthServicer()
@@ -117,29 +120,28 @@ class Server:
         try:
             await self.broker.start()
             broker_started = True
-            if settings.site_id:
-                self.local_site = LocalSite(
+            retention = QueueRetention(
+                settings.sites_queue_retention_bytes,
+                settings.sites_queue_retention_age_s,
+                # A server run with smaller segments (tests, small disks) keeps them.
+                min(QUEUE_SEGMENT_BYTES, settings.segment_max_bytes),
+            )
+
+            def make_site(streams: StreamSource | None = None) -> LocalSite:
+                return LocalSite(
                     self.broker,
                     settings.site_id,
                     settings.data_dir,
-                    QueueRetention(
-                        settings.sites_queue_retention_bytes,
-                        settings.sites_queue_retention_age_s,
-                        # A server run with smaller segments (tests, small disks) keeps them.
-                        min(QUEUE_SEGMENT_BYTES, settings.segment_max_bytes),
-                    ),
+                    retention,
                     ack_timeout_s=settings.sites_ack_timeout_s,
+                    streams=streams,
                 )
-                await self.local_site.open(settings.sites)
-                self.metrics.add_sites(self.local_site)
+
+            if settings.site_id and not settings.cluster:
+                self.sites = SiteHost(make_site(), settings.sites)
+                await self.sites.start()
+                self.metrics.add_sites(self.sites)
             if settings.cluster:
-                if self.local_site is not None:
-                    LOG.warning(
-                        "site %s runs on this cluster broker alone: its send and receive queues "
-                        "are kept on this broker's disk, not replicated to the others "
-                        "(docs/cluster.md, 'Not built yet')",
-                        settings.site_id,
-                    )
                 host = settings.advertised_host or settings.host
                 self.cluster = ClusterNode(
                     self.broker,
@@ -153,10 +155,21 @@ class Server:
                         ack_timeout_s=settings.cluster_ack_timeout_s,
                     ),
                 )
+                if settings.site_id:
+                    self.sites = ClusterSite(
+                        settings.site_id,
+                        self.cluster,
+                        make_site,
+                        settings.sites,
+                        retention.stream_config(),
+                    )
+                    self.metrics.add_sites(self.sites)
             self._add_services(server)
             await server.start()
             if self.cluster is not None:
                 await self.cluster.start()  # after the server: leaders answer fetches at once
+                if self.sites is not None:
+                    await self.sites.start()
             if self.metrics_port:
                 address = f"{_connectable(settings.host)}:{self.port}"
                 await asyncio.to_thread(self.http.start, address)
@@ -166,6 +179,9 @@ class Server:
             with contextlib.suppress(Exception):
                 await server.start()
             await server.stop(None)
+            if self.sites is not None:
+                with contextlib.suppress(Exception):
+                    await self.sites.close()
             if self.cluster is not None:
                 with contextlib.suppress(Exception):
                     await self.cluster.close()
@@ -204,7 +220,7 @@ class Server:
             ClusterAdminService(self.cluster), registry
         )
         tidelog_pb2_grpc.add_TidelogServicer_to_server(
-            TidelogService(self.broker, self.metrics, self.local_site, self.cluster),
+            TidelogService(self.broker, self.metrics, self.sites, self.cluster),
             registry,
         )
         for service in ("", "proto.API", "tidelog.v1.Tidelog"):
@@ -219,13 +235,15 @@ class Server:
         # calls this loop serves, so waiting for them here would wait for ourselves.
         await asyncio.to_thread(self.http.close)
         self._health_servicer.enter_graceful_shutdown()
+        if self.sites is not None and self.cluster is not None:
+            await self.sites.close()  # a cluster's site stops before this broker leaves
         if self.cluster is not None:
             # Leave first: the lease is revoked, so other brokers lead at once, while this one
             # ends its subscriptions (their clients then find the new leaders).
             await self.cluster.close()
         self.broker.drain()
-        if self.local_site is not None:
-            await self.local_site.close()
+        if self.sites is not None and self.cluster is None:
+            await self.sites.close()
         await self._grpc.stop(self.settings.shutdown_grace_s)
         await self.broker.close()
         self._grpc = None

@@ -1,8 +1,18 @@
-"""The multi-site RPCs of ``tidelog.v1``: declare, forget and list remote sites; transmit."""
+"""The multi-site RPCs of ``tidelog.v1``: declare, forget and list remote sites; transmit.
+
+On a cluster the site runs on one broker, its gateway (``site_host.py``); a site RPC reaching
+another broker is handed to the gateway (with the ``FORWARDED`` header, so it goes no further)
+and its answer, or its failure's status, passed back. A source site's replication stream is
+relayed both ways, so a remote site may be declared with the address of any broker of the
+cluster.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 import numpy as np
@@ -10,8 +20,11 @@ import numpy.typing as npt
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
-from tidelog.api.status import grpc_errors
-from tidelog.errors import FailedPrecondition, InvalidArgument
+from tidelog.api.site_host import SiteHost
+from tidelog.api.status import Forwarded, grpc_errors, handed_over
+from tidelog.cluster.groups import FORWARDED
+from tidelog.cluster.node import ClusterNode
+from tidelog.errors import FailedPrecondition, InvalidArgument, SiteMoving
 from tidelog.sites.local_site import LocalSite
 from tidelog.sites.registry import Site
 from tidelog.sites.routed import RoutedColumns, from_wire
@@ -31,20 +44,54 @@ def _wire(site: Site) -> v1.SiteInfo:
 class SiteService(v1_grpc.TidelogServicer):
     """Answers the site RPCs; mixed into :class:`tidelog.api.v1.TidelogService`."""
 
-    local_site: LocalSite | None
+    sites: SiteHost | None
+    cluster: ClusterNode | None
 
-    def _site(self) -> LocalSite:
-        if self.local_site is None:
+    def _host(self) -> SiteHost:
+        if self.sites is None:
             raise FailedPrecondition(
                 "this server has no site id: start it with --site-id ID (or site_id in its "
                 "settings) to replicate to other sites"
             )
-        return self.local_site
+        return self.sites
+
+    def _site(self) -> LocalSite:
+        host = self._host()
+        local = host.local
+        if local is None:
+            raise SiteMoving(host.site_id)
+        return local
+
+    def _gateway(self, context: Context) -> Any | None:
+        """A stub of the broker that runs this cluster's site, when it is not this one (None:
+        it runs here). ``SiteMoving`` when none runs it now, or when this call was handed
+        over already (it never goes around)."""
+        host = self._host()
+        if host.local is not None:
+            return None
+        if handed_over(context) or self.cluster is None:
+            raise SiteMoving(host.site_id)
+        return v1_grpc.TidelogStub(self.cluster.channel(host.gateway()))
+
+    async def _handed(self, method: str, request: Any, context: Context) -> Any | None:
+        """``request`` answered by the gateway (None: the site runs here)."""
+        stub = self._gateway(context)
+        if stub is None:
+            return None
+        remaining = context.time_remaining()
+        try:
+            return await getattr(stub, method)(
+                request, timeout=remaining, metadata=((FORWARDED, "1"),)
+            )
+        except grpc.aio.AioRpcError as error:
+            raise Forwarded(error.code(), error.details() or "") from None
 
     async def AddSite(self, request: v1.AddSiteRequest, context: Context) -> v1.AddSiteResponse:
         async with grpc_errors(context):
+            if (answer := await self._handed("AddSite", request, context)) is not None:
+                return answer  # type: ignore[no-any-return]
             return v1.AddSiteResponse(
-                site=_wire(self._site().add_site(request.site_id, request.address))
+                site=_wire(await self._site().add_site(request.site_id, request.address))
             )
         raise AssertionError("unreachable")
 
@@ -52,6 +99,8 @@ class SiteService(v1_grpc.TidelogServicer):
         self, request: v1.RemoveSiteRequest, context: Context
     ) -> v1.RemoveSiteResponse:
         async with grpc_errors(context):
+            if (answer := await self._handed("RemoveSite", request, context)) is not None:
+                return answer  # type: ignore[no-any-return]
             await self._site().remove_site(request.site_id)
         return v1.RemoveSiteResponse()
 
@@ -59,6 +108,8 @@ class SiteService(v1_grpc.TidelogServicer):
         self, request: v1.ListSitesRequest, context: Context
     ) -> v1.ListSitesResponse:
         async with grpc_errors(context):
+            if (answer := await self._handed("ListSites", request, context)) is not None:
+                return answer  # type: ignore[no-any-return]
             site = self._site()
             return v1.ListSitesResponse(
                 local_site=site.site_id, sites=[_wire(s) for s in site.sites()]
@@ -69,6 +120,8 @@ class SiteService(v1_grpc.TidelogServicer):
         self, request: v1.SiteStatusRequest, context: Context
     ) -> v1.SiteStatusResponse:
         async with grpc_errors(context):
+            if (answer := await self._handed("SiteStatus", request, context)) is not None:
+                return answer  # type: ignore[no-any-return]
             site = self._site()
             return v1.SiteStatusResponse(
                 local_site=site.site_id,
@@ -92,6 +145,8 @@ class SiteService(v1_grpc.TidelogServicer):
 
     async def Transmit(self, request: v1.TransmitRequest, context: Context) -> v1.TransmitResponse:
         async with grpc_errors(context):
+            if (answer := await self._handed("Transmit", request, context)) is not None:
+                return answer  # type: ignore[no-any-return]
             site = self._site()
             entries = request.entries
             if not entries:
@@ -121,6 +176,12 @@ class SiteService(v1_grpc.TidelogServicer):
             # The hello first: bytes that do not decode are the caller's error, whatever this
             # server is (INVALID_ARGUMENT, as for every method).
             first = await anext(request_iterator, None)
+            stub = self._gateway(context)
+            if stub is not None:
+                if first is not None:
+                    async for reply in _relay(stub, first, request_iterator):
+                        yield reply
+                return
             site = self._site()
             if first is None or not first.HasField("hello"):
                 raise InvalidArgument("a replication stream starts with a hello")
@@ -159,6 +220,8 @@ class SiteService(v1_grpc.TidelogServicer):
         self, request: v1.TransmitSnapshotRequest, context: Context
     ) -> v1.TransmitSnapshotResponse:
         async with grpc_errors(context):
+            if (answer := await self._handed("TransmitSnapshot", request, context)) is not None:
+                return answer  # type: ignore[no-any-return]
             covered = await self._site().transmit_snapshot(
                 request.site_id,
                 request.snapshot,
@@ -173,8 +236,38 @@ class SiteService(v1_grpc.TidelogServicer):
         self, request: v1.ResyncSiteRequest, context: Context
     ) -> v1.ResyncSiteResponse:
         async with grpc_errors(context):
+            if (answer := await self._handed("ResyncSite", request, context)) is not None:
+                return answer  # type: ignore[no-any-return]
             self._site().resync(request.site_id)
         return v1.ResyncSiteResponse()
+
+
+async def _relay(
+    stub: Any, first: v1.ReplicationRequest, requests: AsyncIterator[v1.ReplicationRequest]
+) -> AsyncIterator[v1.ReplicationReply]:
+    """A replication stream relayed to the gateway: the requests (``first`` and the rest) go
+    there as they come, its replies come back; its failure ends this stream with its status."""
+    call = stub.Replicate(metadata=((FORWARDED, "1"),))
+
+    async def pump() -> None:
+        await call.write(first)
+        async for request in requests:
+            await call.write(request)
+        await call.done_writing()
+
+    pumping = asyncio.create_task(pump())
+    try:
+        async for reply in call:
+            yield reply
+        if pumping.done() and pumping.exception() is not None:
+            raise pumping.exception()  # type: ignore[misc]
+    except grpc.aio.AioRpcError as error:
+        raise Forwarded(error.code(), error.details() or "") from None
+    finally:
+        pumping.cancel()
+        with contextlib.suppress(BaseException):
+            await pumping
+        call.cancel()
 
 
 def _packed_transmit(

@@ -47,6 +47,7 @@ from tidelog.errors import (
     ReadonlyEnd,
     ResourceExhausted,
     SiteExists,
+    SiteMoving,
     SiteNotFound,
     StopReached,
     StreamDeleted,
@@ -92,6 +93,7 @@ STATUS: Final[tuple[tuple[type[Exception], grpc.StatusCode], ...]] = (
     (BrokerClosed, grpc.StatusCode.UNAVAILABLE),
     (NotLeader, grpc.StatusCode.FAILED_PRECONDITION),  # Liftbridge clients refresh metadata
     (NotEnoughReplicas, grpc.StatusCode.UNAVAILABLE),  # retryable, once the ISR recovers
+    (SiteMoving, grpc.StatusCode.UNAVAILABLE),  # retryable, once a broker runs the site
     (StaleEpoch, grpc.StatusCode.FAILED_PRECONDITION),  # a follower refreshes its metadata
     (MetadataUnavailable, grpc.StatusCode.UNAVAILABLE),
     (LogClosed, grpc.StatusCode.UNAVAILABLE),

@@ -16,6 +16,7 @@ from tidelog.api.describe_service import DescribeService
 from tidelog.api.draining import until_draining
 from tidelog.api.frames import END_REASONS, record_batch
 from tidelog.api.metrics import Metrics
+from tidelog.api.site_host import SiteHost
 from tidelog.api.site_service import SiteService
 from tidelog.api.status import grpc_errors, is_refusal, log_failure, status_of
 from tidelog.api.view_service import ViewService
@@ -30,7 +31,6 @@ from tidelog.broker import (
 )
 from tidelog.cluster.node import ClusterNode
 from tidelog.errors import InvalidArgument, ReadonlyEnd, StopReached
-from tidelog.sites.local_site import LocalSite
 
 Context = grpc.aio.ServicerContext[object, object]
 
@@ -42,11 +42,11 @@ class TidelogService(
         self,
         broker: Broker,
         metrics: Metrics | None = None,
-        local_site: LocalSite | None = None,
+        sites: SiteHost | None = None,
         cluster: ClusterNode | None = None,
     ) -> None:
         self.broker = broker
-        self.local_site = local_site
+        self.sites = sites
         self.cluster = cluster
         self._latency = None if metrics is None else metrics.publish_latency.labels("tidelog.v1")
 
