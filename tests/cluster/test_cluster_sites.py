@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -19,6 +20,7 @@ from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog.errors import TidelogError
 from tidelog.sites.send_queue import DELTA_QUEUE
 from tidelog.sites.sink import POSITION_HEADER, receive_queue
+from tidelog.wire import KIND_HEADER
 
 SITES = {"TIDELOG_SITES_ACK_TIMEOUT_S": "2"}
 SMALL_SEGMENTS = {"TIDELOG_SEGMENT_MAX_BYTES": "4096", "TIDELOG_MAINTENANCE_INTERVAL_S": "0.3"}
@@ -152,6 +154,7 @@ def test_killing_the_broker_that_runs_a_clusters_site_loses_nothing(tmp_path: Pa
         check_exactly_once(to_b, out.sent, out.acked)
         to_a = wait_for(lambda: arrived(entry, "b", 1500), DEADLINE_S, "b's entries at a")
         check_exactly_once(to_a, into.sent, into.acked)
+
         # Acknowledged entries leave the delta queue on the broker that runs the site, and on
         # its followers too (the leader's log start travels with each fetch answer).
         def segments(broker_id: str) -> int:
@@ -170,3 +173,95 @@ def test_killing_the_broker_that_runs_a_clusters_site_loses_nothing(tmp_path: Pa
             assert [s.site_id for s in client.list_sites()[1]] == ["b"]
             states = client.site_status()
         assert [s.site_id for s in states] == ["b"]
+
+
+def succeeds(call: Callable[[], object]) -> bool:
+    """Whether ``call`` returned (a refusal while the site moves: no)."""
+    try:
+        call()
+    except TidelogError:
+        return False
+    return True
+
+
+def records(address: str, name: str) -> list[tuple[bytes, int, bytes]]:
+    """(kind, position, payload) of every record of a receive queue (kind ``delta`` for
+    deltas)."""
+    with tidelog.Client(address) as reader:
+        if name not in {s.name for s in reader.list_streams()}:
+            return []
+        if reader.stream_info(name).partitions[0].high_watermark < 0:
+            return []
+        return [
+            (
+                m.headers.get(KIND_HEADER, b"delta"),
+                int.from_bytes(m.headers[POSITION_HEADER], "big"),
+                m.value,
+            )
+            for m in reader.subscribe(name, start="earliest", stop="latest")
+        ]
+
+
+def test_snapshots_reach_a_cluster_and_leave_one_across_a_kill_of_the_site_broker(
+    tmp_path: Path,
+) -> None:
+    """The cluster as a sink: b's snapshot is applied by a's gateway, which is then killed;
+    deltas go on into the new one with no second snapshot, no gap and no duplicate. The
+    cluster as a source: a snapshot asked through a broker that does not run the site, from a
+    provider connected to that broker, reaches b, before and after the kill."""
+    with (
+        served(tmp_path / "b", "--site-id", "b", env=SITES) as b,
+        running_cluster(tmp_path / "a", 3, env={"TIDELOG_SITE_ID": "a", **SITES}) as cluster,
+    ):
+        first = gateway(cluster)
+        entry = cluster.servers[next(x for x in sorted(cluster.servers) if x != first)].address
+        with tidelog.Client(entry) as client:
+            client.add_site("b", b.address)
+        with tidelog.Client(b.address) as client:
+            client.add_site("a", entry)
+        into_a, into_b = receive_queue("kv", "b"), receive_queue("kv", "a")
+        with (
+            tidelog.Client(b.address) as at_b,
+            tidelog.Client(entry) as at_a,
+            at_b.snapshot_provider(lambda _: [("kv", b"b-state")]) as b_provider,
+            at_a.snapshot_provider(lambda _: [("kv", b"a-state")]) as a_provider,
+        ):
+            b_positions = at_b.transmit_many("kv", [(b"b%03d" % i, ["a"]) for i in range(50)])
+            at_b.resync_site("a")
+            at_a.resync_site("b")  # through a broker that does not run the site
+            ends = wait_for(
+                lambda: [r for r in records(entry, into_a) if r[0] == b"snapshot_end"],
+                60,
+                "b's snapshot applied at a",
+            )
+            covered = ends[0][1]
+            wait_for(
+                lambda: any(r[0] == b"snapshot_end" for r in records(b.address, into_b)),
+                60,
+                "a's snapshot applied at b",
+            )
+            site_streams = [DELTA_QUEUE, "__lrq_state", into_a]
+            wait_for(
+                lambda: all(len(cluster.partition(s).isr) == 3 for s in site_streams),
+                60,
+                "the site's streams to have three replicas in sync",
+            )
+            cluster.kill(first)
+            b_positions += at_b.transmit_many("kv", [(b"b%03d" % i, ["a"]) for i in range(50, 99)])
+            got = wait_for(
+                lambda: (found := records(entry, into_a)) and found[-1][2] == b"b098" and found,
+                60,
+                "b's deltas after the kill at a",
+            )
+            assert len(b_provider.provided) == 1, "the new gateway knew the snapshot applied"
+            after = [p for kind, p, _ in got[got.index(ends[0]) + 1 :] if kind == b"delta"]
+            assert after == [p for p in b_positions if p > covered], "no gap, no duplicate"
+            gateway(cluster)
+            with tidelog.Client(entry) as client:
+                wait_for(lambda: succeeds(lambda: client.resync_site("b")), 30, "a resync")
+            wait_for(
+                lambda: sum(r[0] == b"snapshot_end" for r in records(b.address, into_b)) == 2,
+                60,
+                "a second snapshot of a at b, from the new gateway",
+            )
+            assert len(a_provider.provided) == 2
