@@ -43,16 +43,10 @@ def gateway(cluster: Cluster) -> str:
 
 def received(address: str, client: str, source: str) -> list[tuple[int, bytes]]:
     """(position, payload) of every record of a receive queue, read through ``address``."""
-    name = receive_queue(client, source)
-    with tidelog.Client(address) as reader:
-        if name not in {s.name for s in reader.list_streams()}:
-            return []
-        if reader.stream_info(name).partitions[0].high_watermark < 0:
-            return []
-        return [
-            (int.from_bytes(m.headers[POSITION_HEADER], "big"), m.value)
-            for m in reader.subscribe(name, start="earliest", stop="latest")
-        ]
+    return [
+        (position, payload)
+        for _, position, payload in records(address, receive_queue(client, source))
+    ]
 
 
 class Transmitter(threading.Thread):
