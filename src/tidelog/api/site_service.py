@@ -259,8 +259,8 @@ async def _relay(
     try:
         async for reply in call:
             yield reply
-        if pumping.done() and pumping.exception() is not None:
-            raise pumping.exception()  # type: ignore[misc]
+        if pumping.done() and not pumping.cancelled() and pumping.exception() is not None:
+            raise pumping.exception()  # type: ignore[misc]  # the caller's stream failed
     except grpc.aio.AioRpcError as error:
         raise Forwarded(error.code(), error.details() or "") from None
     finally:
