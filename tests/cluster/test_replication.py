@@ -162,3 +162,28 @@ def test_a_restarted_follower_keeps_what_the_leader_has_above_its_high_watermark
             assert contents(parts["b"]) == contents(parts["a"])
 
     asyncio.run(main())
+
+
+def test_a_follower_behind_the_leaders_oldest_record_gets_what_the_leader_holds(
+    tmp_path: Path,
+) -> None:
+    """The leader released its oldest segments (the delta queue's upkeep, or retention) before
+    a new replica came: fetches from offset 0 used to answer nothing, forever."""
+
+    async def main() -> None:
+        async with replicas(tmp_path, "a", "b") as parts:
+            for i in range(10):
+                await publish(parts["a"], *(b"v%d-%d" % (i, j) for j in range(5)))
+                parts["a"].log.roll()  # a segment per batch: some can be released
+            parts["a"].log.flush()
+            assert await parts["a"].release_before(30)
+            leader = LeaderReplica(parts["a"], "a", leader_epoch=1, isr=["a"])
+            start = parts["a"].log.oldest_offset
+            assert start > 3, "more than one fetch of 3 records behind"
+            b = FollowerReplica(parts["b"], "b")
+            assert b.follow(1, leader.end_offset_for) == 0
+            catch_up(leader, b, "b")
+            assert contents(parts["b"]) == contents(parts["a"])
+            assert contents(parts["b"])[0][0] == start
+
+    asyncio.run(main())

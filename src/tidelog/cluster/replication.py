@@ -210,11 +210,15 @@ class LeaderReplica:
         state.leader_end_at_last_fetch = committed + 1
         self.advance()
         records = StoredRecords()
-        if from_offset <= committed:
-            last = min(committed, from_offset + max_records - 1)
+        # A follower behind the leader's oldest record (retention, or the owner's releases,
+        # removed what it lacks) is sent what the leader holds: its log keeps the gap, as
+        # every replica's does, and it releases its own older segments (``log_start``).
+        start = max(from_offset, log.oldest_offset)
+        if start <= committed:
+            last = min(committed, start + max_records - 1)
             parts: list[bytes] = []
             sizes: list[np.ndarray] = []
-            reader = log.forward_reader(from_offset, stop_offset=last, past_limit=True)
+            reader = log.forward_reader(start, stop_offset=last, past_limit=True)
             budget = FETCH_MAX_BYTES
             while budget > 0 and (batch := reader.read(max_records, budget)):
                 parts.append(_stored_bytes(batch.data, batch.positions, batch.sizes))
