@@ -68,3 +68,40 @@ def test_a_single_brokers_site_keeps_its_files(tmp_path: Path) -> None:
         assert SiteFiles(tmp_path).load("registry")["sites"][0]["site_id"] == "b"
 
     asyncio.run(main())
+
+
+def test_a_site_declared_while_the_site_closes_gets_no_sender_left_running(
+    tmp_path: Path,
+) -> None:
+    """On a cluster a declaration waits for the ISR; a close meanwhile (this broker no longer
+    runs the site) must not leave that site's sender running here."""
+
+    async def main() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            site = LocalSite(
+                broker, "a", tmp_path, upkeep_interval_s=3600.0, streams=local_streams(broker)
+            )
+            await site.open()
+            assert site._state is not None
+            saving = asyncio.Event()
+            go_on = asyncio.Event()
+            save = site._state.save
+
+            async def slow_save(name: str, document: Any) -> None:
+                saving.set()
+                await go_on.wait()
+                await save(name, document)
+
+            site._state.save = slow_save  # type: ignore[method-assign]
+            adding = asyncio.create_task(site.add_site("d", "127.0.0.1:3"))
+            await saving.wait()
+            closing = asyncio.create_task(site.close())
+            await asyncio.sleep(0.05)
+            go_on.set()
+            await adding
+            await closing
+            senders = [t for t in asyncio.all_tasks() if t.get_name().startswith("sender ")]
+            assert not senders and not site.senders
+            assert [s.site_id for s in site.sites()] == ["d"], "saved: the next one starts it"
+
+    asyncio.run(main())

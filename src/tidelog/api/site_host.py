@@ -80,6 +80,8 @@ class ClusterSite(SiteHost):
         self._configured = dict(configured or {})
         self._queue_config = queue_config
         self._running: LocalSite | None = None
+        self._opened_epoch = -1
+        """The delta queue's leader epoch the running site was opened under."""
         self._task: asyncio.Task[None] | None = None
         self._failing = ""
 
@@ -159,9 +161,15 @@ class ClusterSite(SiteHost):
         if DELTA_QUEUE not in cluster.view.streams and self._queue_config is not None:
             with contextlib.suppress(FailedPrecondition):  # not a replica: others create it
                 await cluster.internal_stream(DELTA_QUEUE, self._queue_config)
-        if not cluster.leads(DELTA_QUEUE, 0):
+        epoch = self._leader_epoch()
+        if not cluster.leads(DELTA_QUEUE, 0) or (
+            self._running is not None and epoch != self._opened_epoch
+        ):
+            # Not the leader, or led again after another broker led it in between (what the
+            # site holds in memory may stand on records that broker's log cut): open anew.
             await self._stop()
-            return
+            if not cluster.leads(DELTA_QUEUE, 0):
+                return
         if self._running is not None:
             return
         site = self._make_site(self._streams())
@@ -171,11 +179,16 @@ class ClusterSite(SiteHost):
             with contextlib.suppress(Exception):
                 await site.close()
             raise
-        if not cluster.leads(DELTA_QUEUE, 0):  # lost it while opening
-            await site.close()
+        if not cluster.leads(DELTA_QUEUE, 0) or self._leader_epoch() != epoch:
+            await site.close()  # lost it while opening
             return
         self._running = site
+        self._opened_epoch = epoch
         LOG.info("site %s runs on this broker now (it leads %s)", self.site_id, DELTA_QUEUE)
+
+    def _leader_epoch(self) -> int:
+        state = self.cluster.view.partitions.get((DELTA_QUEUE, 0))
+        return -1 if state is None else state.leader_epoch
 
     async def _stop(self) -> None:
         site, self._running = self._running, None

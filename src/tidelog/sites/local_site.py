@@ -63,6 +63,7 @@ class LocalSite:
         self.snapshots = Snapshots(broker, self.registry, self.queue)
         self.sink = Sink(broker, site_id, streams=streams)
         self._registry_lock = asyncio.Lock()
+        self._closed = False
         self.senders: dict[str, Sender] = {}
         self.ack_timeout_s = ack_timeout_s
         interval = upkeep_interval_s or broker.config.maintenance_interval_s
@@ -111,13 +112,17 @@ class LocalSite:
 
     async def close(self) -> None:
         """Stop every sender, then the queue's upkeep after a last pass (before the broker
-        closes)."""
+        closes). A site declared while this runs gets no sender here (it is saved: whoever
+        runs the site next starts one)."""
+        self._closed = True
         for sender in list(self.senders.values()):
             await sender.stop()
         await self.upkeep.close()
         self.senders.clear()
 
     def _start_sender(self, site: Site) -> None:
+        if self._closed:
+            return
         sender = Sender(
             self.queue, self.snapshots, site, self.site_id, ack_timeout_s=self.ack_timeout_s
         )
@@ -137,8 +142,9 @@ class LocalSite:
 
     async def add_site(self, site_id: str, address: str) -> Site:
         async with self._registry_lock:
+            since = await self.queue.settled_end()
             before = self.registry.document()
-            site = self.registry.add(site_id, address, self.queue.next_offset)
+            site = self.registry.add(site_id, address, since)
             await self._keep_registry(before)
         self._start_sender(site)
         return site

@@ -138,6 +138,16 @@ class SendQueue:
     def next_offset(self) -> int:
         return self.partition.newest_offset + 1
 
+    async def settled_end(self) -> int:
+        """The queue's next offset, once every record below it is in sync: on a cluster a
+        record above the high watermark may be cut by a failover and its offset taken by
+        another, so a position that counts from here (a new site's ``since``, what a snapshot
+        covers) must not stand on it. At once on a single broker."""
+        end = self.next_offset
+        if end > 0:
+            await self.partition.replicated(end - 1)
+        return end
+
     @property
     def max_payload_bytes(self) -> int:
         return self.partition.log_config.max_message_bytes - ENVELOPE_ROOM

@@ -145,7 +145,7 @@ class Snapshots:
             bit = 1 << wanted.site.number
             records: list[RoutingRecord] = []
             if begin:
-                covered = position(self.deltas.next_offset, 0) - 1
+                covered = position(await self.deltas.settled_end(), 0) - 1
                 records.append(self._marker(EntryKind.SNAPSHOT_START, snapshot, bit, covered))
             runs: dict[str, list[Entry]] = {}
             for client, payload in items:
