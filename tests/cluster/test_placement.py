@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from tidelog.cluster.metadata import PartitionState
 from tidelog.cluster.placement import (
     EVERY_BROKER,
+    align,
     colocated,
     elect,
     expand_isr,
@@ -76,7 +77,8 @@ def test_isr_shrinks_without_the_leader_and_expands_in_replica_order() -> None:
 def test_a_colocated_stream_lives_and_leads_with_its_anchor() -> None:
     anchor = PartitionState(("b1", "b2", "b3"), "b2", ("b2", "b3"), leader_epoch=4)
     (state,) = colocated(1, anchor)
-    assert state.leader == "b2" and state.replicas == ("b2", "b1", "b3") == state.isr
+    assert state.leader == "b2" and state.replicas == ("b2", "b1", "b3")
+    assert state.isr == ("b2", "b3"), "not b1, out of the anchor's ISR"
     live = {"b1", "b2", "b3"}
     # The anchor's leader takes over once in the ISR, with a new leader epoch...
     apart = PartitionState(("b1", "b2", "b3"), "b1", ("b1", "b2"), leader_epoch=7)
@@ -105,3 +107,18 @@ def test_an_internal_stream_placed_on_too_few_brokers_widens_when_more_are_live(
     assert widen(full, 3, {"b1", "b2", "b3", "b4"}, ["b4"]) is None, "enough replicas"
     down = PartitionState(("b1", "b2"), "b1", ("b1",))
     assert widen(down, 3, {"b1", "b3"}, ["b3"]) is None, "never while a replica is down"
+
+
+def test_a_colocated_stream_moves_to_its_anchors_replicas() -> None:
+    live = {"b1", "b2", "b3", "b4"}
+    anchor = PartitionState(("b1", "b2", "b4"), "b1", ("b1", "b2", "b4"))  # b3 replaced by b4
+    state = PartitionState(("b1", "b2", "b3"), "b1", ("b1", "b2"))
+    moving = align(state, anchor, live - {"b3"})
+    assert moving is not None and moving.target == ("b1", "b2", "b4")
+    assert align(moving, anchor, live) is None, "moving already"
+    assert (
+        align(state, PartitionState(anchor.replicas, "b1", ("b1",), target=("b1",)), live) is None
+    )
+    assert align(state, anchor, {"b1", "b2"}) is None, "an anchor replica is down"
+    same = PartitionState(("b4", "b2", "b1"), "b2", ("b2",))
+    assert align(same, anchor, live) is None, "the same brokers"

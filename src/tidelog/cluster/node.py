@@ -64,6 +64,7 @@ from tidelog.cluster.metadata import (
     StreamRecord,
 )
 from tidelog.cluster.placement import (
+    align,
     colocated,
     elect,
     expand_isr,
@@ -461,10 +462,9 @@ class ClusterNode:
             record = view.streams.get(stream)
             anchor = None if record is None else view.partitions.get((record.colocate, 0))
             if new is None and anchor is not None:
-                new = follow_anchor(state, anchor, live)
-            if new is None and record is not None and stream.startswith("__"):
-                candidates = anchor.replicas if anchor is not None else sorted(live)
-                new = widen(state, INTERNAL_REPLICAS, live, candidates)
+                new = follow_anchor(state, anchor, live) or align(state, anchor, live)
+            elif new is None and record is not None and stream.startswith("__"):
+                new = widen(state, INTERNAL_REPLICAS, live, sorted(live))
             if new is None:
                 continue
             written = await self.metadata.update_partition(
@@ -656,6 +656,7 @@ class ClusterNode:
             if anchor is None:
                 raise StreamNotFound(colocate)
             states = colocated(config.partitions, anchor)
+            min_isr = min(min_isr, len(states[0].isr))  # the anchor's replicas decide
         else:
             states = place(
                 config.partitions, replication_factor, list(view.brokers), view.leading()

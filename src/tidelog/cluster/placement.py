@@ -20,7 +20,9 @@ made again; these functions only say what the next state is.
 - **Internal streams widen**: an internal stream placed on fewer brokers than it wants (created
   while fewer were live: the first brokers of a cluster start one by one) gets the missing
   replicas through a reassignment once more brokers are live, a colocated one from its anchor's
-  replicas; never while one of its replicas is down (a reassignment asks for live brokers).
+  replicas; never while one of its replicas is down (a reassignment asks for live brokers). A
+  colocated stream is moved to its anchor's replicas whenever they differ (``align``: the anchor
+  was widened or reassigned).
 - **ISR changes**: a lagging follower leaves, never the leader, never below one member; a
   follower that caught up rejoins. Neither changes the leader epoch.
 """
@@ -71,7 +73,24 @@ def colocated(partitions: int, anchor: PartitionState) -> list[PartitionState]:
         raise InvalidArgument("the colocation anchor has no replicas")
     leader = anchor.leader or anchor.replicas[0]
     replicas = (leader, *(r for r in anchor.replicas if r != leader))
-    return [PartitionState(replicas, leader, replicas) for _ in range(partitions)]
+    # In sync from the start: the anchor's in-sync replicas (all are empty), not one it
+    # dropped for lagging or death, which would hold the first acknowledgements back.
+    isr = tuple(r for r in replicas if r == leader or r in anchor.isr)
+    return [PartitionState(replicas, leader, isr) for _ in range(partitions)]
+
+
+def align(state: PartitionState, anchor: PartitionState, live: set[str]) -> PartitionState | None:
+    """A reassignment of a colocated partition to its anchor's replicas when they differ (the
+    anchor was reassigned or widened). None: the same brokers, either of them moving, or one
+    of the anchor's replicas down."""
+    if (
+        state.target
+        or anchor.target
+        or set(state.replicas) == set(anchor.replicas)
+        or not set(anchor.replicas) <= live
+    ):
+        return None
+    return reassign(state, anchor.replicas, live)
 
 
 def follow_anchor(
