@@ -14,6 +14,7 @@ from tests.broker.brokertools import broker_config, running
 from tidelog.broker import Broker
 from tidelog.sites.registry import SITES_FILE, SiteRegistry
 from tidelog.sites.send_queue import QueueRetention, SendQueue, Transmission
+from tidelog.sites.site_state import STATE_CONFIG, STATE_STREAM, StateStream
 from tidelog.sites.tag_index import TagIndex
 from tidelog.sites.tag_index_file import TAG_INDEX_FILE, decode, encode
 
@@ -196,3 +197,43 @@ def test_after_a_restart_every_site_is_held_from_the_queues_front(tmp_path: Path
     newest_lost_c = max(i for i in range(oldest) if i % 3 == 0)
     assert asyncio.run(second(snapshot=True)) == (0, [oldest, newest_lost_c + 1])
     assert asyncio.run(second(snapshot=False))[1] == [oldest, oldest]  # rebuilt: the front
+
+
+def test_a_clusters_rebuilt_index_holds_each_site_from_where_the_last_one_did(
+    tmp_path: Path,
+) -> None:
+    """A cluster's queue has no snapshot file (it would be one broker's): the index's trim marks
+    are kept in ``__lrq_state``, so the next broker to run the site, rebuilding its index from
+    the queue, holds each site from where the last one did, not every site from the front
+    (which sent a quiet site a snapshot after every failover)."""
+
+    def with_state(broker: Broker) -> SendQueue:
+        partition = broker.internal_stream(STATE_STREAM, STATE_CONFIG).partitions[0]
+        queue = SendQueue(broker, SiteRegistry("a", tmp_path / SITES_FILE), SMALL)
+        queue.state = StateStream(partition)
+        queue.open()
+        return queue
+
+    async def first() -> tuple[int, list[int]]:
+        async with running(broker_config(tmp_path)) as broker:
+            queue = with_state(broker)
+            for site, port in (("b", 1), ("c", 2)):
+                queue.registry.add(site, f"h:{port}", queue.next_offset)
+            await fill(queue, 60)
+            queue.partition.log.flush()
+            await queue.partition.release_before(30)  # as the upkeep would
+            queue.index.trim(queue.partition.log.oldest_offset)
+            assert await queue.save_index()
+            assert not await queue.save_index(), "saved once until they move"
+            return queue.partition.log.oldest_offset, [queue.held_from(n) for n in range(2)]
+
+    async def second() -> list[int]:
+        async with running(broker_config(tmp_path)) as broker:
+            queue = with_state(broker)
+            assert queue.records_read_at_open > 0, "rebuilt from the queue"
+            return [queue.held_from(n) for n in range(2)]
+
+    oldest, held = asyncio.run(first())
+    c_held = max(i for i in range(oldest) if i % 3 == 0) + 1
+    assert held == [oldest, c_held] and c_held < oldest
+    assert asyncio.run(second()) == held

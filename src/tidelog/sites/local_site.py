@@ -94,6 +94,7 @@ class LocalSite:
             self._state = await asyncio.to_thread(StateStream, stream.partitions[0])
             self.registry.restore(self._state.load(REGISTRY), f"{STATE_STREAM}'s registry")
             self.sink.use_state(self._state)
+            self.queue.state = self._state
         await asyncio.to_thread(self.queue.open)
         self.snapshots.open()
         async with self._registry_lock:

@@ -22,6 +22,7 @@ retention may have removed raises ``PositionTrimmed`` rather than skip them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -33,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tidelog.broker import Broker, Partition, StreamConfig, replace_bytes
-from tidelog.errors import InvalidArgument, PositionTrimmed, echo
+from tidelog.errors import InvalidArgument, NotLeader, PositionTrimmed, echo
 from tidelog.sites.envelope import (
     MAX_ENTRIES,
     EntryKind,
@@ -46,6 +47,7 @@ from tidelog.sites.envelope import (
 )
 from tidelog.sites.registry import Site, SiteRegistry, validate_site_id
 from tidelog.sites.routed import RoutedColumns
+from tidelog.sites.site_state import TRIMS, SiteState
 from tidelog.sites.tag_index import TagIndex
 from tidelog.sites.tag_index_file import decode as decode_index
 from tidelog.sites.tag_index_file import encode as encode_index
@@ -123,6 +125,10 @@ class SendQueue:
         self.records_read_at_open = 0
         """How many records the last :meth:`open` read to build the tag index."""
         self._saved_covers = -1
+        self.state: SiteState | None = None
+        """Where the index's trim marks are kept when no snapshot file is (a cluster's
+        ``__lrq_state``: :meth:`save_index`, and :meth:`open` takes them back)."""
+        self._saved_trims: tuple[int, int, dict[int, int]] | None = None
         self._partition: Partition | None = None
         self._decoded: OrderedDict[int, RecordColumns] = OrderedDict()
         """Offset -> the record's columns, oldest first, at most ``DECODED_BYTES`` of them:
@@ -164,6 +170,7 @@ class SendQueue:
             # every site, held_from starts there.
             self.index = TagIndex()
             self.index.oldest = self.index.base = log.oldest_offset
+            self._assume_trims(log.oldest_offset)
         else:
             # The snapshot knows, per site, the newest record of it trimmed before it was
             # saved; the trim below adds those trimmed since (the snapshot listed them, as it
@@ -178,6 +185,23 @@ class SendQueue:
                     self._index(offset, columns(value).site_counts(), sites)
                     self.records_read_at_open += 1
         self.index.trim(log.oldest_offset)
+
+    def _assume_trims(self, oldest: int) -> None:
+        """A rebuilt index takes the trim marks saved in ``state`` (a cluster's queue, whose
+        index has no snapshot file) when they knew the queue to this front at least: a gap
+        trimmed since they were saved is unknown, and every site is then held from the
+        front."""
+        marks = None if self.state is None else self.state.load(TRIMS)
+        if not marks or int(marks["oldest"]) < oldest:
+            return
+        declared = {site.number: site.since for site in self.registry.list()}
+        since = {int(n): int(s) for n, s in marks["since"].items()}
+        lost = {
+            int(n): int(o)
+            for n, o in marks["lost"].items()
+            if int(n) in declared and declared[int(n)] == since.get(int(n))
+        }
+        self.index.assume_trims(int(marks["base"]), lost)
 
     def _restored(self, oldest: int, newest: int) -> TagIndex | None:
         """The index from its snapshot file, fitted to the registry; None when there is no
@@ -209,7 +233,9 @@ class SendQueue:
     async def save_index(self) -> bool:
         """Write the tag index's snapshot if it moved since the last one (the bytes are taken
         on the loop, written in a thread); True if written."""
-        if self.index_file is None or self.index.covers == self._saved_covers:
+        if self.index_file is None:
+            return await self._save_trims()
+        if self.index.covers == self._saved_covers:
             return False
         covers = self.index.covers
         since = {site.number: site.since for site in self.registry.list()}
@@ -217,6 +243,29 @@ class SendQueue:
         await asyncio.to_thread(replace_bytes, self.index_file, data)
         self._saved_covers = covers
         return True
+
+    async def _save_trims(self) -> bool:
+        """Without a snapshot file, keep the index's trim marks in ``state`` when they moved
+        (a cluster's queue: the next broker to run the site rebuilds its index from the queue,
+        and without them it would hold every site from the queue's front, sending a quiet site
+        a snapshot after every failover). True if written."""
+        base, lost = self.index.trims()
+        trims = (self.index.oldest, base, lost)
+        if self.state is None or trims == self._saved_trims:
+            return False
+        with contextlib.suppress(NotLeader):  # this broker no longer runs the site: not ours
+            await self.state.save(
+                TRIMS,
+                {
+                    "oldest": self.index.oldest,
+                    "base": base,
+                    "lost": {str(n): o for n, o in lost.items()},
+                    "since": {str(site.number): site.since for site in self.registry.list()},
+                },
+            )
+            self._saved_trims = trims
+            return True
+        return False
 
     def read_for(
         self, site_number: int, after: int, limit: int, max_bytes: int = READ_BYTES

@@ -23,6 +23,8 @@ STATE_STREAM: Final = "__lrq_state"
 STATE_CONFIG: Final = StreamConfig(partitions=1, compact=True)
 REGISTRY: Final = "registry"
 SINK: Final = "sink"
+TRIMS: Final = "tag_trims"
+"""A cluster's tag index marks: what it knows of the records no longer held (``send_queue``)."""
 _FILES: Final = {REGISTRY: "sites.json", SINK: "sites_sink.json"}
 
 

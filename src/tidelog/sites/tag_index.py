@@ -96,6 +96,19 @@ class TagIndex:
         site that processed the record before it can resume with deltas."""
         return max(self.base, self._lost.get(site, -1) + 1)
 
+    def trims(self) -> tuple[int, dict[int, int]]:
+        """What the index knows of records no longer held: ``base`` and each site's newest
+        trimmed record (for keeping where a snapshot of the lists is not kept)."""
+        return self.base, dict(self._lost)
+
+    def assume_trims(self, base: int, lost: Mapping[int, int]) -> None:
+        """Take over :meth:`trims` kept by an earlier index of the same queue, whose front was
+        at least this one's: each site is then held from where that index held it (or later)
+        instead of from this index's front."""
+        self.base = base
+        for site, offset in lost.items():
+            self._lost[site] = max(offset, self._lost.get(site, -1))
+
     def forget_site(self, site: int) -> None:
         self._lost.pop(site, None)
         self._offsets.pop(site, None)
