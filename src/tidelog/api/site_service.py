@@ -24,7 +24,7 @@ from tidelog.api.site_host import SiteHost
 from tidelog.api.status import Forwarded, grpc_errors, handed_over
 from tidelog.cluster.groups import FORWARDED
 from tidelog.cluster.node import ClusterNode
-from tidelog.errors import FailedPrecondition, InvalidArgument, SiteMoving
+from tidelog.errors import FailedPrecondition, InvalidArgument, NotLeader, SiteMoving
 from tidelog.sites.local_site import LocalSite
 from tidelog.sites.registry import Site
 from tidelog.sites.routed import RoutedColumns, from_wire
@@ -46,6 +46,19 @@ class SiteService(v1_grpc.TidelogServicer):
 
     sites: SiteHost | None
     cluster: ClusterNode | None
+
+    @contextlib.asynccontextmanager
+    async def _errors(self, context: Context) -> AsyncIterator[None]:
+        """``grpc_errors``, and on a cluster a site stream this broker no longer leads
+        (``NotLeader``: the site is moving and the site loop has not closed it yet) answered
+        as the site moving (UNAVAILABLE, retryable)."""
+        async with grpc_errors(context):
+            try:
+                yield
+            except NotLeader:
+                if self.sites is None or self.cluster is None:
+                    raise
+                raise SiteMoving(self.sites.site_id) from None
 
     def _host(self) -> SiteHost:
         if self.sites is None:
@@ -87,7 +100,7 @@ class SiteService(v1_grpc.TidelogServicer):
             raise Forwarded(error.code(), error.details() or "") from None
 
     async def AddSite(self, request: v1.AddSiteRequest, context: Context) -> v1.AddSiteResponse:
-        async with grpc_errors(context):
+        async with self._errors(context):
             if (answer := await self._handed("AddSite", request, context)) is not None:
                 return answer  # type: ignore[no-any-return]
             return v1.AddSiteResponse(
@@ -98,7 +111,7 @@ class SiteService(v1_grpc.TidelogServicer):
     async def RemoveSite(
         self, request: v1.RemoveSiteRequest, context: Context
     ) -> v1.RemoveSiteResponse:
-        async with grpc_errors(context):
+        async with self._errors(context):
             if (answer := await self._handed("RemoveSite", request, context)) is not None:
                 return answer  # type: ignore[no-any-return]
             await self._site().remove_site(request.site_id)
@@ -107,7 +120,7 @@ class SiteService(v1_grpc.TidelogServicer):
     async def ListSites(
         self, request: v1.ListSitesRequest, context: Context
     ) -> v1.ListSitesResponse:
-        async with grpc_errors(context):
+        async with self._errors(context):
             if (answer := await self._handed("ListSites", request, context)) is not None:
                 return answer  # type: ignore[no-any-return]
             site = self._site()
@@ -119,7 +132,7 @@ class SiteService(v1_grpc.TidelogServicer):
     async def SiteStatus(
         self, request: v1.SiteStatusRequest, context: Context
     ) -> v1.SiteStatusResponse:
-        async with grpc_errors(context):
+        async with self._errors(context):
             if (answer := await self._handed("SiteStatus", request, context)) is not None:
                 return answer  # type: ignore[no-any-return]
             site = self._site()
@@ -144,7 +157,7 @@ class SiteService(v1_grpc.TidelogServicer):
         raise AssertionError("unreachable")
 
     async def Transmit(self, request: v1.TransmitRequest, context: Context) -> v1.TransmitResponse:
-        async with grpc_errors(context):
+        async with self._errors(context):
             if (answer := await self._handed("Transmit", request, context)) is not None:
                 return answer  # type: ignore[no-any-return]
             site = self._site()
@@ -172,7 +185,7 @@ class SiteService(v1_grpc.TidelogServicer):
     ) -> AsyncIterator[v1.ReplicationReply]:
         """A source site's sender: its hello, answered with this sink's progress for it, then
         delta batches, each answered with the cumulative ack once applied and synced."""
-        async with grpc_errors(context):
+        async with self._errors(context):
             # The hello first: bytes that do not decode are the caller's error, whatever this
             # server is (INVALID_ARGUMENT, as for every method).
             first = await anext(request_iterator, None)
@@ -219,7 +232,7 @@ class SiteService(v1_grpc.TidelogServicer):
     async def TransmitSnapshot(
         self, request: v1.TransmitSnapshotRequest, context: Context
     ) -> v1.TransmitSnapshotResponse:
-        async with grpc_errors(context):
+        async with self._errors(context):
             if (answer := await self._handed("TransmitSnapshot", request, context)) is not None:
                 return answer  # type: ignore[no-any-return]
             covered = await self._site().transmit_snapshot(
@@ -235,7 +248,7 @@ class SiteService(v1_grpc.TidelogServicer):
     async def ResyncSite(
         self, request: v1.ResyncSiteRequest, context: Context
     ) -> v1.ResyncSiteResponse:
-        async with grpc_errors(context):
+        async with self._errors(context):
             if (answer := await self._handed("ResyncSite", request, context)) is not None:
                 return answer  # type: ignore[no-any-return]
             self._site().resync(request.site_id)

@@ -461,6 +461,16 @@ class ClusterNode:
             new = elect(state, live) or finish_reassignment(state)
             record = view.streams.get(stream)
             anchor = None if record is None else view.partitions.get((record.colocate, 0))
+            if (
+                new is not None
+                and anchor is not None
+                and new.leader != anchor.leader
+                and anchor.leader in new.isr
+                and new.leader_epoch > state.leader_epoch
+            ):
+                # A new leader for a colocated partition: the anchor's (elected first, in this
+                # pass) when it may lead, rather than another move at the next pass.
+                new = replace(new, leader=anchor.leader)
             if new is None and anchor is not None:
                 new = follow_anchor(state, anchor, live) or align(state, anchor, live)
             elif new is None and record is not None and stream.startswith("__"):

@@ -27,7 +27,7 @@ from tidelog.sites.registry import SITES_FILE, Site, SiteRegistry
 from tidelog.sites.send_queue import DELTA_QUEUE, QueueRetention, SendQueue, Transmission
 from tidelog.sites.sender import ACK_TIMEOUT_S, Sender
 from tidelog.sites.sink import Sink, StreamSource
-from tidelog.sites.site_state import REGISTRY, STATE_CONFIG, STATE_STREAM, StateStream
+from tidelog.sites.site_state import REGISTRY, STATE_CONFIG, STATE_STREAM, StateStream, Unopened
 from tidelog.sites.snapshots import SNAPSHOT_QUEUE, Snapshots
 from tidelog.sites.status import SiteState, site_state
 from tidelog.sites.tag_index_file import TAG_INDEX_FILE
@@ -61,7 +61,8 @@ class LocalSite:
             index_file=None if replicated else data_dir / TAG_INDEX_FILE,
         )
         self.snapshots = Snapshots(broker, self.registry, self.queue)
-        self.sink = Sink(broker, site_id, streams=streams)
+        # A cluster's sink reads nothing of this broker's files: its state comes at open.
+        self.sink = Sink(broker, site_id, streams=streams, state=Unopened() if replicated else None)
         self._registry_lock = asyncio.Lock()
         self._closed = False
         self.senders: dict[str, Sender] = {}

@@ -57,6 +57,16 @@ class SiteFiles:
         replace_json(self.path(name), document, indent=1)
 
 
+class Unopened:
+    """The documents of a site whose state is not read yet (a cluster's, before its open)."""
+
+    def load(self, name: str) -> Any | None:
+        return None
+
+    async def save(self, name: str, document: Any) -> None:
+        raise AssertionError(f"{name} saved before the site's state was opened")
+
+
 class StateStream:
     """A cluster's documents: the newest record of each name in ``__lrq_state``."""
 
