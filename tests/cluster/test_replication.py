@@ -187,3 +187,34 @@ def test_a_follower_behind_the_leaders_oldest_record_gets_what_the_leader_holds(
             assert contents(parts["b"])[0][0] == start
 
     asyncio.run(main())
+
+
+def test_a_follower_with_old_records_behind_the_leaders_oldest_starts_afresh(
+    tmp_path: Path,
+) -> None:
+    """A replica back from a long absence holds records the leader has released since: it cuts
+    them (Kafka's truncate-fully) rather than keep them before a gap, where they would read as
+    held, and its epoch cache starts again with what it fetches."""
+
+    async def main() -> None:
+        async with replicas(tmp_path, "a", "b") as parts:
+            leader = LeaderReplica(parts["a"], "a", leader_epoch=1, isr=["a", "b"])
+            b = FollowerReplica(parts["b"], "b")
+            assert b.follow(1, leader.end_offset_for) == 0
+            await publish(parts["a"], *(b"early-%d" % j for j in range(5)))
+            catch_up(leader, b, "b")
+            assert [r[0] for r in contents(parts["b"])] == list(range(5))
+            leader.set_isr(["a"])  # b is away, out of the ISR: the leader goes on and releases
+            for i in range(10):
+                await publish(parts["a"], *(b"v%d-%d" % (i, j) for j in range(5)))
+                parts["a"].log.roll()
+            parts["a"].log.flush()
+            leader.advance()
+            assert await parts["a"].release_before(30)
+            start = parts["a"].log.oldest_offset
+            catch_up(leader, b, "b")
+            assert contents(parts["b"]) == contents(parts["a"])
+            assert parts["b"].log.oldest_offset == start
+            assert [e.start_offset for e in b.epochs.entries] == [start]
+
+    asyncio.run(main())

@@ -297,6 +297,15 @@ class FollowerReplica:
             raise StaleEpoch(answer.leader_epoch, self.leader_epoch)
         log = self.partition.log
         records = answer.records
+        if answer.log_start > log.next_offset:
+            # Behind the leader's oldest record (it released or retained away what comes next):
+            # start afresh at its log start, as Kafka's followers truncate fully. Older records
+            # kept here would read as held where every other replica has none, and the epochs
+            # cached for them would misplace where the next epochs begin.
+            if log.newest_offset >= log.oldest_offset:
+                log.truncate_to(log.oldest_offset)
+            self.epochs = LeaderEpochCache()
+            save_epochs(self.partition, self.epochs)
         if records:
             first, _ = records.offset_range()
             changed = False
