@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 from tests.broker.brokertools import broker_config, running
 
+from tidelog.errors import SiteMoving
 from tidelog.sites.local_site import LocalSite
 from tidelog.sites.registry import SITES_FILE
+from tidelog.sites.send_queue import Transmission
 from tidelog.sites.sink import SnapshotFrame, local_streams
 from tidelog.sites.site_state import STATE_STREAM, SiteFiles
 
@@ -103,5 +105,38 @@ def test_a_site_declared_while_the_site_closes_gets_no_sender_left_running(
             senders = [t for t in asyncio.all_tasks() if t.get_name().startswith("sender ")]
             assert not senders and not site.senders
             assert [s.site_id for s in site.sites()] == ["d"], "saved: the next one starts it"
+
+    asyncio.run(main())
+
+
+def test_a_site_that_lost_its_leadership_stores_ships_releases_and_saves_nothing(
+    tmp_path: Path,
+) -> None:
+    """A cluster's site is fenced by the leadership it was opened under: once lost (even if
+    this broker leads the queue again, over a log another leader changed), its memory may stand
+    on records that were cut, so it refuses transmits, reads for senders, registry and state
+    saves, and its upkeep releases nothing, until the site loop closes it and opens anew."""
+
+    async def main() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            ours = [True]
+            site = LocalSite(
+                broker, "a", tmp_path, upkeep_interval_s=3600.0, streams=local_streams(broker)
+            )
+            site.fence(lambda: ours[0])
+            await site.open({"b": "127.0.0.1:1"})
+            await site.transmit("app", [Transmission(b"x", ["b"])])
+            ours[0] = False
+            with pytest.raises(SiteMoving):
+                await site.transmit("app", [Transmission(b"y", ["b"])])
+            with pytest.raises(SiteMoving):
+                site.queue.read_for(site.registry.get("b").number, -1, 10)
+            with pytest.raises(SiteMoving):
+                await site.add_site("c", "127.0.0.1:2")
+            assert [s.site_id for s in site.sites()] == ["b"]
+            assert await site.upkeep.run_once() == []
+            assert not await site.queue.save_index()
+            await site.close()
+            assert site.queue.next_offset == 1, "nothing stored after the fence"
 
     asyncio.run(main())

@@ -173,6 +173,7 @@ class ClusterSite(SiteHost):
         if self._running is not None:
             return
         site = self._make_site(self._streams())
+        site.fence(lambda: cluster.leads(DELTA_QUEUE, 0) and self._leader_epoch() == epoch)
         try:
             await site.open(self._configured)
         except BaseException:

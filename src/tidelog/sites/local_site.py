@@ -16,7 +16,7 @@ every open (a snapshot file of it would be this broker's alone).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -92,7 +92,9 @@ class LocalSite:
                 if name.startswith(RECEIVE_QUEUE_PREFIX):
                     await self._streams(name, single)
             stream = await self._streams(STATE_STREAM, STATE_CONFIG)
-            self._state = await asyncio.to_thread(StateStream, stream.partitions[0])
+            self._state = await asyncio.to_thread(
+                StateStream, stream.partitions[0], self.queue.owned, self.site_id
+            )
             self.registry.restore(self._state.load(REGISTRY), f"{STATE_STREAM}'s registry")
             self.sink.use_state(self._state)
             self.queue.state = self._state
@@ -111,6 +113,12 @@ class LocalSite:
         for site in self.registry.list():
             self._start_sender(site)
         self.upkeep.start()
+
+    def fence(self, owned: Callable[[], bool]) -> None:
+        """A cluster's site, before :meth:`open`: ``owned`` says whether it still runs here
+        under the leadership it was opened with; once not, it stores, ships, releases and
+        saves nothing more (``SendQueue.owned``)."""
+        self.queue.owned = owned
 
     async def close(self) -> None:
         """Stop every sender, then the queue's upkeep after a last pass (before the broker

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NoReturn
@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tidelog.broker import Broker, Partition, StreamConfig, replace_bytes
-from tidelog.errors import InvalidArgument, NotLeader, PositionTrimmed, echo
+from tidelog.errors import InvalidArgument, NotLeader, PositionTrimmed, SiteMoving, echo
 from tidelog.sites.envelope import (
     MAX_ENTRIES,
     EntryKind,
@@ -129,6 +129,11 @@ class SendQueue:
         """Where the index's trim marks are kept when no snapshot file is (a cluster's
         ``__lrq_state``: :meth:`save_index`, and :meth:`open` takes them back)."""
         self._saved_trims: tuple[int, int, dict[int, int]] | None = None
+        self.owned: Callable[[], bool] = _always
+        """Whether this queue's site still runs here under the leadership it was opened with
+        (a cluster's: ``LocalSite.fence``). A site that lost it since (even if this broker
+        leads the queue again, over a log another leader changed) stores, ships, releases and
+        saves nothing more: its index and positions may stand on records that were cut."""
         self._partition: Partition | None = None
         self._decoded: OrderedDict[int, RecordColumns] = OrderedDict()
         """Offset -> the record's columns, oldest first, at most ``DECODED_BYTES`` of them:
@@ -251,7 +256,7 @@ class SendQueue:
         a snapshot after every failover). True if written."""
         base, lost = self.index.trims()
         trims = (self.index.oldest, base, lost)
-        if self.state is None or trims == self._saved_trims:
+        if self.state is None or trims == self._saved_trims or not self.owned():
             return False
         with contextlib.suppress(NotLeader):  # this broker no longer runs the site: not ours
             await self.state.save(
@@ -277,6 +282,7 @@ class SendQueue:
         queue (blocking: a few records per call). Raises ``PositionTrimmed`` when retention
         removed entries for the site after ``after`` (:meth:`lost_for`), or removes a record
         listed for it while this reads: reading on would skip them."""
+        self._check_owned()
         self._follow_retention()
         if self.lost_for(site_number, after):
             held = position(self.index.held_from(site_number), 0)
@@ -423,6 +429,7 @@ class SendQueue:
         """:meth:`transmit` from columns (what a packed ``TransmitRequest`` carries): entry i
         is the next ``sizes[i]`` bytes of ``payloads``, for the sites of
         ``destination_lists[list_indexes[i]]``. Checked whole before anything is written."""
+        self._check_owned()
         self._check_call(client, payloads, sizes, len(destination_lists), list_indexes)
         table: dict[int, int] = {}  # two lists may name the same sites
         remap = [table.setdefault(self._mask(tuple(d)), len(table)) for d in destination_lists]
@@ -454,6 +461,10 @@ class SendQueue:
             # queue; at once on a single broker), so a new leader of the queue has it.
             await self.partition.replicated(published.offsets[-1])
         return positions
+
+    def _check_owned(self) -> None:
+        if not self.owned():
+            raise SiteMoving(self.registry.local_site)
 
     def _check_call(
         self,
@@ -528,3 +539,7 @@ def _footprint(record: RecordColumns) -> int:
         + record.mask_indexes.nbytes
         + record.sizes.nbytes
     )
+
+
+def _always() -> bool:
+    return True

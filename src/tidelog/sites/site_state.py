@@ -14,10 +14,12 @@ site next reads what this one saved.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, Protocol
 
 from tidelog.broker import NewRecord, Partition, StreamConfig, replace_json
+from tidelog.errors import SiteMoving
 
 STATE_STREAM: Final = "__lrq_state"
 STATE_CONFIG: Final = StreamConfig(partitions=1, compact=True)
@@ -70,8 +72,14 @@ class Unopened:
 class StateStream:
     """A cluster's documents: the newest record of each name in ``__lrq_state``."""
 
-    def __init__(self, partition: Partition) -> None:
+    def __init__(
+        self, partition: Partition, owned: Callable[[], bool] | None = None, site_id: str = ""
+    ) -> None:
+        """``owned``: whether site ``site_id`` still runs here under the leadership it was
+        opened with (a save is refused once not: ``SiteMoving``)."""
         self.partition = partition
+        self.owned = owned
+        self.site_id = site_id
         self._documents: dict[str, Any] = {}
         log = partition.log
         if log.high_watermark >= 0:
@@ -84,6 +92,8 @@ class StateStream:
         return self._documents.get(name)
 
     async def save(self, name: str, document: Any) -> None:
+        if self.owned is not None and not self.owned():
+            raise SiteMoving(self.site_id)
         body = json.dumps(document, sort_keys=True).encode()
         await self.partition.publish([NewRecord(body, key=name.encode())], durable=True)
         self._documents[name] = document

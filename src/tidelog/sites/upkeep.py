@@ -144,6 +144,8 @@ class QueueUpkeep:
         acknowledged, trim the tag index to the queue's front, save its snapshot if it moved.
         Returns the base offsets of the segments released."""
         queue = self.queue
+        if not queue.owned():
+            return []  # the site moved: what it knows may stand on records that were cut
         sites = queue.registry.list()
         acked = self.acked()
         known = _identified(sites, acked)
