@@ -466,6 +466,7 @@ class ClusterNode:
                 and anchor is not None
                 and new.leader != anchor.leader
                 and anchor.leader in new.isr
+                and anchor.leader in live
                 and new.leader_epoch > state.leader_epoch
             ):
                 # A new leader for a colocated partition: the anchor's (elected first, in this
