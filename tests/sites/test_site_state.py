@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from tests.broker.brokertools import broker_config, running
 
-from tidelog.errors import SiteMoving
+from tidelog.broker import Stream, StreamConfig
+from tidelog.errors import NotEnoughReplicas, SiteMoving
 from tidelog.sites.local_site import LocalSite
 from tidelog.sites.registry import SITES_FILE
 from tidelog.sites.send_queue import Transmission
@@ -140,3 +141,27 @@ def test_a_site_that_lost_its_leadership_stores_ships_releases_and_saves_nothing
             assert site.queue.next_offset == 1, "nothing stored after the fence"
 
     asyncio.run(main())
+
+
+def test_closing_a_site_whose_open_failed_logs_no_failure(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cluster's site whose open failed (a stream not settled yet) is closed and tried again
+    at every pass: the close must not run a last upkeep pass over a queue never opened."""
+
+    async def main() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            own = local_streams(broker)
+
+            async def unsettled(name: str, config: StreamConfig) -> Stream:
+                if name == STATE_STREAM:
+                    raise NotEnoughReplicas(f"{name} is not settled")
+                return await own(name, config)
+
+            site = LocalSite(broker, "a", tmp_path, upkeep_interval_s=3600.0, streams=unsettled)
+            with pytest.raises(NotEnoughReplicas):
+                await site.open()
+            await site.close()
+
+    asyncio.run(main())
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "WARNING")]

@@ -124,7 +124,7 @@ class ClusterSite(SiteHost):
             if time.monotonic() > deadline:
                 raise NotEnoughReplicas(
                     f"{name} is not led here with its whole log in sync after {SETTLE_S:g} s "
-                    f"(its leadership is moving, or its followers are behind): trying again"
+                    f"(its leadership is moving, or its followers are behind)"
                 )
             await asyncio.sleep(self.cluster.settings.poll_s)
 

@@ -65,6 +65,7 @@ class LocalSite:
         self.sink = Sink(broker, site_id, streams=streams, state=Unopened() if replicated else None)
         self._registry_lock = asyncio.Lock()
         self._closed = False
+        self._opened = False
         self.senders: dict[str, Sender] = {}
         self.ack_timeout_s = ack_timeout_s
         interval = upkeep_interval_s or broker.config.maintenance_interval_s
@@ -113,6 +114,7 @@ class LocalSite:
         for site in self.registry.list():
             self._start_sender(site)
         self.upkeep.start()
+        self._opened = True
 
     def fence(self, owned: Callable[[], bool]) -> None:
         """A cluster's site, before :meth:`open`: ``owned`` says whether it still runs here
@@ -127,7 +129,8 @@ class LocalSite:
         self._closed = True
         for sender in list(self.senders.values()):
             await sender.stop()
-        await self.upkeep.close()
+        if self._opened:  # an open that failed (a cluster's, tried again) has nothing to pass
+            await self.upkeep.close()
         self.senders.clear()
 
     def _start_sender(self, site: Site) -> None:
