@@ -457,7 +457,7 @@ class ClusterNode:
     async def _control(self, view: ClusterView) -> None:
         assert self.metadata is not None
         live = set(view.brokers)
-        for (stream, number), state in sorted(view.partitions.items(), key=_anchors_first(view)):
+        for (stream, number), state in _anchors_first(view):
             new = elect(state, live) or finish_reassignment(state)
             record = view.streams.get(stream)
             anchor = None if record is None else view.partitions.get((record.colocate, 0))
@@ -499,12 +499,16 @@ class ClusterNode:
         once the reassignment is done, and their minIsr becomes 2 (what it would have been had
         the replicas been live at creation) once every partition has two in sync."""
         assert self.metadata is not None
-        for name, record in list(view.streams.items()):
-            states = stream_states(view, name)
-            if not name.startswith("__") or not states or any(s.target for s in states.values()):
+        internal: dict[str, list[PartitionState]] = {}  # one pass over the partitions
+        for (name, _), state in view.partitions.items():
+            if name.startswith("__"):
+                internal.setdefault(name, []).append(state)
+        for name, states in internal.items():
+            record = view.streams.get(name)
+            if record is None or any(s.target for s in states):
                 continue
-            factor = min(len(s.replicas) for s in states.values())
-            in_sync = min(len(s.isr) for s in states.values())
+            factor = min(len(s.replicas) for s in states)
+            in_sync = min(len(s.isr) for s in states)
             wider = replace(
                 record,
                 replication_factor=max(record.replication_factor, factor),
@@ -1194,16 +1198,15 @@ def _answer(response: cpb.ReplicaFetchResponse) -> FetchAnswer:
     )
 
 
-def _anchors_first(view: ClusterView) -> Callable[[Any], tuple[int, str, int]]:
-    """Order of the controller's pass: streams colocated with another after the others, so a
-    colocated partition follows the anchor's leader elected in the same pass."""
-
-    def key(item: Any) -> tuple[int, str, int]:
-        (stream, number), _ = item
-        record = view.streams.get(stream)
-        return (1 if record is not None and record.colocate else 0, stream, number)
-
-    return key
+def _anchors_first(view: ClusterView) -> list[tuple[tuple[str, int], PartitionState]]:
+    """The partitions in the controller's order: those of streams colocated with another last,
+    so a colocated partition follows the anchor's leader elected in the same pass."""
+    first: list[tuple[tuple[str, int], PartitionState]] = []
+    last: list[tuple[tuple[str, int], PartitionState]] = []
+    for item in view.partitions.items():
+        record = view.streams.get(item[0][0])
+        (last if record is not None and record.colocate else first).append(item)
+    return first + last
 
 
 def stream_states(view: ClusterView, stream: str) -> dict[int, PartitionState]:
