@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 
 from tidelog.broker import Stream, StreamConfig
 from tidelog.cluster.node import ClusterNode
-from tidelog.errors import FailedPrecondition, NotEnoughReplicas, SiteMoving
+from tidelog.errors import FailedPrecondition, NotEnoughReplicas, SiteMoving, TidelogError
 from tidelog.sites.local_site import LocalSite
 from tidelog.sites.send_queue import DELTA_QUEUE
 from tidelog.sites.sink import StreamSource
@@ -145,7 +145,10 @@ class ClusterSite(SiteHost):
                 await self.step()
             except Exception as error:
                 if str(error) != self._failing:  # once per reason, not every pass
-                    LOG.warning("site %s: %s; trying again", self.site_id, error)
+                    if isinstance(error, TidelogError):  # a known condition
+                        LOG.warning("site %s: %s; trying again", self.site_id, error)
+                    else:  # a bug: its traceback, once
+                        LOG.exception("site %s: the site loop failed; trying again", self.site_id)
                 self._failing = str(error)
             else:
                 self._failing = ""
