@@ -17,6 +17,20 @@ from pathlib import Path
 
 READY = "tidelog listening on "
 
+_LIMITED = (
+    "import os, resource, sys; n = int(sys.argv[1]);"
+    " resource.setrlimit(resource.RLIMIT_NOFILE, (n, n)); os.execv(sys.argv[2], sys.argv[2:])"
+)
+"""Sets the descriptor limit, then becomes the real command (same PID). It replaces a
+``preexec_fn``: that makes ``subprocess`` fork() instead of vfork(), and a fork() of a process with
+gRPC calls in flight runs gRPC's fork handlers, whose child side starts a polling thread before the
+exec and can hang the child there."""
+
+
+def with_open_files_limit(argv: list[str], limit: int) -> list[str]:
+    """``argv`` run with ``ulimit -n`` (soft and hard) set to ``limit``."""
+    return [sys.executable, "-c", _LIMITED, str(limit), *argv]
+
 
 class ServerProcess:
     """``start()`` launches ``python -m tidelog.cli serve`` and waits for its ready line."""
@@ -52,27 +66,25 @@ class ServerProcess:
         started = time.perf_counter()
         env = {**os.environ, **(self.env or {})}
         env.pop("TIDELOG_SERVER", None)
+        argv = [
+            sys.executable,
+            "-m",
+            "tidelog.cli",
+            "serve",
+            "--data-dir",
+            str(self.data_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--metrics-port",
+            "0",
+            *self.extra,
+        ]
+        if self.max_open_files is not None:
+            argv = with_open_files_limit(argv, self.max_open_files)
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tidelog.cli",
-                "serve",
-                "--data-dir",
-                str(self.data_dir),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--metrics-port",
-                "0",
-                *self.extra,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            preexec_fn=self._limit if self.max_open_files is not None else None,
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )
         assert self.process.stderr is not None
         threading.Thread(
@@ -92,14 +104,6 @@ class ServerProcess:
         raise RuntimeError(
             "tidelog serve did not become ready:\n" + "".join(self.stderr_lines[-40:])
         )
-
-    def _limit(self) -> None:
-        """In the child, before exec: the descriptor limit the server must live with."""
-        import resource
-
-        assert self.max_open_files is not None
-        limit = self.max_open_files
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
     def _drain_stderr(self, stream: object) -> None:
         for line in stream:  # type: ignore[attr-defined]

@@ -18,6 +18,19 @@ CLI_TIMEOUT = 60.0
 """A CLI call that has not finished by then is a hang (``run`` kills the child by PID)."""
 READY = "tidelog listening on "
 
+_AT_TERMINAL = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL);"
+    " os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+def at_terminal(*args: str) -> list[str]:
+    """``tidelog ARGS...`` with SIGINT at its default, as at a terminal, whatever the test process
+    inherited (a background job's SIGINT is ignored, and that carries over exec). The reset is a
+    shim that execs the command rather than a ``preexec_fn``, which would make ``subprocess``
+    fork() and run gRPC's fork handlers in a child of a process with calls in flight."""
+    return [sys.executable, "-c", _AT_TERMINAL, sys.executable, "-m", "tidelog.cli", *args]
+
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The test process's environment without any TIDELOG_* setting (or COLUMNS), plus ``extra``."""

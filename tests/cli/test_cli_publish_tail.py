@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from tests.cli.clitools import Cli, LineReader, clean_env, words
+from tests.cli.clitools import Cli, LineReader, at_terminal, clean_env, words
 from tests.support.server import ServerProcess
 
 from tidelog.client import Client
@@ -183,19 +183,19 @@ def test_tail_follow_prints_new_messages_until_interrupted(
     with Client(server.address) as client:
         client.publish_batch(stream, [b"old-0", b"old-1"])
         follow = subprocess.Popen(
-            [sys.executable, "-m", "tidelog.cli", "tail", stream, "--follow", "--json",
-             "--from", "earliest", "--server", server.address],
+            at_terminal("tail", stream, "--follow", "--json", "--from", "earliest",
+                        "--server", server.address),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env=clean_env(),
-            # As at a terminal: Ctrl-C delivered, whatever the test process inherited.
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
         try:
             reader = LineReader(follow)
             old = [json.loads(line) for line in reader.take(2)]
-            assert [(m["offset"], m["value"]) for m in old] == [(0, "old-0"), (1, "old-1")]
+            assert [(m["offset"], m["value"]) for m in old] == [(0, "old-0"), (1, "old-1")], (
+                follow.poll()
+            )
             client.publish(stream, b"new-2", key=b"k")
             client.publish_batch(stream, [b"new-3", b"new-4"])
             new = [json.loads(line) for line in reader.take(3)]

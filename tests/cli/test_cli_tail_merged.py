@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from tests.cli.clitools import Cli, LineReader, clean_env, one_error_line
+from tests.cli.clitools import Cli, LineReader, at_terminal, clean_env, one_error_line
 from tests.support.server import ServerProcess
 
 from tidelog.client import Client
@@ -125,13 +124,12 @@ def test_follow_merges_live_partitions(cli: Cli, server: ServerProcess, stream: 
     with Client(server.address) as client:
         client.publish(stream, b"old", partition=2)
         follow = subprocess.Popen(
-            [sys.executable, "-m", "tidelog.cli", "tail", stream, "--follow", "--json",
-             "--grep", "keep", "--server", server.address],
+            at_terminal("tail", stream, "--follow", "--json", "--grep", "keep",
+                        "--server", server.address),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env=clean_env(),
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
         try:
             reader = LineReader(follow)
