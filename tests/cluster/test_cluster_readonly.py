@@ -96,3 +96,27 @@ def publish_all(cluster: Cluster) -> grpc.StatusCode:
     except grpc.RpcError as error:
         return error.code()
     return grpc.StatusCode.OK
+
+
+def test_a_stream_of_more_partitions_than_one_etcd_transaction_holds(tmp_path: Path) -> None:
+    """etcd refuses a transaction of more than 128 operations: 200 partitions (and their
+    read-only flags) are written in steps, and the stream works as any other."""
+    with running_cluster(tmp_path) as cluster:
+        cluster.create_stream("r", partitions=200, replication_factor=3, min_isr=2)
+        partitions = cluster.metadata("r").partitions
+        assert sorted(partitions) == list(range(200))
+        assert all(p.leader and len(p.replicas) == 3 for p in partitions.values())
+        for number in (0, 127, 128, 199):
+            leader = cluster.partition("r", number).leader
+            cluster.api(leader).Publish(
+                pb.PublishRequest(stream="r", partition=number, value=b"x", ackPolicy=pb.ALL),
+                timeout=10,
+            )
+        cluster.api("b2").SetStreamReadonly(
+            pb.SetStreamReadonlyRequest(name="r", readonly=True), timeout=10
+        )
+        wait_for(lambda: publish(cluster, 199) == grpc.StatusCode.FAILED_PRECONDITION, 5)
+        assert publish(cluster, 0) == grpc.StatusCode.FAILED_PRECONDITION
+        with pytest.raises(grpc.RpcError) as taken:
+            cluster.create_stream("r", partitions=200)
+        assert taken.value.code() == grpc.StatusCode.ALREADY_EXISTS

@@ -1,6 +1,6 @@
 """Cluster metadata on a real etcd (``tidelog/cluster/metadata.py``): membership that ends with
-a broker's lease, one controller at a time, and partition changes as compare-and-set on the
-partition epoch, raced."""
+a broker's lease, one controller at a time, partition changes as compare-and-set on the
+partition epoch, raced, and streams larger than one etcd transaction."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from tidelog.cluster.metadata import (
     Metadata,
     MetadataUnavailable,
     PartitionState,
+    StreamRecord,
     endpoint,
 )
 
@@ -150,3 +151,66 @@ def test_an_unreachable_etcd_is_a_clear_error(tmp_path: Path) -> None:
     assert endpoint("127.0.0.1:2379") == ("127.0.0.1", 2379)
     with pytest.raises(ValueError, match="http://HOST:PORT"):
         endpoint("https://")
+
+
+def _states(count: int, leader: str = "b1") -> list[PartitionState]:
+    return [PartitionState((leader,), leader, (leader,)) for _ in range(count)]
+
+
+def test_a_stream_larger_than_one_transaction_is_created_whole_or_not_seen(etcd: str) -> None:
+    # etcd refuses a transaction of more than 128 operations: 300 partitions take several.
+    records = [StreamRecord({"partitions": 300})] * 2 + [StreamRecord({"partitions": 1})]
+
+    async def main() -> None:
+        async with Metadata.connect(etcd, "large") as meta:
+            results = await asyncio.gather(
+                meta.create_stream("wide", records[0], _states(300, "b1")),
+                meta.create_stream("wide", records[1], _states(300, "b2")),
+                meta.create_stream("wide", records[2], _states(1, "b3")),
+            )
+            assert sorted(results) == [False, False, True], "one creator wins the name"
+            winner = results.index(True)
+            view = await meta.view()
+            assert view.streams["wide"] == records[winner]
+            mine = {n: state for (name, n), state in view.partitions.items() if name == "wide"}
+            assert sorted(mine) == list(range(records[winner].config["partitions"]))
+            assert {state.leader for state in mine.values()} == {f"b{winner + 1}"}, (
+                "the winner's partitions only"
+            )
+            assert not await meta.create_stream("wide", records[0], _states(300))
+
+            assert await meta.create_stream("flags", records[0], _states(300))
+            assert await meta.set_readonly("flags", list(range(300)), True)
+            assert len((await meta.view()).readonly) == 300
+            assert await meta.set_readonly("flags", list(range(300)), False)
+            assert not (await meta.view()).readonly
+            assert not await meta.set_readonly("nowhere", list(range(300)), True)
+
+    asyncio.run(main())
+
+
+def test_a_dead_creators_partitions_are_unseen_and_replaced(etcd: str) -> None:
+    async def main() -> None:
+        async with Metadata.connect(etcd, "dead") as meta:
+            # What a creator killed part way leaves: its claim, under a lease that will not be
+            # refreshed again, and some partitions, without the stream's key.
+            client = meta._client
+            lease = await client.lease(1)
+            await client.put(meta._key("creating", "wide"), b"dead", lease)
+            for n in (0, 1, 250):
+                state = PartitionState(("b9",), "b9", ("b9",))
+                await meta.create_partition("wide", n, state)
+            assert not [k for k in (await meta.view()).partitions if k[0] == "wide"]
+            record = StreamRecord({"partitions": 200})
+            assert not await meta.create_stream("wide", record, _states(200)), "claimed"
+            deadline = time.monotonic() + 10
+            while not await meta.create_stream("wide", record, _states(200)):
+                assert time.monotonic() < deadline, "the dead creator's claim never expired"
+                await asyncio.sleep(0.3)
+            view = await meta.view()
+            assert view.streams["wide"] == record
+            mine = {n: state for (name, n), state in view.partitions.items() if name == "wide"}
+            assert sorted(mine) == list(range(200)), "the dead creator's partition 250 is gone"
+            assert {state.leader for state in mine.values()} == {"b1"}
+
+    asyncio.run(main())

@@ -11,7 +11,12 @@ per cluster (``/tidelog/<cluster>/``):
   A broker campaigns by creating the key with its own lease, only if absent (one etcd
   transaction); the key goes with the lease, and the next campaign wins.
 - ``streams/<name>``: a stream's settings, replication factor and ``minIsr``, written with its
-  partitions' first states in one transaction, only if absent.
+  partitions' first states in one transaction, only if absent. A stream with more partitions
+  than one etcd transaction may hold (:data:`TXN_OPS`) is written in steps under a claim,
+  ``creating/<name>``, held with a lease of its own: the partitions first, then the stream's
+  key, which makes them part of the cluster (:meth:`Metadata.view` shows no partition whose
+  stream's key is missing). A creator that dies leaves its claim to expire; the next one
+  removes the partitions it left.
 - ``ready/<stream>/<n>/<broker>``: the leader epoch under which that replica has opened the
   partition (leading or following), with the broker's lease; a created stream is usable once
   its leaders and live replicas have all marked it.
@@ -49,11 +54,16 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 import aetcd
+from aetcd.utils import prefix_range_end
 
 from tidelog.errors import TidelogError
 
 LOG = logging.getLogger("tidelog.cluster")
 DEFAULT_TTL_S: Final = 10
+
+TXN_OPS: Final = 128
+"""The operations one etcd transaction may hold: etcd's default ``--max-txn-ops``. Changes to
+more keys than that are written in several transactions."""
 
 
 class MetadataUnavailable(TidelogError):
@@ -268,20 +278,77 @@ class Metadata:
     async def create_stream(
         self, name: str, record: StreamRecord, states: Sequence[PartitionState]
     ) -> bool:
-        """Write a new stream and its partitions' first states in one transaction; False (and
-        nothing written) when a stream of that name exists."""
+        """Write a new stream and its partitions' first states; False (and nothing written) when
+        a stream of that name exists or is being created. One transaction when it fits in one,
+        else :meth:`_create_in_steps`."""
         key = self._key("streams", name)
         tx = self._client.transactions
-        puts = [tx.put(key, record.to_json())]
-        puts += [
+        puts = [
             tx.put(self._key("partitions", name, str(n)), replace(st, partition_epoch=0).to_json())
             for n, st in enumerate(states)
         ]
+        if len(puts) >= TXN_OPS:
+            return await self._create_in_steps(name, record, puts)
         with _unavailable(self._url):
             created, _ = await self._client.transaction(
-                compare=[tx.version(key) == 0], success=puts, failure=[]
+                compare=[tx.version(key) == 0, tx.version(self._key("creating", name)) == 0],
+                success=[tx.put(key, record.to_json()), *puts],
+                failure=[],
             )
         return bool(created)
+
+    async def _create_in_steps(self, name: str, record: StreamRecord, puts: list[Any]) -> bool:
+        """A stream too large for one transaction: claim the name with a lease of this call's
+        own, clear what a dead creator left, write the partitions a transaction at a time while
+        the claim is ours, then the stream's key with the claim's release. Until that last
+        step, no broker sees any of it."""
+        key = self._key("streams", name)
+        claim = self._key("creating", name)
+        partitions = self._key("partitions", name, "")
+        tx = self._client.transactions
+        with _unavailable(self._url):
+            lease = await self._client.lease(DEFAULT_TTL_S)
+            token = str(lease.id).encode()
+            ours = tx.value(claim) == token
+            try:
+                claimed, _ = await self._client.transaction(
+                    compare=[tx.version(key) == 0, tx.version(claim) == 0],
+                    success=[
+                        tx.put(claim, token, lease),
+                        tx.delete(partitions, prefix_range_end(partitions)),
+                    ],
+                    failure=[],
+                )
+                if not claimed:
+                    return False
+                done = False
+                for start in range(0, len(puts), TXN_OPS):
+                    await lease.refresh()
+                    done, _ = await self._client.transaction(
+                        compare=[ours], success=puts[start : start + TXN_OPS], failure=[]
+                    )
+                    if not done:
+                        break
+                else:
+                    done, _ = await self._client.transaction(
+                        compare=[ours], success=[tx.put(key, record.to_json())], failure=[]
+                    )
+                if not done:
+                    raise MetadataUnavailable(
+                        f"creating stream {name!r} ({len(puts)} partitions) outlasted its claim "
+                        f"on the name ({DEFAULT_TTL_S} s lease at etcd {self._url}): nothing "
+                        f"was created; try again"
+                    )
+                return True
+            finally:
+                with contextlib.suppress(aetcd.ClientError):
+                    # An unfinished creation's partitions go; the claim goes with its lease.
+                    await self._client.transaction(
+                        compare=[ours, tx.version(key) == 0],
+                        success=[tx.delete(partitions, prefix_range_end(partitions))],
+                        failure=[],
+                    )
+                    await lease.revoke()
 
     async def update_stream(self, name: str, record: StreamRecord) -> bool:
         """Replace an existing stream's record (False, nothing written: there is none)."""
@@ -304,20 +371,24 @@ class Metadata:
         return bool(found)
 
     async def set_readonly(self, stream: str, partitions: Sequence[int], readonly: bool) -> bool:
-        """Mark ``partitions`` read-only (or writable again) in one transaction, only while the
-        stream exists; False when it does not."""
+        """Mark ``partitions`` read-only (or writable again), only while the stream exists;
+        False when it does not. One transaction per :data:`TXN_OPS` partitions: an error part
+        way leaves the first ones changed, and the call, retried, finishes the rest."""
         tx = self._client.transactions
         keys = [self._key("readonly", stream, str(n)) for n in partitions]
         changes = [tx.put(k, b"1") for k in keys] if readonly else [tx.delete(k) for k in keys]
-        with _unavailable(self._url):
-            done, responses = await self._client.transaction(
-                compare=[tx.version(self._key("streams", stream)) > 0],
-                success=changes,
-                failure=[],
-            )
-        if done and responses:
-            self._wrote(responses)
-        return bool(done)
+        for start in range(0, max(len(changes), 1), TXN_OPS):
+            with _unavailable(self._url):
+                done, responses = await self._client.transaction(
+                    compare=[tx.version(self._key("streams", stream)) > 0],
+                    success=changes[start : start + TXN_OPS],
+                    failure=[],
+                )
+            if not done:
+                return False
+            if responses:
+                self._wrote(responses)
+        return True
 
     # -- views -----------------------------------------------------------------------------------
 
@@ -421,6 +492,10 @@ class Metadata:
             elif kind == "ready" and len(parts) == 4:
                 marks = view.ready.setdefault((parts[1], int(parts[2])), {})
                 marks[parts[3]] = int(kv.value)
+        for stream, number in [k for k in view.partitions if k[0] not in view.streams]:
+            # Written by a creation still under way, or left by one that died (or by a
+            # deletion in progress): not part of the cluster.
+            del view.partitions[stream, number]
         return view
 
 
