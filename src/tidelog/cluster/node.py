@@ -124,7 +124,14 @@ class ClusterSettings:
     poll_s: float = 0.1
     replica_lag_max_s: float = 5.0
     ack_timeout_s: float = 5.0
-    fetch_wait_ms: int = 500
+
+    @property
+    def fetch_wait_ms(self) -> int:
+        """How long a follower's fetch waits at the leader for records: half the lag a follower
+        may have before it leaves the ISR, since the leader counts it caught up each time a fetch
+        reaches the log end. A record, or a higher high watermark, answers at once, so the wait
+        costs no latency; what it sets is how often an idle partition's followers ask."""
+        return round(self.replica_lag_max_s * 500)
 
 
 def _read_hw(partition: Partition) -> int:
@@ -1088,6 +1095,7 @@ class ClusterNode:
                         fetch_offset=next_offset,
                         max_records=FETCH_MAX_RECORDS,
                         max_wait_ms=self.settings.fetch_wait_ms,
+                        high_watermark=follower.high_watermark,
                     ),
                     timeout=5 + self.settings.fetch_wait_ms / 1000,
                 )
@@ -1138,22 +1146,33 @@ class ClusterNode:
                 backoff = min(backoff * 2, 1.0)
 
     async def serve_fetch(self, request: cpb.ReplicaFetchRequest) -> cpb.ReplicaFetchResponse:
-        """The leader's side of ``ReplicaFetch``: answer at once when there are records, else
-        wait up to ``max_wait_ms`` for some."""
+        """The leader's side of ``ReplicaFetch``: answer at once when there are records or a
+        high watermark the follower does not know, else wait up to ``max_wait_ms`` for either."""
         leader = self.leading(request.stream, request.partition)
         max_records = request.max_records or FETCH_MAX_RECORDS
+        wake = leader.partition.signal.current()
         answer = leader.fetch(
             request.follower, request.leader_epoch, request.fetch_offset, max_records
         )
-        if not answer.records and request.max_wait_ms > 0:
-            partition = leader.partition
-            deadline = time.monotonic() + request.max_wait_ms / 1000
-            while not answer.records and (remaining := deadline - time.monotonic()) > 0:
-                await asyncio.wait([partition.signal.current()], timeout=remaining)
-                leader = self.leading(request.stream, request.partition)
-                answer = leader.fetch(
-                    request.follower, request.leader_epoch, request.fetch_offset, max_records
-                )
+        # A follower must learn a completed publish at once, for reads from it (ReadISRReplica):
+        # a high watermark above the one it knows is news, as records are. That includes the
+        # one its own fetch just raised, and one another follower's fetch raises while it waits.
+        known = request.high_watermark if request.HasField("high_watermark") else None
+        if known is None:
+            known = answer.high_watermark  # an older follower: what this answer would tell it
+        if answer.records or answer.high_watermark > known or request.max_wait_ms <= 0:
+            return _response(answer)
+        # The last fetch, at the deadline, counts the follower caught up again.
+        deadline = time.monotonic() + request.max_wait_ms / 1000
+        while (remaining := deadline - time.monotonic()) > 0:
+            await asyncio.wait([wake], timeout=remaining)
+            leader = self.leading(request.stream, request.partition)
+            wake = leader.partition.signal.current()
+            answer = leader.fetch(
+                request.follower, request.leader_epoch, request.fetch_offset, max_records
+            )
+            if answer.records or answer.high_watermark > known:
+                break
         return _response(answer)
 
     def serve_epoch_end(

@@ -31,6 +31,7 @@ class ReplicaFetchRequest(_message.Message):
     FETCH_OFFSET_FIELD_NUMBER: _builtins.int
     MAX_RECORDS_FIELD_NUMBER: _builtins.int
     MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
+    HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     partition: _builtins.int
     follower: _builtins.str
@@ -38,6 +39,10 @@ class ReplicaFetchRequest(_message.Message):
     fetch_offset: _builtins.int
     max_records: _builtins.int
     max_wait_ms: _builtins.int
+    high_watermark: _builtins.int
+    """The high watermark the follower knows (absent: an older follower). A waiting fetch is
+    answered as soon as the leader's is higher, so followers learn a completed publish at once.
+    """
     def __init__(
         self,
         *,
@@ -48,12 +53,15 @@ class ReplicaFetchRequest(_message.Message):
         fetch_offset: _builtins.int = ...,
         max_records: _builtins.int = ...,
         max_wait_ms: _builtins.int = ...,
+        high_watermark: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_high_watermark", b"_high_watermark", "high_watermark", b"high_watermark"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fetch_offset", b"fetch_offset", "follower", b"follower", "leader_epoch", b"leader_epoch", "max_records", b"max_records", "max_wait_ms", b"max_wait_ms", "partition", b"partition", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_high_watermark", b"_high_watermark", "fetch_offset", b"fetch_offset", "follower", b"follower", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "max_records", b"max_records", "max_wait_ms", b"max_wait_ms", "partition", b"partition", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__high_watermark: _TypeAlias = _typing.Literal["high_watermark"]  # noqa: Y015
+    _WhichOneofArgType__high_watermark: _TypeAlias = _typing.Literal["_high_watermark", b"_high_watermark"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__high_watermark) -> _WhichOneofReturnType__high_watermark | None: ...
 
 Global___ReplicaFetchRequest: _TypeAlias = ReplicaFetchRequest  # noqa: Y015
 
