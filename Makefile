@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PEERS_STAMP := $(VENV)/.peers-installed
 
-.PHONY: install peers chromium serve test demo sites cluster demo-broker bench bench-e2e bench-peers bench-cursors bench-windows bench-spark bench-isolation bench-browse bench-cluster bench-replication java lint proto clean
+.PHONY: install peers chromium serve test demo sites cluster demo-broker bench bench-e2e bench-peers bench-cursors bench-windows bench-spark bench-isolation bench-browse bench-cluster bench-cluster-idle bench-replication java lint proto clean
 
 install: $(STAMP)
 
@@ -94,6 +94,9 @@ bench-browse: install
 
 bench-cluster: install
 	$(BIN)/python benchmarks/cluster.py
+
+bench-cluster-idle: install
+	$(BIN)/python benchmarks/cluster_idle.py
 
 bench-replication: install
 	$(BIN)/python benchmarks/replication.py

@@ -218,3 +218,27 @@ def test_a_follower_with_old_records_behind_the_leaders_oldest_starts_afresh(
             assert [e.start_offset for e in b.epochs.entries] == [start]
 
     asyncio.run(main())
+
+
+def test_a_follower_waiting_at_the_log_end_stays_caught_up_however_long(tmp_path: Path) -> None:
+    """The leader holds an idle follower's fetch (up to half the lag allowed, ``fetch_wait_ms``);
+    while it is held the follower has everything, so it never leaves the ISR for the wait."""
+    now = [1000.0]
+
+    async def main() -> None:
+        async with replicas(tmp_path, "a", "b") as parts:
+            leader = LeaderReplica(parts["a"], "a", 1, isr=["a", "b"], clock=lambda: now[0])
+            await publish(parts["a"], b"x")
+            leader.fetch("b", 1, 1)  # b has everything
+            leader.hold("b")
+            now[0] += 60
+            assert leader.lagging(5) == set(), "held at the end for a minute: still caught up"
+            assert leader.caught_up("b", 5)
+            leader.release("b")
+            now[0] += 4
+            assert leader.lagging(5) == set(), "caught up when its fetch was answered"
+            now[0] += 2
+            assert leader.lagging(5) == {"b"}, "no fetch since: it lags"
+            assert not leader.caught_up("b", 5)
+
+    asyncio.run(main())

@@ -128,9 +128,9 @@ class ClusterSettings:
     @property
     def fetch_wait_ms(self) -> int:
         """How long a follower's fetch waits at the leader for records: half the lag a follower
-        may have before it leaves the ISR, since the leader counts it caught up each time a fetch
-        reaches the log end. A record, or a higher high watermark, answers at once, so the wait
-        costs no latency; what it sets is how often an idle partition's followers ask."""
+        may have before it leaves the ISR (a waiting follower counts caught up anyway:
+        ``LeaderReplica.hold``). A record, or a higher high watermark, answers at once, so the
+        wait costs no latency; what it sets is how often an idle partition's followers ask."""
         return round(self.replica_lag_max_s * 500)
 
 
@@ -1162,17 +1162,23 @@ class ClusterNode:
             known = answer.high_watermark  # an older follower: what this answer would tell it
         if answer.records or answer.high_watermark > known or request.max_wait_ms <= 0:
             return _response(answer)
-        # The last fetch, at the deadline, counts the follower caught up again.
-        deadline = time.monotonic() + request.max_wait_ms / 1000
-        while (remaining := deadline - time.monotonic()) > 0:
-            await asyncio.wait([wake], timeout=remaining)
-            leader = self.leading(request.stream, request.partition)
-            wake = leader.partition.signal.current()
-            answer = leader.fetch(
-                request.follower, request.leader_epoch, request.fetch_offset, max_records
-            )
-            if answer.records or answer.high_watermark > known:
-                break
+        # While it waits here the follower has everything: it stays caught up (in the ISR)
+        # however long the wait, which only sets how often an idle follower asks.
+        held = leader
+        held.hold(request.follower)
+        try:
+            deadline = time.monotonic() + request.max_wait_ms / 1000
+            while (remaining := deadline - time.monotonic()) > 0:
+                await asyncio.wait([wake], timeout=remaining)
+                leader = self.leading(request.stream, request.partition)
+                wake = leader.partition.signal.current()
+                answer = leader.fetch(
+                    request.follower, request.leader_epoch, request.fetch_offset, max_records
+                )
+                if answer.records or answer.high_watermark > known:
+                    break
+        finally:
+            held.release(request.follower)
         return _response(answer)
 
     def serve_epoch_end(

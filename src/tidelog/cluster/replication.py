@@ -102,6 +102,9 @@ class _Follower:
     leader's log end at the previous fetch means the follower had caught up by then)."""
     last_fetch_s: float = 0.0
     leader_end_at_last_fetch: int = -1
+    waiting: int = 0
+    """Its fetches held at the leader's log end now (:meth:`LeaderReplica.hold`): while one
+    waits, the follower has everything the leader has."""
 
 
 def _cache_path(partition: Partition) -> Path:
@@ -251,21 +254,34 @@ class LeaderReplica:
         """Where ``epoch`` ends in this leader's log (the follower's truncation question)."""
         return self.epochs.end_offset_for(epoch, self.partition.log.next_offset)
 
+    def hold(self, follower: str) -> None:
+        """A fetch of ``follower`` found nothing to send and waits at the log end: it counts
+        caught up until :meth:`release`, however long the wait."""
+        self._followers.setdefault(follower, _Follower()).waiting += 1
+
+    def release(self, follower: str) -> None:
+        """The waiting fetch is answered: the follower was caught up until now."""
+        state = self._followers.setdefault(follower, _Follower())
+        state.waiting = max(state.waiting - 1, 0)
+        state.caught_up_s = max(state.caught_up_s, self._clock())
+
     def caught_up(self, member: str, max_lag_s: float) -> bool:
         """Whether ``member`` (in the ISR or not) has caught up within ``max_lag_s``."""
         state = self._followers.get(member)
-        return state is not None and self._clock() - state.caught_up_s <= max_lag_s
+        return state is not None and (
+            state.waiting > 0 or self._clock() - state.caught_up_s <= max_lag_s
+        )
 
     def lagging(self, max_lag_s: float) -> set[str]:
         """ISR followers that have not been caught up for ``max_lag_s``: candidates to leave
         the ISR (the controller shrinks it, by compare-and-set in etcd)."""
         now = self._clock()
-        return {
-            member
-            for member in self.isr - {self.broker_id}
-            if now - self._followers.setdefault(member, _Follower(caught_up_s=now)).caught_up_s
-            > max_lag_s
-        }
+        lagging = set()
+        for member in self.isr - {self.broker_id}:
+            state = self._followers.setdefault(member, _Follower(caught_up_s=now))
+            if not state.waiting and now - state.caught_up_s > max_lag_s:
+                lagging.add(member)
+        return lagging
 
 
 class FollowerReplica:
