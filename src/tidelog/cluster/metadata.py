@@ -156,6 +156,9 @@ class Metadata:
         self.flags_written_at = 0
         """The etcd revision of this broker's newest change of a view definition or a
         read-only flag: a view read at an older revision does not describe them yet."""
+        self._states: dict[bytes, PartitionState] = {}
+        """Partition states already parsed, by their stored bytes: :meth:`view` runs ten times
+        a second and most partitions have not changed since the last read."""
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -488,7 +491,7 @@ class Metadata:
             elif kind == "streams" and len(parts) == 2:
                 view.streams[parts[1]] = StreamRecord.from_json(kv.value)
             elif kind == "partitions" and len(parts) == 3:
-                view.partitions[parts[1], int(parts[2])] = PartitionState.from_json(kv.value)
+                view.partitions[parts[1], int(parts[2])] = self._partition_state(kv.value)
             elif kind == "ready" and len(parts) == 4:
                 marks = view.ready.setdefault((parts[1], int(parts[2])), {})
                 marks[parts[3]] = int(kv.value)
@@ -497,6 +500,17 @@ class Metadata:
             # deletion in progress): not part of the cluster.
             del view.partitions[stream, number]
         return view
+
+    def _partition_state(self, raw: bytes) -> PartitionState:
+        state = self._states.get(raw)
+        if state is None:
+            if len(self._states) >= _STATES_KEPT:
+                self._states.clear()  # old states, never asked for again
+            state = self._states[raw] = PartitionState.from_json(raw)
+        return state
+
+
+_STATES_KEPT = 50_000
 
 
 def _revision_of(responses: list[Any]) -> int:
