@@ -212,5 +212,24 @@ def test_a_dead_creators_partitions_are_unseen_and_replaced(etcd: str) -> None:
             mine = {n: state for (name, n), state in view.partitions.items() if name == "wide"}
             assert sorted(mine) == list(range(200)), "the dead creator's partition 250 is gone"
             assert {state.leader for state in mine.values()} == {"b1"}
+            assert await meta.delete_stream("wide")
+            assert await meta.partitions("wide") == {}
+            assert not await meta.delete_stream("wide")
+
+    asyncio.run(main())
+
+
+def test_a_delete_leaves_a_creation_under_way_alone(etcd: str) -> None:
+    async def main() -> None:
+        async with Metadata.connect(etcd, "racing") as meta:
+            # A creator in steps holds the claim and has written some partitions; a delete of
+            # the name must not remove them, or the stream would be completed without them.
+            lease = await meta._client.lease(5)
+            await meta._client.put(meta._key("creating", "wide"), b"creator", lease)
+            for n in range(3):
+                await meta.create_partition("wide", n, PartitionState(("b1",), "b1", ("b1",)))
+            assert not await meta.delete_stream("wide")
+            assert sorted(await meta.partitions("wide")) == [0, 1, 2]
+            await lease.revoke()
 
     asyncio.run(main())

@@ -364,14 +364,22 @@ class Metadata:
         return bool(done)
 
     async def delete_stream(self, name: str) -> bool:
-        """Remove a stream, its partitions and their ready marks; False when there was none."""
+        """Remove a stream, its partitions, their ready marks, views and flags in one
+        transaction; False when there was none, or while one of that name is being created in
+        steps (its partitions are the creator's until its stream key is written)."""
+        tx = self._client.transactions
+        kinds = ("partitions", "ready", "views", "readonly")
+        ranges = [self._key(kind, name, "") for kind in kinds]
         with _unavailable(self._url):
-            found = await self._client.delete(self._key("streams", name))
-            await self._client.delete_prefix(self._key("partitions", name, ""))
-            await self._client.delete_prefix(self._key("ready", name, ""))
-            await self._client.delete_prefix(self._key("views", name, ""))
-            await self._client.delete_prefix(self._key("readonly", name, ""))
-        return bool(found)
+            done, responses = await self._client.transaction(
+                compare=[tx.version(self._key("creating", name)) == 0],
+                success=[
+                    tx.delete(self._key("streams", name)),
+                    *(tx.delete(prefix, prefix_range_end(prefix)) for prefix in ranges),
+                ],
+                failure=[],
+            )
+        return bool(done) and responses[0].response_delete_range.deleted > 0
 
     async def set_readonly(self, stream: str, partitions: Sequence[int], readonly: bool) -> bool:
         """Mark ``partitions`` read-only (or writable again), only while the stream exists;
