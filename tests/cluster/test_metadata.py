@@ -216,6 +216,15 @@ def test_a_dead_creators_partitions_are_unseen_and_replaced(etcd: str) -> None:
             assert await meta.partitions("wide") == {}
             assert not await meta.delete_stream("wide")
 
+            # Left by a dead creator, then a small stream of the name: written in steps too,
+            # so the leftovers go first.
+            for n in (0, 1, 250):
+                await meta.create_partition("small", n, PartitionState(("b9",), "b9", ("b9",)))
+            assert await meta.create_stream("small", StreamRecord({"partitions": 2}), _states(2))
+            view = await meta.view()
+            assert sorted(n for (name, n) in view.partitions if name == "small") == [0, 1]
+            assert {view.partitions["small", n].leader for n in (0, 1)} == {"b1"}
+
     asyncio.run(main())
 
 

@@ -292,19 +292,31 @@ class Metadata:
         ]
         if len(puts) >= TXN_OPS:
             return await self._create_in_steps(name, record, puts)
+        claim = self._key("creating", name)
+        partitions = self._key("partitions", name, "")
         with _unavailable(self._url):
-            created, _ = await self._client.transaction(
-                compare=[tx.version(key) == 0, tx.version(self._key("creating", name)) == 0],
+            created, found = await self._client.transaction(
+                compare=[
+                    tx.version(key) == 0,
+                    tx.version(claim) == 0,
+                    tx.version(partitions, prefix_range_end(partitions)) == 0,
+                ],
                 success=[tx.put(key, record.to_json()), *puts],
-                failure=[],
+                failure=[tx.get(key), tx.get(claim)],
             )
-        return bool(created)
+        if created:
+            return True
+        if any(found):  # the name is taken, or being created
+            return False
+        # Partitions a dead creator left: the creation in steps clears them first.
+        return await self._create_in_steps(name, record, puts)
 
     async def _create_in_steps(self, name: str, record: StreamRecord, puts: list[Any]) -> bool:
-        """A stream too large for one transaction: claim the name with a lease of this call's
-        own, clear what a dead creator left, write the partitions a transaction at a time while
-        the claim is ours, then the stream's key with the claim's release. Until that last
-        step, no broker sees any of it."""
+        """A stream too large for one transaction (or one whose name holds partitions a dead
+        creator left): claim the name with a lease of this call's own, clear what a dead
+        creator left, write the partitions a transaction at a time while the claim is ours and
+        the name free, then the stream's key with the claim's removal. Until that last step,
+        no broker sees any of it."""
         key = self._key("streams", name)
         claim = self._key("creating", name)
         partitions = self._key("partitions", name, "")
@@ -313,6 +325,7 @@ class Metadata:
             lease = await self._client.lease(DEFAULT_TTL_S)
             token = str(lease.id).encode()
             ours = tx.value(claim) == token
+            free = tx.version(key) == 0
             try:
                 claimed, _ = await self._client.transaction(
                     compare=[tx.version(key) == 0, tx.version(claim) == 0],
@@ -328,13 +341,15 @@ class Metadata:
                 for start in range(0, len(puts), TXN_OPS):
                     await lease.refresh()
                     done, _ = await self._client.transaction(
-                        compare=[ours], success=puts[start : start + TXN_OPS], failure=[]
+                        compare=[ours, free], success=puts[start : start + TXN_OPS], failure=[]
                     )
                     if not done:
                         break
                 else:
                     done, _ = await self._client.transaction(
-                        compare=[ours], success=[tx.put(key, record.to_json())], failure=[]
+                        compare=[ours, free],
+                        success=[tx.put(key, record.to_json()), tx.delete(claim)],
+                        failure=[],
                     )
                 if not done:
                     raise MetadataUnavailable(
@@ -345,12 +360,22 @@ class Metadata:
                 return True
             finally:
                 with contextlib.suppress(aetcd.ClientError):
-                    # An unfinished creation's partitions go; the claim goes with its lease.
-                    await self._client.transaction(
-                        compare=[ours, tx.version(key) == 0],
-                        success=[tx.delete(partitions, prefix_range_end(partitions))],
+                    # An unfinished creation's partitions go, with the claim; if the claim
+                    # expired meanwhile, they go only while no other creator holds the name.
+                    cleared, _ = await self._client.transaction(
+                        compare=[ours, free],
+                        success=[
+                            tx.delete(partitions, prefix_range_end(partitions)),
+                            tx.delete(claim),
+                        ],
                         failure=[],
                     )
+                    if not cleared:
+                        await self._client.transaction(
+                            compare=[tx.version(claim) == 0, free],
+                            success=[tx.delete(partitions, prefix_range_end(partitions))],
+                            failure=[],
+                        )
                     await lease.revoke()
 
     async def update_stream(self, name: str, record: StreamRecord) -> bool:

@@ -131,7 +131,7 @@ class ClusterSettings:
         may have before it leaves the ISR (a waiting follower counts caught up anyway:
         ``LeaderReplica.hold``). A record, or a higher high watermark, answers at once, so the
         wait costs no latency; what it sets is how often an idle partition's followers ask."""
-        return round(self.replica_lag_max_s * 500)
+        return max(round(self.replica_lag_max_s * 500), 50)
 
 
 def _read_hw(partition: Partition) -> int:
@@ -1161,25 +1161,37 @@ class ClusterNode:
         # A follower must learn a completed publish at once, for reads from it (ReadISRReplica):
         # a high watermark above the one it knows is news, as records are. That includes the
         # one its own fetch just raised, and one another follower's fetch raises while it waits.
+        # What it can take of it: a follower keeps no high watermark past its own log end.
         known = request.high_watermark if request.HasField("high_watermark") else None
         if known is None:
             known = answer.high_watermark  # an older follower: what this answer would tell it
-        if answer.records or answer.high_watermark > known or request.max_wait_ms <= 0:
+        reach = request.fetch_offset - 1
+
+        def news(answer: FetchAnswer) -> bool:
+            return bool(answer.records) or min(answer.high_watermark, reach) > known
+
+        # Held at most this leader's own wait: a follower counts caught up while held.
+        wait_ms = min(request.max_wait_ms, self.settings.fetch_wait_ms)
+        if news(answer) or wait_ms <= 0:
             return _response(answer)
         # While it waits here the follower has everything: it stays caught up (in the ISR)
         # however long the wait, which only sets how often an idle follower asks.
         held = leader
         held.hold(request.follower)
         try:
-            deadline = time.monotonic() + request.max_wait_ms / 1000
+            deadline = time.monotonic() + wait_ms / 1000
             while (remaining := deadline - time.monotonic()) > 0:
                 await asyncio.wait([wake], timeout=remaining)
                 leader = self.leading(request.stream, request.partition)
                 wake = leader.partition.signal.current()
                 answer = leader.fetch(
-                    request.follower, request.leader_epoch, request.fetch_offset, max_records
+                    request.follower,
+                    request.leader_epoch,
+                    request.fetch_offset,
+                    max_records,
+                    again=True,
                 )
-                if answer.records or answer.high_watermark > known:
+                if news(answer):
                     break
         finally:
             held.release(request.follower)

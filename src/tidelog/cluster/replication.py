@@ -195,23 +195,30 @@ class LeaderReplica:
         leader_epoch: int,
         from_offset: int,
         max_records: int = FETCH_MAX_RECORDS,
+        *,
+        again: bool = False,
     ) -> FetchAnswer:
+        """What a follower's fetch from ``from_offset`` gets. ``again``: the same fetch, held at
+        the log end, looked at once more; it is not a new fetch, so it tells the leader nothing
+        of the follower (a follower counts caught up by its fetches' arrivals, as in Kafka, and
+        while one is held: :meth:`hold`)."""
         if leader_epoch != self.leader_epoch:
             raise StaleEpoch(leader_epoch, self.leader_epoch)
         log = self.partition.log
-        state = self._followers.setdefault(follower, _Follower())
-        state.log_end = from_offset
         committed = log.committed_offset
-        now = self._clock()
-        if from_offset > committed:
-            state.caught_up_s = now
-        elif from_offset >= state.leader_end_at_last_fetch >= 0:
-            # Not at the end now (the leader keeps appending), but it has everything the leader
-            # had when it last fetched: it was caught up then.
-            state.caught_up_s = max(state.caught_up_s, state.last_fetch_s)
-        state.last_fetch_s = now
-        state.leader_end_at_last_fetch = committed + 1
-        self.advance()
+        if not again:
+            state = self._followers.setdefault(follower, _Follower())
+            state.log_end = from_offset
+            now = self._clock()
+            if from_offset > committed:
+                state.caught_up_s = now
+            elif from_offset >= state.leader_end_at_last_fetch >= 0:
+                # Not at the end now (the leader keeps appending), but it has everything the
+                # leader had when it last fetched: it was caught up then.
+                state.caught_up_s = max(state.caught_up_s, state.last_fetch_s)
+            state.last_fetch_s = now
+            state.leader_end_at_last_fetch = committed + 1
+            self.advance()
         records = StoredRecords()
         # A follower behind the leader's oldest record (retention, or the owner's releases,
         # removed what it lacks) is sent what the leader holds: its log keeps the gap, as
@@ -260,10 +267,11 @@ class LeaderReplica:
         self._followers.setdefault(follower, _Follower()).waiting += 1
 
     def release(self, follower: str) -> None:
-        """The waiting fetch is answered: the follower was caught up until now."""
+        """The waiting fetch is answered. Its lag counts from that fetch's arrival again, so a
+        follower that stopped while held (killed, paused, cut off) leaves the ISR
+        ``max_lag_s`` after its last fetch, as if it had not been held."""
         state = self._followers.setdefault(follower, _Follower())
         state.waiting = max(state.waiting - 1, 0)
-        state.caught_up_s = max(state.caught_up_s, self._clock())
 
     def caught_up(self, member: str, max_lag_s: float) -> bool:
         """Whether ``member`` (in the ISR or not) has caught up within ``max_lag_s``."""
