@@ -106,6 +106,10 @@ class _Follower:
     """Its fetches held at the leader's log end now (:meth:`LeaderReplica.hold`): while one
     waits, the follower has everything the leader has."""
 
+    def current(self, now: float, max_lag_s: float) -> bool:
+        """Caught up within ``max_lag_s`` of ``now``, or waiting at the log end."""
+        return self.waiting > 0 or now - self.caught_up_s <= max_lag_s
+
 
 def _cache_path(partition: Partition) -> Path:
     return partition.directory / "leader-epochs.json"
@@ -276,20 +280,19 @@ class LeaderReplica:
     def caught_up(self, member: str, max_lag_s: float) -> bool:
         """Whether ``member`` (in the ISR or not) has caught up within ``max_lag_s``."""
         state = self._followers.get(member)
-        return state is not None and (
-            state.waiting > 0 or self._clock() - state.caught_up_s <= max_lag_s
-        )
+        return state is not None and state.current(self._clock(), max_lag_s)
 
     def lagging(self, max_lag_s: float) -> set[str]:
         """ISR followers that have not been caught up for ``max_lag_s``: candidates to leave
         the ISR (the controller shrinks it, by compare-and-set in etcd)."""
         now = self._clock()
-        lagging = set()
-        for member in self.isr - {self.broker_id}:
-            state = self._followers.setdefault(member, _Follower(caught_up_s=now))
-            if not state.waiting and now - state.caught_up_s > max_lag_s:
-                lagging.add(member)
-        return lagging
+        return {
+            member
+            for member in self.isr - {self.broker_id}
+            if not self._followers.setdefault(member, _Follower(caught_up_s=now)).current(
+                now, max_lag_s
+            )
+        }
 
 
 class FollowerReplica:
