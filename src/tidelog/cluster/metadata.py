@@ -529,8 +529,8 @@ class Metadata:
                 marks = view.ready.setdefault((parts[1], int(parts[2])), {})
                 marks[parts[3]] = int(kv.value)
         for stream, number in [k for k in view.partitions if k[0] not in view.streams]:
-            # Written by a creation still under way, or left by one that died (or by a
-            # deletion in progress): not part of the cluster.
+            # Written by a creation still under way, or left by one that died: not part of
+            # the cluster.
             del view.partitions[stream, number]
         return view
 
