@@ -15,7 +15,12 @@ import pytest
 from tests.broker.brokertools import broker_config, running
 
 from tidelog.broker import Broker, NewRecord, Partition
-from tidelog.cluster.replication import FollowerReplica, LeaderReplica, StaleEpoch
+from tidelog.cluster.replication import (
+    FollowerReplica,
+    LeaderReplica,
+    StaleEpoch,
+    record_crc,
+)
 
 
 @asynccontextmanager
@@ -56,9 +61,19 @@ def catch_up(leader: LeaderReplica, follower: FollowerReplica, name: str) -> Non
     """Fetch until the follower has everything and has told the leader so."""
     next_offset = follower.partition.log.next_offset
     for _ in range(100):
-        answer = leader.fetch(name, follower.leader_epoch, next_offset, max_records=3)
+        answer = leader.fetch(
+            name,
+            follower.leader_epoch,
+            next_offset,
+            max_records=3,
+            previous_crc=follower.last_crc,
+        )
         next_offset = follower.apply(answer)
-        if not answer.records and next_offset > leader.partition.log.committed_offset:
+        if (
+            not answer.records
+            and not answer.diverged
+            and next_offset > leader.partition.log.committed_offset
+        ):
             return
     raise AssertionError("the follower did not catch up in 100 fetches")
 
@@ -160,6 +175,55 @@ def test_a_restarted_follower_keeps_what_the_leader_has_above_its_high_watermark
             leader.fetch("b", 1, 4)
             assert leader.high_watermark == 3
             assert contents(parts["b"]) == contents(parts["a"])
+
+    asyncio.run(main())
+
+
+def test_a_follower_with_records_no_leader_wrote_in_the_same_epoch_cuts_them(
+    tmp_path: Path,
+) -> None:
+    """A replica holds records its leader never wrote, inside the leader's own epoch (a restarted
+    broker took publishes before it knew its role, or a disk went wrong): the epochs show no
+    divergence, so the fetch's CRC of the record before it does. The follower cuts back until
+    the logs agree and ends a byte-for-byte copy; before, it kept the foreign records, and its
+    next append of the leader's older timestamps failed, every fetch, forever."""
+
+    async def main() -> None:
+        async with replicas(tmp_path, "a", "b") as parts:
+            leader = LeaderReplica(parts["a"], "a", 1, isr=["a", "b"])
+            b = FollowerReplica(parts["b"], "b")
+            b.follow(1, leader.end_offset_for)
+            await publish(parts["a"], *(b"a%d" % i for i in range(5)))
+            catch_up(leader, b, "b")
+            await publish(parts["a"], *(b"a%d" % i for i in range(5, 20)))
+            await publish(parts["b"], b"foreign5", b"foreign6", b"foreign7")  # offsets 5..7
+            b = FollowerReplica(parts["b"], "b")  # as after a restart
+            b.high_watermark = 4
+            assert b.follow(1, leader.end_offset_for) == 8, "the epochs see nothing to cut"
+            catch_up(leader, b, "b")
+            assert contents(parts["b"]) == contents(parts["a"])
+            assert b.divergences == 2, "cut 7, then 5..6, then the logs agree at 4"
+            leader.fetch("b", 1, 20, previous_crc=b.last_crc)
+            assert leader.high_watermark == 19
+
+    asyncio.run(main())
+
+
+def test_a_divergence_check_against_a_leader_without_the_record(tmp_path: Path) -> None:
+    """A follower whose record is past the leader's end diverges; one below the leader's
+    oldest cannot be compared and counts as the same; a matching one does not diverge."""
+
+    async def main() -> None:
+        async with replicas(tmp_path, "a") as parts:
+            leader = LeaderReplica(parts["a"], "a", 1, isr=["a"])
+            await publish(parts["a"], b"x", b"y")
+            crc = record_crc(parts["a"].log, 1)
+            assert crc is not None
+            assert not leader.fetch("b", 1, 2, previous_crc=crc).diverged
+            assert leader.fetch("b", 1, 2, previous_crc=crc ^ 1).diverged
+            assert leader.fetch("b", 1, 3, previous_crc=crc).diverged, "past its end"
+            assert not leader.fetch("b", 1, 0, previous_crc=crc).diverged, "offset -1"
+            assert record_crc(parts["a"].log, 2) is None
 
     asyncio.run(main())
 

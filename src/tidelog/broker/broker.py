@@ -53,7 +53,7 @@ from tidelog.broker.config import (
 )
 from tidelog.broker.cursors import CursorStore
 from tidelog.broker.groups import GROUPS_FILE, GroupCoordinator, read_groups, write_groups
-from tidelog.broker.partition import Partition
+from tidelog.broker.partition import Partition, ReplicaRole
 from tidelog.broker.partition_view import ViewSpec
 from tidelog.broker.producers import Published, check_headers, validate_producer
 from tidelog.broker.stream import METADATA_FILE, Stream
@@ -162,8 +162,27 @@ class Broker:
         """Set on a broker of a cluster: for a stream (partition -1: any) this broker does not
         hold, the address of the broker leading it ("" while none does), or None when the
         cluster does not know it either."""
+        self._first_role: Callable[[Partition], ReplicaRole] | None = None
+        """Set on a broker of a cluster (:meth:`hold_partitions`): the role every partition
+        has until the cluster gives it its own."""
 
     # -- lifecycle -------------------------------------------------------------------------------
+
+    def hold_partitions(self, first_role: Callable[[Partition], ReplicaRole]) -> None:
+        """Make this a broker of a cluster: every partition, open now or opened later (a
+        stream loaded at start, or created), gets ``first_role(partition)`` until the cluster
+        sets the role it has here. Such a role refuses publishes and reads, so no partition is
+        ever served as a single broker's between its opening and the cluster's first word on
+        it (a restarted replica would otherwise acknowledge records its leader never had)."""
+        self._first_role = first_role
+        for stream in self.streams.values():
+            self._hold(stream)
+
+    def _hold(self, stream: Stream) -> None:
+        if self._first_role is not None:
+            for partition in stream.partitions:
+                if partition.role is None:
+                    partition.role = self._first_role(partition)
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -187,6 +206,7 @@ class Broker:
             stream = await asyncio.to_thread(
                 Stream.load, directory, self.config.log, self._loop, self.files
             )
+            self._hold(stream)
             self.streams[stream.name] = stream
             stream.views.start()
             LOG.info("opened stream %s (%d partitions)", stream.name, len(stream.partitions))
@@ -417,6 +437,7 @@ class Broker:
             if found is not None:
                 raise found from error
             raise
+        self._hold(stream)
         self.streams[name] = stream
         LOG.info("created stream %s (%d partitions)", name, config.partitions)
         return stream

@@ -123,7 +123,9 @@ class ClusterSettings:
     lease_ttl_s: int = 3
     poll_s: float = 0.1
     replica_lag_max_s: float = 5.0
-    ack_timeout_s: float = 5.0
+    ack_timeout_s: float = 10.0
+    """Above ``replica_lag_max_s``: an ack ALL publish that waits for a follower that stopped
+    gets through once the ISR has dropped it, rather than failing at that very moment."""
 
     @property
     def fetch_wait_ms(self) -> int:
@@ -293,6 +295,44 @@ class PartitionRole:
                 await task
 
 
+class Undecided:
+    """The :class:`ReplicaRole` of every partition of a broker of a cluster until the node has
+    read the cluster's state and given the partition its own role (``Broker.hold_partitions``):
+    a restarted broker serves nothing it has not been told it leads or follows.
+
+    Without it a partition loaded from disk had no role at all between the gRPC server's start
+    and the node's first step, and took publishes as a single broker's: appended, synced and
+    acknowledged without the leader check or the ISR wait, then cut when the broker followed
+    the real leader (or, within the same leader epoch, kept, so the follower diverged)."""
+
+    def __init__(self, node: ClusterNode, partition: Partition) -> None:
+        self.node = node
+        self.partition = partition
+        self.stream = partition.stream
+        self.number = partition.number
+        if partition.current_log is not None:
+            self.opened(partition.current_log)
+
+    def _refuse(self) -> NotLeader:
+        return NotLeader(
+            self.stream, self.number, self.node._elsewhere(self.stream, self.number) or ""
+        )
+
+    def check_publish(self) -> None:
+        raise self._refuse()
+
+    async def replicated(self, last_offset: int) -> None:
+        raise self._refuse()
+
+    def check_read(self, read_replica: bool) -> None:
+        raise self._refuse()
+
+    def opened(self, log: Any) -> None:
+        # Readers that do not ask for a role (none should) see no more than what was committed
+        # when this replica last knew.
+        log.set_commit_limit(_read_hw(self.partition))
+
+
 class Outsider:
     """The :class:`ReplicaRole` of a partition this broker holds no replica of (a stream is
     created whole on every broker that replicates any of its partitions, or one that was moved
@@ -350,10 +390,20 @@ class ClusterNode:
         self.fetch_delay_s = float(os.environ.get("TIDELOG_TEST_REPLICA_FETCH_DELAY_S") or 0)
         """Fault tests: each fetch answer waits this long before the follower appends it (a slow
         follower or link; docs/operations.md). Zero otherwise."""
+        # From now on (before the server answers anything): no partition is served until this
+        # node has given it its role.
+        broker.hold_partitions(lambda partition: Undecided(self, partition))
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.settings.ack_timeout_s <= self.settings.replica_lag_max_s:
+            LOG.warning(
+                "cluster_ack_timeout_s (%g) is not above replica_lag_max_s (%g): a publish with "
+                "ack ALL that waits for a follower that stopped fails before the ISR drops it",
+                self.settings.ack_timeout_s,
+                self.settings.replica_lag_max_s,
+            )
         self.broker.hosted_elsewhere = self._elsewhere
         self._metadata_cm = Metadata.connect(self.settings.etcd, self.settings.cluster)
         self.metadata = await self._metadata_cm.__aenter__()
@@ -583,7 +633,9 @@ class ClusterNode:
             if local is None:
                 continue
             for partition in local.partitions:
-                if (name, partition.number) not in seen and partition.role is None:
+                if (name, partition.number) not in seen and (
+                    partition.role is None or isinstance(partition.role, Undecided)
+                ):
                     partition.role = Outsider(self, name, partition.number)
 
     def _role(self, stream: str, number: int, record: StreamRecord) -> PartitionRole | None:
@@ -719,7 +771,10 @@ class ClusterNode:
                         f"partitions, the cluster's {wanted}: give every broker the same "
                         f"cursor_partitions"
                     )
-                if all(p.role is not None for p in store.stream.partitions):
+                if all(
+                    p.role is not None and not isinstance(p.role, Undecided)
+                    for p in store.stream.partitions
+                ):
                     return store
             if time.monotonic() > deadline:
                 raise NotEnoughReplicas(
@@ -1100,10 +1155,20 @@ class ClusterNode:
                         max_records=FETCH_MAX_RECORDS,
                         max_wait_ms=self.settings.fetch_wait_ms,
                         high_watermark=follower.high_watermark,
+                        previous_crc=follower.last_crc,
                     ),
                     timeout=5 + self.settings.fetch_wait_ms / 1000,
                 )
                 fetched = _answer(response)
+                if fetched.diverged:
+                    LOG.warning(
+                        "%s/%d: record %d is not leader %s's: cutting back to find where the "
+                        "logs agree",
+                        partition.stream,
+                        partition.number,
+                        next_offset - 1,
+                        leader_id,
+                    )
                 if self.fetch_delay_s and fetched.records:
                     await asyncio.sleep(self.fetch_delay_s)
                 if fetched.records and partition.log.config.flush_policy is FlushPolicy.ALWAYS:
@@ -1155,8 +1220,13 @@ class ClusterNode:
         leader = self.leading(request.stream, request.partition)
         max_records = request.max_records or FETCH_MAX_RECORDS
         wake = leader.partition.signal.current()
+        previous_crc = request.previous_crc if request.HasField("previous_crc") else None
         answer = leader.fetch(
-            request.follower, request.leader_epoch, request.fetch_offset, max_records
+            request.follower,
+            request.leader_epoch,
+            request.fetch_offset,
+            max_records,
+            previous_crc=previous_crc,
         )
         # A follower must learn a completed publish at once, for reads from it (ReadISRReplica):
         # a high watermark above the one it knows is news, as records are. That includes the
@@ -1172,7 +1242,7 @@ class ClusterNode:
 
         # Held at most this leader's own wait: a follower counts caught up while held.
         wait_ms = min(request.max_wait_ms, self.settings.fetch_wait_ms)
-        if news(answer) or wait_ms <= 0:
+        if news(answer) or wait_ms <= 0 or answer.diverged:
             return _response(answer)
         # While it waits here the follower has everything: it stays caught up (in the ISR)
         # however long the wait, which only sets how often an idle follower asks.
@@ -1225,6 +1295,7 @@ def _response(answer: FetchAnswer) -> cpb.ReplicaFetchResponse:
         stored_records=records.data,
         stored_sizes=columns.pack_int64(records.sizes) if len(records) else b"",
         log_start_offset=answer.log_start,
+        diverged=answer.diverged,
     )
 
 
@@ -1235,7 +1306,12 @@ def _answer(response: cpb.ReplicaFetchResponse) -> FetchAnswer:
     records = StoredRecords(response.stored_records, sizes)
     epochs = [EpochEntry(e.epoch, e.start_offset) for e in response.epochs]
     return FetchAnswer(
-        response.leader_epoch, response.high_watermark, records, epochs, response.log_start_offset
+        response.leader_epoch,
+        response.high_watermark,
+        records,
+        epochs,
+        response.log_start_offset,
+        diverged=response.diverged,
     )
 
 

@@ -19,6 +19,15 @@ Theory of operation (``docs/cluster.md``; Kafka's and Liftbridge's ISR protocol)
   (``leader_epochs.truncation_offset``; to its high watermark when the leader knows no epoch so
   old). Only then does it fetch; it appends what it gets with the leader's offsets and
   timestamps, and keeps the high watermark it is told (never above its own log end).
+- Epochs find where a follower's log left its leader's only when the two differ in *which epoch*
+  wrote a record. A record the follower holds that no leader wrote (kept from a restart, a bug,
+  a disk) can sit in the leader's current epoch with no sign in the epochs. So every fetch also
+  names the CRC of the follower's record before ``fetch_offset`` (the CRC covers the offset, the
+  timestamp and the bytes: equal CRCs, the same record); the leader compares it with its own
+  record there and, when they differ, answers ``diverged`` and nothing else, before the fetch
+  counts as the follower's log end. The follower then cuts back, one record first and twice as
+  many at each further ``diverged`` (a few round trips find any divergence point), and fetches
+  again from there.
 
 Both ends are plain objects over a partition's log: the replica-fetch RPC and the controller
 (later parts of issue 14) drive them.
@@ -42,6 +51,7 @@ from tidelog.cluster.leader_epochs import (
     truncation_offset,
 )
 from tidelog.errors import TidelogError
+from tidelog.log import CommitLog
 
 FETCH_MAX_RECORDS = 10_000
 FETCH_MAX_BYTES = 4 << 20
@@ -91,6 +101,8 @@ class FetchAnswer:
     """The leader's epoch entries covering ``records`` (oldest first)."""
     log_start: int = 0
     """The leader's oldest offset (a follower releases its whole segments below it)."""
+    diverged: bool = False
+    """The follower's record before the fetch offset is not the leader's record there."""
 
 
 @dataclass(slots=True)
@@ -201,15 +213,27 @@ class LeaderReplica:
         max_records: int = FETCH_MAX_RECORDS,
         *,
         again: bool = False,
+        previous_crc: int | None = None,
     ) -> FetchAnswer:
         """What a follower's fetch from ``from_offset`` gets. ``again``: the same fetch, held at
         the log end, looked at once more; it is not a new fetch, so it tells the leader nothing
         of the follower (a follower counts caught up by its fetches' arrivals, as in Kafka, and
-        while one is held: :meth:`hold`)."""
+        while one is held: :meth:`hold`). ``previous_crc``: the CRC of the follower's record at
+        ``from_offset - 1`` (None: not told, or it holds none); when the leader's record there
+        differs the answer is ``diverged``, and the fetch says nothing of the follower's log."""
         if leader_epoch != self.leader_epoch:
             raise StaleEpoch(leader_epoch, self.leader_epoch)
         log = self.partition.log
         committed = log.committed_offset
+        if previous_crc is not None and not again and self._diverges(from_offset, previous_crc):
+            return FetchAnswer(
+                self.leader_epoch,
+                self.high_watermark,
+                StoredRecords(),
+                [],
+                log.oldest_offset,
+                diverged=True,
+            )
         if not again:
             state = self._followers.setdefault(follower, _Follower())
             state.log_end = from_offset
@@ -247,6 +271,19 @@ class LeaderReplica:
             self._epochs_for(records),
             log.oldest_offset,
         )
+
+    def _diverges(self, from_offset: int, previous_crc: int) -> bool:
+        """Whether a follower whose record at ``from_offset - 1`` has ``previous_crc`` holds a
+        record this leader does not: one it lacks (past its log end), or another one there. A
+        record below the leader's oldest cannot be compared, and counts as the same."""
+        log = self.partition.log
+        offset = from_offset - 1
+        if offset < 0 or offset < log.oldest_offset:
+            return False
+        if offset > log.committed_offset:
+            return True
+        mine = record_crc(log, offset)
+        return mine is not None and mine != previous_crc
 
     def _epochs_for(self, records: StoredRecords) -> list[EpochEntry]:
         if not records:
@@ -302,6 +339,13 @@ class FollowerReplica:
         self.epochs = load_epochs(partition)
         self.high_watermark = -1
         self.leader_epoch = UNDEFINED
+        self.last_crc: int | None = None
+        """The CRC of the newest record of this replica's log (None: it holds none), which
+        every fetch names (``previous_crc``)."""
+        self._step_back = 1
+        """How many records the next ``diverged`` answer cuts (doubled at each in a row)."""
+        self.divergences = 0
+        """``diverged`` answers taken so far (for tests and the log)."""
 
     def follow(self, leader_epoch: int, leader_end_offset_for: Callable[[int], EpochEnd]) -> int:
         """Start following a leader of ``leader_epoch``: truncate what it never had. Returns
@@ -312,17 +356,39 @@ class FollowerReplica:
         if cut is None:
             cut = max(self.high_watermark + 1, log.oldest_offset)
         if cut < log.next_offset:
-            log.truncate_to(cut)
-            self.epochs.truncate_from_end(cut)
-            save_epochs(self.partition, self.epochs)
+            self._truncate(cut)
         self.leader_epoch = leader_epoch
+        self._step_back = 1
+        self.last_crc = record_crc(log, log.next_offset - 1)
         return log.next_offset
+
+    def _truncate(self, cut: int) -> None:
+        log = self.partition.log
+        log.truncate_to(cut)
+        self.epochs.truncate_from_end(cut)
+        save_epochs(self.partition, self.epochs)
+        # What it held above the cut is not known to be committed any more.
+        self.high_watermark = min(self.high_watermark, log.next_offset - 1)
+        log.set_commit_limit(self.high_watermark)
 
     def apply(self, answer: FetchAnswer) -> int:
         """Append a fetch answer; returns the next offset to fetch."""
         if answer.leader_epoch != self.leader_epoch:
             raise StaleEpoch(answer.leader_epoch, self.leader_epoch)
         log = self.partition.log
+        if answer.diverged:
+            # Its newest record is not the leader's: cut it and, if the one before differs too
+            # (the next answer says), twice as many, until the logs agree.
+            cut = max(log.next_offset - self._step_back, log.oldest_offset)
+            if log.newest_offset >= log.oldest_offset and cut < log.next_offset:
+                self._truncate(cut)
+            else:  # nothing left to cut that the leader could compare: start afresh
+                self._truncate(log.oldest_offset)
+            self._step_back *= 2
+            self.divergences += 1
+            self.last_crc = record_crc(log, log.next_offset - 1)
+            return log.next_offset
+        self._step_back = 1
         records = answer.records
         if answer.log_start > log.next_offset:
             # Behind the leader's oldest record (it released or retained away what comes next):
@@ -333,6 +399,7 @@ class FollowerReplica:
                 log.truncate_to(log.oldest_offset)
             self.epochs = LeaderEpochCache()
             save_epochs(self.partition, self.epochs)
+            self.last_crc = None
         if records:
             first, _ = records.offset_range()
             changed = False
@@ -343,11 +410,25 @@ class FollowerReplica:
             if changed:
                 save_epochs(self.partition, self.epochs)  # before the records it describes
             log.append_stored(records.data, records.sizes)  # CRCs checked, bytes as they are
+            last_at = len(records.data) - int(records.sizes[-1])
+            self.last_crc = int.from_bytes(records.data[last_at : last_at + 4], "little")
         self.high_watermark = max(
             self.high_watermark, min(answer.high_watermark, log.next_offset - 1)
         )
         log.set_commit_limit(self.high_watermark)  # ReadISRReplica readers see up to it
         return log.next_offset
+
+
+def record_crc(log: CommitLog, offset: int) -> int | None:
+    """The stored CRC of ``log``'s record at ``offset`` (committed or not), or None when it
+    holds none there (below its oldest, past its newest, or in a gap)."""
+    if offset < 0 or offset < log.oldest_offset or offset > log.committed_offset:
+        return None
+    batch = log.forward_reader(offset, stop_offset=offset, past_limit=True).read(1, 1)
+    if not batch or int(batch.offsets[0]) != offset:
+        return None
+    at = int(batch.positions[0])
+    return int.from_bytes(bytes(batch.data[at : at + 4]), "little")
 
 
 def _stored_bytes(data: bytes, positions: np.ndarray, sizes: np.ndarray) -> bytes:

@@ -32,6 +32,7 @@ class ReplicaFetchRequest(_message.Message):
     MAX_RECORDS_FIELD_NUMBER: _builtins.int
     MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
     HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
+    PREVIOUS_CRC_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     partition: _builtins.int
     follower: _builtins.str
@@ -42,6 +43,11 @@ class ReplicaFetchRequest(_message.Message):
     high_watermark: _builtins.int
     """The high watermark the follower knows (absent: an older follower). A waiting fetch is
     answered as soon as the leader's is higher, so followers learn a completed publish at once.
+    """
+    previous_crc: _builtins.int
+    """The CRC of the follower's record at fetch_offset - 1 (absent: it holds none there, or an
+    older follower). When the leader's record there is another one, or it has none, the answer
+    is `diverged` and carries no records: the follower cuts back and fetches again.
     """
     def __init__(
         self,
@@ -54,14 +60,20 @@ class ReplicaFetchRequest(_message.Message):
         max_records: _builtins.int = ...,
         max_wait_ms: _builtins.int = ...,
         high_watermark: _builtins.int | None = ...,
+        previous_crc: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_high_watermark", b"_high_watermark", "high_watermark", b"high_watermark"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_high_watermark", b"_high_watermark", "_previous_crc", b"_previous_crc", "high_watermark", b"high_watermark", "previous_crc", b"previous_crc"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_high_watermark", b"_high_watermark", "fetch_offset", b"fetch_offset", "follower", b"follower", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "max_records", b"max_records", "max_wait_ms", b"max_wait_ms", "partition", b"partition", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_high_watermark", b"_high_watermark", "_previous_crc", b"_previous_crc", "fetch_offset", b"fetch_offset", "follower", b"follower", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "max_records", b"max_records", "max_wait_ms", b"max_wait_ms", "partition", b"partition", "previous_crc", b"previous_crc", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__high_watermark: _TypeAlias = _typing.Literal["high_watermark"]  # noqa: Y015
     _WhichOneofArgType__high_watermark: _TypeAlias = _typing.Literal["_high_watermark", b"_high_watermark"]  # noqa: Y015
+    _WhichOneofReturnType__previous_crc: _TypeAlias = _typing.Literal["previous_crc"]  # noqa: Y015
+    _WhichOneofArgType__previous_crc: _TypeAlias = _typing.Literal["_previous_crc", b"_previous_crc"]  # noqa: Y015
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__high_watermark) -> _WhichOneofReturnType__high_watermark | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__previous_crc) -> _WhichOneofReturnType__previous_crc | None: ...
 
 Global___ReplicaFetchRequest: _TypeAlias = ReplicaFetchRequest  # noqa: Y015
 
@@ -97,6 +109,7 @@ class ReplicaFetchResponse(_message.Message):
     STORED_RECORDS_FIELD_NUMBER: _builtins.int
     STORED_SIZES_FIELD_NUMBER: _builtins.int
     LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
+    DIVERGED_FIELD_NUMBER: _builtins.int
     leader_epoch: _builtins.int
     high_watermark: _builtins.int
     stored_records: _builtins.bytes
@@ -111,6 +124,8 @@ class ReplicaFetchResponse(_message.Message):
     sites' delta queue does) removed below it, the follower removes too, in whole segments and
     never past its own high watermark.
     """
+    diverged: _builtins.bool
+    """The follower's record before fetch_offset is not the leader's (see previous_crc)."""
     @_builtins.property
     def epochs(self) -> _containers.RepeatedCompositeFieldContainer[Global___EpochStart]:
         """The leader's epoch entries covering those records, oldest first."""
@@ -124,10 +139,11 @@ class ReplicaFetchResponse(_message.Message):
         stored_records: _builtins.bytes = ...,
         stored_sizes: _builtins.bytes = ...,
         log_start_offset: _builtins.int = ...,
+        diverged: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epochs", b"epochs", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_start_offset", b"log_start_offset", "stored_records", b"stored_records", "stored_sizes", b"stored_sizes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["diverged", b"diverged", "epochs", b"epochs", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_start_offset", b"log_start_offset", "stored_records", b"stored_records", "stored_sizes", b"stored_sizes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
