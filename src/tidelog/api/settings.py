@@ -104,10 +104,11 @@ class ServerSettings(BaseSettings):
         "cluster (its partitions get new leaders)",
     )
     cluster_ack_timeout_s: float = Field(
-        5.0,
+        10.0,
         gt=0,
         description="how long a publish with ack policy ALL waits for the in-sync replicas "
-        "before it fails with UNAVAILABLE (retryable)",
+        "before it fails with UNAVAILABLE (retryable); above replica_lag_max_s, so a publish "
+        "that waits for a follower that stopped is acknowledged once the ISR drops it",
     )
     replica_lag_max_s: float = Field(
         5.0,
