@@ -98,3 +98,34 @@ def test_cluster_commands_on_a_single_broker_say_it_is_not_a_cluster(tmp_path: P
         shown = cli("cluster", "status", "--server", server.address)
     assert shown.returncode == 1
     assert "single broker, not part of a cluster" in shown.stdout + shown.stderr
+
+
+def test_cluster_status_shows_a_dead_broker_as_down(tmp_path: Path) -> None:
+    """A broker killed stays in the status (before, it vanished from the brokers, and its lag
+    as a follower still showed a number): down, with no address and no lag."""
+    with running_cluster(tmp_path) as cluster:
+        cluster.create_stream("s", replication_factor=3, min_isr=2)
+        leader = wait_for(lambda: cluster.partition("s").leader, what="a leader")
+        publish_batch(cluster.v1(leader), "s", [b"x"], "p", 0)
+        dead = next(b for b in sorted(cluster.servers) if b != leader)
+        cluster.kill(dead)
+        address = cluster.servers[leader].address
+
+        def shown() -> dict | None:  # type: ignore[type-arg]
+            answer = cli("cluster", "status", "s", "--json", "--server", address)
+            assert answer.returncode == 0, answer.stderr
+            status = json.loads(answer.stdout)
+            brokers = {b["broker_id"]: b for b in status["brokers"]}
+            return status if brokers.get(dead, {}).get("down") else None
+
+        status = wait_for(shown, 20, "the dead broker shown down")
+        brokers = {b["broker_id"]: b for b in status["brokers"]}
+        assert sorted(brokers) == sorted(cluster.servers)
+        assert brokers[dead]["address"] == "" and not brokers[dead]["controller"]
+        assert not any(b["down"] for b in brokers.values() if b["broker_id"] != dead)
+        (part,) = status["partitions"]
+        (follower,) = [f for f in part["followers"] if f["broker_id"] == dead]
+        assert follower["down"]
+        table = cli("cluster", "status", "s", "--server", address)
+        assert table.returncode == 0, table.stderr
+        assert f"{dead}: down" in table.stdout, table.stdout

@@ -26,8 +26,11 @@ def _lags(p: PartitionReplicas) -> str:
     for member in p.replicas:
         if member == p.leader:
             continue
-        lag = p.lag(member)
         mark = "" if member in p.isr else " (out of ISR)"
+        if any(f.broker_id == member and f.down for f in p.followers):
+            parts.append(f"{member}: [red]down[/red]{mark}")
+            continue
+        lag = p.lag(member)
         parts.append(f"{member}: {'?' if lag is None else lag}{mark}")
     return ", ".join(parts) or "-"
 
@@ -49,7 +52,8 @@ def cluster_status(
     for column in ("broker", "address", "role"):
         brokers.add_column(column)
     for b in status.brokers:
-        brokers.add_row(b.broker_id, b.address, "controller" if b.controller else "")
+        role = "[red]down[/red]" if b.down else "controller" if b.controller else ""
+        brokers.add_row(b.broker_id, b.address or "-", role)
     out.print(brokers)
     table = Table(title="partitions")
     for column in ("partition", "leader", "epoch", "replicas", "ISR", "min ISR", "HW", "lag"):

@@ -18,7 +18,10 @@ from tidelog.client.errors import from_rpc_error
 class ClusterBroker:
     broker_id: str
     address: str
+    """Empty when the broker is down."""
     controller: bool
+    down: bool = False
+    """Named among a partition's replicas but not registered: stopped, crashed or cut off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +30,8 @@ class ReplicaProgress:
     log_end: int
     """The offset after the replica's newest record at its last fetch (-1: not known)."""
     in_sync: bool
+    down: bool = False
+    """Its broker is down: ``log_end`` is from before, and it has no lag to speak of."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,9 +51,14 @@ class PartitionReplicas:
     followers: tuple[ReplicaProgress, ...]
 
     def lag(self, broker_id: str) -> int | None:
-        """Records ``broker_id`` lacks of the leader's log (None: not known)."""
+        """Records ``broker_id`` lacks of the leader's log (None: not known, or it is down)."""
         for follower in self.followers:
-            if follower.broker_id == broker_id and follower.log_end >= 0 and self.log_end >= 0:
+            if (
+                follower.broker_id == broker_id
+                and not follower.down
+                and follower.log_end >= 0
+                and self.log_end >= 0
+            ):
                 return max(self.log_end - follower.log_end, 0)
         return 0 if broker_id == self.leader else None
 
@@ -65,7 +75,7 @@ class PartitionReplicas:
             p.min_isr,
             p.high_watermark,
             p.log_end,
-            tuple(ReplicaProgress(f.broker, f.log_end, f.in_sync) for f in p.followers),
+            tuple(ReplicaProgress(f.broker, f.log_end, f.in_sync, f.down) for f in p.followers),
         )
 
 
@@ -100,7 +110,7 @@ class ClusterCalls:
         return ClusterStatus(
             answer.cluster,
             answer.answered_by,
-            tuple(ClusterBroker(b.id, b.address, b.controller) for b in answer.brokers),
+            tuple(ClusterBroker(b.id, b.address, b.controller, b.down) for b in answer.brokers),
             tuple(PartitionReplicas.from_wire(p) for p in answer.partitions),
         )
 

@@ -901,6 +901,11 @@ class ClusterNode:
                 for b, a in sorted(view.brokers.items())
             ],
         )
+        # A broker that is down has no registration; the partitions that name it still do.
+        named = {b for state in view.partitions.values() for b in (*state.replicas, *state.target)}
+        response.brokers.extend(
+            cpb.ClusterBroker(id=b, down=True) for b in sorted(named - set(view.brokers))
+        )
         remote: dict[str, list[tuple[str, int]]] = {}
         for (name, number), state in sorted(view.partitions.items()):
             if stream and name != stream:
@@ -931,6 +936,7 @@ class ClusterNode:
                                 broker=member,
                                 log_end=ends.get(member, -1),
                                 in_sync=member in leader.isr,
+                                down=member not in view.brokers,
                             )
                         )
             elif state.leader in view.brokers and state.leader != self.broker_id:

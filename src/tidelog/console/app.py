@@ -496,6 +496,7 @@ async def cluster_page(request: Request) -> Response:
                     "leader": b == p.leader,
                     "in_sync": b in p.isr,
                     "lag": p.lag(b),
+                    "down": any(f.broker_id == b and f.down for f in p.followers),
                 }
                 for b in p.replicas
             ],

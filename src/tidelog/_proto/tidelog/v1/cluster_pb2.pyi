@@ -235,19 +235,26 @@ class ClusterBroker(_message.Message):
     ID_FIELD_NUMBER: _builtins.int
     ADDRESS_FIELD_NUMBER: _builtins.int
     CONTROLLER_FIELD_NUMBER: _builtins.int
+    DOWN_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     address: _builtins.str
+    """Empty for a broker that is down."""
     controller: _builtins.bool
+    down: _builtins.bool
+    """Named among a partition's replicas but not registered in the cluster: stopped, crashed,
+    or cut off from etcd for longer than its lease.
+    """
     def __init__(
         self,
         *,
         id: _builtins.str = ...,
         address: _builtins.str = ...,
         controller: _builtins.bool = ...,
+        down: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "controller", b"controller", "id", b"id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "controller", b"controller", "down", b"down", "id", b"id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -260,20 +267,26 @@ class ReplicaProgress(_message.Message):
     BROKER_FIELD_NUMBER: _builtins.int
     LOG_END_FIELD_NUMBER: _builtins.int
     IN_SYNC_FIELD_NUMBER: _builtins.int
+    DOWN_FIELD_NUMBER: _builtins.int
     broker: _builtins.str
     log_end: _builtins.int
     """The offset after the replica's newest record, as its last fetch said (-1: not known)."""
     in_sync: _builtins.bool
+    down: _builtins.bool
+    """The replica's broker is down (see ClusterBroker.down): log_end is what it had when it
+    last fetched, not a lag that is shrinking.
+    """
     def __init__(
         self,
         *,
         broker: _builtins.str = ...,
         log_end: _builtins.int = ...,
         in_sync: _builtins.bool = ...,
+        down: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker", b"broker", "in_sync", b"in_sync", "log_end", b"log_end"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker", b"broker", "down", b"down", "in_sync", b"in_sync", "log_end", b"log_end"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
