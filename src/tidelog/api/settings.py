@@ -8,14 +8,21 @@ apply: it hands every value down (``broker_config()``). A default that a lower l
 written once, as a constant of that layer (``tidelog.log.config``, ``tidelog.broker.config``,
 ``tidelog.wire`` for what the client shares), and named here through the broker's face; only the
 settings no lower layer knows (the metrics port, shutdown grace, logging) are written here alone.
+
+Settings that cannot be used raise ``InvalidSettings``, whose message is one line naming each wrong
+setting as it was given: ``TIDELOG_<NAME>`` when a variable gave it, else its name (a flag's and a
+file key's), with what is wrong and what is expected.
 """
 
 from __future__ import annotations
 
+import os
+import tomllib
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -43,11 +50,17 @@ from tidelog.broker import (
 )
 from tidelog.wire import DEFAULT_HOST, DEFAULT_PORT
 
+ENV_PREFIX = "TIDELOG_"
+
+
+class InvalidSettings(ValueError):
+    """Settings that cannot be used; ``str()`` is one line (problems separated by ``; ``)."""
+
 
 class ServerSettings(BaseSettings):
     """Everything ``tidelog serve`` can be told."""
 
-    model_config = SettingsConfigDict(env_prefix="TIDELOG_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
 
     data_dir: Path = Field(Path(DEFAULT_DATA_DIR), description="where streams are stored")
     host: str = Field(DEFAULT_HOST, description="address the gRPC server binds")
@@ -212,8 +225,41 @@ class ServerSettings(BaseSettings):
 
 def load_settings(config_file: Path | None = None, **flags: Any) -> ServerSettings:
     """Settings from (lowest to highest precedence) defaults, ``config_file``, environment
-    variables and ``flags`` (None values in ``flags`` are ignored)."""
+    variables and ``flags`` (None values in ``flags`` are ignored).
+
+    Raises ``FileNotFoundError`` for a missing ``config_file`` and ``InvalidSettings`` for a file
+    that is not TOML or a value that is not valid."""
     given = {k: v for k, v in flags.items() if v is not None}
+    try:
+        return _load(config_file, given)
+    except ValidationError as error:
+        raise InvalidSettings(_problems(error, given, os.environ)) from None
+    except tomllib.TOMLDecodeError as error:
+        raise InvalidSettings(f"{config_file}: not a TOML file: {error}") from None
+
+
+def _problems(error: ValidationError, flags: Collection[str], environ: Collection[str]) -> str:
+    """Each of ``error``'s problems as ``SETTING: what is wrong (got VALUE)``, on one line."""
+    variables = {name.upper() for name in environ}  # pydantic-settings matches them in any case
+    problems = []
+    for found in error.errors(include_url=False):
+        loc = [str(part) for part in found["loc"]]
+        message = found["msg"].removeprefix("Value error, ")
+        if not loc:  # a rule across settings (a model validator): its message names them
+            problems.append(message)
+            continue
+        variable = ENV_PREFIX + loc[0].upper()
+        if loc[0] not in flags and variable in variables:
+            loc[0] = variable
+        if found["type"] == "extra_forbidden":
+            problem = "not a setting (docs/operations.md lists them)"
+        else:
+            problem = f"{message[:1].lower()}{message[1:]} (got {found['input']!r})"
+        problems.append(f"{'.'.join(loc)}: {problem}")
+    return "; ".join(problems)
+
+
+def _load(config_file: Path | None, given: dict[str, Any]) -> ServerSettings:
     if config_file is None:
         return ServerSettings(**given)
     if not config_file.is_file():
@@ -221,7 +267,7 @@ def load_settings(config_file: Path | None = None, **flags: Any) -> ServerSettin
 
     class FromFile(ServerSettings):
         model_config = SettingsConfigDict(
-            env_prefix="TIDELOG_", extra="forbid", toml_file=config_file
+            env_prefix=ENV_PREFIX, extra="forbid", toml_file=config_file
         )
 
         @classmethod

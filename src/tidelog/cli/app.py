@@ -19,7 +19,6 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from tidelog import __version__
-from tidelog.broker import FlushPolicy
 from tidelog.cli.cluster_commands import cluster_app
 from tidelog.cli.common import ServerOption, err, fail, guarded, out
 from tidelog.cli.site_commands import site_app
@@ -72,10 +71,16 @@ def serve(
     ] = None,
     data_dir: Annotated[Path | None, typer.Option(help="data directory [./tidelog-data]")] = None,
     host: Annotated[str | None, typer.Option(help="bind address [127.0.0.1]")] = None,
-    port: Annotated[int | None, typer.Option(help="gRPC port [9292]; 0 picks a free one")] = None,
+    port: Annotated[
+        str | None, typer.Option(metavar="<int>", help="gRPC port [9292]; 0 picks a free one")
+    ] = None,
     advertised_host: Annotated[str | None, typer.Option(help="host reported in metadata")] = None,
-    advertised_port: Annotated[int | None, typer.Option(help="port reported in metadata")] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="/metrics port [9293]; 0: off")] = None,
+    advertised_port: Annotated[
+        str | None, typer.Option(metavar="<int>", help="port reported in metadata")
+    ] = None,
+    metrics_port: Annotated[
+        str | None, typer.Option(metavar="<int>", help="/metrics port [9293]; 0: off")
+    ] = None,
     site_id: Annotated[
         str | None,
         typer.Option(help="this site's id for multi-site replication (default: none, sites off)"),
@@ -93,7 +98,9 @@ def serve(
         str | None,
         typer.Option(help="HOST:PORT other brokers and clients reach this broker at (cluster)"),
     ] = None,
-    flush_policy: Annotated[FlushPolicy | None, typer.Option(help="[interval]")] = None,
+    flush_policy: Annotated[
+        str | None, typer.Option(help="always, interval or never [interval]")
+    ] = None,
     log_format: Annotated[str | None, typer.Option(help="text or json [text]")] = None,
     log_level: Annotated[
         str | None, typer.Option(help="DEBUG, INFO, WARNING, ERROR [INFO]")
@@ -101,9 +108,9 @@ def serve(
 ) -> None:
     """Run a tidelog server until SIGTERM or Ctrl-C (settings: flags > TIDELOG_* > --config)."""
     # The defaults in brackets are ServerSettings' (tests/api/test_settings_defaults.py holds them
-    # equal); naming them here would load the server's modules for every client command.
-    from pydantic import ValidationError
-
+    # equal); naming them here would load the server's modules for every client command. The
+    # flags are text, checked by ServerSettings alone: a bad value is then one line naming the
+    # setting, whichever source gave it (not click's error box for a flag, pydantic's report else).
     from tidelog.api.server import Server, configure_logging
     from tidelog.api.server import serve as run
     from tidelog.api.settings import load_settings
@@ -125,8 +132,8 @@ def serve(
             log_format=log_format,
             log_level=log_level.upper() if log_level else None,
         )
-    except (ValidationError, FileNotFoundError, ValueError) as error:
-        fail(f"invalid settings: {error}", 2)
+    except (FileNotFoundError, ValueError) as error:  # InvalidSettings is a ValueError
+        fail(str(error), 2)
     configure_logging(settings)
 
     def ready(server: Server) -> None:
