@@ -11,12 +11,32 @@ import base64
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 
 from tidelog.client import Client, ClientError, ClientSettings
 
+PIPED_WIDTH = 1 << 30
+"""The width of stdout when it is not a terminal: a table is as wide as its cells need, and wider
+than any value it can hold (a message is at most 64 MiB)."""
+
+
+class _Stdout(Console):
+    """stdout: at a terminal, the terminal's width (a table fits it, folding or cutting cells);
+    piped or redirected, ``PIPED_WIDTH``, so no table is cut. Rich's own fallback there is 80
+    columns (or ``COLUMNS``), which cut the tables of every command to fit."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        return size if self.is_terminal else ConsoleDimensions(PIPED_WIDTH, size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self.width, self.height = new_size
+
+
 # soft_wrap: never break a line at the terminal width (messages stay one line in pipes and logs).
-out = Console(soft_wrap=True)
+out = _Stdout(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
 ServerOption = Annotated[
