@@ -31,12 +31,16 @@ import typer
 from tidelog.broker import BrowsePosition, encode_token
 from tidelog.cli.common import ServerOption, fail, guarded, printable
 from tidelog.client import DEFAULT_SERVER, Client, ReceivedMessage
+from tidelog.wire import POSITION_HEADER, RECEIVE_QUEUE_PREFIX, SNAPSHOT_HEADER
 
 FOLLOW_POLL_S = 0.2
 """How long ``--follow`` waits before asking again when nothing new arrived."""
 PAGE = 1000
 """Messages per page of a forward or reverse walk."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+NUMBER_HEADERS = frozenset({POSITION_HEADER, SNAPSHOT_HEADER})
+"""Headers of a receive queue's records that hold a number, 8 bytes big-endian (``tidelog.wire``):
+shown as that number. On any other stream these names are an application's, shown as given."""
 
 
 def parse_from(spec: str) -> str | int | datetime:
@@ -69,6 +73,15 @@ def parse_headers(pairs: list[str]) -> dict[str, bytes]:
     return headers
 
 
+def header_value(m: ReceivedMessage, name: str) -> int | str | None:
+    """Header ``name`` of ``m`` as shown: a receive queue's position or snapshot id as its number,
+    anything else as text (``printable``)."""
+    value = m.headers[name]
+    if name in NUMBER_HEADERS and len(value) == 8 and m.stream.startswith(RECEIVE_QUEUE_PREFIX):
+        return int.from_bytes(value, "big", signed=True)
+    return printable(value)
+
+
 def message_json(m: ReceivedMessage) -> str:
     return json.dumps(
         {
@@ -76,7 +89,7 @@ def message_json(m: ReceivedMessage) -> str:
             "timestamp": m.timestamp,
             "key": printable(m.key),
             "value": printable(m.value),
-            "headers": {k: printable(v) for k, v in m.headers.items()},
+            "headers": {k: header_value(m, k) for k in m.headers},
             "partition": m.partition,
         }
     )
@@ -85,7 +98,7 @@ def message_json(m: ReceivedMessage) -> str:
 def human(m: ReceivedMessage, merged: bool) -> str:
     where = f" partition={m.partition}" if merged else ""
     key = "" if m.key is None else f" key={printable(m.key)}"
-    headers = "".join(f" {k}={printable(v)}" for k, v in m.headers.items())
+    headers = "".join(f" {k}={header_value(m, k)}" for k in m.headers)
     when = m.time.isoformat(timespec="milliseconds")
     return f"{m.offset}\t{when}{where}{key}{headers}\t{printable(m.value)}"
 
