@@ -66,6 +66,11 @@ class CommitSignal:
         self._future: asyncio.Future[None] = loop.create_future()
 
     def current(self) -> asyncio.Future[None]:
+        """The future the next change resolves. Waiters must not cancel it (it is shared: use
+        ``asyncio.wait`` or ``asyncio.shield``); one that was cancelled anyway is replaced here,
+        since handing out a done future would make every waiter spin until the next change."""
+        if self._future.done():
+            self._future = self._loop.create_future()
         return self._future
 
     def fire(self) -> None:

@@ -100,7 +100,9 @@ class StreamViews:
                     )
                     await asyncio.sleep(1.0)
                 continue
-            await waiter
+            # Not ``await waiter``: cancelling this task (``_stop``) would cancel the future
+            # every waiter on the partition shares.
+            await asyncio.wait([waiter])
 
     async def _stop(self, name: str) -> None:
         tasks = self._tasks.pop(name, [])
