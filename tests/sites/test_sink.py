@@ -125,6 +125,41 @@ def test_a_failed_append_is_applied_once_when_resent(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+def test_a_streams_first_batch_from_an_unknown_source_starts_its_window(tmp_path: Path) -> None:
+    """The sender of a site declared after it stored entries starts after the last position
+    before the site's ``since``: its first batch on a stream says so, and applies."""
+
+    async def main() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            sink = Sink(broker, "b")
+            late = batch(65535, (65536, "late", b"hello"))
+            assert await sink.receive("x", late) == NONE  # not the stream's first: early
+            assert await sink.receive("a", late, opening=True) == 65536
+            assert received(broker, "late", "a") == [(65536, b"hello")]
+            following = batch(65536, (131072, "late", b"again"))
+            assert await sink.receive("a", following, opening=True) == 131072  # keeps its place
+            stale = batch(7, (9, "late", b"stale"))
+            assert await sink.receive("a", stale, opening=True) == 131072  # a duplicate
+            assert [p for p, _ in received(broker, "late", "a")] == [65536, 131072]
+
+    asyncio.run(main())
+
+
+def test_a_failed_first_append_reopens_where_the_sender_started(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            sink = Sink(broker, "b")
+            faults.fail(receive_queue("late", "a"), op=WRITE)
+            with pytest.raises(DiskFull):
+                await sink.receive("a", batch(65535, (65536, "late", b"hello")), opening=True)
+            faults.clear()
+            # The resend is not the stream's first batch: the window kept the sender's start.
+            assert await sink.receive("a", batch(65535, (65536, "late", b"hello"))) == 65536
+            assert received(broker, "late", "a") == [(65536, b"hello")]
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize(
     ("source", "bad", "match"),
     [

@@ -215,10 +215,12 @@ class SiteService(v1_grpc.TidelogServicer):
                     packed_deltas=True,
                 )
             )
+            opening = True  # the stream's first delta batch: where the sender starts
             async for request in request_iterator:
                 frame = request.WhichOneof("frame")
                 if frame == "deltas":
-                    acked = await site.sink.receive(source, _batch(request.deltas))
+                    acked = await site.sink.receive(source, _batch(request.deltas), opening=opening)
+                    opening = False
                     yield v1.ReplicationReply(acked=acked)
                 elif frame == "snapshot":
                     applied = await site.sink.receive_snapshot(source, _snapshot(request.snapshot))

@@ -4,7 +4,10 @@ Each (client name, source site) has a receive queue, the internal stream
 ``__lrq_recv.<client>.<source>``; its records are the payloads, each with a ``__position``
 header (the entry's position in the source's delta queue, 8 bytes big-endian). Batches from a
 source go through that source's :class:`~tidelog.sites.windows.ApplyWindow`: applied when
-nothing is missing before them, early ones kept, duplicates dropped.
+nothing is missing before them, early ones kept, duplicates dropped. A window that holds nothing
+from its source starts at the ``prev`` of the first delta batch of a stream, where the sender
+starts (``windows.py``: a site declared after the source stored entries is sent none from before
+its ``since``).
 
 Exactly once. Entries are applied in position order, consecutive entries of one client as one
 append (laid out as columns: ``HeaderedValues``, no object per entry), and each append is synced
@@ -134,12 +137,17 @@ class Sink:
         self._state: SiteState = state or SiteFiles(broker.data_dir)
         self._snapshots = self._load()
         self._transfers: dict[str, _Transfer] = {}
+        self._starts: dict[str, int] = {}
+        """Source -> where its sender said it starts (the ``prev`` of its first batch on a
+        stream, taken while nothing from it was applied): a window reopened after a failed
+        append starts there again, not at ``NONE``."""
 
     def use_state(self, state: SiteState) -> None:
         """Keep the snapshots' progress in ``state`` from now on (and read it from there)."""
         self._state = state
         self._snapshots = self._load()
         self._windows.clear()
+        self._starts.clear()
 
     def _load(self) -> dict[str, _Snapshots]:
         data = self._state.load(SINK) or {}
@@ -199,21 +207,35 @@ class Sink:
             if s.name.startswith(RECEIVE_QUEUE_PREFIX) and s.name.endswith(suffix)
         ]
 
-    async def receive(self, source: str, batch: Batch) -> int:
+    async def receive(self, source: str, batch: Batch, *, opening: bool = False) -> int:
         """Apply what ``batch`` brings from ``source``, exactly once; returns the cumulative ack
-        (the last position applied and synced)."""
+        (the last position applied and synced). ``opening``: the batch is the first delta batch
+        of its stream, so its ``prev`` is where the sender starts; when nothing from ``source``
+        is applied yet, the window starts there (``ApplyWindow.open_at``: a site declared after
+        the source stored entries is sent none from before its ``since``)."""
         columns = Framed(batch.prev, batch.current, RoutedColumns.from_entries(batch.entries))
         _check(source, self.local_site, columns)
         async with self._locks.setdefault(source, asyncio.Lock()):
             window = self._window(source)
+            if opening and window.open_at(columns.prev):
+                self._starts[source] = columns.prev
             try:
                 for ready in window.offer(columns):
                     await self._apply(source, ready.batch.entries.after(ready.skip_through))
             except BaseException:
                 # The window counted the batch applied; the queues say what really is.
-                self._windows[source] = ApplyWindow(self._recovered(source), window.capacity)
+                self._windows[source] = self._reopened(source, window.capacity)
                 raise
             return window.last_applied
+
+    def _reopened(self, source: str, capacity: int) -> ApplyWindow[RoutedColumns]:
+        """A window at what the receive queues hold, or where the source's sender said it
+        starts if they hold nothing from it yet."""
+        window: ApplyWindow[RoutedColumns] = ApplyWindow(self._recovered(source), capacity)
+        start = self._starts.get(source)
+        if start is not None:
+            window.open_at(start)
+        return window
 
     async def receive_snapshot(self, source: str, frame: SnapshotFrame) -> int | None:
         """Apply a piece of a snapshot from ``source``; at its end, the snapshot's id once it

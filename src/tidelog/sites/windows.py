@@ -13,6 +13,16 @@ last_applied`` is a duplicate (a resend): dropped, and the ack repeated. A batch
 last_applied`` is early (one before it is still on the way): kept, keyed by ``prev``, up to a
 bound, and applied as soon as the gap closes. Past the bound it is dropped; the sender resends it.
 
+Where a window starts. A sink's window for a source starts at what its receive queues hold
+(``NONE`` when it holds nothing from that source). A sender does not always start at ``NONE``:
+for a site declared after the source stored entries, it starts after the last position before the
+site's ``since`` (nothing before it was ever for the site), so its first batch's ``prev`` is that
+position and would wait as early forever. The sender's first batch on a stream is always the
+one negotiation put at its starting point (a stream carries its batches in order, and the send
+window makes each batch follow the one before), so a sink that has applied nothing from the
+source takes that batch's ``prev`` as its starting point (:meth:`ApplyWindow.open_at`); a sink
+that has applied anything keeps its own position, which the sender negotiated from.
+
 Sender (:class:`SendWindow`): at most ``capacity`` batches are in flight. A batch not acked
 within ``resend_after_s`` is sent again, and the wait doubles with each resend (up to
 ``max_resend_after_s``); after ``max_resends`` the window reports a timeout, which makes the
@@ -69,6 +79,16 @@ class ApplyWindow(Generic[T]):
     @property
     def waiting(self) -> int:
         return len(self._early)
+
+    def open_at(self, prev: int) -> bool:
+        """Start at ``prev``, the ``prev`` of a sender's first batch on a new stream, when
+        nothing from the source is applied yet (``last_applied`` is ``NONE``): the sender starts
+        there because nothing before it is for this sink. Returns whether the window moved (a
+        window that applied anything keeps its position: the sender negotiated from it)."""
+        if self.last_applied != NONE or prev <= NONE:
+            return False
+        self.last_applied = prev
+        return True
 
     def offer(self, batch: Framed[T]) -> list[Ready[T]]:
         """The batches that can be applied now, in order (``batch`` and any early ones it
