@@ -20,12 +20,20 @@ holds every entry in its receive queue (polled every 20 ms).
 - ``lag_p99_ms_at_10k_per_s``: payloads carrying their send time are transmitted to ``b`` at
   10,000 per second (a call of 100 every 10 ms) for ``--lag-seconds``; a subscriber on ``b``'s
   receive queue notes each arrival; p50/p99/max of arrival minus send time.
+- ``idle_cpu_percent``: measured first, on the fresh servers, in the mesh of ``make sites``
+  (each of ``a``, ``b`` and ``c`` declares the two others): one entry from each site to the
+  others, then, once every site reports every other caught up, each server's CPU (user and
+  system, from ``/proc/<pid>/stat``, Linux) over ``--idle-seconds`` with nothing to send, in
+  percent of one core: ``per_server`` and their ``max``. Six idle senders waiting on their
+  queues' commit signals should cost next to nothing (a sender that cancelled the shared
+  signal spun a core).
 
 Prints one JSON object with those keys, the targets of issue 13 (>= 100,000 entries/s to each of
-2 sites, amplification <= 1.1, lag p99 <= 50 ms) and the load average before and after each phase.
+2 sites, amplification <= 1.1, lag p99 <= 50 ms), idle CPU <= 2 % per server, and the load
+average before and after each phase.
 
     python benchmarks/replication.py [--entries 200000] [--size 100] [--call 1000]
-        [--lag-seconds 5] [--timeout 600]
+        [--lag-seconds 5] [--idle-seconds 3] [--timeout 600]
 """
 
 from __future__ import annotations
@@ -201,12 +209,55 @@ def lag_phase(
     }
 
 
+def cpu_s(pid: int) -> float:
+    """User and system CPU seconds a process has used (``/proc/<pid>/stat``, in USER_HZ)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def idle_phase(servers: dict[str, ServerProcess], args: argparse.Namespace) -> dict[str, Any]:
+    """The mesh of ``make sites``, caught up, then each server's CPU with nothing to send."""
+    for site, server in servers.items():
+        with tidelog.Client(server.address) as client:
+            declared = {s.site_id for s in client.list_sites()[1]}
+            for other, peer in servers.items():
+                if other != site and other not in declared:
+                    client.add_site(other, peer.address)
+            others = [o for o in servers if o != site]
+            client.transmit("idle", b"hello from " + site.encode(), others)
+    deadline = time.monotonic() + args.timeout
+    for server in servers.values():
+        with tidelog.Client(server.address) as client:
+            while not all(s.caught_up for s in client.site_status()):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{server.address}: its sites never caught up")
+                time.sleep(0.05)
+    time.sleep(1.0)  # what the first sync leaves (the last acks, a flush)
+    before = loadavg()
+    used = {site: cpu_s(server.pid) for site, server in servers.items()}
+    started = time.monotonic()
+    time.sleep(args.idle_seconds)
+    elapsed = time.monotonic() - started
+    per_server = {
+        site: round((cpu_s(server.pid) - used[site]) / elapsed * 100, 2)
+        for site, server in servers.items()
+    }
+    return {
+        "per_server": per_server,
+        "max": max(per_server.values()),
+        "seconds": round(elapsed, 2),
+        "load_before": before,
+        "load_after": loadavg(),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="multi-site replication end to end")
     parser.add_argument("--entries", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--call", type=int, default=1000)
     parser.add_argument("--lag-seconds", type=float, default=5.0)
+    parser.add_argument("--idle-seconds", type=float, default=3.0)
     parser.add_argument("--timeout", type=float, default=600.0)
     args = parser.parse_args()
     if args.size < 8:
@@ -224,9 +275,8 @@ def main() -> None:
             copies = ServerProcess(root / "copy", "--log-level", "WARNING")
             stack.callback(copies.kill)
             copies.start()
-            with tidelog.Client(servers["a"].address) as client:
-                for site in ("b", "c"):
-                    client.add_site(site, servers[site].address)
+            # First, on the fresh servers: declares the mesh (a's b and c among it).
+            idle = idle_phase(servers, args)
 
             one = transmit_phase(servers["a"], [servers["b"]], "one", args)
             queue_before = dir_bytes(root / "a" / "streams" / "__lrq_delta")
@@ -245,7 +295,14 @@ def main() -> None:
                 "copy_per_site_amplification": copy["amplification"],
                 "copy_per_site_entries_per_s": copy["entries_per_s"],
                 "lag_p99_ms_at_10k_per_s": lag["p99_ms"],
-                "phases": {"one_site": one, "two_sites": two, "copy_per_site": copy, "lag": lag},
+                "idle_cpu_percent": {"per_server": idle["per_server"], "max": idle["max"]},
+                "phases": {
+                    "idle": idle,
+                    "one_site": one,
+                    "two_sites": two,
+                    "copy_per_site": copy,
+                    "lag": lag,
+                },
                 "targets": {
                     "entries_per_s_2_sites": {
                         "target": ">= 100000",
@@ -256,6 +313,7 @@ def main() -> None:
                         "met": amplification <= 1.1,
                     },
                     "lag_p99_ms_at_10k_per_s": {"target": "<= 50", "met": lag["p99_ms"] <= 50},
+                    "idle_cpu_percent": {"target": "<= 2", "met": idle["max"] <= 2},
                 },
             }
         )

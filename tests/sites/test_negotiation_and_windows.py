@@ -89,6 +89,26 @@ def test_early_batches_beyond_the_bound_are_dropped_for_a_resend() -> None:
     assert window.waiting == 2 and window.dropped_early == 1
 
 
+def test_a_window_that_applied_nothing_opens_at_the_senders_first_prev() -> None:
+    """A site declared after the source stored entries: its sender starts after the last
+    position before the site's ``since``, so its first batch's ``prev`` is not ``NONE``."""
+    start = position(3, 0) - 1
+    held: ApplyWindow[str] = ApplyWindow()
+    assert held.offer(Framed(start, position(3, 0), "a")) == []  # without the opening: early
+    window: ApplyWindow[str] = ApplyWindow()
+    assert window.open_at(start)
+    (ready,) = window.offer(Framed(start, position(3, 0), "a"))
+    assert (ready.batch.entries, window.last_applied) == ("a", position(3, 0))
+    assert not window.open_at(position(5, 0)), "once anything is applied the window stays"
+    assert window.last_applied == position(3, 0)
+
+
+@pytest.mark.parametrize("prev", [NONE, -7])
+def test_opening_at_none_changes_nothing(prev: int) -> None:
+    window: ApplyWindow[str] = ApplyWindow()
+    assert not window.open_at(prev) and window.last_applied == NONE
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_any_arrival_order_applies_each_entry_once_in_order(data: st.DataObject) -> None:

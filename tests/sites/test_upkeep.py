@@ -209,6 +209,32 @@ def test_acknowledged_positions_survive_a_restart_for_the_sites_they_were_saved_
     assert load_acked(tmp_path / ACKED_FILE, []) == {}
 
 
+def test_a_saved_position_past_the_queues_end_holds_nothing_back_wrongly(tmp_path: Path) -> None:
+    """The queue was lost, its acknowledged positions were not: a position past the new queue's
+    end is the lost queue's, and taken as acknowledged it would release what b never got."""
+
+    async def main() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            queue = opened(broker, tmp_path)
+            queue.registry.add("b", "h:1", queue.next_offset)
+            await fill(queue, 30, ["b"])
+            await upkeep_for(queue, tmp_path, {"b": FakeSender(position(5, 0))}).run_once()
+            kept = queue.partition.log.oldest_offset
+            upkeep = upkeep_for(queue, tmp_path, {"b": FakeSender()})
+            assert upkeep.acked() == {"b": position(5, 0)}
+            (tmp_path / ACKED_FILE).write_text(
+                (tmp_path / ACKED_FILE)
+                .read_text()
+                .replace(str(position(5, 0)), str(position(90, 0)))
+            )
+            upkeep = upkeep_for(queue, tmp_path, {"b": FakeSender()})
+            assert upkeep.acked() == {"b": NONE}
+            await upkeep.run_once()
+            assert queue.partition.log.oldest_offset == kept <= 6
+
+    asyncio.run(main())
+
+
 def test_a_failed_last_pass_does_not_stop_the_close(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

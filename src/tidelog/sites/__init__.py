@@ -8,7 +8,8 @@ snapshot sync when deltas alone cannot catch the site up.
 Built so far, as sans-IO cores tested alone: the sender session's state table
 (``sync_states.py``), negotiation (``negotiation.py``), the two ends of a transfer — the sink's
 apply window and the sender's resend window (``windows.py``) — the send queue's record format
-(``envelope.py``) and the tag index (``tag_index.py``); on the broker, the site registry
+(``envelope.py``), the tag index (``tag_index.py``) and positions with the lifts a source
+learns after losing its data (``positions.py``); on the broker, the site registry
 (``registry.py``), the delta queue with its checks (``send_queue.py``), the sender per remote
 site (``sender.py``, over ``tidelog.v1/Replicate``), the sink's exactly-once apply into receive
 queues (``sink.py``), the queue's release by acknowledgement and the tag index's snapshot

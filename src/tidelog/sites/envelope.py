@@ -33,7 +33,8 @@ Version 1 (the first format; still decoded, entry by entry, so existing data dir
 ``version`` (u8, ``1``), ``kind`` (u8), ``cycle`` (varint), client length and client, ``count``
 (varint), then per entry its mask (varint), payload length (varint) and payload.
 
-Sites are numbered once, never reused, at most 64 of them (a mask is 64 bits). The payload bytes
+At most 64 sites (a mask is 64 bits); a number freed by a removal is taken by the next site
+declared, which counts records only from its ``since`` on (``registry.py``). The payload bytes
 are written once, whatever the number of destinations; a sender strips the destination masks
 before it ships an entry (:meth:`RecordColumns.for_site`).
 """
@@ -144,11 +145,12 @@ class RecordColumns:
                     counts[number] = counts.get(number, 0) + times
         return counts
 
-    def for_site(self, offset: int, site_number: int) -> RoutedColumns:
-        """The entries for one site, as they travel (the record at ``offset``)."""
+    def for_site(self, offset: int, site_number: int, first: int | None = None) -> RoutedColumns:
+        """The entries for one site, as they travel (the record at ``offset``, whose first
+        entry takes position ``first``: by default not lifted, ``positions.py``)."""
         bit = np.uint64(1 << site_number)
         wanted = (self.masks & bit) != 0
-        first = position(offset, 0)
+        first = position(offset, 0) if first is None else first
         n = len(self.sizes)
         if bool(wanted.all()):
             positions = np.arange(first, first + n, dtype=np.int64)
@@ -178,7 +180,8 @@ class RecordColumns:
 
 def position(offset: int, index: int) -> int:
     """An entry's position: its record's offset and its index in the record, as one integer
-    that orders entries as the queue does."""
+    that orders entries as the queue does. The queue adds a lift to the offset once it learned
+    that an older queue of its site gave higher positions (``positions.py``)."""
     if not 0 <= index < MAX_ENTRIES:
         raise ValueError(f"entry index {index} outside 0..{MAX_ENTRIES - 1}")
     return offset * MAX_ENTRIES + index
@@ -404,6 +407,9 @@ def _numbers(mask: int) -> list[int]:
     return [number for number in range(mask.bit_length()) if mask >> number & 1]
 
 
-def routed_for(value: bytes | memoryview, offset: int, site_number: int) -> list[RoutedEntry]:
-    """The entries of the record at ``offset`` for one site, as they travel."""
-    return list(columns(value).for_site(offset, site_number))
+def routed_for(
+    value: bytes | memoryview, offset: int, site_number: int, first: int | None = None
+) -> list[RoutedEntry]:
+    """The entries of the record at ``offset`` for one site, as they travel (its first entry
+    at position ``first``, by default not lifted)."""
+    return list(columns(value).for_site(offset, site_number, first))

@@ -137,7 +137,12 @@ class LocalSite:
         if self._closed:
             return
         sender = Sender(
-            self.queue, self.snapshots, site, self.site_id, ack_timeout_s=self.ack_timeout_s
+            self.queue,
+            self.snapshots,
+            site,
+            self.site_id,
+            ack_timeout_s=self.ack_timeout_s,
+            change_site=self.change_site,
         )
         self.senders[site.site_id] = sender
         sender.start()
@@ -152,6 +157,17 @@ class LocalSite:
         except BaseException:
             self.registry.restore(before)
             raise
+
+    async def change_site(self, change: Callable[[int], Site]) -> Site:
+        """Make a change of the registry that a sender learned (``Sender._learn``): ``change``
+        gets the queue's next offset and returns the site as changed. It runs with transmits
+        held back (a lift must not fall between a transmit's append and its answer) and is kept
+        before they go on (on a cluster, in ``__lrq_state``; undone if that fails)."""
+        async with self._registry_lock, self.queue.positions_changing():
+            before = self.registry.document()
+            site = change(self.queue.next_offset)
+            await self._keep_registry(before)
+        return site
 
     async def add_site(self, site_id: str, address: str) -> Site:
         async with self._registry_lock:

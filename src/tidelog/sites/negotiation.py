@@ -15,6 +15,10 @@ report and of the oldest position the source still holds:
    processed → resume deltas there;
 5. otherwise the source trimmed entries the sink never processed → snapshot sync.
 
+Before that, the sender checks what the sink reports against what this queue gave
+(:func:`judge_learned`, ``positions.py``): a position from an older queue of this site (its data
+was lost) is learned from, never taken as this queue's.
+
 What the source holds is told per site (``TagIndex.held_from``): a record trimmed after every
 site acknowledged it does not send a site that had nothing in it into a snapshot. Records
 trimmed before the index was built (before this server started, when the index is rebuilt from
@@ -26,9 +30,11 @@ comparing record offsets is exact.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tidelog.sites.envelope import split_position
+from tidelog.sites.positions import plausible
 
 NONE = -1
 """No position / no snapshot."""
@@ -61,9 +67,47 @@ class Decision:
     """With ``DELTAS``: ship the entries after this position."""
 
 
-def negotiate(sink: SinkProgress, held_from: int) -> Decision:
+def _plain_record(at: int) -> int:
+    return split_position(at)[0]
+
+
+class Learned(enum.Enum):
+    """What a sink's reported position says about this queue (:func:`judge_learned`)."""
+
+    NOTHING_NEW = "nothing_new"
+    """Nothing, or a position this queue gave the site: negotiate as usual."""
+    LIFT = "lift"
+    """A site not heard since it was declared knows a position at or past its first one here:
+    it was sent it by an older queue of this site, whose data was lost. Its entries are lifted
+    above it (``Positions.lifted``)."""
+    BEYOND_END = "beyond_end"
+    """A site heard before reports a position this queue never gave: refused (not an ack),
+    the floor raised past it and a snapshot sync, as the entries stored since the loss may sit
+    at positions it processed for others."""
+    IMPLAUSIBLE = "implausible"
+    """A position no queue gives (past 2**62): not believed, nothing learned or sent."""
+
+
+def judge_learned(heard: bool, learned: int, first_position: int, next_position: int) -> Learned:
+    """What a sink reporting it processed ``learned`` tells the source, for a site ``heard``
+    since it was declared or not, whose first entry here takes ``first_position`` at the
+    least, when the queue's next entry would take ``next_position``."""
+    if learned < 0:
+        return Learned.NOTHING_NEW
+    if not plausible(learned):
+        return Learned.IMPLAUSIBLE
+    if not heard:
+        return Learned.LIFT if learned >= first_position else Learned.NOTHING_NEW
+    return Learned.BEYOND_END if learned >= next_position else Learned.NOTHING_NEW
+
+
+def negotiate(
+    sink: SinkProgress, held_from: int, record_of: Callable[[int], int] = _plain_record
+) -> Decision:
     """How to go on with a sink that reports ``sink``, when the source holds every record for
-    the sink's site from record offset ``held_from`` on."""
+    the sink's site from record offset ``held_from`` on. ``record_of``: the record offset a
+    position of the site belongs to (``Positions.record_of``; positions not lifted by
+    default)."""
     if sink.snapshot_started > max(sink.snapshot_transferred, NONE):
         return Decision(
             Outcome.SNAPSHOT, f"snapshot {sink.snapshot_started} was never received whole"
@@ -74,7 +118,7 @@ def negotiate(sink: SinkProgress, held_from: int) -> Decision:
         )
     if sink.snapshot_applied == NONE and sink.last_processed == NONE:
         return Decision(Outcome.SNAPSHOT, "nothing was replicated to this site yet")
-    if held_from <= split_position(sink.last_processed)[0] + 1:
+    if held_from <= record_of(sink.last_processed) + 1:
         return Decision(
             Outcome.DELTAS,
             f"resuming after position {sink.last_processed}",

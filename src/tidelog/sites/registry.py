@@ -1,25 +1,37 @@
 """The remote sites this site replicates to: their ids, addresses and numbers, kept on disk.
 
 Each remote site gets a *number* (0..63), the bit that marks it in a send-queue entry's
-destination mask (``envelope.py``), and the send-queue offset from which it counts (``since``).
-A number is reused only by a later site, and entries of records below that site's ``since``
-are never attributed to it, so a removed site's old entries cannot leak to a new one that took
-its number. The registry is one JSON file (``<data_dir>/sites.json``), replaced atomically on
-every change; a change that cannot be saved (a full disk) is not made.
+destination mask (``envelope.py``): the lowest number no declared site holds, so a number freed
+by a removal is taken by the next site declared. It also gets the send-queue offset from which
+it counts (``since``): entries of records below a site's ``since`` are never attributed to it,
+so a removed site's old entries cannot leak to a later one that took its number.
+
+The registry also keeps what the source learned from its sinks about positions
+(``positions.py``): the lift segments, and per site whether its sink was heard since it was
+declared (``heard``), its own lift, and a snapshot sync it is owed (``resync``) after it
+reported a position this queue never gave. They are part of the same document because a
+position must mean the same thing after a restart as before: a lift that was used and then lost
+would give the next entries positions the sink has.
+
+The registry is one JSON file (``<data_dir>/sites.json``), replaced atomically on every change; a
+change that cannot be saved (a full disk) is not made. Fields at their defaults are left out,
+so a registry that never learned anything reads as before.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from tidelog.broker import replace_json
 from tidelog.errors import InvalidArgument, SiteExists, SiteNotFound, echo
 from tidelog.sites.envelope import MAX_SITES
+from tidelog.sites.positions import Positions
 
 SITES_FILE: Final = "sites.json"
 _SITE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
@@ -45,6 +57,15 @@ class Site:
     number: int
     since: int
     """Send-queue offset from which records may hold entries for this site."""
+    heard: bool = True
+    """Its sink was heard (it answered a hello) since it was declared; until then, a position
+    it reports may be from an older queue of this site (``positions.py``). A registry from
+    before this field counts its sites heard."""
+    lift: int = 0
+    """Records by which its entries below ``lifted_below`` are lifted (0: none)."""
+    lifted_below: int = 0
+    resync: str = ""
+    """Why it is owed a snapshot sync (empty: it is not), kept until one is applied."""
 
 
 class SiteRegistry:
@@ -55,16 +76,25 @@ class SiteRegistry:
         self.path = path
         self._save_enabled = save and path is not None
         self._sites: dict[str, Site] = {}
+        self.positions = Positions()
+        """The lift segments every record's position goes through (``positions.py``)."""
         if path is not None and path.exists():
-            self._sites = _decode(path)
+            self._sites, self.positions = _decode(path)
 
     def document(self) -> dict[str, Any]:
         """The registry as the JSON document its file holds."""
-        return _document(self._sites)
+        return _document(self._sites, self.positions)
 
     def restore(self, document: Any, where: str = "the site registry") -> None:
         """Replace the registry with a saved :meth:`document` (None: empty)."""
-        self._sites = {} if document is None else _decode_document(document, where)
+        if document is None:
+            self._sites, self.positions = {}, Positions()
+        else:
+            self._sites, self.positions = _decode_document(document, where)
+
+    def positions_for(self, site: Site) -> Positions:
+        """The positions ``site`` sees (its own lift, if any, then the global segments)."""
+        return self.positions.for_site(site.since, site.lift, site.lifted_below)
 
     def add(self, site_id: str, address: str, since: int) -> Site:
         """Declare a remote site; ``since`` is the send queue's next offset."""
@@ -80,17 +110,46 @@ class SiteRegistry:
         free = [n for n in range(MAX_SITES) if n not in taken]
         if not free:
             raise InvalidArgument(f"{MAX_SITES} remote sites are declared: remove one first")
-        site = Site(site_id, address, free[0], since)
+        site = Site(site_id, address, free[0], since, heard=False)
         self._change(lambda sites: sites.__setitem__(site_id, site))
         return site
 
     def move(self, site_id: str, address: str) -> Site:
-        """A declared site's new address (its number and ``since`` stay)."""
+        """A declared site's new address (its number, ``since`` and what was learned stay)."""
         site = self.get(site_id)
         _check_address(address)
-        moved = Site(site.site_id, address, site.number, site.since)
+        moved = dataclasses.replace(site, address=address)
         self._change(lambda sites: sites.__setitem__(site_id, moved))
         return moved
+
+    def heard(self, site_id: str) -> Site:
+        """Its sink answered, reporting nothing this queue did not give it."""
+        return self._replace(self.get(site_id), heard=True)
+
+    def lift(self, site_id: str, learned: int, end: int) -> Site:
+        """A site not heard before reported position ``learned`` of an older queue: lift its
+        entries above it (``Positions.lifted``; ``end``: the queue's next offset)."""
+        site = self.get(site_id)
+        positions, by = self.positions.lifted(site.since, learned, end)
+        return self._replace(site, positions, heard=True, lift=by, lifted_below=end)
+
+    def refuse(self, site_id: str, learned: int, end: int, reason: str) -> Site:
+        """A heard site reported position ``learned``, which this queue never gave: raise the
+        floor past it and owe the site a snapshot sync (``reason``)."""
+        site = self.get(site_id)
+        positions = self.positions.raised(learned, end)
+        return self._replace(site, positions, heard=True, resync=reason)
+
+    def resynced(self, site_id: str) -> Site:
+        """The snapshot sync the site was owed is applied."""
+        return self._replace(self.get(site_id), resync="")
+
+    def _replace(self, site: Site, positions: Positions | None = None, **changes: Any) -> Site:
+        changed = dataclasses.replace(site, **changes)
+        if changed == site and positions in (None, self.positions):
+            return site
+        self._change(lambda sites: sites.__setitem__(site.site_id, changed), positions)
+        return changed
 
     def remove(self, site_id: str) -> Site:
         site = self.get(site_id)
@@ -106,13 +165,17 @@ class SiteRegistry:
     def list(self) -> list[Site]:
         return sorted(self._sites.values(), key=lambda s: s.site_id)
 
-    def _change(self, change: Callable[[dict[str, Site]], object]) -> None:
+    def _change(
+        self, change: Callable[[dict[str, Site]], object], positions: Positions | None = None
+    ) -> None:
         sites = dict(self._sites)
         change(sites)
+        positions = positions or self.positions
         if self._save_enabled:
             assert self.path is not None
-            replace_json(self.path, _document(sites), indent=1)
+            replace_json(self.path, _document(sites, positions), indent=1)
         self._sites = sites
+        self.positions = positions
 
 
 def _check_address(address: str) -> None:
@@ -120,11 +183,25 @@ def _check_address(address: str) -> None:
         raise InvalidArgument(f"invalid address {echo(address)}: give HOST:PORT")
 
 
-def _document(sites: dict[str, Site]) -> dict[str, Any]:
-    return {"version": 1, "sites": [asdict(s) for s in sites.values()]}
+_DEFAULTS: dict[str, Any] = {
+    f.name: f.default for f in dataclasses.fields(Site) if f.default is not dataclasses.MISSING
+}
 
 
-def _decode(path: Path) -> dict[str, Site]:
+def _entry(site: Site) -> dict[str, Any]:
+    """A site as the document keeps it: fields at their defaults left out."""
+    entry = dataclasses.asdict(site)
+    return {k: v for k, v in entry.items() if k not in _DEFAULTS or v != _DEFAULTS[k]}
+
+
+def _document(sites: dict[str, Site], positions: Positions) -> dict[str, Any]:
+    document: dict[str, Any] = {"version": 1, "sites": [_entry(s) for s in sites.values()]}
+    if positions.segments:
+        document["lifts"] = [list(segment) for segment in positions.segments]
+    return document
+
+
+def _decode(path: Path) -> tuple[dict[str, Site], Positions]:
     try:
         document: Any = json.loads(path.read_bytes())
     except (OSError, ValueError) as error:
@@ -132,11 +209,14 @@ def _decode(path: Path) -> dict[str, Site]:
     return _decode_document(document, f"the site registry {path}")
 
 
-def _decode_document(document: Any, where: str) -> dict[str, Site]:
+def _decode_document(document: Any, where: str) -> tuple[dict[str, Site], Positions]:
     try:
         if document.get("version") != 1:
             raise ValueError(f"unknown version {document.get('version')!r}")
         sites = [Site(**entry) for entry in document["sites"]]
+        positions = Positions([(int(s), int(b)) for s, b in document.get("lifts", ())])
+        for site in sites:
+            positions.for_site(site.since, site.lift, site.lifted_below)
     except (ValueError, TypeError, KeyError, AttributeError) as error:
         raise InvalidArgument(f"cannot read {where}: {error}") from error
-    return {site.site_id: site for site in sites}
+    return {site.site_id: site for site in sites}, positions

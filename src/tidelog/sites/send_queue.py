@@ -14,6 +14,13 @@ counts only from that site's ``since`` offset on (``registry.py``), and a snapsh
 number whose site changed since (removed, or the number taken by another) is dropped, so a
 removed site's entries never reach a later site that took its number.
 
+Positions go through the registry's lifts (``positions.py``): a transmit answers each entry's
+position as every site sees it (a site lifted at its first contact sees its entries stored
+before that at its own, higher ones), and reads for a site give its positions. A change of the
+lifts waits until no transmit is appending and holds new ones back until it is made and kept
+(:meth:`SendQueue.positions_changing`), so a transmit's answer always uses the lifts its records
+are read with.
+
 Entries leave the queue in whole segments, once every declared site acknowledged them
 (``upkeep.py``) or by retention (:class:`QueueRetention`). A read for a site whose next entries
 retention may have removed raises ``PositionTrimmed`` rather than skip them.
@@ -25,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NoReturn
@@ -42,9 +49,8 @@ from tidelog.sites.envelope import (
     RecordColumns,
     columns,
     encode_packed,
-    position,
-    split_position,
 )
+from tidelog.sites.positions import Positions
 from tidelog.sites.registry import Site, SiteRegistry, validate_site_id
 from tidelog.sites.routed import RoutedColumns
 from tidelog.sites.site_state import TRIMS, SiteState
@@ -139,6 +145,39 @@ class SendQueue:
         """Offset -> the record's columns, oldest first, at most ``DECODED_BYTES`` of them:
         decoding once serves every site's sender."""
         self._decoded_bytes = 0
+        self._appending = 0
+        """Transmits appending now (between their publish and their answer)."""
+        self._changing = False
+        self._gate = asyncio.Condition()
+
+    @contextlib.asynccontextmanager
+    async def positions_changing(self) -> AsyncIterator[None]:
+        """Hold transmits back while the lifts change (``positions.py``): entered once no
+        transmit is appending, and none starts until it is left. A transmit's records take the
+        lifts in force when it answers, so the change (and keeping it, on a cluster) must not
+        fall between a transmit's append and its answer."""
+        async with self._gate:
+            await self._gate.wait_for(lambda: not self._changing)
+            self._changing = True
+            await self._gate.wait_for(lambda: not self._appending)
+        try:
+            yield
+        finally:
+            async with self._gate:
+                self._changing = False
+                self._gate.notify_all()
+
+    @contextlib.asynccontextmanager
+    async def _appending_now(self) -> AsyncIterator[None]:
+        async with self._gate:
+            await self._gate.wait_for(lambda: not self._changing)
+            self._appending += 1
+        try:
+            yield
+        finally:
+            async with self._gate:
+                self._appending -= 1
+                self._gate.notify_all()
 
     @property
     def partition(self) -> Partition:
@@ -148,6 +187,22 @@ class SendQueue:
     @property
     def next_offset(self) -> int:
         return self.partition.newest_offset + 1
+
+    def next_position(self) -> int:
+        """The position the next entry stored will take: every position this queue gave (to
+        any site) is below it."""
+        return self.registry.positions.position(self.next_offset, 0)
+
+    def oldest_offset(self) -> int:
+        """The offset of the oldest record the queue holds (the next one when it is empty)."""
+        log = self.partition.log
+        return log.oldest_offset if log.newest_offset >= 0 else self.next_offset
+
+    def positions_of(self, site_number: int) -> Positions:
+        """The positions the site of ``site_number`` sees (the global ones when no declared
+        site has it)."""
+        site = next((s for s in self.registry.list() if s.number == site_number), None)
+        return self.registry.positions if site is None else self.registry.positions_for(site)
 
     async def settled_end(self) -> int:
         """The queue's next offset, once every record below it is in sync: on a cluster a
@@ -284,17 +339,19 @@ class SendQueue:
         listed for it while this reads: reading on would skip them."""
         self._check_owned()
         self._follow_retention()
+        positions = self.positions_of(site_number)
         if self.lost_for(site_number, after):
-            held = position(self.index.held_from(site_number), 0)
+            held = positions.position(self.index.held_from(site_number), 0)
             raise PositionTrimmed(self._site_id(site_number), after, held)
-        from_offset = split_position(after)[0] if after >= 0 else 0
+        from_offset = max(positions.record_of(after), 0)
         # One record more than the limit: the first may be the one ``after`` is in, with
         # nothing left in it after ``after`` (a read of one record would then find nothing).
         offsets = self.index.records_for(site_number, from_offset, limit + 1)
         found: list[RoutedColumns] = []
         count = size = 0
         for offset, record in self._records(offsets, site_number, after):
-            part = record.for_site(offset, site_number).after(after)
+            first = positions.position(offset, 0)
+            part = record.for_site(offset, site_number, first).after(after)
             found.append(part)
             count += len(part)
             size += len(part.payloads)
@@ -363,7 +420,7 @@ class SendQueue:
     def _trimmed_under(self, site_number: int, after: int) -> NoReturn:
         """A record the index listed for the site was gone when read: retention removed it
         between the index's trim and the read."""
-        oldest = position(self.partition.log.oldest_offset, 0)
+        oldest = self.positions_of(site_number).position(self.partition.log.oldest_offset, 0)
         raise PositionTrimmed(self._site_id(site_number), after, oldest)
 
     def held_from(self, site_number: int) -> int:
@@ -373,16 +430,12 @@ class SendQueue:
 
     def lost_for(self, site_number: int, after: int) -> bool:
         """Whether retention removed entries for the site after position ``after``."""
-        return self.held_from(site_number) > split_position(after)[0] + 1
+        record = self.positions_of(site_number).record_of(after)
+        return self.held_from(site_number) > record + 1
 
     def _follow_retention(self) -> None:
         """Trim the index to what the log still holds (retention runs in the broker)."""
         self.index.trim(self.partition.log.oldest_offset)
-
-    def oldest_position(self) -> int:
-        """The position of the oldest entry the queue still holds (or of the next one)."""
-        log = self.partition.log
-        return position(log.oldest_offset if log.newest_offset >= 0 else self.next_offset, 0)
 
     def _site_id(self, number: int) -> str:
         return next((s.site_id for s in self.registry.list() if s.number == number), str(number))
@@ -445,17 +498,21 @@ class SendQueue:
                     EntryKind.DELTA, client, 0, masks, mask_indexes[a:b], sizes[a:b], blob
                 )
             )
-        published = await self.partition.publish(values)
         positions: list[int] = []
-        for offset, value in zip(published.offsets, values, strict=True):
-            try:
-                record = columns(value)
-            except MalformedRecord as error:  # never: it was just encoded
-                raise AssertionError(f"a record encoded here does not decode: {error}") from None
-            first = position(offset, 0)
-            positions += range(first, first + len(record))
-            self.index.add(offset, record.site_counts())
-            self._remember(offset, record)
+        async with self._appending_now():
+            published = await self.partition.publish(values)
+            lifts = self.registry.positions
+            for offset, value in zip(published.offsets, values, strict=True):
+                try:
+                    record = columns(value)
+                except MalformedRecord as error:  # never: it was just encoded
+                    raise AssertionError(
+                        f"a record encoded here does not decode: {error}"
+                    ) from None
+                first = lifts.position(offset, 0)
+                positions += range(first, first + len(record))
+                self.index.add(offset, record.site_counts())
+                self._remember(offset, record)
         if published.offsets:
             # Indexed first, in append order; acknowledged once the ISR holds it (a cluster's
             # queue; at once on a single broker), so a new leader of the queue has it.

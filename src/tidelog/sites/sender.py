@@ -21,6 +21,15 @@ and then writes nothing for ``provider_timeout_s``, or a request no provider beg
 time, gets a new request. Until a provider begins, the site waits in SNAPSHOT_SYNC, and its
 status says so.
 
+Before negotiating, the sender checks the position the sink reports against what this queue
+gave (``negotiation.judge_learned``, ``positions.py``): a site first heard since it was declared
+that knows a position of an older queue of this site (the source lost its data) has its entries
+lifted above it; a site heard before that reports a position this queue never gave is refused
+(its report and any such ack are never taken as acknowledged; the reason is logged once and
+shown in its status), the floor rises past it, and it is owed a snapshot sync until one is
+applied (kept in the registry, so a restart does not forget it). An ack past the queue's end
+during delta sync ends the stream: the next negotiation refuses it the same way.
+
 One exception, on purpose: a site that has received nothing yet, while the queue still holds
 every entry since the site was declared (its ``since``), starts with deltas from there instead of
 a snapshot. Declaring a site starts replication from that moment, as a new subscriber starts at
@@ -42,8 +51,16 @@ import grpc
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
-from tidelog.sites.envelope import EntryKind, position
-from tidelog.sites.negotiation import NONE, Decision, Outcome, SinkProgress, negotiate
+from tidelog.sites.envelope import EntryKind
+from tidelog.sites.negotiation import (
+    NONE,
+    Decision,
+    Learned,
+    Outcome,
+    SinkProgress,
+    judge_learned,
+    negotiate,
+)
 from tidelog.sites.registry import Site
 from tidelog.sites.routed import RoutedColumns, to_wire
 from tidelog.sites.send_queue import SendQueue
@@ -80,6 +97,16 @@ class SenderStatus:
     """The last negotiation's reason, or the last error."""
 
 
+SiteChange = Callable[[Callable[[int], Site]], Awaitable[Site]]
+"""Runs a change of the registry for one site (given the queue's next offset, returning the
+site as changed) with transmits held back, and keeps it (``LocalSite.change_site``)."""
+
+
+class AckBeyondEnd(ConnectionError):
+    """The sink acknowledged a position this queue never gave: the stream ends, and the next
+    negotiation refuses that position."""
+
+
 class Sender:
     def __init__(
         self,
@@ -94,8 +121,12 @@ class Sender:
         max_pause_s: float = 5.0,
         provider_timeout_s: float = 60.0,
         max_resends: int = 2,
+        change_site: SiteChange | None = None,
     ) -> None:
+        """``change_site``: how a change of the site's registry entry is made and kept (by
+        default here, in this queue's registry)."""
         self.queue = queue
+        self._change_site = change_site or self._change_here
         self.snapshots = snapshots
         self.provider_timeout_s = provider_timeout_s
         self.max_resends = max_resends
@@ -115,14 +146,31 @@ class Sender:
         self._wake = asyncio.Event()
         """Set by an ack, a snapshot's apply or a resync request: the session looks again."""
         self._window: SendWindow[RoutedColumns] | None = None
-        self._resync_asked: str | None = None
+        self._resync_asked: str | None = site.resync or None
         """Why the next negotiation must start a snapshot (None: let it decide)."""
 
     @property
     def status(self) -> SenderStatus:
+        reason = self.reason
+        refused = self.site.resync
+        if refused and refused != reason:
+            reason = f"{refused}; {reason}"  # until the snapshot it is owed is applied
         return SenderStatus(
-            self.site.site_id, self.session.state, self.acked, self.last_ack_s, self.reason
+            self.site.site_id, self.session.state, self.acked, self.last_ack_s, reason
         )
+
+    async def _change_here(self, change: Callable[[int], Site]) -> Site:
+        async with self.queue.positions_changing():
+            return change(self.queue.next_offset)
+
+    def _declared(self) -> Site:
+        """The site as the registry has it now (what the sender learned may have changed it);
+        the one it was started with once it is removed."""
+        registry = self.queue.registry
+        found = next((s for s in registry.list() if s.site_id == self.site.site_id), None)
+        if found is None or (found.number, found.since) != (self.site.number, self.site.since):
+            return self.site
+        return found
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"sender {self.site.site_id}")
@@ -164,6 +212,7 @@ class Sender:
                 raise ConnectionError("the sink answered the hello without its progress")
             self.session.handle(SyncEvent.START)
             cycle = self.session.cycle
+            await self._learn(reply.progress.last_processed)
             decision = self._decide(reply.progress)
             if self._resync_asked is not None:
                 decision = Decision(Outcome.SNAPSHOT, self._resync_asked)
@@ -208,7 +257,51 @@ class Sender:
             self.reason = reason
         self._wake.set()
 
+    async def _learn(self, learned: int) -> None:
+        """Check the position the sink reports against what this queue gave, and learn from it
+        (the module docstring); raises when it is not to be believed."""
+        site = self.site = self._declared()
+        registry = self.queue.registry
+        first = registry.positions_for(site).position(site.since, 0)
+        verdict = judge_learned(site.heard, learned, first, self.queue.next_position())
+        site_id = site.site_id
+        if verdict is Learned.IMPLAUSIBLE:
+            raise ConnectionAbortedError(
+                f"site {site_id} reports position {learned}, past any position a queue gives: "
+                f"not believed, nothing sent"
+            )
+        if verdict is Learned.LIFT:
+            self.site = await self._change_site(lambda end: registry.lift(site_id, learned, end))
+            LOG.warning(
+                "site %s processed position %d of an older queue of this site (its data was "
+                "lost): its entries are lifted above it, from position %d",
+                site_id,
+                learned,
+                registry.positions_for(self.site).position(site.since, 0),
+            )
+        elif verdict is Learned.BEYOND_END:
+            reason = (
+                f"refused: site {site_id} reports position {learned}, beyond this queue's end "
+                f"(its next position is {self.queue.next_position()}: this source lost "
+                f"entries it had sent it); new entries take positions above it, and the site "
+                f"gets a snapshot sync"
+            )
+            self.site = await self._change_site(
+                lambda end: registry.refuse(site_id, learned, end, reason)
+            )
+            LOG.warning("site %s: %s", site_id, reason)
+        elif not site.heard:
+            self.site = await self._change_site(lambda end: registry.heard(site_id))
+        if self.site.resync:
+            self._resync_asked = self.site.resync
+
     def _on_ack(self, acked: int) -> None:
+        if acked >= self.queue.next_position():
+            # Never taken as acknowledged: the stream ends, and the next negotiation refuses it.
+            raise AckBeyondEnd(
+                f"site {self.site.site_id} acknowledged position {acked}, beyond this queue's "
+                f"end (its next position is {self.queue.next_position()})"
+            )
         if self._window is not None:
             self._window.ack(acked)
         self.acked = max(self.acked, acked)
@@ -284,6 +377,10 @@ class Sender:
             self.acked = wanted.covered
             self.last_ack_s = time.time()
             self._resync_asked = None
+            if self.site.resync:  # the snapshot it was owed: in step again
+                site_id = self.site.site_id
+                registry = self.queue.registry
+                self.site = await self._change_site(lambda end: registry.resynced(site_id))
             self.reason = (
                 f"snapshot {wanted.snapshot} applied; deltas after position {wanted.covered}"
             )
@@ -294,15 +391,22 @@ class Sender:
 
     async def _pause(self, link: _Link, *wakers: Awaitable[Any]) -> None:
         """Wait up to a second for one of ``wakers``, a wake-up or the end of the stream;
-        raises what ended the stream."""
+        raises what ended the stream.
+
+        A waker that is a future already (a commit signal's ``current()``) is shared with every
+        other waiter of that partition: it is waited on, never cancelled. Cancelling it would
+        leave the partition handing out a done future until its next append, and every waiter,
+        this sender's next pause included, would spin. Only the tasks made here for coroutine
+        wakers are cancelled."""
         link.check()
-        futures = {asyncio.ensure_future(w) for w in wakers}
-        futures.add(asyncio.ensure_future(self._wake.wait()))
+        shared = [w for w in wakers if asyncio.isfuture(w)]
+        ours = {asyncio.ensure_future(w) for w in wakers if not asyncio.isfuture(w)}
+        ours.add(asyncio.ensure_future(self._wake.wait()))
         try:
-            await asyncio.wait({*futures, link.reader}, timeout=1.0, return_when=FIRST)
+            await asyncio.wait({*shared, *ours, link.reader}, timeout=1.0, return_when=FIRST)
         finally:
-            for future in futures:
-                future.cancel()
+            for task in ours:
+                task.cancel()
         link.check()
 
     def _decide(self, reply: v1.SinkProgress) -> Decision:
@@ -312,19 +416,20 @@ class Sender:
             reply.snapshot_applied,
             reply.last_processed,
         )
-        oldest = self.queue.oldest_position()
-        decision = negotiate(progress, self.queue.held_from(self.site.number))
-        since = position(self.site.since, 0)
+        positions = self.queue.registry.positions_for(self.site)
+        held_from = self.queue.held_from(self.site.number)
+        decision = negotiate(progress, held_from, positions.record_of)
         if (
             decision.outcome is Outcome.SNAPSHOT
             and progress.last_processed == NONE
             and progress.snapshot_applied == NONE
-            and oldest <= since
+            and self.queue.oldest_offset() <= self.site.since
         ):
+            # The first batch's prev: the sink starts its window there (``windows.py``).
             return Decision(
                 Outcome.DELTAS,
                 "nothing replicated yet; every entry since the site was declared is held",
-                resume_after=since - 1,
+                resume_after=positions.position(self.site.since, 0) - 1,
             )
         return decision
 

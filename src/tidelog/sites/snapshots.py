@@ -31,7 +31,7 @@ from typing import Final
 
 from tidelog.broker import Broker, Partition, StreamConfig
 from tidelog.errors import FailedPrecondition, InvalidArgument, echo
-from tidelog.sites.envelope import Entry, EntryKind, RoutingRecord, decode, encode, position
+from tidelog.sites.envelope import Entry, EntryKind, RoutingRecord, decode, encode
 from tidelog.sites.registry import Site, SiteRegistry, validate_site_id
 from tidelog.sites.send_queue import ENVELOPE_ROOM, SendQueue
 from tidelog.wire import SNAPSHOT_REQUESTS
@@ -145,7 +145,10 @@ class Snapshots:
             bit = 1 << wanted.site.number
             records: list[RoutingRecord] = []
             if begin:
-                covered = position(await self.deltas.settled_end(), 0) - 1
+                queue_end = await self.deltas.settled_end()
+                # Every position the queue gave so far, any site's lifted ones included, is
+                # below the next record's (``positions.py``).
+                covered = self.deltas.registry.positions.position(queue_end, 0) - 1
                 records.append(self._marker(EntryKind.SNAPSHOT_START, snapshot, bit, covered))
             runs: dict[str, list[Entry]] = {}
             for client, payload in items:

@@ -6,7 +6,8 @@ age of the oldest of them. A site that does not acknowledge is never shown as la
 entries for it exist: lag is measured from its acknowledgements, not from what was sent. It is
 *caught up* when nothing is outstanding and its sender is in delta sync, and *stalled* when
 entries are outstanding and it has not acknowledged for ``stall_after_s`` (or never has since
-this server started).
+this server started). ``reason`` says why a site is not syncing (the sender's last
+negotiation or error), or that it is caught up.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from tidelog.sites.envelope import routed_for, split_position
+from tidelog.sites.envelope import routed_for
 from tidelog.sites.negotiation import NONE
 from tidelog.sites.send_queue import SendQueue
 from tidelog.sites.sender import Sender
@@ -48,16 +49,19 @@ def site_state(
     site, status = sender.site, sender.status
     number, acked = site.number, status.acked
     log = queue.partition.log
+    positions = queue.positions_of(number)
     if acked == NONE:
         lag, first_open = queue.index.entries_for(number, 0), site.since
     else:
-        record, _ = split_position(acked)
+        record = positions.record_of(acked)
         lag = queue.index.entries_for(number, record + 1)
         first_open = record + 1
         if queue.index.records_for(number, record, 1) == [record]:
             for batch in log.forward_reader(record, stop_offset=record):
                 for offset, value in zip(batch.offsets.tolist(), batch.values(), strict=True):
-                    later = [e for e in routed_for(value, offset, number) if e.position > acked]
+                    first = positions.position(offset, 0)
+                    entries = routed_for(value, offset, number, first)
+                    later = [e for e in entries if e.position > acked]
                     lag += len(later)
                     if later:
                         first_open = record
@@ -69,6 +73,12 @@ def site_state(
                 lag_seconds = max(0.0, now - int(batch.timestamps[0]) / 1e9)
     silent = status.last_ack_s is None or now - status.last_ack_s > stall_after_s
     caught_up = lag == 0 and status.state is SyncState.LOG_ENTRY_SYNC
+    reason = status.reason
+    if caught_up:
+        # The sender's reason is how the session began ("resuming after ..."), which reads as
+        # a site still on its way long after it caught up.
+        upto = "" if acked == NONE else f" (up to position {acked})"
+        reason = f"caught up: every entry for it is acknowledged{upto}"
     return SiteState(
         site.site_id,
         site.address,
@@ -79,5 +89,5 @@ def site_state(
         status.last_ack_s,
         caught_up,
         stalled=lag > 0 and silent,
-        reason=status.reason,
+        reason=reason,
     )

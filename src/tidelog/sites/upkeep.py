@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -51,8 +51,16 @@ LOG = logging.getLogger("tidelog.sites")
 ACKED_FILE: Final = "sites_acked.json"
 
 
+def _plain_record(site: Site, at: int) -> int:
+    return split_position(at)[0]
+
+
 def release_offset(
-    sites: Sequence[Site], acked: Mapping[str, int], end: int, index: TagIndex
+    sites: Sequence[Site],
+    acked: Mapping[str, int],
+    end: int,
+    index: TagIndex,
+    record_of: Callable[[Site, int], int] = _plain_record,
 ) -> int:
     """The lowest record offset a declared site still needs: its first record (in the tag
     ``index``) after the one of its acknowledged position (``acked``: site id -> position,
@@ -60,11 +68,13 @@ def release_offset(
     queue's next offset) when no site needs any. A site is sent whole records, so the record of
     its acknowledged position holds nothing more for it; records that hold nothing for a site
     are not held for it (a site that rarely receives does not pin the queue), and releasing
-    them never costs it a snapshot (negotiation compares per site: ``TagIndex.held_from``)."""
+    them never costs it a snapshot (negotiation compares per site: ``TagIndex.held_from``).
+    ``record_of``: the record offset a site's position belongs to (``Positions.record_of``, for
+    a queue whose positions are lifted; not lifted by default)."""
     needed = end
     for site in sites:
         position = acked.get(site.site_id, NONE)
-        start = site.since if position == NONE else split_position(position)[0] + 1
+        start = site.since if position == NONE else record_of(site, position) + 1
         (first,) = index.records_for(site.number, start, 1) or (end,)
         needed = min(needed, first)
     return needed
@@ -127,14 +137,20 @@ class QueueUpkeep:
         site it was saved for, not for a later one declared under the same id."""
         self._task: asyncio.Task[None] | None = None
 
+    def _record_of(self, site: Site, at: int) -> int:
+        return self.queue.registry.positions_for(site).record_of(at)
+
     def acked(self) -> dict[str, int]:
         """Each declared site's acknowledged position, as the module docstring says."""
         found: dict[str, int] = {}
+        end = self.queue.next_position()
         for site in self.queue.registry.list():
             sender = self.senders.get(site.site_id)
             live = NONE if sender is None else sender.acked
             number, since, saved = self._saved.get(site.site_id, (-1, -1, NONE))
-            if (number, since) != (site.number, site.since):
+            if (number, since) != (site.number, site.since) or saved >= end:
+                # Another declaration's, or past the queue's end: a lost queue's position
+                # (its sender refuses it too), which would release what the site never got.
                 saved = NONE
             found[site.site_id] = live if live != NONE else saved
         return found
@@ -153,7 +169,7 @@ class QueueUpkeep:
             await asyncio.to_thread(save_acked, self.acked_file, sites, acked)
             self._saved = known
         released = await queue.partition.release_before(
-            release_offset(sites, acked, queue.next_offset, queue.index)
+            release_offset(sites, acked, queue.next_offset, queue.index, self._record_of)
         )
         if released:
             LOG.info("released %d acknowledged segments of the delta queue", len(released))
