@@ -1,5 +1,6 @@
 """A real server goes down and comes back on the same port: the client reconnects promptly,
-calls that are safe to repeat ride out the outage, and the others fail clearly and at once.
+calls that are safe to repeat ride out the outage, a plain publish waits for the server only
+while it was not sent, and a live subscription fails clearly and at once.
 
 Measured on a 2-core machine (``tests/client/outage.py``'s ``reconnect_s``, a 2 s and a 5 s
 outage, SIGTERM and SIGKILL): with gRPC's default backoff and no retries the client failed for
@@ -149,28 +150,45 @@ def test_each_retried_call_rides_out_a_restart(restartable: Restartable) -> None
             client.stream_info("new")
 
 
-def test_a_plain_publish_during_an_outage_fails_at_once(restartable: Restartable) -> None:
-    """Without a producer id a publish is not retried (it could be stored twice): it fails
-    with Unavailable, quickly, saying so; once the server is back it works again."""
-    with Client(restartable.address) as client:
+def test_a_plain_publish_waits_for_the_server_only_while_nothing_was_sent(
+    restartable: Restartable,
+) -> None:
+    """Without a producer id a publish is never sent twice (a retry could store it twice), but
+    one whose channel could not connect was not sent at all: it waits for the server, within the
+    retry budget, and is stored once, once it is back. When the budget is spent it fails with
+    Unavailable saying nothing was sent. (One that may have reached the server fails at once
+    with Unavailable saying it was not retried: ``test_client_retry``.)"""
+    with Client(restartable.address, settings=ClientSettings(retry_budget_s=60)) as client:
         client.create_stream("s")
         client.publish("s", b"before")
         restartable.down(kill=True)
-        for publish in (
-            lambda: client.publish("s", b"lost"),
-            lambda: client.publish_batch("s", [b"lost", b"too"]),
-        ):
-            started = time.monotonic()
-            with pytest.raises(Unavailable, match="not retried") as failed:
-                publish()
-            assert time.monotonic() - started < 5
-            assert failed.value.code == grpc.StatusCode.UNAVAILABLE
-            assert "producer_id" in str(failed.value)
-        restartable.up()
-        client.list_streams()  # retried: returns once the client is connected again
-        client.publish("s", b"after")
+        restarter = _back_after(restartable, 1.0)
+        started = time.monotonic()
+        try:
+            try:
+                ack = client.publish("s", b"while down")
+            except Unavailable as lost:  # sent on the connection before it was seen to break
+                assert "not retried" in str(lost) and "producer_id" in str(lost)
+                ack = client.publish("s", b"while down")
+            took = time.monotonic() - started
+        finally:
+            restarter.join(60)
+        assert ack.offset == 1
+        assert 0.9 <= took < 60, took  # it waited for the server
         values = [m.value for m in client.subscribe("s", start="earliest", stop="latest")]
-        assert values[0] == b"before" and values[-1] == b"after" and b"lost" not in values
+        assert values == [b"before", b"while down"]
+
+    restartable.down(kill=True)
+    with Client(restartable.address, settings=ClientSettings(retry_budget_s=1.0)) as client:
+        started = time.monotonic()
+        with pytest.raises(Unavailable, match=r"nothing was sent \(gave up after") as failed:
+            client.publish("s", b"never")
+        assert 0.9 <= time.monotonic() - started < 5
+        assert failed.value.code == grpc.StatusCode.UNAVAILABLE
+        started = time.monotonic()
+        with pytest.raises(ClientError, match=r"nothing was sent .*its timeout of 0\.8 s"):
+            client.publish_batch("s", [b"never"], timeout=0.8)
+        assert 0.7 <= time.monotonic() - started < 4
 
 
 def test_a_live_subscription_ends_with_unavailable_when_the_server_dies(

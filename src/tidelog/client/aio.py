@@ -2,17 +2,15 @@
 
 Control calls use the Liftbridge-compatible ``proto.API`` service; publishing batches and
 subscribing use ``tidelog.v1`` (columnar batches, one acknowledgement per batch). The channel
-reconnects promptly after the server comes back (``ClientSettings``), and calls that are safe to
-repeat are retried across the outage (``tidelog.client.retry`` lists which).
+reconnects promptly after the server comes back (``ClientSettings``); whether a failed call is
+sent again is one rule for every call (``tidelog.client.retry``), and in a cluster a failed call
+moves the client to the partition's new leader (``tidelog.client.leaders``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import bisect
-import contextlib
 import zlib
-from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from itertools import accumulate
@@ -39,15 +37,12 @@ from tidelog.client.consumer import DEFAULT_PREFETCH, Consumer
 from tidelog.client.describe_calls import DescribeCalls
 from tidelog.client.errors import (
     AlreadyExists,
-    ClientError,
-    FailedPrecondition,
     InvalidArgument,
     NotFound,
     Unavailable,
-    error_for_number,
     from_rpc_error,
 )
-from tidelog.client.leaders import CURSORS_STREAM, NOT_LEADER_TEXT, LeaderRouter, not_leader
+from tidelog.client.leaders import CURSORS_STREAM, LeaderRouter
 from tidelog.client.models import (
     Ack,
     Acks,
@@ -59,7 +54,17 @@ from tidelog.client.models import (
     Stop,
     StreamInfo,
 )
-from tidelog.client.retry import Attempt, removal, retrying
+from tidelog.client.publisher import Publisher
+from tidelog.client.retry import (
+    NOT_IDEMPOTENT,
+    RETRYABLE,
+    Attempt,
+    Verdict,
+    connected,
+    removal,
+    retrying,
+    verdict,
+)
 from tidelog.client.routing_listener import (
     COMMIT_EVERY,
     DISCOVER_S,
@@ -80,8 +85,6 @@ DEFAULT_SERVER = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
 """Where a client connects when told nothing: a server started with its defaults."""
 PUBLISH_CHUNK = 1000
 """``publish_batch`` sends at most this many messages per request."""
-LEADER_HOPS = 4
-"""How many brokers a plain publish tries when each says another leads the partition."""
 
 
 class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
@@ -124,19 +127,30 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
         timeout: float | None = None,
         *,
         route: tuple[str, int] | None = None,
-        look_up: bool = True,
+        once: str | None = None,
     ) -> T:
-        """Run a call that is safe to repeat, retrying it while the server is unreachable;
-        ``route``: the (stream, partition) whose leader serves it, looked up again when a broker
-        says it does not lead it (``look_up``: ask for the stream's leaders before the first
-        call, else only once a broker refuses)."""
+        """Run a call, sending it again as ``tidelog.client.retry`` rules (``once``: it must not
+        be sent twice once it may have been done, and why). ``route``: the (stream, partition)
+        whose leader serves it, looked up before the stream's first call and again when a broker
+        refuses it or cannot be reached. Without one, the call goes to the entry broker, and in
+        a cluster an attempt that could not reach it moves the call to another broker; so that
+        a client knows the other brokers before its given one dies, its first such call looks
+        up ``__cursors`` (whose metadata names every broker; cursor calls need it anyway)."""
         if route is None:
+            await self._router.ensure(CURSORS_STREAM)  # learns the brokers, in a cluster
+            if not self._router.clustered:
+                return await retrying(
+                    attempt, channel=self._channel, settings=self.settings, timeout=timeout
+                )
             return await retrying(
-                attempt, channel=self._channel, settings=self.settings, timeout=timeout
+                attempt,
+                channel=None,
+                settings=self.settings,
+                timeout=timeout,
+                after_failure=self._entry_failed,
             )
         stream, partition = route
-        if look_up:
-            await self._router.ensure(stream)
+        await self._router.ensure(stream)
 
         async def relocate(error: grpc.RpcError) -> None:
             await self._router.after_failure(error, stream, partition)
@@ -147,7 +161,16 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
             settings=self.settings,
             timeout=timeout,
             after_failure=relocate,
+            once=once,
         )
+
+    async def _entry_failed(self, error: grpc.RpcError) -> None:
+        """A call any broker answers failed at the entry broker: if it could not reach it, the
+        next attempt (and every such call after it) goes to another broker."""
+        if error.code() in RETRYABLE:
+            self._router.entry_failed()
+            self._api = self._router.entry_api()
+            self._v1 = self._router.entry_v1()
 
     # -- streams ---------------------------------------------------------------------------------
 
@@ -325,7 +348,11 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
         headers: Mapping[str, bytes] | None = None,
         partition: int | None = None,
     ) -> Ack:
-        """Publish one message; returns where it was stored once the server acknowledged it."""
+        """Publish one message; returns where it was stored once the server acknowledged it.
+        Sent again only when it surely was not stored, as ``publish_batch`` without a producer
+        (so it may wait up to ``settings.retry_budget_s`` for a leader to be reachable); lost
+        after it was sent, it raises ``Unavailable`` and the next publish goes to the new
+        leader."""
         number = await self._choose_partition(stream, key, partition)
         request = v1.PublishBatchRequest(
             ack_policy=self._ack_policy,
@@ -383,14 +410,22 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
         ``duplicate`` says the partition held this batch already (its acks are then those of the
         stored batch, or empty when the sequence was below the producer's latest).
 
-        ``timeout``: seconds each request may take before it fails (a ``ClientError`` with code
-        ``DEADLINE_EXCEEDED``; None: no limit). A request that timed out may still have been
-        stored: retry an idempotent batch with the same sequence to find out.
+        ``timeout``: seconds each request may take before it fails, its retries included (a
+        ``ClientError`` with code ``DEADLINE_EXCEEDED``; None: no limit). A request that timed
+        out may still have been stored: retry an idempotent batch with the same sequence to find
+        out.
 
-        An idempotent batch is retried while the server is unreachable (UNAVAILABLE), for
-        ``timeout`` seconds in all or, without one, ``settings.retry_budget_s``. Without a
-        producer nothing is retried (a retry could store the messages twice): UNAVAILABLE raises
-        ``Unavailable`` at once.
+        When a request is sent again (``tidelog.client.retry``), for ``timeout`` seconds in all
+        or, without one, ``settings.retry_budget_s``:
+
+        - an idempotent batch: whenever it fails with UNAVAILABLE (the broker drops a batch it
+          holds already);
+        - without a producer, only when it surely was not stored: its channel to the leader
+          could not connect, so it was never sent (the leader is down, or a failover is under
+          way), or a broker that does not lead the partition refused it. Sent and then lost
+          (UNAVAILABLE), it is not sent again, since that could store it twice: it raises
+          ``Unavailable`` at once, and in a cluster the client forgets that leader and looks the
+          leaders up again, so the next publish goes to the new leader.
         """
         if (producer_id is None) != (producer_sequence is None):
             raise InvalidArgument("give both producer_id and producer_sequence, or neither")
@@ -502,20 +537,22 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
         request: v1.PublishBatchRequest,
         timeout: float | None,
     ) -> Acks:
-        await self._router.ensure(stream)
-        for hop in range(LEADER_HOPS):
-            try:
-                response = await self._router.v1(stream, partition).PublishBatch(
-                    request, timeout=timeout
-                )
-                break
-            except grpc.RpcError as error:
-                # Refused by a broker that does not lead the partition: nothing was stored, so
-                # it goes to the leader. Anything else is the caller's to decide.
-                if not not_leader(error) or hop + 1 == LEADER_HOPS:
-                    raise _publish_error(error) from None
-                await self._router.after_failure(error, stream, partition)
-                await asyncio.sleep(self.settings.retry_first_backoff_s * (hop + 1))
+        """One request of a publish without a producer, sent once: only over a connected channel
+        to the partition's leader, and sent again only when it was not sent (the channel could
+        not connect) or was refused by a broker that does not lead the partition. Lost after it
+        was sent, it raises ``Unavailable``, and in a cluster the route to that leader is
+        forgotten, so the next publish goes to the new one."""
+
+        async def attempt(timeout: float | None, number: int) -> v1.PublishBatchResponse:
+            address = self._router.address(stream, partition)
+            await connected(self._router.channel(address), address, timeout)
+            stub = self._router.v1(stream, partition)
+            answer: v1.PublishBatchResponse = await stub.PublishBatch(request, timeout=timeout)
+            return answer
+
+        response = await self._retrying(
+            attempt, timeout, route=(stream, partition), once=NOT_IDEMPOTENT
+        )
         first = response.first_offset
         return Acks(stream, partition, range(first, first + response.count))
 
@@ -544,10 +581,28 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
         )
 
     def publisher(self, stream: str, partition: int = 0) -> Publisher:
-        """A pipelined publisher for one partition over one long-lived stream (``PublishStream``):
-        use ``async with client.publisher(...) as p`` and ``await p.publish(values)``; many
-        publishes may be in flight at once and are acknowledged in order."""
-        return Publisher(self._router.v1(stream, partition), stream, partition, self._ack_policy)
+        """A pipelined publisher for one partition over one long-lived stream (``PublishStream``)
+        to its leader: use ``async with client.publisher(...) as p`` and ``await
+        p.publish(values)``; many publishes may be in flight at once and are acknowledged in
+        order. A batch is never sent twice; after a leader change the next batch goes to the new
+        leader (``tidelog.client.publisher``)."""
+
+        async def attempt(timeout: float | None, number: int) -> Any:
+            call = self._router.v1(stream, partition).PublishStream()
+            try:
+                await call.wait_for_connection()  # UNAVAILABLE when it could not be sent
+            except BaseException:
+                call.cancel()
+                raise
+            return call
+
+        async def open_call() -> Any:
+            return await self._retrying(attempt, route=(stream, partition))
+
+        async def relocate(error: grpc.RpcError) -> None:
+            await self._router.after_failure(error, stream, partition)
+
+        return Publisher(open_call, relocate, stream, partition, self._ack_policy)
 
     # -- subscribing -----------------------------------------------------------------------------
 
@@ -566,7 +621,9 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
         ``start="new"`` means new from this call on); iterate the result for the batches.
 
         In a cluster, a forward subscription whose leader goes away (a crash, a new election)
-        is opened again on the new leader from the offset after the last one delivered."""
+        is opened again on the new leader from the offset after the last one delivered: its
+        failure is an attempt that ``tidelog.client.retry`` would send again, and a failed
+        attempt to reopen it is sent again likewise, within the retry budget."""
         opened = await self._open_once(
             stream, partition, start, stop, reverse, resume, max_messages
         )
@@ -590,13 +647,13 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
                         last = int.from_bytes(batch.offsets[-8:], "little", signed=True)
                     yield batch
                 return
-            except (Unavailable, FailedPrecondition) as error:
-                moved = isinstance(error, Unavailable) or NOT_LEADER_TEXT in str(error).lower()
-                if reverse or not self._router.clustered or not moved:
-                    raise
+            except grpc.RpcError as error:
+                again = verdict(error, routed=True, repeatable=True) is Verdict.AGAIN
+                if reverse or not self._router.clustered or not again:
+                    raise from_rpc_error(error) from None
+                await self._router.after_failure(error, stream, partition)
             finally:
                 await batches.aclose()
-            await self._router.refresh(stream)
             batches = await self._open_once(
                 stream,
                 partition,
@@ -783,14 +840,14 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
         async def attempt(timeout: float | None, number: int) -> None:
             await self._cursor_api(key).SetCursor(request, timeout=timeout)
 
-        await self._retrying(attempt, route=await self._cursor_route(key), look_up=False)
+        await self._retrying(attempt, route=await self._cursor_route(key))
 
     async def _cursor_route(self, key: bytes) -> tuple[str, int]:
         """The ``__cursors`` partition that keeps ``key`` (CRC-32 of it, as the server and
-        Liftbridge place it), whose leader takes the call in a cluster. A single broker is not
-        asked for ``__cursors``' metadata: it keeps every cursor itself."""
-        if self._router.clustered:
-            await self._router.ensure(CURSORS_STREAM)
+        Liftbridge place it), whose leader takes the call in a cluster. Its leaders are looked
+        up before the first cursor call, as a stream's before its first publish: a client that
+        never learnt it talks to a cluster could not leave a leader that died."""
+        await self._router.ensure(CURSORS_STREAM)
         return CURSORS_STREAM, zlib.crc32(key) % self._router.partition_count(CURSORS_STREAM)
 
     def _cursor_api(self, key: bytes) -> Any:
@@ -809,7 +866,7 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
             )
             return answer
 
-        response = await self._retrying(attempt, route=await self._cursor_route(key), look_up=False)
+        response = await self._retrying(attempt, route=await self._cursor_route(key))
         return int(response.offset)
 
 
@@ -825,7 +882,8 @@ def _partition_info(p: pb.PartitionMetadata) -> PartitionInfo:
 
 
 async def _batches(call: Any, first: v1.RecordBatch) -> AsyncGenerator[v1.RecordBatch, None]:
-    """The frames of an open subscription call, from ``first``, until its end frame."""
+    """The frames of an open subscription call, from ``first``, until its end frame; a failure
+    raises its ``grpc.RpcError`` (``_following`` decides what follows)."""
     try:
         batch: object = first
         while isinstance(batch, v1.RecordBatch):  # until grpc.aio.EOF
@@ -834,110 +892,8 @@ async def _batches(call: Any, first: v1.RecordBatch) -> AsyncGenerator[v1.Record
             if batch.end:
                 return
             batch = await call.read()
-    except grpc.RpcError as error:
-        raise from_rpc_error(error) from None
     finally:
         call.cancel()
-
-
-class Publisher:
-    """Publishes batches to one partition over one ``PublishStream`` call, pipelined."""
-
-    def __init__(
-        self,
-        stub: v1_grpc.TidelogStub,
-        stream: str,
-        partition: int,
-        ack_policy: v1.AckPolicy.ValueType = v1.ACK_POLICY_LEADER,
-    ) -> None:
-        self._stub = stub
-        self._ack_policy = ack_policy
-        self.stream = stream
-        self.partition = partition
-        self._pending: deque[asyncio.Future[Acks]] = deque()
-        self._write_lock = asyncio.Lock()
-        self._call: Any = None
-        self._reader: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> Publisher:
-        self._call = self._stub.PublishStream()  # type: ignore[call-arg]
-        self._reader = asyncio.create_task(self._read_acks())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def publish(self, messages: Sequence[bytes | Message]) -> Acks:
-        """Send one batch and wait for its acks (other publishes may be in flight meanwhile)."""
-        return await (await self.send(messages))
-
-    async def send(self, messages: Sequence[bytes | Message]) -> asyncio.Future[Acks]:
-        """Send one batch; the returned future resolves to its acks, or to its error."""
-        if self._call is None:
-            raise RuntimeError("use the publisher inside 'async with'")
-        request = v1.PublishBatchRequest(
-            ack_policy=self._ack_policy,
-            stream=self.stream,
-            partition=self.partition,
-            messages=pack_messages(messages),
-            expected_offset=-1,
-        )
-        future: asyncio.Future[Acks] = asyncio.get_running_loop().create_future()
-        async with self._write_lock:
-            self._pending.append(future)
-            try:
-                await self._call.write(request)
-            except grpc.RpcError as error:
-                raise from_rpc_error(error) from None
-        return future
-
-    async def _read_acks(self) -> None:
-        failure: ClientError | None = None
-        try:
-            async for response in self._call:
-                future = self._pending.popleft()
-                if future.done():
-                    continue
-                if response.error_code:
-                    future.set_exception(
-                        error_for_number(response.error_code, response.error_message)
-                    )
-                else:
-                    first = response.first_offset
-                    future.set_result(
-                        Acks(self.stream, self.partition, range(first, first + response.count))
-                    )
-        except grpc.RpcError as error:
-            failure = from_rpc_error(error)
-        finally:
-            while self._pending:
-                future = self._pending.popleft()
-                if not future.done():
-                    future.set_exception(
-                        failure or Unavailable("the publish stream ended before this batch")
-                    )
-
-    async def close(self) -> None:
-        """Wait for every in-flight batch's ack, then end the stream."""
-        if self._call is None:
-            return
-        async with self._write_lock:
-            with contextlib.suppress(grpc.RpcError):
-                await self._call.done_writing()
-        if self._reader is not None:
-            await self._reader
-        self._call = None
-
-
-def _publish_error(error: grpc.RpcError) -> ClientError:
-    """The error of a publish without a producer id, which is never retried."""
-    failure = from_rpc_error(error)
-    if isinstance(failure, Unavailable):
-        return Unavailable(
-            f"{failure} (not retried: a publish without producer_id and producer_sequence could "
-            f"be stored twice; with them it is retried safely)"
-        )
-    return failure
 
 
 class ChainedAcks(Sequence[Ack]):

@@ -1,13 +1,20 @@
-"""Which broker leads each partition, for a client of a cluster.
+"""Which broker leads each partition, for a client of a cluster, and which broker takes the
+calls any broker answers.
 
-Theory of operation. A client is given one server. Before the first publish or subscription of
-a stream it asks that server for the stream's metadata (once per stream). Against a single
-broker nothing more happens: every call goes to that server, as it always did. When metadata
-names more than one broker, or a broker answers "not partition leader" (FAILED_PRECONDITION,
-Liftbridge's text), the client knows it talks to a cluster: from then on it sends a partition's
-publishes and subscriptions to its leader, over one channel per broker, and asks any broker it
-knows for metadata when a leader refuses or cannot be reached (an unreachable leader is
-forgotten). While an election is under way (no live leader) the caller's retry budget waits.
+Theory of operation. A client is given one server. Before its first call, and before the first
+publish or subscription of a stream, it asks that server for metadata (``__cursors``', then
+the stream's; once each). Against a single broker nothing more happens: every call goes to that
+server, as it always did. When metadata names more than one broker, or a broker answers "not
+partition leader" (FAILED_PRECONDITION, Liftbridge's text), the client knows it talks to a
+cluster: from then on it sends a partition's calls to its leader, over one channel per broker,
+and asks any broker it knows for metadata when a leader refuses or cannot be reached
+(``after_failure``; a leader that cannot be reached is forgotten first, so that only an answer
+naming it again sends calls back to it). Until its lease expires the metadata still names a
+dead leader: each attempt then fails at once (nothing connects) and is followed by another
+lookup, and while the election is under way (no live leader) the caller's retry budget waits.
+Calls any broker answers (metadata, views, groups, stream administration) go to the **entry**
+broker: the given server until it cannot be reached, then the next broker the client knows, in
+turn (``entry_failed``), so a client whose given broker died keeps working.
 """
 
 from __future__ import annotations
@@ -45,7 +52,11 @@ class LeaderRouter:
         self.server = server
         self._settings = settings
         self._channels: dict[str, grpc.aio.Channel] = {server: channel}
+        self._stubs: dict[str, tuple[Any, Any]] = {}
         self._leaders: dict[tuple[str, int], str] = {}
+        self.entry = server
+        """Where calls any broker answers go: the given server, or once it could not be reached
+        in a cluster, another broker the client knows."""
         self._looked_up: set[str] = set()
         self._partitions: dict[str, int] = {}
         self.clustered = False
@@ -59,16 +70,37 @@ class LeaderRouter:
         return channel
 
     def address(self, stream: str, partition: int) -> str:
-        """Where calls for a partition go: its leader once known, else the given server."""
+        """Where calls for a partition go: its leader once known, else the entry broker."""
         if not self.clustered:
             return self.server
-        return self._leaders.get((stream, partition), self.server)
+        return self._leaders.get((stream, partition), self.entry)
+
+    def _stubs_of(self, address: str) -> tuple[Any, Any]:
+        stubs = self._stubs.get(address)
+        if stubs is None:
+            channel = self.channel(address)
+            stubs = self._stubs[address] = (pb_grpc.APIStub(channel), v1_grpc.TidelogStub(channel))
+        return stubs
 
     def v1(self, stream: str, partition: int) -> Any:
-        return v1_grpc.TidelogStub(self.channel(self.address(stream, partition)))
+        return self._stubs_of(self.address(stream, partition))[1]
 
     def api(self, stream: str, partition: int) -> Any:
-        return pb_grpc.APIStub(self.channel(self.address(stream, partition)))
+        return self._stubs_of(self.address(stream, partition))[0]
+
+    def entry_v1(self) -> Any:
+        return self._stubs_of(self.entry)[1]
+
+    def entry_api(self) -> Any:
+        return self._stubs_of(self.entry)[0]
+
+    def entry_failed(self) -> None:
+        """A call any broker answers could not reach the entry broker: in a cluster, the next
+        attempt goes to the next broker known (in address order, round)."""
+        if not self.clustered:
+            return
+        known = sorted(self._channels)
+        self.entry = known[(known.index(self.entry) + 1) % len(known)]
 
     def learn(self, response: pb.FetchMetadataResponse) -> None:
         """Take the leaders a metadata answer names (the streams it names need no lookup)."""
@@ -96,8 +128,10 @@ class LeaderRouter:
         return self._partitions.get(stream, 1)
 
     async def after_failure(self, error: grpc.RpcError, stream: str, partition: int) -> None:
-        """Before a call is tried again: learn who leads now (a refusal, an unreachable
-        leader)."""
+        """After a call routed to the partition's leader failed (refused, or lost with its
+        broker), before it or the next call is sent: learn who leads now. An unreachable leader
+        is forgotten first, so that only an answer still naming it (its lease has not expired
+        yet) sends calls back to it."""
         if not_leader(error):
             self.clustered = True
         if not self.clustered:
@@ -108,17 +142,17 @@ class LeaderRouter:
 
     async def ensure(self, stream: str) -> None:
         """Look the stream's leaders up once, before its first routed call: a client given a
-        broker that dies must know the others to fail over to."""
+        broker that dies must know the others to fail over to. A lookup that no broker answered
+        is made again before the next call."""
         if stream not in self._looked_up:
-            self._looked_up.add(stream)
-            await self.refresh(stream)
+            await self.refresh(stream)  # an answer marks it looked up (``learn``)
 
     async def refresh(self, stream: str) -> None:
-        """Ask the brokers known, the one given first, for the stream's leaders."""
+        """Ask the brokers known, the entry broker first, for the stream's leaders."""
         request = pb.FetchMetadataRequest(streams=[stream])
-        for address in sorted(self._channels, key=lambda a: a != self.server):
+        for address in sorted(self._channels, key=lambda a: a != self.entry):
             with contextlib.suppress(grpc.RpcError):
-                stub = pb_grpc.APIStub(self._channels[address])
+                stub = self._stubs_of(address)[0]
                 self.learn(await stub.FetchMetadata(request, timeout=LOOKUP_TIMEOUT_S))
                 return
 

@@ -8,9 +8,10 @@ the thread boundary one batch at a time, not one message at a time.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import threading
-from collections.abc import AsyncGenerator, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Coroutine, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, TypeVar, overload
@@ -33,6 +34,7 @@ from tidelog.client.models import (
     Stop,
     StreamInfo,
 )
+from tidelog.client.publisher import Publisher
 from tidelog.client.routing_listener import (
     COMMIT_EVERY,
     DISCOVER_S,
@@ -223,7 +225,30 @@ class Client(SyncViewCalls, SyncSiteCalls, SyncDescribeCalls):
         max_messages: int = 0,
     ) -> Iterator[v1.RecordBatch]:
         """Columnar batches. The subscription is open when this returns (errors raise here, and
-        ``start="new"`` means new from this call on)."""
+        ``start="new"`` means new from this call on), as with :meth:`open_subscription`."""
+        return self.open_subscription(
+            stream,
+            partition,
+            start=start,
+            stop=stop,
+            reverse=reverse,
+            resume=resume,
+            max_messages=max_messages,
+        )
+
+    def open_subscription(
+        self,
+        stream: str,
+        partition: int = 0,
+        *,
+        start: Start = "new",
+        stop: Stop = None,
+        reverse: bool = False,
+        resume: bool = False,
+        max_messages: int = 0,
+    ) -> Iterator[v1.RecordBatch]:
+        """See ``AsyncClient.open_subscription``: open when this returns; iterate the result for
+        the columnar batches (in a cluster a forward one follows a new leader)."""
         batches = self._run(
             self._client.open_subscription(
                 stream,
@@ -318,6 +343,20 @@ class Client(SyncViewCalls, SyncSiteCalls, SyncDescribeCalls):
     def _site_calls(self) -> SiteCalls:
         return self._client
 
+    def transmit_snapshot(
+        self,
+        site_id: str,
+        snapshot: int,
+        items: Iterable[tuple[str, bytes]] = (),
+        *,
+        begin: bool = False,
+        end: bool = False,
+    ) -> int:
+        """See ``AsyncClient.transmit_snapshot`` (the snapshot provider makes these calls)."""
+        return self._run(
+            self._client.transmit_snapshot(site_id, snapshot, list(items), begin=begin, end=end)
+        )
+
     def routing_listener(
         self,
         client_name: str,
@@ -378,6 +417,13 @@ class Client(SyncViewCalls, SyncSiteCalls, SyncDescribeCalls):
         self._run(consumer.__aenter__())
         return SyncConsumer(self, consumer)
 
+    def publisher(self, stream: str, partition: int = 0) -> SyncPublisher:
+        """The blocking form of ``AsyncClient.publisher``; open when this returns (use ``with``
+        or ``close()``)."""
+        publisher = self._client.publisher(stream, partition)
+        self._run(publisher.__aenter__())
+        return SyncPublisher(self, publisher)
+
 
 class SyncConsumer:
     """``receive``, ``seek``, ``commit`` and ``close`` of a :class:`Consumer`, blocking."""
@@ -409,6 +455,39 @@ class SyncConsumer:
         self._client._run(self._consumer.close())
 
     def __enter__(self) -> SyncConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SyncPublisher:
+    """``publish``, ``send`` and ``close`` of a :class:`~tidelog.client.publisher.Publisher`,
+    blocking."""
+
+    def __init__(self, client: Client, publisher: Publisher) -> None:
+        self._client = client
+        self._publisher = publisher
+
+    def publish(self, messages: Sequence[bytes | Message]) -> Acks:
+        """Send one batch and wait for its acks."""
+        return self._client._run(self._publisher.publish(messages))
+
+    def send(self, messages: Sequence[bytes | Message]) -> concurrent.futures.Future[Acks]:
+        """Send one batch; its acks (or its error) come as the returned future's ``result()``,
+        so that several batches are in flight at once."""
+        sent = self._client._run(self._publisher.send(messages))
+
+        async def acks() -> Acks:
+            return await sent
+
+        return asyncio.run_coroutine_threadsafe(acks(), self._client._loop)
+
+    def close(self) -> None:
+        """Wait for every in-flight batch's ack, then end the stream."""
+        self._client._run(self._publisher.close())
+
+    def __enter__(self) -> SyncPublisher:
         return self
 
     def __exit__(self, *exc: object) -> None:
