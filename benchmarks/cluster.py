@@ -10,7 +10,17 @@ cluster recovers.
   ``rf3_all_over_rf1`` (target: >= 0.5).
 - ``failover_s``: while a publisher publishes with ack ALL, the leader is killed (SIGKILL); the
   time from the kill to the first acknowledged publish after it, with the default lease
-  (``cluster_lease_ttl_s``, 3 s; target: <= 5 s).
+  (``cluster_lease_ttl_s``, 3 s; target: <= 5 s). The killed broker stays down until it is
+  measured: an idempotent ``publish_batch`` (the client retries it).
+- ``failover_plain_s``: the same with plain ``publish`` (no producer id, ack ALL), which the
+  client does not retry when it may have been stored: the application retries on each error,
+  as one would (target: <= 5 s).
+- ``failover_subscribe_s``: a subscriber reads the stream from its leader; the leader is killed
+  and a message published after the kill; the time from the kill until the subscriber has it
+  (the subscription reopens on the new leader by itself; target: <= 5 s).
+- ``rejoin_s``: the killed broker is started again while a publisher publishes with ack ALL; the
+  time from its ready line until it is back in every ISR of the stream (target: <= 10 s), with
+  the process start beside it (``rejoin_start_s``).
 - ``replica_catchup_mb_per_s``: a follower is stopped, ``--catchup-mb`` of records are
   published, the follower is started again; megabytes of records per second from its ready line
   until it is back in the ISR with the leader's log end (target: >= 100); the process start is
@@ -28,14 +38,17 @@ import argparse
 import asyncio
 import json
 import os
+import queue
 import shutil
 import tempfile
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from tidelog.client import AsyncClient, Client, ClientSettings
+from tidelog.errors import TidelogError
 from tidelog.process import ServerProcess, running_etcd
 
 
@@ -99,8 +112,9 @@ def leader_of(address: str, stream: str) -> str:
         return partition.leader
 
 
-def failover(brokers: Brokers, stream: str) -> float:
-    """Seconds from killing the leader to the next acknowledged publish with ack ALL."""
+def failover(brokers: Brokers, stream: str) -> tuple[str, float]:
+    """Seconds from killing the leader to the next acknowledged idempotent publish with ack
+    ALL; the killed broker (returned) stays down."""
     leader = leader_of(brokers.any_live(), stream)
     others = [s.address for b, s in brokers.servers.items() if b != leader]
     settings = ClientSettings(ack_all=True, retry_budget_s=60)
@@ -111,8 +125,101 @@ def failover(brokers: Brokers, stream: str) -> float:
         brokers.servers[leader].kill()
         client.publish_batch(stream, [b"after"], producer_id="failover", producer_sequence=10)
         took = time.perf_counter() - killed
-    brokers.start(leader)  # back for the next phase
-    return took
+    return leader, took
+
+
+def failover_plain(brokers: Brokers, stream: str) -> tuple[str, float]:
+    """Seconds from killing the leader to the next acknowledged plain publish (ack ALL), the
+    application publishing again after each error; the killed broker stays down."""
+    leader = leader_of(brokers.any_live(), stream)
+    others = [s.address for b, s in brokers.servers.items() if b != leader]
+    with Client(others[0], settings=ClientSettings(ack_all=True)) as client:
+        for _ in range(10):
+            client.publish(stream, b"before")
+        killed = time.perf_counter()
+        brokers.servers[leader].kill()
+        while True:
+            try:
+                client.publish(stream, b"after")
+                break
+            except TidelogError:
+                if time.perf_counter() - killed > 120:
+                    raise
+                time.sleep(0.05)
+        took = time.perf_counter() - killed
+    return leader, took
+
+
+def failover_subscribe(brokers: Brokers, stream: str) -> tuple[str, float]:
+    """Seconds from killing the leader until a subscriber that was reading from it has a
+    message published after the kill; the killed broker stays down."""
+    leader = leader_of(brokers.any_live(), stream)
+    others = [s.address for b, s in brokers.servers.items() if b != leader]
+    settings = ClientSettings(ack_all=True, retry_budget_s=60)
+    got: queue.Queue[tuple[bytes, float]] = queue.Queue()
+    opened = threading.Event()
+
+    def read() -> None:
+        with Client(others[1]) as reader:
+            messages = reader.subscribe(stream, start="new")
+            opened.set()
+            for message in messages:
+                got.put((message.value, time.perf_counter()))
+                if message.value == b"subscribe-after":
+                    return
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    opened.wait(30)
+    with Client(others[0], settings=settings) as client:
+        client.publish_batch(
+            stream, [b"subscribe-before"], producer_id="subscriber", producer_sequence=0
+        )
+        while got.get(timeout=30)[0] != b"subscribe-before":
+            pass
+        killed = time.perf_counter()
+        brokers.servers[leader].kill()
+        client.publish_batch(
+            stream, [b"subscribe-after"], producer_id="subscriber", producer_sequence=1
+        )
+    while True:
+        value, at = got.get(timeout=120)
+        if value == b"subscribe-after":
+            return leader, at - killed
+
+
+def rejoin(brokers: Brokers, stream: str, broker_id: str) -> dict[str, float]:
+    """Start ``broker_id`` again while a publisher publishes with ack ALL; seconds from its
+    ready line until it is in every ISR of ``stream``."""
+    stop = threading.Event()
+
+    def load() -> None:
+        settings = ClientSettings(ack_all=True, retry_budget_s=60)
+        with Client(brokers.any_live(), settings=settings) as client:
+            sequence = 0
+            while not stop.is_set():
+                client.publish_batch(
+                    stream, [b"l" * 100] * 100, producer_id="rejoin", producer_sequence=sequence
+                )
+                sequence += 1
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    try:
+        time.sleep(1.0)
+        launched = time.perf_counter()
+        brokers.start(broker_id)
+        started = time.perf_counter()
+        with Client(brokers.any_live()) as client:
+            while not all(broker_id in p.isr for p in client.cluster_status(stream).partitions):
+                if time.perf_counter() - started > 120:
+                    raise RuntimeError(f"{broker_id} was not back in the ISR in 120 s")
+                time.sleep(0.05)
+        took = time.perf_counter() - started
+    finally:
+        stop.set()
+        thread.join(60)
+    return {"rejoin_s": round(took, 2), "rejoin_start_s": round(started - launched, 2)}
 
 
 def catchup(brokers: Brokers, stream: str, megabytes: int) -> dict[str, Any]:
@@ -168,7 +275,15 @@ def main() -> None:
             result["publish_rf1_msgs_per_s"] = round(rf1)
             result["publish_rf3_all_msgs_per_s"] = round(rf3)
             result["rf3_all_over_rf1"] = round(rf3 / rf1, 3)
-            result["failover_s"] = round(failover(brokers, "rf3"), 2)
+            killed, took = failover(brokers, "rf3")
+            result["failover_s"] = round(took, 2)
+            brokers.start(killed)
+            killed, took = failover_plain(brokers, "rf3")
+            result["failover_plain_s"] = round(took, 2)
+            brokers.start(killed)
+            killed, took = failover_subscribe(brokers, "rf3")
+            result["failover_subscribe_s"] = round(took, 2)
+            result.update(rejoin(brokers, "rf3", killed))
             create(brokers.any_live(), "catchup", 3, 1)
             result.update(catchup(brokers, "catchup", args.catchup_mb))
     finally:
@@ -177,6 +292,9 @@ def main() -> None:
     result["targets"] = {
         "rf3_all_over_rf1": ">= 0.5",
         "failover_s": "<= 5",
+        "failover_plain_s": "<= 5",
+        "failover_subscribe_s": "<= 5",
+        "rejoin_s": "<= 10",
         "replica_catchup_mb_per_s": ">= 100",
     }
     result["settings"] = vars(args)
