@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.broker.brokertools import broker_config, running
 
+from tidelog.errors import InvalidArgument
 from tidelog.sites.envelope import position
 from tidelog.sites.negotiation import NONE, Learned, judge_learned
 from tidelog.sites.positions import MAX_RECORD, Positions
@@ -161,11 +162,16 @@ def test_no_two_records_ever_share_a_position(data: st.DataObject) -> None:
         (True, P(7, 4), Learned.NOTHING_NEW),  # a position this queue gave
         (True, P(8, 0), Learned.BEYOND_END),  # never given: this queue's next position
         (True, P(MAX_RECORD, 0), Learned.IMPLAUSIBLE),
+        (False, P(MAX_RECORD // 4 - 1, 0), Learned.LIFT),
+        # Believed, it would take a quarter of the room of positions, and one just under 2**62
+        # would leave no room for another lift.
+        (False, P(MAX_RECORD // 4, 0), Learned.IMPLAUSIBLE),
+        (True, P(MAX_RECORD - 1, 0), Learned.IMPLAUSIBLE),
         (False, P(MAX_RECORD, 0), Learned.IMPLAUSIBLE),
     ],
 )
 def test_what_a_sinks_position_tells(heard: bool, learned: int, verdict: Learned) -> None:
-    assert judge_learned(heard, learned, first_position=P(3, 0), next_position=P(8, 0)) is verdict
+    assert judge_learned(heard, learned, first_position=P(3, 0), given_end=P(8, 0)) is verdict
 
 
 # -- kept in the registry --------------------------------------------------------------------------
@@ -194,6 +200,39 @@ def test_a_registry_from_before_counts_its_sites_heard(tmp_path: Path) -> None:
     assert registry.positions == Positions()
     registry.heard("b")
     assert json.loads(path.read_text()) == {"version": 1, "sites": [site]}, "defaults left out"
+
+
+def test_a_registry_older_versions_cannot_read_says_version_2(tmp_path: Path) -> None:
+    """Version 1 is what the versions before lifts read (they refuse any other); a registry
+    holding what they would ignore or choke on says version 2."""
+    path = tmp_path / SITES_FILE
+
+    def version() -> int:
+        return int(json.loads(path.read_text())["version"])
+
+    registry = SiteRegistry("a", path)
+    registry.add("b", "h:1", 0)
+    assert version() == 2, "a site not heard yet"
+    registry.heard("b")
+    assert version() == 1, "nothing an older version cannot read"
+    registry.refuse("b", P(50, 0), end=3, reason="refused: beyond")
+    assert version() == 2
+    registry.resynced("b")
+    assert version() == 2, "the lifts stay"
+    assert SiteRegistry("a", path).positions == registry.positions
+
+
+def test_a_registry_of_either_version_is_read_and_a_later_one_refused(tmp_path: Path) -> None:
+    path = tmp_path / SITES_FILE
+    site = {"site_id": "b", "address": "h:1", "number": 0, "since": 0, "heard": False}
+    # The previous version wrote its new fields under version 1.
+    path.write_text(json.dumps({"version": 1, "sites": [site], "lifts": [[3, 48]]}))
+    assert SiteRegistry("a", path).positions == Positions([(3, 48)])
+    path.write_text(json.dumps({"version": 2, "sites": [site], "lifts": [[3, 48]]}))
+    assert not SiteRegistry("a", path).get("b").heard
+    path.write_text(json.dumps({"version": 3, "sites": []}))
+    with pytest.raises(InvalidArgument, match="unknown version 3"):
+        SiteRegistry("a", path)
 
 
 # -- used by the delta queue -----------------------------------------------------------------------

@@ -16,6 +16,7 @@ every open (a snapshot file of it would be this broker's alone).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -33,6 +34,8 @@ from tidelog.sites.status import SiteState, site_state
 from tidelog.sites.tag_index_file import TAG_INDEX_FILE
 from tidelog.sites.upkeep import QueueUpkeep
 from tidelog.wire import RECEIVE_QUEUE_PREFIX, SNAPSHOT_REQUESTS
+
+LOG = logging.getLogger("tidelog.sites")
 
 
 class LocalSite:
@@ -77,8 +80,10 @@ class LocalSite:
 
     async def open(self, configured: Mapping[str, str] | None = None) -> None:
         """Create the queue if needed and restore its tag index (in a thread: it reads the
-        records after the index's snapshot, or the whole queue without one), declare the
-        ``configured`` sites (id -> address; a declared one that moved gets its new address),
+        records after the index's snapshot, or the whole queue without one), fit the registry
+        to the queue's end (``SiteRegistry.fit_queue_end``: a queue that lost records it gave
+        out must not give their positions again), declare the ``configured`` sites (id ->
+        address; a declared one that moved gets its new address), all kept before any transmit,
         then start a sender per declared site and the queue's upkeep. On a cluster, the
         site's streams are made ready first (this broker must lead them) and its documents
         read from ``__lrq_state``."""
@@ -101,12 +106,17 @@ class LocalSite:
             self.queue.state = self._state
         await asyncio.to_thread(self.queue.open)
         self.snapshots.open()
-        async with self._registry_lock:
+        async with self._registry_lock, self.queue.positions_changing():
             before = self.registry.document()
+            end = await self.queue.settled_end()
+            # Before any transmit: a queue that lost records it had given out (sites.json
+            # kept, a power loss that cut a tail) must not give their positions again.
+            for site in self.registry.fit_queue_end(end, self.upkeep.saved()):
+                LOG.warning("site %s: %s", site.site_id, site.resync)
             for site_id, address in sorted((configured or {}).items()):
                 known = {s.site_id: s for s in self.registry.list()}.get(site_id)
                 if known is None:
-                    self.registry.add(site_id, address, self.queue.next_offset)
+                    self.registry.add(site_id, address, end)
                 elif known.address != address:
                     self.registry.move(site_id, address)
             if self.registry.document() != before:
@@ -160,12 +170,14 @@ class LocalSite:
 
     async def change_site(self, change: Callable[[int], Site]) -> Site:
         """Make a change of the registry that a sender learned (``Sender._learn``): ``change``
-        gets the queue's next offset and returns the site as changed. It runs with transmits
-        held back (a lift must not fall between a transmit's append and its answer) and is kept
-        before they go on (on a cluster, in ``__lrq_state``; undone if that fails)."""
+        gets the queue's settled end (``SendQueue.settled_end``: a failover cannot cut the
+        records below it, so a segment never starts past the queue's end) and returns the site
+        as changed. It runs with transmits held back (a lift must not fall between a transmit's
+        append and its answer) and is kept before they go on (on a cluster, in
+        ``__lrq_state``; undone if that fails)."""
         async with self._registry_lock, self.queue.positions_changing():
             before = self.registry.document()
-            site = change(self.queue.next_offset)
+            site = change(await self.queue.settled_end())
             await self._keep_registry(before)
         return site
 

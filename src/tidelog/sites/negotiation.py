@@ -81,24 +81,27 @@ class Learned(enum.Enum):
     it was sent it by an older queue of this site, whose data was lost. Its entries are lifted
     above it (``Positions.lifted``)."""
     BEYOND_END = "beyond_end"
-    """A site heard before reports a position this queue never gave: refused (not an ack),
-    the floor raised past it and a snapshot sync, as the entries stored since the loss may sit
-    at positions it processed for others."""
+    """A site heard before reports a position this source cannot have given it: refused (not
+    an ack), the floor raised past it and a snapshot sync, as the entries stored since the
+    loss may sit at positions it processed for others."""
     IMPLAUSIBLE = "implausible"
-    """A position no queue gives (past 2**62): not believed, nothing learned or sent."""
+    """A position past what a source is believed to give (``positions.MAX_LEARNED``): not
+    believed, nothing learned or sent."""
 
 
-def judge_learned(heard: bool, learned: int, first_position: int, next_position: int) -> Learned:
+def judge_learned(heard: bool, learned: int, first_position: int, given_end: int) -> Learned:
     """What a sink reporting it processed ``learned`` tells the source, for a site ``heard``
     since it was declared or not, whose first entry here takes ``first_position`` at the
-    least, when the queue's next entry would take ``next_position``."""
+    least, when every position this source can have given the site is below ``given_end``
+    (``Sender.given_end``: not the queue's next position, which a new queue may have pushed
+    past an older queue's positions before the sender heard the sink)."""
     if learned < 0:
         return Learned.NOTHING_NEW
     if not plausible(learned):
         return Learned.IMPLAUSIBLE
     if not heard:
         return Learned.LIFT if learned >= first_position else Learned.NOTHING_NEW
-    return Learned.BEYOND_END if learned >= next_position else Learned.NOTHING_NEW
+    return Learned.BEYOND_END if learned >= given_end else Learned.NOTHING_NEW
 
 
 def negotiate(

@@ -19,16 +19,33 @@ sender learns from it (``negotiation.judge_learned``, a *position floor learned 
   the queue's end on takes at least that lift, for every site (:meth:`Positions.lifted`). The
   range the site's lifted entries take is given to no other record, so a position is unique
   across the whole source, not only per site.
-- A site heard before that reports a position the queue never gave (at or past
-  :meth:`Positions.position` of the queue's end) is refused: the floor rises past it
-  (:meth:`Positions.raised`) and the site gets a snapshot sync, since entries stored after the
-  loss may sit at positions it processed for other entries.
+- A site heard before that reports a position this source cannot have given it is refused: the
+  floor rises past it (:meth:`Positions.raised`) and the site gets a snapshot sync, since entries
+  stored after the loss may sit at positions it processed for other entries. What the source can
+  have given a site is below the queue's next position when it was opened
+  (``SendQueue.opened_position``: a run gives nothing before it opens) or at most what its sender
+  shipped since; comparing with the queue's next position *now* would miss a sink whose old
+  position the new queue passed before its sender heard it.
+
+Where the queue's end went back (the delta queue lost with the registry kept, a power loss that
+cut an unsynced tail, a failover that cut records above the high watermark), numbers given past
+the new end are unknown but for what was kept: the segments that start past it and the
+acknowledgements the upkeep saved. A change made at an ``end`` drops the segments at or past it
+and starts the new one above every lifted number known given (:meth:`Positions.given_floor`).
+The site's registry fits itself to the queue's end at open, before any transmit
+(``SiteRegistry.fit_queue_end``), and the sender's check above covers what nothing kept.
 
 The lifts are *segments*: from a record offset on, offsets are lifted by ``by`` records, ``by``
 never smaller than the segment's before. A site lifted at its first contact has its own lift for
 its records below the segment its lift began (``Site.lift``, ``Site.lifted_below``) and the
-global segments from there (:meth:`Positions.for_site`). Positions stay below 2**62: a sink
-reporting a record past :data:`MAX_RECORD` is not believed.
+global segments from there (:meth:`Positions.for_site`). The registry keeps a segment starting at
+every lifted site's ``lifted_below``, with a lift at least its own (a change at an ``end`` below
+it moves its ``lifted_below`` to ``end``).
+
+Room: positions stay below 2**62 (:data:`MAX_RECORD` lifted records). A sink's report is
+believed only below :data:`MAX_LEARNED`, a quarter of that: the floor is the highest report,
+not a sum of them, so three quarters of the room stay for the queue's own records. A change
+that would still leave no room raises :class:`PositionsExhausted`.
 
 Sans-IO: the registry keeps the segments and each site's lift (``registry.py``); the sender
 decides when to learn (``sender.py``).
@@ -45,6 +62,12 @@ from tidelog.sites.envelope import MAX_ENTRIES, position
 
 MAX_RECORD: Final = 1 << 46
 """Lifted record numbers stay below this: positions below 2**62, far inside an int64."""
+MAX_LEARNED: Final = MAX_RECORD // 4
+"""A sink's reported position is believed only if its record is below this."""
+
+
+class PositionsExhausted(ValueError):
+    """A lift or a raised floor would take positions past 2**62."""
 
 
 class Positions:
@@ -115,18 +138,24 @@ class Positions:
             found = offset if end is None or offset < end else end - 1
         return max(found, self._first - 1)
 
+    def given_floor(self, end: int) -> int:
+        """The lifted record number above every one given so far, the queue's next offset being
+        ``end``: the next record's, or, where segments start past ``end`` (their records were
+        lost), above the first number each of them gave."""
+        return max([end + self.lift_at(end), *(s + b for s, b in self.segments)])
+
     def for_site(self, since: int, lift: int = 0, lifted_below: int = 0) -> Positions:
         """The positions one site sees: a site with its own ``lift`` (from its first contact)
         has its records below ``lifted_below`` lifted by it, and the global segments from
-        there; records below ``since`` are never its own."""
+        there; records below ``since`` are never its own. From ``lifted_below`` on, a lift is
+        never below its own: the registry keeps it so (module docstring), and a registry that
+        did not (the previous version's, after a floor raised below the segment) still gives
+        the site positions that rise."""
         if not lift:
             return Positions(self.segments, first=since)
-        later = [(s, b) for s, b in self.segments if s >= lifted_below]
-        if not later or later[0][0] != lifted_below:
-            raise ValueError(
-                f"a site lifted below offset {lifted_below} needs the segment its lift began"
-            )
         own = [(0, lift)] if lifted_below > 0 else []  # none below 0: nothing was lifted
+        later = [(lifted_below, max(lift, self.lift_at(lifted_below)))]
+        later += [(s, max(lift, b)) for s, b in self.segments if s > lifted_below]
         return Positions([*own, *later], first=since)
 
     def lifted(self, since: int, learned: int, end: int) -> tuple[Positions, int]:
@@ -134,9 +163,11 @@ class Positions:
         processed position ``learned`` of an older queue, the queue's next offset being
         ``end``; and the site's own lift. The site's records in ``[since, end)`` move to lifted
         numbers from above both ``learned``'s record and every lifted number given so far
-        (``end + lift_at(end)``); the new segment at ``end`` starts right above them."""
-        floor = max(_record(learned) + 1, end + self.lift_at(end))
-        by = floor - since
+        (:meth:`given_floor`); the new segment at ``end`` starts right above them, and
+        replaces any at or past ``end``. A ``since`` past ``end`` (the queue lost records) has
+        no record below ``end``: its records take the segment's numbers, from the floor up."""
+        floor = max(_record(learned) + 1, self.given_floor(end))
+        by = floor - min(since, end)
         _check_room(end + by)
         kept = [(s, b) for s, b in self.segments if s < end]
         return Positions([*kept, (end, by)]), by
@@ -144,18 +175,19 @@ class Positions:
     def raised(self, learned: int, end: int) -> Positions:
         """The segments after the floor rose past position ``learned`` for the records from
         ``end`` on (a heard site reported what the queue never gave: nothing new may repeat
-        it); unchanged when the floor is there already."""
-        by = max(self.lift_at(end), _record(learned) + 1 - end)
-        if by == self.lift_at(end):
-            return self
-        _check_room(end + by)
+        it), and above every lifted number given so far (:meth:`given_floor`: segments at or
+        past ``end`` are replaced); unchanged when the floor is there already."""
+        floor = max(_record(learned) + 1, self.given_floor(end))
         kept = [(s, b) for s, b in self.segments if s < end]
-        return Positions([*kept, (end, by)])
+        if floor == end + self.lift_at(end) and len(kept) == len(self._starts):
+            return self
+        _check_room(floor)
+        return Positions([*kept, (end, floor - end)])
 
 
 def plausible(learned: int) -> bool:
-    """Whether a sink's reported position can be learned from (positions stay below 2**62)."""
-    return _record(learned) < MAX_RECORD
+    """Whether a sink's reported position can be learned from (below :data:`MAX_LEARNED`)."""
+    return _record(learned) < MAX_LEARNED
 
 
 def _record(at: int) -> int:
@@ -164,4 +196,6 @@ def _record(at: int) -> int:
 
 def _check_room(lifted_end: int) -> None:
     if lifted_end >= MAX_RECORD:
-        raise ValueError(f"a lift to record {lifted_end} leaves positions no room below 2**62")
+        raise PositionsExhausted(
+            f"a lift to record {lifted_end} leaves positions no room below 2**62"
+        )

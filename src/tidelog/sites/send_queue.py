@@ -131,6 +131,10 @@ class SendQueue:
         self.records_read_at_open = 0
         """How many records the last :meth:`open` read to build the tag index."""
         self._saved_covers = -1
+        self.opened_position = 0
+        """The position the next entry took when the queue was opened (:meth:`open`): every
+        position an earlier run gave is below it, unless the queue lost records since
+        (``positions.py``: a sink's report at or past it is then refused)."""
         self.state: SiteState | None = None
         """Where the index's trim marks are kept when no snapshot file is (a cluster's
         ``__lrq_state``: :meth:`save_index`, and :meth:`open` takes them back)."""
@@ -245,6 +249,7 @@ class SendQueue:
                     self._index(offset, columns(value).site_counts(), sites)
                     self.records_read_at_open += 1
         self.index.trim(log.oldest_offset)
+        self.opened_position = self.next_position()
 
     def _assume_trims(self, oldest: int) -> None:
         """A rebuilt index takes the trim marks saved in ``state`` (a cluster's queue, whose

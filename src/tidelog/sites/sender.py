@@ -21,20 +21,25 @@ and then writes nothing for ``provider_timeout_s``, or a request no provider beg
 time, gets a new request. Until a provider begins, the site waits in SNAPSHOT_SYNC, and its
 status says so.
 
-Before negotiating, the sender checks the position the sink reports against what this queue
-gave (``negotiation.judge_learned``, ``positions.py``): a site first heard since it was declared
-that knows a position of an older queue of this site (the source lost its data) has its entries
-lifted above it; a site heard before that reports a position this queue never gave is refused
-(its report and any such ack are never taken as acknowledged; the reason is logged once and
-shown in its status), the floor rises past it, and it is owed a snapshot sync until one is
-applied (kept in the registry, so a restart does not forget it). An ack past the queue's end
-during delta sync ends the stream: the next negotiation refuses it the same way.
+Before negotiating, the sender checks the position the sink reports against what this source
+can have given it (``negotiation.judge_learned``, ``positions.py``): a site first heard since it
+was declared that knows a position of an older queue of this site (the source lost its data) has
+its entries lifted above it; a site heard before that reports a position this source cannot have
+given it (at or past :meth:`Sender.given_end`: the queue's next position when it was opened, or
+past what this sender shipped since) is refused (its report and any such ack are never taken as
+acknowledged; the reason is logged once and shown in its status), the floor rises past it, and
+it is owed a snapshot sync until one is applied (kept in the registry, so a restart does not
+forget it). An ack at or past that bound during delta sync ends the stream: the next
+negotiation refuses it the same way. A lift that leaves positions no room is refused the same
+way as a report not believed: nothing sent, the reason logged and in the status. Snapshot ids
+are checked likewise: a sink that reports one at or past the next id (an older incarnation's)
+lifts the ids above it (``snapshots.py``).
 
-One exception, on purpose: a site that has received nothing yet, while the queue still holds
-every entry since the site was declared (its ``since``), starts with deltas from there instead of
-a snapshot. Declaring a site starts replication from that moment, as a new subscriber starts at
-the end of a stream; an application whose older state must reach the site asks for a snapshot
-(``tidelog site resync``).
+One exception, on purpose: a site that has received nothing yet and started no snapshot, while
+the queue still holds every entry since the site was declared (its ``since``), starts with
+deltas from there instead of a snapshot. Declaring a site starts replication from that moment,
+as a new subscriber starts at the end of a stream; an application whose older state must reach
+the site asks for a snapshot (``tidelog site resync``).
 """
 
 from __future__ import annotations
@@ -61,10 +66,17 @@ from tidelog.sites.negotiation import (
     judge_learned,
     negotiate,
 )
+from tidelog.sites.positions import PositionsExhausted
 from tidelog.sites.registry import Site
 from tidelog.sites.routed import RoutedColumns, to_wire
 from tidelog.sites.send_queue import SendQueue
-from tidelog.sites.snapshots import SnapshotRecord, Snapshots, SnapshotTrimmed, Wanted
+from tidelog.sites.snapshots import (
+    MAX_SNAPSHOT_ID,
+    SnapshotRecord,
+    Snapshots,
+    SnapshotTrimmed,
+    Wanted,
+)
 from tidelog.sites.sync_states import SenderSession, SyncEvent, SyncState
 from tidelog.sites.windows import AckTimeout, Framed, SendWindow
 
@@ -148,6 +160,15 @@ class Sender:
         self._window: SendWindow[RoutedColumns] | None = None
         self._resync_asked: str | None = site.resync or None
         """Why the next negotiation must start a snapshot (None: let it decide)."""
+        self._shipped = NONE
+        """The highest position this sender gave the site: a delta shipped, or the position a
+        snapshot it shipped covers."""
+
+    def given_end(self) -> int:
+        """The lowest position this source cannot have given the site: above every position
+        of the queue as it was opened (an earlier run gave nothing past it, unless the queue
+        lost records) and every one this sender gave since."""
+        return max(self.queue.opened_position, self._shipped + 1)
 
     @property
     def status(self) -> SenderStatus:
@@ -161,7 +182,7 @@ class Sender:
 
     async def _change_here(self, change: Callable[[int], Site]) -> Site:
         async with self.queue.positions_changing():
-            return change(self.queue.next_offset)
+            return change(await self.queue.settled_end())
 
     def _declared(self) -> Site:
         """The site as the registry has it now (what the sender learned may have changed it);
@@ -212,8 +233,14 @@ class Sender:
                 raise ConnectionError("the sink answered the hello without its progress")
             self.session.handle(SyncEvent.START)
             cycle = self.session.cycle
-            await self._learn(reply.progress.last_processed)
-            decision = self._decide(reply.progress)
+            progress = SinkProgress(
+                reply.progress.snapshot_started,
+                reply.progress.snapshot_transferred,
+                reply.progress.snapshot_applied,
+                reply.progress.last_processed,
+            )
+            await self._learn(progress)
+            decision = self._decide(progress)
             if self._resync_asked is not None:
                 decision = Decision(Outcome.SNAPSHOT, self._resync_asked)
             self.reason = decision.reason
@@ -257,50 +284,88 @@ class Sender:
             self.reason = reason
         self._wake.set()
 
-    async def _learn(self, learned: int) -> None:
-        """Check the position the sink reports against what this queue gave, and learn from it
-        (the module docstring); raises when it is not to be believed."""
+    async def _learn(self, progress: SinkProgress) -> None:
+        """Check what the sink reports against what this source gave, and learn from it (the
+        module docstring); raises when it is not to be believed."""
+        learned = progress.last_processed
         site = self.site = self._declared()
         registry = self.queue.registry
         first = registry.positions_for(site).position(site.since, 0)
-        verdict = judge_learned(site.heard, learned, first, self.queue.next_position())
+        given_end = self.given_end()
+        verdict = judge_learned(site.heard, learned, first, given_end)
         site_id = site.site_id
         if verdict is Learned.IMPLAUSIBLE:
             raise ConnectionAbortedError(
                 f"site {site_id} reports position {learned}, past any position a queue gives: "
                 f"not believed, nothing sent"
             )
-        if verdict is Learned.LIFT:
-            self.site = await self._change_site(lambda end: registry.lift(site_id, learned, end))
-            LOG.warning(
-                "site %s processed position %d of an older queue of this site (its data was "
-                "lost): its entries are lifted above it, from position %d",
-                site_id,
-                learned,
-                registry.positions_for(self.site).position(site.since, 0),
-            )
-        elif verdict is Learned.BEYOND_END:
+        try:
+            if verdict is Learned.LIFT:
+                self.site = await self._change_site(
+                    lambda end: registry.lift(site_id, learned, end)
+                )
+                LOG.warning(
+                    "site %s processed position %d of an older queue of this site (its data "
+                    "was lost): its entries are lifted above it, from position %d",
+                    site_id,
+                    learned,
+                    registry.positions_for(self.site).position(site.since, 0),
+                )
+            elif verdict is Learned.BEYOND_END:
+                reason = (
+                    f"refused: site {site_id} reports position {learned}, beyond what this "
+                    f"source gave it (every position it gave is below {given_end}: this "
+                    f"source lost entries it had sent it); new entries take positions above "
+                    f"it, and the site gets a snapshot sync"
+                )
+                self.site = await self._change_site(
+                    lambda end: registry.refuse(site_id, learned, end, reason)
+                )
+                LOG.warning("site %s: %s", site_id, reason)
+            elif not site.heard:
+                self.site = await self._change_site(lambda end: registry.heard(site_id))
+        except PositionsExhausted as error:
             reason = (
-                f"refused: site {site_id} reports position {learned}, beyond this queue's end "
-                f"(its next position is {self.queue.next_position()}: this source lost "
-                f"entries it had sent it); new entries take positions above it, and the site "
-                f"gets a snapshot sync"
+                f"site {site_id} reports position {learned}, and {error}: its entries cannot "
+                f"be lifted above it, nothing sent"
             )
-            self.site = await self._change_site(
-                lambda end: registry.refuse(site_id, learned, end, reason)
-            )
-            LOG.warning("site %s: %s", site_id, reason)
-        elif not site.heard:
-            self.site = await self._change_site(lambda end: registry.heard(site_id))
+            if reason != self.reason:  # once, not once per reconnect
+                LOG.warning("%s", reason)
+            raise ConnectionAbortedError(reason) from None
         if self.site.resync:
             self._resync_asked = self.site.resync
+        await self._learn_snapshot_ids(progress)
+
+    async def _learn_snapshot_ids(self, progress: SinkProgress) -> None:
+        """A sink that reports a snapshot id at or past the next one knew an older incarnation
+        of this source: the ids are lifted above it before any snapshot is asked for."""
+        seen = max(progress.snapshot_started, progress.snapshot_transferred)
+        seen = max(seen, progress.snapshot_applied)
+        if seen < self.snapshots.next_id():
+            return
+        site_id, registry = self.site.site_id, self.queue.registry
+        if seen >= MAX_SNAPSHOT_ID:
+            raise ConnectionAbortedError(
+                f"site {site_id} reports snapshot {seen}, past any id a source gives: not "
+                f"believed, nothing sent"
+            )
+        self.site = await self._change_site(
+            lambda end: registry.snapshot_ids_above(site_id, seen, self.snapshots.next_offset())
+        )
+        LOG.warning(
+            "site %s knows snapshot %d of an older incarnation of this site (its data was "
+            "lost): snapshot ids start above it, from %d",
+            site_id,
+            seen,
+            self.snapshots.next_id(),
+        )
 
     def _on_ack(self, acked: int) -> None:
-        if acked >= self.queue.next_position():
+        if acked >= self.given_end():
             # Never taken as acknowledged: the stream ends, and the next negotiation refuses it.
             raise AckBeyondEnd(
-                f"site {self.site.site_id} acknowledged position {acked}, beyond this queue's "
-                f"end (its next position is {self.queue.next_position()})"
+                f"site {self.site.site_id} acknowledged position {acked}, beyond what this "
+                f"source gave it (every position it gave is below {self.given_end()})"
             )
         if self._window is not None:
             self._window.ack(acked)
@@ -332,6 +397,7 @@ class Sender:
             self.reason = f"snapshot {wanted.snapshot}: transferring"
             offset = wanted.start_offset
             assert offset is not None
+            self._shipped = max(self._shipped, wanted.covered)  # the sink's place after it
             heard = time.monotonic()
             while True:
                 if self.session.cycle != cycle:
@@ -409,13 +475,7 @@ class Sender:
                 task.cancel()
         link.check()
 
-    def _decide(self, reply: v1.SinkProgress) -> Decision:
-        progress = SinkProgress(
-            reply.snapshot_started,
-            reply.snapshot_transferred,
-            reply.snapshot_applied,
-            reply.last_processed,
-        )
+    def _decide(self, progress: SinkProgress) -> Decision:
         positions = self.queue.registry.positions_for(self.site)
         held_from = self.queue.held_from(self.site.number)
         decision = negotiate(progress, held_from, positions.record_of)
@@ -423,6 +483,7 @@ class Sender:
             decision.outcome is Outcome.SNAPSHOT
             and progress.last_processed == NONE
             and progress.snapshot_applied == NONE
+            and progress.snapshot_started == NONE  # a broken snapshot is sent again whole
             and self.queue.oldest_offset() <= self.site.since
         ):
             # The first batch's prev: the sink starts its window there (``windows.py``).
@@ -461,6 +522,7 @@ class Sender:
                         break
                     framed = Framed(cursor, int(entries.positions[-1]), entries)
                     window.sent(framed)
+                    self._shipped = max(self._shipped, framed.current)
                     await link.call.write(v1.ReplicationRequest(deltas=link.wire(framed)))
                     cursor = framed.current
                 try:

@@ -2,8 +2,13 @@
 
 When deltas alone cannot bring a remote site up to date, its sender asks for a snapshot
 (:meth:`Snapshots.request`): one JSON record ``{"site": ID, "snapshot": N}`` in the internal
-stream ``__lrq_snapshot_requests``, whose offset ``N`` is the snapshot's id (durable and
-increasing, across restarts too, so a sink can tell a newer snapshot from an older one). The
+stream ``__lrq_snapshot_requests``, whose id ``N`` is its offset plus the registry's
+``snapshot_lift`` (durable and increasing, across restarts too, so a sink can tell a newer
+snapshot from an older one). The lift is 0 until a sink reports an id at or past the next one
+(:meth:`Snapshots.next_id`): the source lost its requests (its data directory), and the ids
+would repeat, a broken snapshot then counting as older than the one the sink applied. The
+sender learns it at the hello, as it does positions (``positions.py``), and the registry keeps
+it: every later id is above what the sink reported. The
 application's snapshot provider (``tidelog.client.snapshot_provider``) follows that stream and
 answers with ``TransmitSnapshot`` calls: the first *begins* the snapshot, and the server notes
 the delta position it covers (the last entry of the delta queue at that moment); the next ones
@@ -37,6 +42,8 @@ from tidelog.sites.send_queue import ENVELOPE_ROOM, SendQueue
 from tidelog.wire import SNAPSHOT_REQUESTS
 
 SNAPSHOT_QUEUE: Final = "__lrq_snapshot"
+MAX_SNAPSHOT_ID: Final = 1 << 61
+"""A sink's reported snapshot id is believed only below this (ids stay far inside an int64)."""
 MARKER_CLIENT: Final = "snapshot"
 """The client name of start and end records (their one entry holds the covered position)."""
 _COVERED = struct.Struct(">q")
@@ -92,14 +99,27 @@ class Snapshots:
         self._queue = self.broker.internal_stream(SNAPSHOT_QUEUE, config).partitions[0]
         self._requests = self.broker.internal_stream(SNAPSHOT_REQUESTS, config).partitions[0]
 
+    @property
+    def requests(self) -> Partition:
+        assert self._requests is not None, "Snapshots.open() has not run"
+        return self._requests
+
+    def next_offset(self) -> int:
+        """The offset the next request takes in ``__lrq_snapshot_requests``."""
+        return self.requests.newest_offset + 1
+
+    def next_id(self) -> int:
+        """The id the next snapshot takes: every id given so far is below it."""
+        return self.next_offset() + self.registry.snapshot_lift
+
     async def request(self, site: Site) -> Wanted:
         """Ask the application for a snapshot for ``site`` (replacing any it was asked for)."""
-        requests = self._requests
-        assert requests is not None, "Snapshots.open() has not run"
+        requests = self.requests
         async with self._requesting:
             # Known before it is written: a provider may answer the request before the publish
             # returns, and the answer must find the snapshot wanted.
-            wanted = Wanted(site, requests.newest_offset + 1)
+            offset = self.next_offset()
+            wanted = Wanted(site, offset + self.registry.snapshot_lift)
             self._wanted[site.site_id] = wanted
             body = json.dumps({"site": site.site_id, "snapshot": wanted.snapshot}).encode()
             try:
@@ -107,7 +127,7 @@ class Snapshots:
             except BaseException:
                 self.forget(wanted)
                 raise
-            assert published.offsets[0] == wanted.snapshot, "only request() writes the stream"
+            assert published.offsets[0] == offset, "only request() writes the stream"
         return wanted
 
     def forget(self, wanted: Wanted) -> None:

@@ -18,6 +18,9 @@ site it was saved for (same id, number and ``since``). Safety does not rest on i
 never makes a site skip an entry, because negotiation and the sender's reads compare what the
 queue holds for the site (``SendQueue.held_from``) with the site's own position, so at worst a
 site the release overtook (one whose sink lost what it had acknowledged) gets a snapshot sync.
+That holds while positions are not given twice: a saved position at or past the queue's end
+(the queue lost records) would cover entries stored since, so the site's open raises the floor
+above it before any transmit (``SiteRegistry.fit_queue_end``) and owes the site a snapshot.
 
 Retention is the backstop for a site that never acknowledges: the broker's maintenance applies
 the queue's retention (``QueueRetention``) whatever the sites acknowledged, and each pass here
@@ -136,6 +139,15 @@ class QueueUpkeep:
         """Site id -> (number, since, position) as last saved: a position counts only for the
         site it was saved for, not for a later one declared under the same id."""
         self._task: asyncio.Task[None] | None = None
+
+    def saved(self) -> dict[str, int]:
+        """The positions an earlier pass saved, for the declared sites they were saved for."""
+        found: dict[str, int] = {}
+        for site in self.queue.registry.list():
+            number, since, saved = self._saved.get(site.site_id, (-1, -1, NONE))
+            if (number, since) == (site.number, site.since):
+                found[site.site_id] = saved
+        return found
 
     def _record_of(self, site: Site, at: int) -> int:
         return self.queue.registry.positions_for(site).record_of(at)
