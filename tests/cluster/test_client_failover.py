@@ -11,10 +11,12 @@ retries, until one succeeds; the time from the kill to that success must be with
 ``FAILOVER_S``. Once with the clients given the broker that is killed (calls any broker takes
 must move on too), once given a survivor.
 
-Before the fix a plain publish and a ``publisher`` kept going to the dead broker until it came
-back (still failing after 9 s, where idempotent publishes recovered in about 3 s); given the dead
-broker, cursors, views and ``list_groups`` failed until then too; and given another broker, a
-``publisher`` could not publish at all (it opened its stream on the broker it was given).
+A ``consumer()`` opened on the broker the client was given, leader or not (refused as not the
+leader when it was not), until it opened at the partition's leader. Before the fix a plain
+publish and a ``publisher`` kept going to the dead broker until it came back (still failing
+after 9 s, where idempotent publishes recovered in about 3 s); given the dead broker, cursors,
+views and ``list_groups`` failed until then too; and given another broker, a ``publisher``
+could not publish at all (it opened its stream on the broker it was given).
 """
 
 from __future__ import annotations
@@ -128,7 +130,7 @@ async def run(cluster: Cluster, given: str) -> dict[str, Outcome]:
     )
 
     names = ("publish", "publish_batch", "idempotent", "publisher", "subscription")
-    names += ("open_subscription", "cursor", "view", "list_groups")
+    names += ("open_subscription", "consumer", "cursor", "view", "list_groups")
     async with contextlib.AsyncExitStack() as stack:
         c = {n: await stack.enter_async_context(AsyncClient(address)) for n in names}
         await c["publish"].publish("s", b"before", partition=0)
@@ -139,6 +141,8 @@ async def run(cluster: Cluster, given: str) -> dict[str, Outcome]:
         publisher = await stack.enter_async_context(c["publisher"].publisher("s", 0))
         await publisher.publish([b"before"])
         await (await c["open_subscription"].open_subscription("s", 0)).aclose()
+        async with c["consumer"].consumer("s", 0, start="earliest") as consuming:
+            assert await consuming.receive(timeout=5) is not None, "the consumer got nothing"
         await c["cursor"].set_cursor(cursor, "s", 0, 1)
         assert await c["cursor"].fetch_cursor(cursor, "s", 0) == 1
         entry = await c["view"].view_get("s", "latest", view_key)
@@ -184,6 +188,11 @@ async def run(cluster: Cluster, given: str) -> dict[str, Outcome]:
             opened = await c["open_subscription"].open_subscription("s", 0, start="earliest")
             await opened.aclose()
 
+        async def consumer() -> None:
+            async with c["consumer"].consumer("s", 0, start="earliest") as consuming:
+                if await consuming.receive(timeout=2) is None:
+                    raise TimeoutError("the consumer got nothing in 2 s")
+
         async def cursor_call() -> None:
             nonlocal offsets
             offsets += 1
@@ -204,6 +213,7 @@ async def run(cluster: Cluster, given: str) -> dict[str, Outcome]:
             "publisher": publish_stream,
             "subscription": subscription,
             "open_subscription": open_subscription,
+            "consumer": consumer,
             "cursor": cursor_call,
             "view": view,
             "list_groups": list_groups,

@@ -568,9 +568,22 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
     ) -> Consumer:
         """A consumer with prefetch, flow permits and safe seeking (``tidelog.v1/Consume``):
         ``async with client.consumer(...) as c``, then ``await c.receive(timeout=...)``,
-        ``await c.seek(offset=...)``, ``await c.commit()`` (cursor ``name``)."""
+        ``await c.seek(offset=...)``, ``await c.commit()`` (cursor ``name``).
+
+        In a cluster it opens at the partition's leader, looked up when it opens; a consumer
+        whose leader goes away ends (``Unavailable``, or a refusal as not the leader), and the
+        next one opens at the new leader."""
+        router = self._router
+
+        async def route() -> Any:
+            await router.ensure(stream)
+            return router.v1(stream, partition)
+
+        async def failed(error: grpc.RpcError) -> None:
+            await router.after_failure(error, stream, partition)
+
         return Consumer(
-            self._v1,
+            route,
             self.set_cursor,
             stream,
             partition,
@@ -578,6 +591,7 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
             reverse=reverse,
             prefetch=prefetch,
             name=name,
+            failed=failed,
         )
 
     def publisher(self, stream: str, partition: int = 0) -> Publisher:

@@ -31,6 +31,13 @@ told otherwise."""
 SetCursor = Callable[[str, str, int, int], Awaitable[None]]
 """``set_cursor(cursor_id, stream, partition, offset)``: how ``commit()`` stores its offset."""
 
+Route = Callable[[], Awaitable[v1_grpc.TidelogStub]]
+"""Where the consume stream opens: the partition's leader in a cluster (looked up then)."""
+
+Failed = Callable[[grpc.RpcError], Awaitable[None]]
+"""Told of the error that ended the consume stream, so the next consumer opens at the leader
+the cluster has now."""
+
 
 def _position(start: Start) -> tuple[int, int, int]:
     """(StartPosition, offset, timestamp) for a start or seek target."""
@@ -51,7 +58,7 @@ class Consumer:
 
     def __init__(
         self,
-        stub: v1_grpc.TidelogStub,
+        route: v1_grpc.TidelogStub | Route,
         set_cursor: SetCursor,
         stream: str,
         partition: int,
@@ -60,8 +67,12 @@ class Consumer:
         reverse: bool,
         prefetch: int,
         name: str,
+        failed: Failed | None = None,
     ) -> None:
-        self._stub = stub
+        """``route``: the stub to open the consume stream on, or how to find it when it
+        opens; ``failed``: told of the error that ends the stream, if any."""
+        self._route = route
+        self._failed = failed
         self._set_cursor = set_cursor
         self.stream = stream
         self.partition = partition
@@ -83,7 +94,8 @@ class Consumer:
 
     async def __aenter__(self) -> Consumer:
         kind, offset, timestamp = _position(self._start)
-        self._call = self._stub.Consume()  # type: ignore[call-arg]
+        stub = await self._route() if callable(self._route) else self._route
+        self._call = stub.Consume()  # type: ignore[call-arg]
         await self._write(
             v1.ConsumeRequest(
                 start=v1.ConsumeStart(
@@ -107,7 +119,14 @@ class Consumer:
         try:
             await self._call.write(request)
         except grpc.RpcError as error:
+            await self._tell(error)
             raise from_rpc_error(error) from None
+
+    async def _tell(self, error: grpc.RpcError) -> None:
+        """Tell ``failed`` (the client's router) of the error that ended the stream."""
+        if self._failed is not None and error.code() != grpc.StatusCode.CANCELLED:
+            with contextlib.suppress(Exception):  # a lookup that fails is made again
+                await self._failed(error)
 
     async def _read(self) -> None:
         try:
@@ -122,6 +141,7 @@ class Consumer:
         except grpc.RpcError as error:
             if error.code() != grpc.StatusCode.CANCELLED:
                 self._failure = from_rpc_error(error)
+                await self._tell(error)
         finally:
             if self._failure is None:
                 self._failure = Unavailable("the consume stream ended")
