@@ -10,17 +10,21 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from tests.broker.brokertools import broker_config, running
 
 from tidelog.broker import Broker, NewRecord, Partition
+from tidelog.cluster.metadata import ClusterView
+from tidelog.cluster.node import PartitionRole, Undecided
 from tidelog.cluster.replication import (
     FollowerReplica,
     LeaderReplica,
     StaleEpoch,
     record_crc,
 )
+from tidelog.errors import NotEnoughReplicas, NotLeader, StreamNotFound
 
 
 @asynccontextmanager
@@ -217,13 +221,13 @@ def test_a_divergence_check_against_a_leader_without_the_record(tmp_path: Path) 
         async with replicas(tmp_path, "a") as parts:
             leader = LeaderReplica(parts["a"], "a", 1, isr=["a"])
             await publish(parts["a"], b"x", b"y")
-            crc = record_crc(parts["a"].log, 1)
+            crc = record_crc(parts["a"], 1)
             assert crc is not None
             assert not leader.fetch("b", 1, 2, previous_crc=crc).diverged
             assert leader.fetch("b", 1, 2, previous_crc=crc ^ 1).diverged
             assert leader.fetch("b", 1, 3, previous_crc=crc).diverged, "past its end"
             assert not leader.fetch("b", 1, 0, previous_crc=crc).diverged, "offset -1"
-            assert record_crc(parts["a"].log, 2) is None
+            assert record_crc(parts["a"], 2) is None
 
     asyncio.run(main())
 
@@ -306,5 +310,90 @@ def test_a_follower_waiting_at_the_log_end_stays_caught_up_however_long(tmp_path
             assert not leader.caught_up("b", 5)
             leader.fetch("b", 1, 1)
             assert leader.lagging(5) == set(), "a new fetch at the end: caught up"
+
+    asyncio.run(main())
+
+
+def test_a_diverged_follower_is_out_of_sync_and_cuts_no_committed_record_first(
+    tmp_path: Path,
+) -> None:
+    """Foreign records, some below the high watermark the follower knows (a replica whose
+    high watermark once covered a record no leader wrote): the cut-back stops at that high
+    watermark first and goes below it only when a record there differs too; and from the first
+    ``diverged`` the leader counts it lagging, so it leaves the ISR (it must not be elected
+    while it copies again what it cut)."""
+
+    async def main() -> None:
+        async with replicas(tmp_path, "a", "b") as parts:
+            leader = LeaderReplica(parts["a"], "a", 1, isr=["a", "b"])
+            b = FollowerReplica(parts["b"], "b")
+            b.follow(1, leader.end_offset_for)
+            await publish(parts["a"], *(b"a%d" % i for i in range(5)))
+            catch_up(leader, b, "b")
+            assert leader.lagging(5) == set()
+            await publish(parts["a"], *(b"a%d" % i for i in range(5, 20)))
+            await publish(parts["b"], b"foreign5", b"foreign6", b"foreign7")  # offsets 5..7
+            b = FollowerReplica(parts["b"], "b")
+            b.high_watermark = 6  # once told 6, while it held foreign records
+            b.follow(1, leader.end_offset_for)
+            answer = leader.fetch("b", 1, 8, previous_crc=b.last_crc)
+            assert answer.diverged and not answer.records
+            assert leader.lagging(5) == {"b"}, "a diverged follower is not in sync"
+            assert b.apply(answer) == 7, "cut to its high watermark + 1, not below"
+            catch_up(leader, b, "b")
+            assert contents(parts["b"]) == contents(parts["a"])
+            assert b.divergences == 2, "7 (down to the floor), then 5..6 below it"
+            assert leader.lagging(5) == set(), "caught up again"
+
+    asyncio.run(main())
+
+
+def test_leadership_lost_while_waiting_for_the_isr_is_not_a_not_leader_refusal(
+    tmp_path: Path,
+) -> None:
+    """A publish appended, then waiting for the ISR when the leader steps down, may be stored:
+    "not the leader" would tell a client nothing was done, and a plain publish sent again to
+    the new leader would be stored twice. It fails as NotEnoughReplicas (UNAVAILABLE), whose
+    outcome is unknown."""
+
+    async def main() -> None:
+        async with replicas(tmp_path, "a") as parts:
+            node = SimpleNamespace(
+                settings=SimpleNamespace(ack_timeout_s=5.0),
+                broker_id="a",
+                member=True,
+                view=ClusterView(),
+            )
+            role = PartitionRole(node, parts["a"])  # type: ignore[arg-type]
+            role.leader = LeaderReplica(parts["a"], "a", 1, isr=["a", "b"], min_isr=2)
+            await publish(parts["a"], b"x")
+            waiting = asyncio.create_task(role.replicated(0))
+            await asyncio.sleep(0.05)
+            assert not waiting.done(), "b has not copied it"
+            role.step_down()
+            with pytest.raises(NotEnoughReplicas, match="may be stored"):
+                await waiting
+
+    asyncio.run(main())
+
+
+def test_an_undecided_partition_of_a_stream_the_cluster_lacks_is_not_found(
+    tmp_path: Path,
+) -> None:
+    """Before the node's first reading every partition answers not-leader (clients look the
+    leader up); after it, one of a stream the cluster does not have (deleted while this broker
+    was away) answers not found, not "no leader now; retry" for ever."""
+
+    async def main() -> None:
+        async with replicas(tmp_path, "a") as parts:
+            node = SimpleNamespace(view=ClusterView(), _elsewhere=lambda s, n: None)
+            role = Undecided(node, parts["a"])  # type: ignore[arg-type]
+            with pytest.raises(NotLeader):
+                role.check_publish()
+            node.view = ClusterView(revision=7)
+            with pytest.raises(StreamNotFound):
+                role.check_publish()
+            with pytest.raises(StreamNotFound):
+                role.check_read(True)
 
     asyncio.run(main())

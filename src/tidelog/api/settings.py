@@ -220,6 +220,7 @@ class ServerSettings(BaseSettings):
             open_files_max=self.open_files_max,
             group_consumer_timeout_s=self.group_consumer_timeout_s,
             group_coordinator_timeout_s=self.group_coordinator_timeout_s,
+            clustered=bool(self.cluster),
         )
 
 

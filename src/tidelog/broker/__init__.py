@@ -60,7 +60,7 @@ from tidelog.broker.groups import Member as GroupMember
 from tidelog.broker.groups import assign as assign_partitions
 from tidelog.broker.groups import check_join as check_group_join
 from tidelog.broker.jsonfile import replace_bytes, replace_json
-from tidelog.broker.partition import Partition, ReplicaRole
+from tidelog.broker.partition import HW_CHECKPOINT, Partition, ReplicaRole, saved_high_watermark
 from tidelog.broker.partition_view import ViewEntry, ViewKind, ViewSpec
 from tidelog.broker.producers import Published
 from tidelog.broker.stream import Stream
@@ -111,6 +111,7 @@ __all__ = [
     "DEFAULT_SEGMENT_MAX_AGE_S",
     "DEFAULT_SEGMENT_MAX_BYTES",
     "DEFAULT_SUBSCRIBER_BUFFER_BYTES",
+    "HW_CHECKPOINT",
     "MAX_BROWSE_LIMIT",
     "MAX_BROWSE_MAX_SCAN_SECONDS",
     "MAX_MESSAGE_BYTES_LIMIT",
@@ -158,6 +159,7 @@ __all__ = [
     "newest_view_entry",
     "replace_bytes",
     "replace_json",
+    "saved_high_watermark",
     "validate_stream_name",
     "view_query_limit",
 ]

@@ -204,7 +204,12 @@ class Broker:
                 self._remove_dir(directory)
                 continue
             stream = await asyncio.to_thread(
-                Stream.load, directory, self.config.log, self._loop, self.files
+                Stream.load,
+                directory,
+                self.config.log,
+                self._loop,
+                self.files,
+                self.config.clustered,
             )
             self._hold(stream)
             self.streams[stream.name] = stream
@@ -422,7 +427,15 @@ class Broker:
         if directory.exists():  # a create that failed half-way and could not clean up
             self._remove_dir(directory)
         try:
-            stream = Stream(name, config, directory, self.config.log, self.loop, files=self.files)
+            stream = Stream(
+                name,
+                config,
+                directory,
+                self.config.log,
+                self.loop,
+                files=self.files,
+                held=self.config.clustered,
+            )
             try:
                 stream.save()
             except BaseException:

@@ -180,6 +180,10 @@ class BrokerConfig:
     """A consumer-group member silent this long is removed."""
     group_coordinator_timeout_s: float = 15.0
     """How long members' reports of an unreachable coordinator count (clusters)."""
+    clustered: bool = False
+    """A broker of a cluster: every partition's log opens with its readers held at the high
+    watermark the replica last knew (``Partition``'s ``held``), before the cluster gives the
+    partition its role."""
 
     @property
     def flush_policy(self) -> FlushPolicy:

@@ -52,6 +52,19 @@ class ReplicaRole(Protocol):
         ...
 
 
+HW_CHECKPOINT = "replication-hw"
+"""The high watermark a replica of a cluster last knew, in its partition's directory (decimal
+text; ``tidelog.cluster`` writes it)."""
+
+
+def saved_high_watermark(directory: Path) -> int:
+    """The high watermark a replica last saved in ``directory`` (-1: none)."""
+    try:
+        return int((directory / HW_CHECKPOINT).read_text())
+    except (FileNotFoundError, ValueError):
+        return -1
+
+
 class CommitSignal:
     """Wakes every waiter when a partition's high watermark moves, or its state changes.
 
@@ -125,8 +138,14 @@ class Partition:
         paused: bool = False,
         readonly: bool = False,
         files: FileCache = DEFAULT_FILE_CACHE,
+        held: bool = False,
     ) -> None:
+        """``held``: a partition of a broker of a cluster. Its log opens with readers held at
+        the high watermark the replica last saved (:func:`saved_high_watermark`): what it holds
+        above that may be a tail no leader committed, which nobody may read before the cluster
+        has given the partition its role (and the role's high watermark)."""
         self.stream = stream
+        self.held = held
         self._files = files
         """The broker's bounded cache of open segment files, shared by every partition."""
         self.number = number
@@ -198,7 +217,11 @@ class Partition:
         # No per-log directory lock: the broker holds the data directory's (one descriptor, not
         # one per partition), and it never opens a partition's log twice.
         return SegmentedLog(
-            self.directory, self.log_config, file_cache=self._files, lock_directory=False
+            self.directory,
+            self.log_config,
+            file_cache=self._files,
+            lock_directory=False,
+            commit_limit=saved_high_watermark(self.directory) if self.held else None,
         )
 
     def _open(self) -> None:

@@ -38,7 +38,9 @@ class Stream:
         created_ns: int | None = None,
         flags: dict[str, dict[str, bool]] | None = None,
         files: FileCache = DEFAULT_FILE_CACHE,
+        held: bool = False,
     ) -> None:
+        """``held``: a stream of a broker of a cluster (``Partition``'s ``held``)."""
         self.name = name
         self.config = config
         self.directory = directory
@@ -58,6 +60,7 @@ class Stream:
                         paused=flags.get(str(n), {}).get("paused", False),
                         readonly=flags.get(str(n), {}).get("readonly", False),
                         files=files,
+                        held=held,
                     )
                 )
         except BaseException:
@@ -118,6 +121,7 @@ class Stream:
         defaults: LogConfig,
         loop: asyncio.AbstractEventLoop,
         files: FileCache = DEFAULT_FILE_CACHE,
+        held: bool = False,
     ) -> Stream:
         data = json.loads((directory / METADATA_FILE).read_text())
         stream = cls(
@@ -129,6 +133,7 @@ class Stream:
             created_ns=data.get("created_ns"),
             flags=data.get("partitions"),
             files=files,
+            held=held,
         )
         stream.resume_all = bool(data.get("resume_all", False))
         stream.views.open([ViewSpec.from_json(v) for v in data.get("views", [])])

@@ -43,6 +43,7 @@ from tidelog._proto.tidelog.v1 import cluster_pb2 as cpb
 from tidelog._proto.tidelog.v1 import cluster_pb2_grpc
 from tidelog.broker import (
     CURSORS_STREAM,
+    HW_CHECKPOINT,
     Broker,
     CursorStore,
     FlushPolicy,
@@ -52,6 +53,7 @@ from tidelog.broker import (
     StreamViews,
     ViewSpec,
     replace_json,
+    saved_high_watermark,
 )
 from tidelog.cluster.groups import ClusterGroups
 from tidelog.cluster.leader_epochs import EpochEnd, EpochEntry
@@ -106,8 +108,6 @@ INTERNAL_REPLICAS = 3
 """Replicas of the other internal streams the cluster creates (``ClusterNode.internal_stream``;
 fewer when fewer brokers are live then)."""
 
-HW_CHECKPOINT = "replication-hw"
-"""The high watermark a replica last knew, in its partition's directory (decimal text)."""
 CHECKPOINT_INTERVAL_S = 1.0
 """How often the high watermarks are written (a restart may restart from one this old)."""
 
@@ -137,10 +137,7 @@ class ClusterSettings:
 
 
 def _read_hw(partition: Partition) -> int:
-    try:
-        return int((partition.directory / HW_CHECKPOINT).read_text())
-    except (FileNotFoundError, ValueError):
-        return -1
+    return saved_high_watermark(partition.directory)
 
 
 class PartitionRole:
@@ -182,9 +179,21 @@ class PartitionRole:
             # asyncio.wait, not wait_for: the signal's future is shared, never cancel it.
             await asyncio.wait([self.partition.signal.current()], timeout=min(remaining, 0.5))
             if self.leader is not leader:
-                raise NotLeader(self.partition.stream, self.partition.number)
+                raise self._moved(last_offset)
         if leader is None:
-            raise NotLeader(self.partition.stream, self.partition.number, self._leader_address())
+            raise self._moved(last_offset)
+
+    def _moved(self, last_offset: int) -> NotEnoughReplicas:
+        """The leadership moved after the append and before the ISR had it: the record may be
+        stored (the new leader has it if it copied it), so this is not "not the leader" (which
+        tells a client nothing was done, and a plain publish would be sent again and stored
+        twice), but a retryable failure whose outcome is unknown."""
+        partition = self.partition
+        return NotEnoughReplicas(
+            f"the leadership of {partition.stream}/{partition.number} moved before every "
+            f"in-sync replica had offset {last_offset}: it may be stored; publish again with a "
+            f"producer id to be sure it is stored once"
+        )
 
     def check_read(self, read_replica: bool) -> None:
         if self.leader is not None:
@@ -313,10 +322,13 @@ class Undecided:
         if partition.current_log is not None:
             self.opened(partition.current_log)
 
-    def _refuse(self) -> NotLeader:
-        return NotLeader(
-            self.stream, self.number, self.node._elsewhere(self.stream, self.number) or ""
-        )
+    def _refuse(self) -> NotLeader | StreamNotFound:
+        node = self.node
+        if node.view.revision > 0 and self.stream not in node.view.streams:
+            # On this broker's disk, but the cluster has no such stream (deleted while this
+            # broker was away): not found, rather than "no leader now; retry" for ever.
+            return StreamNotFound(self.stream)
+        return NotLeader(self.stream, self.number, node._elsewhere(self.stream, self.number) or "")
 
     def check_publish(self) -> None:
         raise self._refuse()
@@ -328,8 +340,8 @@ class Undecided:
         raise self._refuse()
 
     def opened(self, log: Any) -> None:
-        # Readers that do not ask for a role (none should) see no more than what was committed
-        # when this replica last knew.
+        # The log opened held at the high watermark saved here (``Partition``'s ``held``);
+        # this keeps a reopened one so.
         log.set_commit_limit(_read_hw(self.partition))
 
 

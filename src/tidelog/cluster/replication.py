@@ -35,6 +35,7 @@ Both ends are plain objects over a partition's log: the replica-fetch RPC and th
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -51,7 +52,6 @@ from tidelog.cluster.leader_epochs import (
     truncation_offset,
 )
 from tidelog.errors import TidelogError
-from tidelog.log import CommitLog
 
 FETCH_MAX_RECORDS = 10_000
 FETCH_MAX_BYTES = 4 << 20
@@ -226,6 +226,11 @@ class LeaderReplica:
         log = self.partition.log
         committed = log.committed_offset
         if previous_crc is not None and not again and self._diverges(from_offset, previous_crc):
+            # It holds a record no leader wrote: not in sync, whatever it held before, until it
+            # has cut it and caught up again (it must not be elected while it re-copies).
+            state = self._followers.setdefault(follower, _Follower())
+            state.caught_up_s = -math.inf
+            state.leader_end_at_last_fetch = -1
             return FetchAnswer(
                 self.leader_epoch,
                 self.high_watermark,
@@ -282,7 +287,7 @@ class LeaderReplica:
             return False
         if offset > log.committed_offset:
             return True
-        mine = record_crc(log, offset)
+        mine = record_crc(self.partition, offset)
         return mine is not None and mine != previous_crc
 
     def _epochs_for(self, records: StoredRecords) -> list[EpochEntry]:
@@ -359,7 +364,7 @@ class FollowerReplica:
             self._truncate(cut)
         self.leader_epoch = leader_epoch
         self._step_back = 1
-        self.last_crc = record_crc(log, log.next_offset - 1)
+        self.last_crc = record_crc(self.partition, log.next_offset - 1)
         return log.next_offset
 
     def _truncate(self, cut: int) -> None:
@@ -378,15 +383,20 @@ class FollowerReplica:
         log = self.partition.log
         if answer.diverged:
             # Its newest record is not the leader's: cut it and, if the one before differs too
-            # (the next answer says), twice as many, until the logs agree.
+            # (the next answer says), twice as many, until the logs agree. Never below the high
+            # watermark it knows (the leader has those records) until a record there differs
+            # too: only a damaged log has a committed record its leader does not.
             cut = max(log.next_offset - self._step_back, log.oldest_offset)
+            floor = self.high_watermark + 1
+            if log.next_offset > floor:
+                cut = max(cut, floor)
             if log.newest_offset >= log.oldest_offset and cut < log.next_offset:
                 self._truncate(cut)
             else:  # nothing left to cut that the leader could compare: start afresh
                 self._truncate(log.oldest_offset)
             self._step_back *= 2
             self.divergences += 1
-            self.last_crc = record_crc(log, log.next_offset - 1)
+            self.last_crc = record_crc(self.partition, log.next_offset - 1)
             return log.next_offset
         self._step_back = 1
         records = answer.records
@@ -419,9 +429,10 @@ class FollowerReplica:
         return log.next_offset
 
 
-def record_crc(log: CommitLog, offset: int) -> int | None:
-    """The stored CRC of ``log``'s record at ``offset`` (committed or not), or None when it
-    holds none there (below its oldest, past its newest, or in a gap)."""
+def record_crc(partition: Partition, offset: int) -> int | None:
+    """The stored CRC of the record at ``offset`` of ``partition``'s log (committed or not), or
+    None when it holds none there (below its oldest, past its newest, or in a gap)."""
+    log = partition.log
     if offset < 0 or offset < log.oldest_offset or offset > log.committed_offset:
         return None
     batch = log.forward_reader(offset, stop_offset=offset, past_limit=True).read(1, 1)

@@ -55,12 +55,15 @@ class SegmentedLog:
         flusher: Flusher = DEFAULT_FLUSHER,
         file_cache: FileCache = DEFAULT_FILE_CACHE,
         lock_directory: bool = True,
+        commit_limit: int | None = None,
     ) -> None:
         """``file_cache``: keeps the segments' files open, bounded (shared by every log of the
         process by default; see ``filecache.py``). ``lock_directory``: hold an ``flock`` on
         ``<directory>/.lock`` (one descriptor) while open, so a second open of the directory
         raises ``LogLocked``; pass False when the caller already guarantees that (the broker,
-        which locks its whole data directory)."""
+        which locks its whole data directory). ``commit_limit``: readers see no record above
+        it from the open on (:meth:`set_commit_limit` can only raise it), for a replica whose
+        records above what it last knew committed must stay unseen."""
         self.directory = Path(directory)
         config = config or LogConfig()
         self._clock = clock
@@ -82,7 +85,7 @@ class SegmentedLog:
         except BaseException:
             self._release_lock()  # releases the flock: a failed open leaves nothing held
             raise
-        self._writer = LogWriter(self._local, clock)
+        self._writer = LogWriter(self._local, clock, commit_limit)
         if config.flush_policy is FlushPolicy.INTERVAL:
             self._flusher.register(self, config.flush_interval_s)
 

@@ -33,19 +33,23 @@ LOG = logging.getLogger("tidelog.log")
 class LogWriter:
     """Appends to a :class:`LocalLog` and commits what it wrote (see the module's invariants)."""
 
-    def __init__(self, local: LocalLog, clock: Callable[[], int]) -> None:
+    def __init__(self, local: LocalLog, clock: Callable[[], int], limit: int | None = None) -> None:
+        """``limit``: the commit limit from the start (a replica reopened after a restart:
+        what it last knew every in-sync replica held), so readers never see more before its
+        partition's role is known."""
         self.local = local
         self.clock = clock
         newest = local.next_offset - 1
-        self.high_watermark = newest
+        self.high_watermark = newest if limit is None else min(newest, limit)
         """What readers see: the committed offset, held at ``limit`` when one is set."""
-        self.high_watermark_timestamp = local.last_timestamp
+        held = self.high_watermark < newest
+        self.high_watermark_timestamp = 0 if held else local.last_timestamp
         """The high watermark record's timestamp, or (while held by ``limit``) a lower bound
         of it: every record above the high watermark is at least this new."""
         self.committed = newest
         """The newest record committed here (written, and synced under ``ALWAYS``), whatever
         the limit: what a replica of this log may copy."""
-        self.limit: int | None = None
+        self.limit: int | None = limit
         """Set by a replicated partition: readers see nothing above it (the offset every
         in-sync replica holds). None: the high watermark is the committed offset."""
         self.synced = newest
