@@ -56,6 +56,7 @@ from tidelog.client.models import (
 )
 from tidelog.client.publisher import Publisher
 from tidelog.client.retry import (
+    CONNECT_WAIT_S,
     NOT_IDEMPOTENT,
     RETRYABLE,
     Attempt,
@@ -545,7 +546,8 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
 
         async def attempt(timeout: float | None, number: int) -> v1.PublishBatchResponse:
             address = self._router.address(stream, partition)
-            await connected(self._router.channel(address), address, timeout)
+            wait = CONNECT_WAIT_S if timeout is None else min(timeout, CONNECT_WAIT_S)
+            await connected(self._router.channel(address), address, wait)
             stub = self._router.v1(stream, partition)
             answer: v1.PublishBatchResponse = await stub.PublishBatch(request, timeout=timeout)
             return answer

@@ -103,8 +103,14 @@ class LeaderRouter:
         self.entry = known[(known.index(self.entry) + 1) % len(known)]
 
     def learn(self, response: pb.FetchMetadataResponse) -> None:
-        """Take the leaders a metadata answer names (the streams it names need no lookup)."""
-        self._looked_up.update(meta.name for meta in response.streamMetadata)
+        """Take the leaders a metadata answer names (the streams it names need no lookup; one
+        it does not know yet is looked up again before its next call: it may be created
+        since)."""
+        self._looked_up.update(
+            meta.name
+            for meta in response.streamMetadata
+            if meta.error != pb.StreamMetadata.Error.UNKNOWN_STREAM
+        )
         for meta in response.streamMetadata:
             if meta.partitions:
                 self._partitions[meta.name] = len(meta.partitions)

@@ -139,6 +139,12 @@ class NotSent(Status):
         self.address = address
 
 
+CONNECT_WAIT_S = 1.0
+"""How long one attempt of a call that must not be sent twice waits for its channel to connect
+before it counts as not sent, and the leaders are looked up again (the channel goes on
+connecting meanwhile): a leader whose host drops packets costs a second per lookup, not gRPC's
+whole connect timeout."""
+
 _CANNOT_CONNECT = frozenset(
     {grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN}
 )
