@@ -16,7 +16,13 @@ from pathlib import Path
 
 import grpc
 import pytest
-from tests.cluster.clustertools import Producer, running_cluster, stored_records, wait_for
+from tests.cluster.clustertools import (
+    Cluster,
+    Producer,
+    running_cluster,
+    stored_records,
+    wait_for,
+)
 
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
@@ -144,3 +150,60 @@ def test_a_follower_holding_records_its_leader_never_wrote_cuts_them_and_rejoins
         assert records == first, f"{broker_id}'s replica differs"
     assert not any(v.startswith(b"foreign") for _, _, v in first)
     assert any("cutting back" in line for line in logs), "the divergence was not what cut them"
+
+
+def _publish_to(cluster: Cluster, partition: int, value: bytes) -> None:
+    leader = wait_for(lambda: cluster.partition("s", partition).leader, what="a leader")
+    cluster.api(leader).Publish(
+        pb.PublishRequest(stream="s", partition=partition, value=value, ackPolicy=pb.AckPolicy.ALL),
+        timeout=10,
+    )
+
+
+def test_a_stream_deleted_while_a_broker_was_away_is_refused_there_and_replaced_when_recreated(
+    tmp_path: Path,
+) -> None:
+    """The broker keeps the files (a broker pointed at the wrong etcd must not delete its
+    data) but serves nothing of them: NOT_FOUND, not "no leader now; retry" for ever. Once the
+    cluster creates the name again, they go, and its replicas there start empty: with three
+    partitions it leads one of the new stream, which would otherwise serve the old records."""
+    with running_cluster(tmp_path) as cluster:
+        cluster.create_stream("s", replication_factor=3, min_isr=2, partitions=3)
+        for n in range(3):
+            _publish_to(cluster, n, b"old-%d" % n)
+        away = "b3"
+
+        def away_holds_them() -> bool:
+            answer = cluster.api(away).FetchMetadata(
+                pb.FetchMetadataRequest(streams=["s"]), timeout=2
+            )
+            return all(p.newestOffset == 0 for p in answer.streamMetadata[0].partitions.values())
+
+        wait_for(away_holds_them, 20, "the broker to be away holds the old records")
+        assert cluster.servers[away].stop() == 0
+        cluster.api("b1").DeleteStream(pb.DeleteStreamRequest(name="s"), timeout=20)
+        cluster.start(away)
+        with pytest.raises(grpc.RpcError) as refused:
+            cluster.api(away).Publish(
+                pb.PublishRequest(stream="s", value=b"x", ackPolicy=pb.AckPolicy.ALL), timeout=5
+            )
+        assert refused.value.code() == grpc.StatusCode.NOT_FOUND, refused.value.details()
+        cluster.create_stream("s", replication_factor=3, min_isr=2, partitions=3)
+        leaders = {cluster.partition("s", n).leader for n in range(3)}
+        for n in range(3):
+            _publish_to(cluster, n, b"new-%d" % n)
+        wait_for(
+            lambda: all(len(cluster.partition("s", n).isr) == 3 for n in range(3)),
+            20,
+            "every replica in sync",
+        )
+        time.sleep(1.0)
+        for server in cluster.servers.values():
+            assert server.stop() == 0
+        copies = {
+            (b, n): [v for _, _, v in stored_records(tmp_path / b, "s", n)]
+            for b in cluster.servers
+            for n in range(3)
+        }
+    assert away in leaders, f"{away} leads none of the new partitions: {leaders}"
+    assert all(values == [b"new-%d" % n] for (_, n), values in copies.items()), copies

@@ -399,6 +399,9 @@ class ClusterNode:
         self._views_lock = asyncio.Lock()
         """One views reconcile at a time: the step's and a query's (``sync_views``)."""
         self._checkpointed = 0.0
+        self._stale: set[str] = set()
+        """Streams on this broker's disk that the cluster did not have when the node looked
+        (deleted while it was away): refused, and replaced if the cluster creates the name."""
         self.fetch_delay_s = float(os.environ.get("TIDELOG_TEST_REPLICA_FETCH_DELAY_S") or 0)
         """Fault tests: each fetch answer waits this long before the follower appends it (a slow
         follower or link; docs/operations.md). Zero otherwise."""
@@ -603,6 +606,8 @@ class ClusterNode:
             record = view.streams.get(stream)
             if record is None:
                 continue
+            if stream in self._stale:
+                await self._replace_stale(stream)
             role = self._role(stream, number, record)
             if role is None:
                 continue
@@ -649,6 +654,34 @@ class ClusterNode:
                     partition.role is None or isinstance(partition.role, Undecided)
                 ):
                     partition.role = Outsider(self, name, partition.number)
+        for local in self.broker.list_streams():
+            if (
+                local.name not in view.streams
+                and local.name not in self._stale
+                and not local.name.startswith("__")  # internal: their owners manage them
+                and all(isinstance(p.role, Undecided) for p in local.partitions)
+            ):
+                self._stale.add(local.name)
+                LOG.warning(
+                    "stream %s is on this broker's disk but not in the cluster (deleted while "
+                    "this broker was away?): refused as not found, and its files are kept "
+                    "until the cluster creates a stream of that name again",
+                    local.name,
+                )
+
+    async def _replace_stale(self, name: str) -> None:
+        """The cluster created ``name`` again while this broker held the files of the stream
+        of that name deleted while it was away: those go first, so the new stream's replica
+        here starts empty (a leader elected at creation would otherwise serve the old
+        records)."""
+        self._stale.discard(name)
+        LOG.warning(
+            "stream %s was created again in the cluster: removing the files this broker kept of "
+            "the one deleted while it was away",
+            name,
+        )
+        with contextlib.suppress(StreamNotFound):
+            await self.broker.delete_stream(name)
 
     def _role(self, stream: str, number: int, record: StreamRecord) -> PartitionRole | None:
         role = self.roles.get((stream, number))
