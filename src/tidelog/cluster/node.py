@@ -136,10 +136,6 @@ class ClusterSettings:
         return max(round(self.replica_lag_max_s * 500), 50)
 
 
-def _read_hw(partition: Partition) -> int:
-    return saved_high_watermark(partition.directory)
-
-
 class PartitionRole:
     """The :class:`ReplicaRole` of one partition on this broker: leader, follower or neither."""
 
@@ -154,7 +150,7 @@ class PartitionRole:
         self._listener: Callable[[int], None] | None = None
         self.state: PartitionState | None = None
         self.saved_hw = -1
-        self.known_hw = _read_hw(partition)
+        self.known_hw = saved_high_watermark(partition.directory)
         """The high watermark last known here, restored from the checkpoint on a restart."""
 
     # -- ReplicaRole -----------------------------------------------------------------------------
@@ -304,47 +300,6 @@ class PartitionRole:
                 await task
 
 
-class Undecided:
-    """The :class:`ReplicaRole` of every partition of a broker of a cluster until the node has
-    read the cluster's state and given the partition its own role (``Broker.hold_partitions``):
-    a restarted broker serves nothing it has not been told it leads or follows.
-
-    Without it a partition loaded from disk had no role at all between the gRPC server's start
-    and the node's first step, and took publishes as a single broker's: appended, synced and
-    acknowledged without the leader check or the ISR wait, then cut when the broker followed
-    the real leader (or, within the same leader epoch, kept, so the follower diverged)."""
-
-    def __init__(self, node: ClusterNode, partition: Partition) -> None:
-        self.node = node
-        self.partition = partition
-        self.stream = partition.stream
-        self.number = partition.number
-        if partition.current_log is not None:
-            self.opened(partition.current_log)
-
-    def _refuse(self) -> NotLeader | StreamNotFound:
-        node = self.node
-        if node.view.revision > 0 and self.stream not in node.view.streams:
-            # On this broker's disk, but the cluster has no such stream (deleted while this
-            # broker was away): not found, rather than "no leader now; retry" for ever.
-            return StreamNotFound(self.stream)
-        return NotLeader(self.stream, self.number, node._elsewhere(self.stream, self.number) or "")
-
-    def check_publish(self) -> None:
-        raise self._refuse()
-
-    async def replicated(self, last_offset: int) -> None:
-        raise self._refuse()
-
-    def check_read(self, read_replica: bool) -> None:
-        raise self._refuse()
-
-    def opened(self, log: Any) -> None:
-        # The log opened held at the high watermark saved here (``Partition``'s ``held``);
-        # this keeps a reopened one so.
-        log.set_commit_limit(_read_hw(self.partition))
-
-
 class Outsider:
     """The :class:`ReplicaRole` of a partition this broker holds no replica of (a stream is
     created whole on every broker that replicates any of its partitions, or one that was moved
@@ -355,7 +310,7 @@ class Outsider:
         self.stream = stream
         self.number = number
 
-    def _refuse(self) -> NotLeader:
+    def _refuse(self) -> NotLeader | StreamNotFound:
         return NotLeader(
             self.stream, self.number, self.node._elsewhere(self.stream, self.number) or ""
         )
@@ -371,6 +326,32 @@ class Outsider:
 
     def opened(self, log: Any) -> None:
         log.set_commit_limit(-1)
+
+
+class Undecided(Outsider):
+    """The :class:`ReplicaRole` of every partition of a broker of a cluster until the node has
+    read the cluster's state and given the partition its own role (``Broker.hold_partitions``):
+    a restarted broker serves nothing it has not been told it leads or follows.
+
+    Without it a partition loaded from disk had no role at all between the gRPC server's start
+    and the node's first step, and took publishes as a single broker's: appended, synced and
+    acknowledged without the leader check or the ISR wait, then cut when the broker followed
+    the real leader (or, within the same leader epoch, kept, so the follower diverged)."""
+
+    def __init__(self, node: ClusterNode, partition: Partition) -> None:
+        super().__init__(node, partition.stream, partition.number)
+
+    def _refuse(self) -> NotLeader | StreamNotFound:
+        node = self.node
+        if node.view.revision > 0 and self.stream not in node.view.streams:
+            # On this broker's disk, but the cluster has no such stream (deleted while this
+            # broker was away): not found, rather than "no leader now; retry" for ever.
+            return StreamNotFound(self.stream)
+        return super()._refuse()
+
+    def opened(self, log: Any) -> None:
+        """Nothing to do: a clustered broker opens every log held at the high watermark saved
+        here (``Partition``'s ``held``), and a commit limit can only be raised."""
 
 
 class ClusterNode:
@@ -405,6 +386,11 @@ class ClusterNode:
         self.fetch_delay_s = float(os.environ.get("TIDELOG_TEST_REPLICA_FETCH_DELAY_S") or 0)
         """Fault tests: each fetch answer waits this long before the follower appends it (a slow
         follower or link; docs/operations.md). Zero otherwise."""
+        if not broker.config.clustered:
+            raise ValueError(
+                "a cluster node needs a broker made with BrokerConfig(clustered=True): its logs "
+                "must open held at their saved high watermarks"
+            )
         # From now on (before the server answers anything): no partition is served until this
         # node has given it its role.
         broker.hold_partitions(lambda partition: Undecided(self, partition))

@@ -420,8 +420,7 @@ class FollowerReplica:
             if changed:
                 save_epochs(self.partition, self.epochs)  # before the records it describes
             log.append_stored(records.data, records.sizes)  # CRCs checked, bytes as they are
-            last_at = len(records.data) - int(records.sizes[-1])
-            self.last_crc = int.from_bytes(records.data[last_at : last_at + 4], "little")
+            self.last_crc = _crc_at(records.data, len(records.data) - int(records.sizes[-1]))
         self.high_watermark = max(
             self.high_watermark, min(answer.high_watermark, log.next_offset - 1)
         )
@@ -438,8 +437,13 @@ def record_crc(partition: Partition, offset: int) -> int | None:
     batch = log.forward_reader(offset, stop_offset=offset, past_limit=True).read(1, 1)
     if not batch or int(batch.offsets[0]) != offset:
         return None
-    at = int(batch.positions[0])
-    return int.from_bytes(bytes(batch.data[at : at + 4]), "little")
+    return _crc_at(batch.data, int(batch.positions[0]))
+
+
+def _crc_at(data: bytes, at: int) -> int:
+    """The CRC field of the stored record starting at ``at`` of ``data`` (its first 4 bytes,
+    ``tidelog.log.record``)."""
+    return int.from_bytes(data[at : at + 4], "little")
 
 
 def _stored_bytes(data: bytes, positions: np.ndarray, sizes: np.ndarray) -> bytes:
