@@ -152,16 +152,12 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
             )
         stream, partition = route
         await self._router.ensure(stream)
-
-        async def relocate(error: grpc.RpcError) -> None:
-            await self._router.after_failure(error, stream, partition)
-
         return await retrying(
             attempt,
             channel=None if self._router.clustered else self._channel,
             settings=self.settings,
             timeout=timeout,
-            after_failure=relocate,
+            after_failure=self._router.relocator(stream, partition),
             once=once,
         )
 
@@ -581,9 +577,6 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
             await router.ensure(stream)
             return router.v1(stream, partition)
 
-        async def failed(error: grpc.RpcError) -> None:
-            await router.after_failure(error, stream, partition)
-
         return Consumer(
             route,
             self.set_cursor,
@@ -593,7 +586,7 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
             reverse=reverse,
             prefetch=prefetch,
             name=name,
-            failed=failed,
+            failed=router.relocator(stream, partition),
         )
 
     def publisher(self, stream: str, partition: int = 0) -> Publisher:
@@ -615,10 +608,13 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
         async def open_call() -> Any:
             return await self._retrying(attempt, route=(stream, partition))
 
-        async def relocate(error: grpc.RpcError) -> None:
-            await self._router.after_failure(error, stream, partition)
-
-        return Publisher(open_call, relocate, stream, partition, self._ack_policy)
+        return Publisher(
+            open_call,
+            self._router.relocator(stream, partition),
+            stream,
+            partition,
+            self._ack_policy,
+        )
 
     # -- subscribing -----------------------------------------------------------------------------
 

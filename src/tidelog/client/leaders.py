@@ -20,6 +20,7 @@ turn (``entry_failed``), so a client whose given broker died keeps working.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -132,6 +133,15 @@ class LeaderRouter:
     def partition_count(self, stream: str) -> int:
         """How many partitions the last metadata answer gave ``stream`` (1 before any)."""
         return self._partitions.get(stream, 1)
+
+    def relocator(self, stream: str, partition: int) -> Callable[[grpc.RpcError], Awaitable[None]]:
+        """:meth:`after_failure` for one partition, as the callback the retry loop, the
+        publisher and the consumer take."""
+
+        async def relocate(error: grpc.RpcError) -> None:
+            await self.after_failure(error, stream, partition)
+
+        return relocate
 
     async def after_failure(self, error: grpc.RpcError, stream: str, partition: int) -> None:
         """After a call routed to the partition's leader failed (refused, or lost with its
