@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from tests.api.test_sites_replication import received
+from tests.api.test_sites_replication import received, wait_for
 from tests.support.server import ServerProcess, served
 
 import tidelog
@@ -26,12 +26,7 @@ pytestmark = pytest.mark.slow
 
 
 def wait_received(address: str, client: str, source: str, count: int) -> list[tuple[int, bytes]]:
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        found = received(address, client, source)
-        if len(found) >= count or time.monotonic() > deadline:
-            return found
-        time.sleep(0.2)
+    return wait_for(address, client, source, count, DEADLINE_S)
 
 
 def status_of(address: str, site: str) -> SiteStatus:

@@ -34,8 +34,11 @@ def received(address: str, client: str, source: str) -> list[tuple[int, bytes]]:
         ]
 
 
-def wait_for(address: str, client: str, source: str, count: int) -> list[tuple[int, bytes]]:
-    deadline = time.monotonic() + DEADLINE_S
+def wait_for(
+    address: str, client: str, source: str, count: int, deadline_s: float = DEADLINE_S
+) -> list[tuple[int, bytes]]:
+    """What the receive queue holds once it holds ``count`` entries, or after ``deadline_s``."""
+    deadline = time.monotonic() + deadline_s
     while True:
         found = received(address, client, source)
         if len(found) >= count or time.monotonic() > deadline:

@@ -176,6 +176,20 @@ def stored_records(data_dir: Path, stream: str, number: int = 0) -> list[tuple[i
         log.close()
 
 
+def stop_all(cluster: Cluster) -> None:
+    """A second for the last fetches to land, then every broker stopped gracefully (SIGTERM);
+    each must exit 0. The replicas can then be read (:func:`copies_of`)."""
+    time.sleep(1.0)
+    for broker_id, server in cluster.servers.items():
+        code = server.stop()
+        assert code == 0, f"{broker_id} exited {code}: {''.join(server.stderr_lines[-30:])}"
+
+
+def copies_of(cluster: Cluster, stream: str, number: int = 0) -> dict[str, list[Any]]:
+    """Each stopped broker's replica of ``stream``/``number`` (:func:`stored_records`)."""
+    return {b: stored_records(cluster.root / b, stream, number) for b in cluster.servers}
+
+
 RETRYABLE = {
     grpc.StatusCode.UNAVAILABLE,
     # A broker shutting down cancels the calls it accepted but had not started (gRPC core

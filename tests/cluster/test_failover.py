@@ -6,14 +6,14 @@ rolling restart, each broker stopped gracefully and started again in turn."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 from tests.cluster.clustertools import (
     Producer,
+    copies_of,
     running_cluster,
-    stored_records,
+    stop_all,
     wait_for,
 )
 
@@ -52,10 +52,8 @@ def test_killing_the_leader_twenty_times_loses_no_acknowledged_message(tmp_path:
             ),
             30,
         )
-        time.sleep(1.0)
-        for broker_id in list(cluster.servers):
-            assert cluster.servers[broker_id].stop() == 0
-        copies = {b: stored_records(tmp_path / b, "s") for b in cluster.servers}
+        stop_all(cluster)
+        copies = copies_of(cluster, "s")
 
     first = next(iter(copies.values()))
     for broker_id, records in copies.items():
@@ -92,10 +90,8 @@ def test_a_rolling_restart_of_every_broker_under_load_loses_nothing(tmp_path: Pa
             producer.join(30)
         assert producer.error is None, producer.error
         wait_for(lambda: len(cluster.partition("s").isr) == 3, 30)
-        time.sleep(1.0)
-        for server in cluster.servers.values():
-            assert server.stop() == 0
-        copies = {b: stored_records(tmp_path / b, "s") for b in cluster.servers}
+        stop_all(cluster)
+        copies = copies_of(cluster, "s")
     first = next(iter(copies.values()))
     assert all(records == first for records in copies.values())
     stored = [value for _, _, value in first]

@@ -206,16 +206,12 @@ class Producer(threading.Thread):
         self.ledger.ack_times.append(time.monotonic())
 
 
-class IdempotentProducer(Producer):
-    """(a) ``tidelog.Client.publish_batch`` of 3 values with producer id ``a<partition>`` and the
-    partition's next sequence, sent again with the same sequence until acknowledged."""
-
-    kind = "a"
+class ClientProducer(Producer):
+    """A producer through a ``tidelog.Client`` given ``server``, made in its own thread."""
 
     def __init__(self, channels: Channels, server: str) -> None:
         super().__init__(channels)
         self.server = server
-        self.sequences = [0] * PARTITIONS
         self.client: Client | None = None
 
     def setup(self) -> None:
@@ -224,6 +220,17 @@ class IdempotentProducer(Producer):
     def teardown(self) -> None:
         if self.client is not None:
             self.client.close()
+
+
+class IdempotentProducer(ClientProducer):
+    """(a) ``tidelog.Client.publish_batch`` of 3 values with producer id ``a<partition>`` and the
+    partition's next sequence, sent again with the same sequence until acknowledged."""
+
+    kind = "a"
+
+    def __init__(self, channels: Channels, server: str) -> None:
+        super().__init__(channels, server)
+        self.sequences = [0] * PARTITIONS
 
     def publish(self, n: int, partition: int) -> None:
         assert self.client is not None
@@ -251,23 +258,11 @@ class IdempotentProducer(Producer):
             return
 
 
-class PlainProducer(Producer):
+class PlainProducer(ClientProducer):
     """(b) ``tidelog.Client.publish`` without a producer id; the application sends the same value
     again after an error (it may then be stored twice, never lost)."""
 
     kind = "b"
-
-    def __init__(self, channels: Channels, server: str) -> None:
-        super().__init__(channels)
-        self.server = server
-        self.client: Client | None = None
-
-    def setup(self) -> None:
-        self.client = Client(self.server, settings=CLIENT_SETTINGS)
-
-    def teardown(self) -> None:
-        if self.client is not None:
-            self.client.close()
 
     def publish(self, n: int, partition: int) -> None:
         assert self.client is not None

@@ -183,6 +183,24 @@ def test_a_restarted_follower_keeps_what_the_leader_has_above_its_high_watermark
     asyncio.run(main())
 
 
+async def foreign_tail(
+    parts: dict[str, Partition], high_watermark: int
+) -> tuple[LeaderReplica, FollowerReplica]:
+    """a leads epoch 1 and writes 0..19; b copied 0..4, then took foreign5..7 on its own (as a
+    single broker would). Returns the leader and b as after a restart, knowing
+    ``high_watermark``, before it follows."""
+    leader = LeaderReplica(parts["a"], "a", 1, isr=["a", "b"])
+    b = FollowerReplica(parts["b"], "b")
+    b.follow(1, leader.end_offset_for)
+    await publish(parts["a"], *(b"a%d" % i for i in range(5)))
+    catch_up(leader, b, "b")
+    await publish(parts["a"], *(b"a%d" % i for i in range(5, 20)))
+    await publish(parts["b"], b"foreign5", b"foreign6", b"foreign7")  # offsets 5..7
+    b = FollowerReplica(parts["b"], "b")
+    b.high_watermark = high_watermark
+    return leader, b
+
+
 def test_a_follower_with_records_no_leader_wrote_in_the_same_epoch_cuts_them(
     tmp_path: Path,
 ) -> None:
@@ -194,15 +212,7 @@ def test_a_follower_with_records_no_leader_wrote_in_the_same_epoch_cuts_them(
 
     async def main() -> None:
         async with replicas(tmp_path, "a", "b") as parts:
-            leader = LeaderReplica(parts["a"], "a", 1, isr=["a", "b"])
-            b = FollowerReplica(parts["b"], "b")
-            b.follow(1, leader.end_offset_for)
-            await publish(parts["a"], *(b"a%d" % i for i in range(5)))
-            catch_up(leader, b, "b")
-            await publish(parts["a"], *(b"a%d" % i for i in range(5, 20)))
-            await publish(parts["b"], b"foreign5", b"foreign6", b"foreign7")  # offsets 5..7
-            b = FollowerReplica(parts["b"], "b")  # as after a restart
-            b.high_watermark = 4
+            leader, b = await foreign_tail(parts, high_watermark=4)
             assert b.follow(1, leader.end_offset_for) == 8, "the epochs see nothing to cut"
             catch_up(leader, b, "b")
             assert contents(parts["b"]) == contents(parts["a"])
@@ -325,16 +335,9 @@ def test_a_diverged_follower_is_out_of_sync_and_cuts_no_committed_record_first(
 
     async def main() -> None:
         async with replicas(tmp_path, "a", "b") as parts:
-            leader = LeaderReplica(parts["a"], "a", 1, isr=["a", "b"])
-            b = FollowerReplica(parts["b"], "b")
-            b.follow(1, leader.end_offset_for)
-            await publish(parts["a"], *(b"a%d" % i for i in range(5)))
-            catch_up(leader, b, "b")
-            assert leader.lagging(5) == set()
-            await publish(parts["a"], *(b"a%d" % i for i in range(5, 20)))
-            await publish(parts["b"], b"foreign5", b"foreign6", b"foreign7")  # offsets 5..7
-            b = FollowerReplica(parts["b"], "b")
-            b.high_watermark = 6  # once told 6, while it held foreign records
+            # once told 6, while it held foreign records
+            leader, b = await foreign_tail(parts, high_watermark=6)
+            assert leader.lagging(5) == set(), "in sync before it diverges"
             b.follow(1, leader.end_offset_for)
             answer = leader.fetch("b", 1, 8, previous_crc=b.last_crc)
             assert answer.diverged and not answer.records

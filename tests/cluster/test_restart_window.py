@@ -19,8 +19,9 @@ import pytest
 from tests.cluster.clustertools import (
     Cluster,
     Producer,
+    copies_of,
     running_cluster,
-    stored_records,
+    stop_all,
     wait_for,
 )
 
@@ -97,10 +98,8 @@ def test_a_restarting_ex_leader_acknowledges_nothing_before_it_knows_its_role(
             producer.join(30)
         assert producer.error is None, producer.error
         wait_for(lambda: len(cluster.partition("s").isr) == 3, 30)
-        time.sleep(1.0)
-        for server in cluster.servers.values():
-            assert server.stop() == 0
-        copies = {b: stored_records(tmp_path / b, "s") for b in cluster.servers}
+        stop_all(cluster)
+        copies = copies_of(cluster, "s")
     first = next(iter(copies.values()))
     for broker_id, records in copies.items():
         assert records == first, f"{broker_id}'s replica differs"
@@ -140,11 +139,9 @@ def test_a_follower_holding_records_its_leader_never_wrote_cuts_them_and_rejoins
             producer.stop.set()
             producer.join(30)
         assert producer.error is None, producer.error
-        time.sleep(1.0)
+        stop_all(cluster)
         logs = cluster.servers[follower].stderr_lines
-        for server in cluster.servers.values():
-            assert server.stop() == 0
-        copies = {b: stored_records(tmp_path / b, "s") for b in cluster.servers}
+        copies = copies_of(cluster, "s")
     first = copies[leader]
     for broker_id, records in copies.items():
         assert records == first, f"{broker_id}'s replica differs"
@@ -197,13 +194,11 @@ def test_a_stream_deleted_while_a_broker_was_away_is_refused_there_and_replaced_
             20,
             "every replica in sync",
         )
-        time.sleep(1.0)
-        for server in cluster.servers.values():
-            assert server.stop() == 0
+        stop_all(cluster)
         copies = {
-            (b, n): [v for _, _, v in stored_records(tmp_path / b, "s", n)]
-            for b in cluster.servers
+            (b, n): [v for _, _, v in records]
             for n in range(3)
+            for b, records in copies_of(cluster, "s", n).items()
         }
     assert away in leaders, f"{away} leads none of the new partitions: {leaders}"
     assert all(values == [b"new-%d" % n] for (_, n), values in copies.items()), copies

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,6 @@ from hypothesis import strategies as st
 from tests.broker.brokertools import broker_config, running
 from tests.sites.fake_sink import FakeCall, answering, progress, run_until
 
-from tidelog.broker import Broker
 from tidelog.sites.envelope import position
 from tidelog.sites.local_site import LocalSite
 from tidelog.sites.negotiation import NONE
@@ -53,6 +54,33 @@ async def transmit(site: LocalSite | SendQueue, to: list[str], count: int) -> li
 
 def sender_for(queue: SendQueue, snapshots: Snapshots, site_id: str) -> Sender:
     return Sender(queue, snapshots, queue.registry.get(site_id), "a", ack_timeout_s=60.0)
+
+
+@asynccontextmanager
+async def source_site(
+    data_dir: Path, retention: QueueRetention | None = None
+) -> AsyncIterator[LocalSite]:
+    """Site ``a`` over ``data_dir`` on an in-process broker, open (no upkeep of its own: the
+    tests run it); closed at the end."""
+    async with running(broker_config(data_dir)) as broker:
+        site = LocalSite(broker, "a", data_dir, retention, upkeep_interval_s=3600.0)
+        await site.open()
+        try:
+            yield site
+        finally:
+            await site.close()
+
+
+@asynccontextmanager
+async def source_queue(data_dir: Path) -> AsyncIterator[tuple[SendQueue, Snapshots]]:
+    """Site ``a``'s delta queue and snapshots over ``data_dir`` on an in-process broker, open,
+    without the site around them (the tests drive a sender themselves)."""
+    async with running(broker_config(data_dir)) as broker:
+        queue = SendQueue(broker, SiteRegistry("a", data_dir / SITES_FILE))
+        queue.open()
+        snapshots = Snapshots(broker, queue.registry, queue)
+        snapshots.open()
+        yield queue, snapshots
 
 
 # -- the delta queue lost, the registry kept -------------------------------------------------------
@@ -105,28 +133,20 @@ def test_a_saved_ack_past_the_end_raises_the_floor_at_open(tmp_path: Path) -> No
     position b processed, and the stale acknowledgement releases nothing b did not get."""
 
     async def main() -> None:
-        async with running(broker_config(tmp_path)) as broker:
-            site = LocalSite(broker, "a", tmp_path, upkeep_interval_s=3600.0)
-            await site.open()
+        async with source_site(tmp_path) as site:
             await site.add_site("b", "127.0.0.1:1")
             site.registry.heard("b")
             known = (await transmit(site, ["b"], 10))[-1]
             site.senders["b"].acked = known  # as if b acknowledged it; the upkeep saves it
             await site.upkeep.run_once()
-            await site.close()
         lose_the_queue(tmp_path)
-        async with running(broker_config(tmp_path)) as broker:
-            site = LocalSite(broker, "a", tmp_path, upkeep_interval_s=3600.0)
-            await site.open()
-            try:
-                b = site.registry.get("b")
-                assert "beyond" in b.resync, b
-                assert site.queue.next_position() > known
-                (new,) = await transmit(site, ["b"], 1)
-                assert new > known
-                assert site.queue.read_for(b.number, NONE, 100).positions.tolist() == [new]
-            finally:
-                await site.close()
+        async with source_site(tmp_path) as site:
+            b = site.registry.get("b")
+            assert "beyond" in b.resync, b
+            assert site.queue.next_position() > known
+            (new,) = await transmit(site, ["b"], 1)
+            assert new > known
+            assert site.queue.read_for(b.number, NONE, 100).positions.tolist() == [new]
         assert "beyond" in SiteRegistry("a", tmp_path / SITES_FILE).get("b").resync, "kept"
 
     asyncio.run(main())
@@ -139,9 +159,7 @@ def test_lifts_past_the_end_are_rebased_at_open(tmp_path: Path) -> None:
     segment it needs, and the registry reads again."""
 
     async def main() -> None:
-        async with running(broker_config(tmp_path)) as broker:
-            site = LocalSite(broker, "a", tmp_path, upkeep_interval_s=3600.0)
-            await site.open()
+        async with source_site(tmp_path) as site:
             await site.add_site("b", "127.0.0.1:1")
             await site.add_site("c", "127.0.0.1:2")
             site.registry.heard("b")
@@ -151,20 +169,14 @@ def test_lifts_past_the_end_are_rebased_at_open(tmp_path: Path) -> None:
             assert known == P(30, 0)
             site.senders["b"].acked = known
             await site.upkeep.run_once()
-            await site.close()
         lose_the_queue(tmp_path)
-        async with running(broker_config(tmp_path)) as broker:
-            site = LocalSite(broker, "a", tmp_path, upkeep_interval_s=3600.0)
-            await site.open()
-            try:
-                c = site.registry.get("c")
-                seen = site.registry.positions_for(c)  # raised before: no segment for c's lift
-                assert all(start <= 0 for start, _ in site.registry.positions.segments)
-                (new,) = await transmit(site, ["b", "c"], 1)
-                assert new > known, "above every position given before the loss"
-                assert seen.position(0) == new, "c sees the position the transmit answered"
-            finally:
-                await site.close()
+        async with source_site(tmp_path) as site:
+            c = site.registry.get("c")
+            seen = site.registry.positions_for(c)  # raised before: no segment for c's lift
+            assert all(start <= 0 for start, _ in site.registry.positions.segments)
+            (new,) = await transmit(site, ["b", "c"], 1)
+            assert new > known, "above every position given before the loss"
+            assert seen.position(0) == new, "c sees the position the transmit answered"
         again = SiteRegistry("a", tmp_path / SITES_FILE)
         assert again.positions_for(again.get("c")).position(0) == new
 
@@ -176,35 +188,21 @@ def test_a_site_declared_past_the_end_counts_from_it(tmp_path: Path) -> None:
     at offsets below 40, are its own: the upkeep holds them, and they are still its after a
     restart that rebuilds the tag index from the queue."""
 
-    def opened(broker: Broker) -> LocalSite:
-        return LocalSite(broker, "a", tmp_path, SMALL, upkeep_interval_s=3600.0)
-
     async def main() -> None:
-        async with running(broker_config(tmp_path)) as broker:
-            site = opened(broker)
-            await site.open()
+        async with source_site(tmp_path, SMALL) as site:
             await site.add_site("c", "127.0.0.1:2")
             await transmit(site, ["c"], 40)
             await site.add_site("b", "127.0.0.1:1")
             assert site.registry.get("b").since == 40
-            await site.close()
         lose_the_queue(tmp_path)
-        async with running(broker_config(tmp_path)) as broker:
-            site = opened(broker)
-            await site.open()
+        async with source_site(tmp_path, SMALL) as site:
             new = await transmit(site, ["b"], 30)
             await site.upkeep.run_once()
             assert site.queue.oldest_offset() == 0, "b holds what it never acknowledged"
-            await site.close()
         (tmp_path / TAG_INDEX_FILE).unlink()  # as after a crash: the index is rebuilt
-        async with running(broker_config(tmp_path)) as broker:
-            site = opened(broker)
-            await site.open()
-            try:
-                b = site.registry.get("b")
-                assert site.queue.read_for(b.number, NONE, 100).positions.tolist() == new
-            finally:
-                await site.close()
+        async with source_site(tmp_path, SMALL) as site:
+            b = site.registry.get("b")
+            assert site.queue.read_for(b.number, NONE, 100).positions.tolist() == new
 
     asyncio.run(main())
 
@@ -316,9 +314,8 @@ def test_a_change_a_sender_learned_counts_from_the_settled_end(tmp_path: Path) -
     raised floor counts from the settled end, as a new site's ``since`` does."""
 
     async def main() -> None:
-        async with running(broker_config(tmp_path)) as broker:
-            site = LocalSite(broker, "a", tmp_path, upkeep_interval_s=3600.0)
-            await site.open()
+        ends: list[int] = []
+        async with source_site(tmp_path) as site:
             await site.add_site("b", "127.0.0.1:1")
             await transmit(site, ["b"], 5)
 
@@ -326,15 +323,13 @@ def test_a_change_a_sender_learned_counts_from_the_settled_end(tmp_path: Path) -
                 return 3  # records 3 and 4 are not in sync yet
 
             site.queue.settled_end = settled_end  # type: ignore[method-assign]
-            ends: list[int] = []
 
             def change(end: int) -> Any:
                 ends.append(end)
                 return site.registry.get("b")
 
             await site.change_site(change)
-            await site.close()
-            assert ends == [3]
+        assert ends == [3]
 
     asyncio.run(main())
 
@@ -351,11 +346,7 @@ def test_snapshot_ids_never_repeat_after_a_lost_data_directory(
     applied) - and the floor is kept."""
 
     async def main() -> None:
-        async with running(broker_config(tmp_path)) as broker:
-            queue = SendQueue(broker, SiteRegistry("a", tmp_path / SITES_FILE))
-            queue.open()
-            snapshots = Snapshots(broker, queue.registry, queue)
-            snapshots.open()
+        async with source_queue(tmp_path) as (queue, snapshots):
             queue.registry.add("b", "h:1", queue.next_offset)
             sender = sender_for(queue, snapshots, "b")
             reported = progress(snapshot_started=5, snapshot_transferred=4, snapshot_applied=4)
@@ -369,11 +360,7 @@ def test_snapshot_ids_never_repeat_after_a_lost_data_directory(
             with answering(monkeypatch, [FakeCall(reported)]):
                 await run_until(sender, requested)
             assert asked and asked[0] > 5, asked
-        async with running(broker_config(tmp_path)) as broker:
-            queue = SendQueue(broker, SiteRegistry("a", tmp_path / SITES_FILE))
-            queue.open()
-            snapshots = Snapshots(broker, queue.registry, queue)
-            snapshots.open()
+        async with source_queue(tmp_path) as (queue, snapshots):
             assert (await snapshots.request(queue.registry.get("b"))).snapshot > asked[0]
 
     asyncio.run(main())
@@ -390,11 +377,7 @@ def test_a_lift_with_no_room_left_is_refused_with_a_reason(
     log, and sends nothing."""
 
     async def main() -> None:
-        async with running(broker_config(tmp_path)) as broker:
-            queue = SendQueue(broker, SiteRegistry("a", tmp_path / SITES_FILE))
-            queue.open()
-            snapshots = Snapshots(broker, queue.registry, queue)
-            snapshots.open()
+        async with source_queue(tmp_path) as (queue, snapshots):
             queue.registry.add("c", "h:2", 0)
             await transmit(queue, ["c"], 10)
             document = queue.registry.document()
@@ -423,11 +406,7 @@ def test_a_broken_snapshot_is_sent_again_even_when_nothing_was_replicated(
     replicated yet" shortcut (deltas from the site's ``since``) must not skip the snapshot."""
 
     async def main() -> None:
-        async with running(broker_config(tmp_path)) as broker:
-            queue = SendQueue(broker, SiteRegistry("a", tmp_path / SITES_FILE))
-            queue.open()
-            snapshots = Snapshots(broker, queue.registry, queue)
-            snapshots.open()
+        async with source_queue(tmp_path) as (queue, snapshots):
             queue.registry.add("b", "h:1", queue.next_offset)
             await transmit(queue, ["b"], 3)
             sender = sender_for(queue, snapshots, "b")
@@ -449,11 +428,7 @@ def test_a_new_site_with_nothing_started_still_takes_the_shortcut(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def main() -> None:
-        async with running(broker_config(tmp_path)) as broker:
-            queue = SendQueue(broker, SiteRegistry("a", tmp_path / SITES_FILE))
-            queue.open()
-            snapshots = Snapshots(broker, queue.registry, queue)
-            snapshots.open()
+        async with source_queue(tmp_path) as (queue, snapshots):
             queue.registry.add("b", "h:1", queue.next_offset)
             answered = await transmit(queue, ["b"], 3)
             sender = sender_for(queue, snapshots, "b")
