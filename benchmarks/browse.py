@@ -37,10 +37,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tidelog import columns
 from tidelog.client import AsyncClient, Client
 from tidelog.log import LogConfig, NewRecord, SegmentedLog
 from tidelog.process import ServerProcess
+from tidelog.wire import columns
 
 PARTITIONS = 8
 KEYS = 100_000

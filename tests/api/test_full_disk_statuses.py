@@ -12,11 +12,11 @@ import pytest
 from tests.support.server import ServerProcess
 from tests.support.tmpfs import fill_disk, small_tmpfs
 
-from tidelog import columns
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
+from tidelog.wire import columns
 
 
 @pytest.fixture

@@ -12,11 +12,11 @@ import grpc
 import pytest
 from tests.support.server import ServerProcess, served
 
-from tidelog import columns
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
+from tidelog.wire import columns
 
 LONG_NAME = {"h" * 65_536: b"v"}
 """One header whose name is one byte over the limit (the message is far below 4 MiB)."""

@@ -13,13 +13,13 @@ import pytest
 from tests.support.server import ServerProcess
 
 import tidelog
-from tidelog import columns
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 from tidelog.client import ClientError, InvalidArgument, Message
 from tidelog.client.models import Acks
+from tidelog.wire import columns
 
 PRODUCER_HEADER = "__producer"
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from tests.broker.brokertools import broker_config, running
 
-from tidelog.broker import CURSORS_STREAM, StreamConfig
+from tidelog.broker import StreamConfig
 from tidelog.log import NewRecord
+from tidelog.wire import CURSORS_STREAM
 
 
 def test_maintenance_compacts_streams_that_ask_for_it(tmp_path: Path) -> None:

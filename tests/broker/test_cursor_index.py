@@ -9,9 +9,9 @@ from pathlib import Path
 
 from tests.broker.brokertools import broker_config, running
 
-from tidelog.broker import CURSORS_STREAM
 from tidelog.broker.cursor_index import SNAPSHOT_FILE, VALUE, CursorIndex
 from tidelog.log import LogConfig, NewRecord, SegmentedLog
+from tidelog.wire import CURSORS_STREAM
 
 
 def cursor_dir(data: Path) -> Path:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from tests.broker.brokertools import broker_config, running
 
-from tidelog.broker import CURSORS_STREAM
 from tidelog.errors import InvalidArgument
+from tidelog.wire import CURSORS_STREAM
 
 KEYS = [("c1", "s", 0), ("c1", "s", 1), ("c2", "s", 0), ("c1", "t", 0), ("c1,s", "0", 0)]
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from tests.broker.brokertools import Partition0, broker_config, running
 
-from tidelog.broker import CURSORS_STREAM, StreamConfig
+from tidelog.broker import StreamConfig
 from tidelog.errors import StreamNotFound
+from tidelog.wire import CURSORS_STREAM
 
 SETTINGS = StreamConfig(
     partitions=3,

@@ -14,7 +14,6 @@ import pytest
 from tests.broker.brokertools import broker_config, running
 
 from tidelog.broker import Broker, StreamConfig, ViewKind, ViewSpec
-from tidelog.broker.config import CURSORS_STREAM
 from tidelog.errors import (
     DiskFull,
     InvalidArgument,
@@ -24,6 +23,7 @@ from tidelog.errors import (
     StreamExists,
     StreamNotFound,
 )
+from tidelog.wire import CURSORS_STREAM
 
 
 async def _create_when_free(broker: Broker, name: str, config: StreamConfig) -> int:

@@ -10,8 +10,9 @@ import pytest
 from tests.broker.brokertools import broker_config, running
 
 from tidelog.api.status import status_of
-from tidelog.broker import CURSORS_STREAM, StreamConfig, validate_stream_name
+from tidelog.broker import StreamConfig, validate_stream_name
 from tidelog.errors import InvalidArgument, StreamExists, echo
+from tidelog.wire import CURSORS_STREAM
 
 VALID = ("a", "Z", "0", "a" * 249, "orders.v2", "my_stream-1", "9lives", "a..b", "a__b", "A-")
 INVALID = (

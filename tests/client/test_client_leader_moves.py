@@ -15,13 +15,13 @@ from typing import Any
 import grpc
 import pytest
 
-from tidelog import columns
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 from tidelog.client import AsyncClient, ClientSettings, FailedPrecondition, Unavailable
 from tidelog.client.retry import NotSent, Status, Verdict, verdict
+from tidelog.wire import columns
 
 SETTINGS = ClientSettings(retry_budget_s=5.0, retry_first_backoff_s=0.01)
 NOT_LEADER = "Server not partition leader for s/0"

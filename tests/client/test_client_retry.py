@@ -13,7 +13,6 @@ from typing import Any
 import grpc
 import pytest
 
-from tidelog import columns
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
@@ -26,6 +25,7 @@ from tidelog.client import (
     Unavailable,
 )
 from tidelog.client.retry import RetryBudget
+from tidelog.wire import columns
 
 FAST = ClientSettings(retry_budget_s=5.0, retry_first_backoff_s=0.01, retry_max_backoff_s=0.05)
 

@@ -1,4 +1,5 @@
-"""Arrow batches from ``RecordBatch`` frames, without a JVM."""
+"""Arrow batches from ``RecordBatch`` frames (``tidelog.wire.arrow``) in the Spark source's schema,
+without a JVM."""
 
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from tidelog import columns
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
-from tidelog.spark.arrow import ARROW_SCHEMA, MalformedBatch, arrow_batch, gather
+from tidelog.wire import columns
+from tidelog.wire.arrow import ARROW_SCHEMA, MalformedBatch, arrow_batch, gather
 
 SPARK_SCHEMA = StructType(
     [

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tidelog import columns
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog.broker import EndReason, MessageBatch
+from tidelog.wire import columns
 
 END_REASONS = {
     EndReason.STOP: v1.END_REASON_STOP,

@@ -34,10 +34,8 @@ above the broker imports ``tidelog.log`` or a broker submodule. The contract, pr
 from tidelog.broker.broker import Broker
 from tidelog.broker.browse import BrowsedRecord, BrowseQuery, BrowseResult
 from tidelog.broker.browse_filter import BrowseFilter
-from tidelog.broker.browse_token import BrowsePosition, decode_token, encode_token
 from tidelog.broker.config import (
     BROWSE_PAGE_BYTES,
-    CURSORS_STREAM,
     DEFAULT_BROWSE_LIMIT,
     DEFAULT_BROWSE_MAX_SCAN,
     DEFAULT_BROWSE_MAX_SCAN_SECONDS,
@@ -95,7 +93,6 @@ from tidelog.log.record import HeaderedValues, PackedValues
 
 __all__ = [
     "BROWSE_PAGE_BYTES",
-    "CURSORS_STREAM",
     "DEFAULT_BROWSE_LIMIT",
     "DEFAULT_BROWSE_MAX_SCAN",
     "DEFAULT_BROWSE_MAX_SCAN_SECONDS",
@@ -119,7 +116,6 @@ __all__ = [
     "Broker",
     "BrokerConfig",
     "BrowseFilter",
-    "BrowsePosition",
     "BrowseQuery",
     "BrowseResult",
     "BrowsedRecord",
@@ -151,9 +147,7 @@ __all__ = [
     "arm_faults_from_environment",
     "assign_partitions",
     "check_group_join",
-    "decode_token",
     "delivery_gate",
-    "encode_token",
     "merge_view_ranges",
     "merge_view_windows",
     "newest_view_entry",

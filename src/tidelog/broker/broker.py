@@ -38,13 +38,10 @@ from pathlib import Path
 from tidelog.broker.browse import BrowseQuery, BrowseResult
 from tidelog.broker.browse import browse as read_page
 from tidelog.broker.browse_filter import BrowseFilter
-from tidelog.broker.browse_token import check_token, decode_token
 from tidelog.broker.config import (
-    CURSORS_STREAM,
     DEFAULT_BROWSE_LIMIT,
     DEFAULT_BROWSE_MAX_SCAN,
     DEFAULT_BROWSE_MAX_SCAN_SECONDS,
-    INTERNAL_PREFIX,
     MAX_BROWSE_LIMIT,
     MAX_BROWSE_MAX_SCAN_SECONDS,
     BrokerConfig,
@@ -73,6 +70,8 @@ from tidelog.errors import (
 )
 from tidelog.log import NewRecord
 from tidelog.log.filecache import MOST_PER_SEGMENT, FileCache
+from tidelog.wire import CURSORS_STREAM, INTERNAL_PREFIX
+from tidelog.wire.browse_token import check_token, decode_token
 
 LOG = logging.getLogger("tidelog.broker")
 

@@ -17,11 +17,11 @@ page is full or the scan budget runs out. The partition that set the frontier is
 round finishes at least one batch. Per record there is no Python work but for the records that
 make the page.
 
-Where the page ends is described by each partition's next offset (``browse_token.py``), so pages
-concatenated are exactly the merged order, whatever their sizes and filters. At the live end an
-oldest-first read stops at what is committed and still returns a token: the next page continues
-with what arrives later. The whole read runs in a worker thread (logs are thread-safe; readers are
-not shared).
+Where the page ends is described by each partition's next offset (``tidelog.wire.browse_token``),
+so pages concatenated are exactly the merged order, whatever their sizes and filters. At the live
+end an oldest-first read stops at what is committed and still returns a token: the next page
+continues with what arrives later. The whole read runs in a worker thread (logs are thread-safe;
+readers are not shared).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ import numpy as np
 import numpy.typing as npt
 
 from tidelog.broker.browse_filter import BrowseFilter
-from tidelog.broker.browse_token import BrowsePosition, encode_token
 from tidelog.broker.config import (
     BROWSE_PAGE_BYTES,
     DEFAULT_BROWSE_LIMIT,
@@ -44,6 +43,7 @@ from tidelog.broker.config import (
 from tidelog.log import CommitLog, MessageBatch
 from tidelog.log.contract import Reader
 from tidelog.log.record import Record
+from tidelog.wire.browse_token import BrowsePosition, encode_token
 
 IntArray = npt.NDArray[np.intp]
 

@@ -16,9 +16,8 @@ from tidelog.errors import InvalidArgument, echo
 from tidelog.log import FlushPolicy, LogConfig
 from tidelog.log.config import MAX_MESSAGE_BYTES_LIMIT, MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES
 from tidelog.log.filecache import DEFAULT_MAX_DESCRIPTORS
+from tidelog.wire import INTERNAL_PREFIX
 
-INTERNAL_PREFIX: Final = "__"
-CURSORS_STREAM: Final = "__cursors"
 _NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]{0,248}")
 _INTERNAL_NAME: Final = re.compile(r"__[A-Za-z0-9][A-Za-z0-9._\-]{0,246}")
 MAX_PARTITIONS: Final = 1024

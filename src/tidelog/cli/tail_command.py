@@ -28,10 +28,10 @@ from typing import Annotated, Any
 
 import typer
 
-from tidelog.broker import BrowsePosition, encode_token
 from tidelog.cli.common import ServerOption, fail, guarded, printable
 from tidelog.client import DEFAULT_SERVER, Client, ReceivedMessage
 from tidelog.wire import POSITION_HEADER, RECEIVE_QUEUE_PREFIX, SNAPSHOT_HEADER
+from tidelog.wire.browse_token import BrowsePosition, encode_token
 
 FOLLOW_POLL_S = 0.2
 """How long ``--follow`` waits before asking again when nothing new arrived."""
@@ -255,7 +255,7 @@ class _Printer:
 
 
 def _offset_token(stream: str, numbers: list[int], offset: int, newest_first: bool) -> str:
-    """A token that starts every partition read at ``offset`` (the format is the broker's)."""
+    """A token that starts every partition read at ``offset`` (``tidelog.wire.browse_token``)."""
     return encode_token(BrowsePosition(stream, newest_first, tuple((n, offset) for n in numbers)))
 
 

@@ -19,7 +19,6 @@ from typing import Any, TypeVar, overload
 
 import grpc
 
-from tidelog import columns
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
@@ -42,7 +41,7 @@ from tidelog.client.errors import (
     Unavailable,
     from_rpc_error,
 )
-from tidelog.client.leaders import CURSORS_STREAM, LeaderRouter
+from tidelog.client.leaders import LeaderRouter
 from tidelog.client.models import (
     Ack,
     Acks,
@@ -78,7 +77,7 @@ from tidelog.client.snapshot_provider import BATCH_BYTES as SNAPSHOT_BATCH_BYTES
 from tidelog.client.snapshot_provider import BATCH_ENTRIES as SNAPSHOT_BATCH_ENTRIES
 from tidelog.client.snapshot_provider import Provide, SnapshotProvider
 from tidelog.client.view_calls import View, ViewCalls
-from tidelog.wire import DEFAULT_HOST, DEFAULT_PORT, MAX_FRAME
+from tidelog.wire import CURSORS_STREAM, DEFAULT_HOST, DEFAULT_PORT, MAX_FRAME, columns
 
 T = TypeVar("T")
 
@@ -722,7 +721,7 @@ class AsyncClient(ViewCalls, SiteCalls, DescribeCalls, ClusterCalls):
         resume: bool = False,
         max_messages: int = 0,
     ) -> AsyncGenerator[v1.RecordBatch, None]:
-        """Raw columnar batches, for throughput (see ``tidelog.columns``). Lazy: the
+        """Raw columnar batches, for throughput (see ``tidelog.wire.columns``). Lazy: the
         subscription opens at the first iteration (``open_subscription`` opens it at once)."""
         batches = await self.open_subscription(
             stream,

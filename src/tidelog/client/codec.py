@@ -13,12 +13,10 @@ from itertools import repeat
 from types import MappingProxyType
 from typing import Any
 
-import numpy as np
-
-from tidelog import columns
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog.client.errors import InvalidArgument
 from tidelog.client.models import BrowsePage, Message, ReceivedMessage, Start, Stop
+from tidelog.wire import columns
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -75,8 +73,8 @@ _NO_HEADERS: Mapping[str, bytes] = MappingProxyType({})
 
 def decode(batch: v1.RecordBatch, stream: str, partition: int) -> list[ReceivedMessage]:
     """The messages of one columnar batch, in delivery order."""
-    offsets = columns.unpack_int64(batch.offsets).tolist()
-    timestamps = columns.unpack_int64(batch.timestamps).tolist()
+    offsets = columns.int64_list(batch.offsets)
+    timestamps = columns.int64_list(batch.timestamps)
     values, keys, headers = columns.unpack(batch.messages)
     n = len(values)
     # tuple.__new__ through map stays in C: no Python call per message.
@@ -159,9 +157,9 @@ def browse_page(response: v1.BrowseResponse, stream: str) -> BrowsePage:
     batch = response.batch
     if len(response.partitions) % 4:
         raise ValueError("malformed page: partitions is not a whole number of int32 entries")
-    partitions = np.frombuffer(response.partitions, dtype="<i4").tolist()
-    offsets = columns.unpack_int64(batch.offsets).tolist()
-    timestamps = columns.unpack_int64(batch.timestamps).tolist()
+    partitions = columns.int32_list(response.partitions)
+    offsets = columns.int64_list(batch.offsets)
+    timestamps = columns.int64_list(batch.timestamps)
     values, keys, headers = columns.unpack(batch.messages)
     n = len(values)
     messages = tuple(

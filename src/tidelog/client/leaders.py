@@ -43,11 +43,6 @@ def not_leader(error: grpc.RpcError) -> bool:
     )
 
 
-CURSORS_STREAM = "__cursors"
-"""The internal stream cursors are kept in; in a cluster its partitions' leaders take the cursor
-calls."""
-
-
 class LeaderRouter:
     def __init__(self, server: str, channel: grpc.aio.Channel, settings: ClientSettings) -> None:
         self.server = server

@@ -15,15 +15,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
-import numpy as np
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 from tidelog.client.errors import from_rpc_error
 from tidelog.client.retry import Attempt, removal
+from tidelog.wire.columns import pack_u32
 
 T = TypeVar("T")
-_U32 = np.dtype("<u4")
 
 
 def _packed(client_name: str, items: list[tuple[bytes, Sequence[str]]]) -> v1.TransmitRequest:
@@ -35,9 +34,9 @@ def _packed(client_name: str, items: list[tuple[bytes, Sequence[str]]]) -> v1.Tr
     return v1.TransmitRequest(
         client_name=client_name,
         payloads=b"".join(payloads),
-        payload_sizes=np.fromiter(map(len, payloads), dtype=_U32, count=len(payloads)).tobytes(),
+        payload_sizes=pack_u32(map(len, payloads)),
         destination_lists=[v1.DestinationList(sites=sites) for sites in lists],
-        destination_indexes=np.asarray(indexes, dtype=_U32).tobytes(),
+        destination_indexes=pack_u32(indexes),
     )
 
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from tidelog.client import AsyncClient, ClientError, StreamEmpty, StreamInfo
 from tidelog.client.models import Start
 from tidelog.console.history import ConsumerState, SeriesStore, consumer_state
+from tidelog.wire import CURSORS_STREAM
 
 LOG = logging.getLogger("tidelog.console")
 
-CURSORS_STREAM = "__cursors"
 MAX_CURSORS = 10_000
 DEFAULT_SAMPLE_INTERVAL_S = 5.0
 DEFAULT_STALL_AFTER_S = 60.0

@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs, no py.typed
 from pyspark.sql.datasource import (
@@ -45,7 +45,6 @@ from pyspark.sql.types import StructType
 from tidelog.client import Client
 from tidelog.errors import InvalidOption, OffsetsLost
 from tidelog.spark import remote
-from tidelog.spark.arrow import SPARK_SCHEMA_DDL, arrow_batch
 from tidelog.spark.options import EARLIEST, LATEST, ReadOptions, parse
 from tidelog.spark.planning import (
     OffsetRange,
@@ -59,6 +58,13 @@ from tidelog.spark.planning import (
 )
 from tidelog.spark.pushdown import PushedFilters, push
 from tidelog.spark.sink import batch_writer, stream_writer
+from tidelog.wire.arrow import arrow_batch
+
+SPARK_SCHEMA_DDL: Final = (
+    "key BINARY, value BINARY, stream STRING, partition INT, offset BIGINT, "
+    "timestamp TIMESTAMP, headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+)
+"""The source's schema; ``tidelog.wire.arrow.ARROW_SCHEMA`` is its Arrow form, field for field."""
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,15 @@
-"""``tidelog.v1.RecordBatch`` frames as Arrow record batches in the data source's schema.
+"""``tidelog.v1.RecordBatch`` frames as Arrow record batches: the one frame→Arrow decoder.
 
-Spark accepts a Python data source's Arrow batches only if their schema equals, field for field,
-the Arrow form of the Spark schema (:data:`ARROW_SCHEMA`), and it moves them into the JVM
-without touching single rows. So every column here is built from the frame's byte columns with
-numpy and ``pa.Array.from_buffers``: no Python work per record, except for headers, which the
-protocol itself carries as one protobuf list per record.
+Its schema (:data:`ARROW_SCHEMA`) is Kafka's record as Spark's Kafka source gives it, with
+``stream`` for ``topic``; the Spark source (``tidelog.spark.source``) hands these batches to
+Spark, which accepts a Python data source's Arrow batches only if their schema equals, field for
+field, the Arrow form of its Spark schema, and moves them into the JVM without touching single
+rows. So every column here is built from the frame's byte columns with numpy and
+``pa.Array.from_buffers``: no Python work per record, except for headers, which the protocol
+itself carries as one protobuf list per record.
+
+Needs pyarrow (the ``spark`` extra): ``tidelog.wire`` does not import this module, so only its
+users load pyarrow.
 
 Values: without ``value_positions`` the frame's ``values`` buffer is used as is. With it (the
 server points into the stored records instead of copying values out), the values are gathered
@@ -42,12 +47,8 @@ ARROW_SCHEMA: Final = pa.schema(
         pa.field("headers", HEADERS_TYPE),
     ]
 )
-"""What ``pyspark.sql.pandas.types.to_arrow_schema`` makes of the Spark schema (tested)."""
-
-SPARK_SCHEMA_DDL: Final = (
-    "key BINARY, value BINARY, stream STRING, partition INT, offset BIGINT, "
-    "timestamp TIMESTAMP, headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
-)
+"""What ``pyspark.sql.pandas.types.to_arrow_schema`` makes of the Spark source's schema
+(``tidelog.spark.source.SPARK_SCHEMA_DDL``), checked by ``tests/spark/test_spark_arrow.py``."""
 
 _U32: Final = np.dtype("<u4")
 _I32: Final = np.dtype("<i4")
