@@ -1,9 +1,11 @@
 """The leader-epoch cache (``tidelog/cluster/leader_epochs.py``): the scenarios of KIP-101 and
 KIP-279 in which truncating to the high watermark loses an acknowledged record or keeps a
-divergent one, and the cache's own rules (epochs with no records, retention, a round trip)."""
+divergent one, and the cache's own rules (epochs with no records, retention, a round trip), and
+the partition's start listener that retention trims it through."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from pathlib import Path
@@ -12,7 +14,9 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.broker.brokertools import broker_config, running
 
+from tidelog.broker import StreamConfig
 from tidelog.cluster.leader_epochs import (
     UNDEFINED,
     EpochEnd,
@@ -117,3 +121,35 @@ def test_entries_always_increase_and_answers_stay_in_the_log(
     if answer.epoch != UNDEFINED:
         assert answer.epoch <= asked
         assert 0 <= answer.end_offset <= log_end
+
+
+def test_retention_trims_the_cache_through_the_partitions_start_listener(tmp_path: Path) -> None:
+    """The hook a replica subscribes its cache to: each time retention moves the log's oldest
+    offset, the epochs wholly before it go and the one covering it starts there (Kafka's
+    ``truncateFromStart``), on the event loop the cache lives on."""
+
+    async def body() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            broker.create_stream("s", StreamConfig(segment_max_bytes=4096, retention_messages=50))
+            partition = broker.partition("s", 0)
+            epochs = cache((0, 0), (1, 40), (2, 160), (3, 190))
+            partition.add_start_listener(epochs.truncate_from_start)
+            for _ in range(20):
+                await broker.publish("s", 0, [b"y" * 100] * 10)
+            await broker.maintain()  # retention runs in a thread
+            await asyncio.sleep(0.05)
+            oldest = partition.log.oldest_offset
+            assert 40 < oldest < 160
+            assert epochs.entries == [EpochEntry(1, oldest), EpochEntry(2, 160), EpochEntry(3, 190)]
+
+    asyncio.run(body())
+
+
+def test_truncation_reports_whether_the_cache_changed() -> None:
+    epochs = cache((0, 0), (1, 10))
+    assert not epochs.truncate_from_start(0)
+    assert epochs.truncate_from_start(4)
+    assert not epochs.truncate_from_start(4)
+    assert not epochs.truncate_from_end(11)
+    assert epochs.truncate_from_end(10)
+    assert epochs.entries == [EpochEntry(0, 4)]

@@ -188,3 +188,25 @@ def test_release_before_deletes_only_sealed_segments_wholly_below_the_offset(mak
     assert log.segment_count == 1 and log.oldest_offset == 20
     assert log.append([b"y"]) == range(20, 21)
     assert [r.offset for r in read_forward(log, 0)] == [20]
+
+
+# -- start listeners -------------------------------------------------------------------------------
+
+
+def test_start_listeners_hear_every_move_of_the_oldest_offset_and_nothing_else(make_log):
+    """What a replica's producer table and leader-epoch cache are trimmed by: retention and a
+    release call them with the new oldest offset; a cut at the end, an append, or a pass that
+    deletes nothing does not."""
+    log = filled_log(make_log, config(retention_messages=15))  # 0-4, 5-9, 10-14, 15-19, active
+    heard: list[int] = []
+    log.add_start_listener(heard.append)
+    log.append([b"tail"])
+    log.truncate_to(20)
+    assert log.enforce_retention(now_ns=S) == [0]
+    assert log.enforce_retention(now_ns=S) == []
+    assert log.release_before(12) == [5]
+    assert log.release_before(12) == []
+    assert heard == [5, 10]
+    log.remove_start_listener(heard.append)
+    assert log.release_before(15) == [10]
+    assert heard == [5, 10]

@@ -4,14 +4,21 @@ A partition is *paused* (log closed, nothing held open; a publish or a resuming 
 it again), *read-only* (publishes refused, subscribers end once caught up) or neither. Everything
 here runs on the broker's event loop, except the log's own sync work, which runs in threads when
 the flush policy makes an append wait for a sync.
+
+The partition is to its log what Kafka's ``UnifiedLog`` is to its segments: it keeps the state
+derived from the records in step with every change of them, without rescanning. Every change of
+a replica's log goes through it: a leader's publishes, a follower's copies
+(:meth:`Partition.append_stored`) and cuts (:meth:`Partition.truncate_to`), and retention
+(the log's start listener). The producer table follows each, and the partition's own start
+listeners (:meth:`Partition.add_start_listener`: a replica's leader-epoch cache) hear, on the
+event loop, each move of the log's oldest offset.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -21,12 +28,13 @@ from tidelog.broker.producers import (
     DuplicateBatch,
     ProducerTable,
     Published,
+    stored_producer_batches,
     with_producer_header,
 )
 from tidelog.errors import BrokerClosed, PartitionPaused, PartitionReadonly, StreamDeleted
 from tidelog.log import CommitLog, FlushPolicy, LogConfig, NewRecord, SegmentedLog
 from tidelog.log.filecache import DEFAULT_FILE_CACHE, FileCache
-from tidelog.log.record import HeaderedValues, PackedValues
+from tidelog.log.record import HeaderedValues, Int64Array, PackedValues
 
 
 class ReplicaRole(Protocol):
@@ -75,7 +83,6 @@ class CommitSignal:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._loop_thread = threading.get_ident()
         self._future: asyncio.Future[None] = loop.create_future()
 
     def current(self) -> asyncio.Future[None]:
@@ -92,10 +99,19 @@ class CommitSignal:
             future.set_result(None)
 
     def fire_threadsafe(self) -> None:
-        if threading.get_ident() == self._loop_thread:
+        if running_on(self._loop):
             self.fire()
         elif not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self.fire)
+
+
+def running_on(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether the calling thread is running ``loop``. Not "the thread that built the object":
+    the broker loads its streams in worker threads, which later run other work too."""
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
 
 
 @dataclass(slots=True)
@@ -152,6 +168,8 @@ class Partition:
         self.directory = directory
         self.log_config = log_config
         self.signal = CommitSignal(loop)
+        self._loop = loop
+        self._start_listeners: list[Callable[[int], object]] = []
         self.readonly = readonly
         self.deleted = False
         self.closed = False
@@ -193,6 +211,11 @@ class Partition:
         return self._log
 
     @property
+    def producers(self) -> ProducerTable | None:
+        """The producer table of the open log (None while paused)."""
+        return self._producers if self._log is not None else None
+
+    @property
     def high_watermark(self) -> int:
         """The log's high watermark (its value at pause time while paused)."""
         return self._paused_offsets[0] if self._log is None else self._log.high_watermark
@@ -232,6 +255,7 @@ class Partition:
             log.close()
             raise
         log.add_listener(self._on_commit)
+        log.add_start_listener(self._on_start_moved)
         self._log = log
         if self.role is not None:
             self.role.opened(log)
@@ -243,12 +267,85 @@ class Partition:
             self._log.config = log_config
 
     def save_producers(self) -> None:
-        """Forget producers whose batches retention removed, then snapshot the producer table
-        if it changed (a no-op while paused or closed)."""
+        """Snapshot the producer table if it changed (a no-op while paused or closed), after
+        settling what the high watermark passed and forgetting producers whose batches are
+        gone below the oldest offset."""
         log, producers = self._log, self._producers
         if log is not None and producers is not None and not (self.deleted or self.closed):
-            producers.forget_before(log.oldest_offset)
+            producers.trim_before(log.oldest_offset)
+            producers.settle(log.high_watermark)
             producers.save(log, self.directory)
+
+    # -- a replica's changes of the log ----------------------------------------------------------
+
+    def append_stored(self, data: bytes, sizes: Int64Array) -> None:
+        """Append records exactly as the leader stored them (a follower copying its leader:
+        the log's ``append_stored``), and take the producer batches they end into the producer
+        table, so that it is the log's whatever role the replica has next. Runs in the calling
+        thread (a follower whose appends sync calls it in a thread)."""
+        log = self.log
+        before = log.next_offset
+        try:
+            log.append_stored(data, sizes)
+        finally:  # what was written, all of it or a failed append's first runs
+            newest = log.newest_offset
+            producers = self._producers
+            if producers is not None and newest >= before:
+                for producer_id, batch in stored_producer_batches(data, sizes):
+                    if batch.offsets.stop - 1 <= newest:
+                        producers.apply(producer_id, batch)
+                producers.settle(log.high_watermark)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at or after ``offset`` (a follower cutting a tail its leader
+        never had: the log's ``truncate_to``), and cut the producer table with it: its undo
+        journal takes back the batches cut, and only a cut below what every in-sync replica
+        held (a damaged log's) restores the table from its snapshot and the log. The producer
+        snapshot is rewritten before anything is appended again, since it may describe records
+        the cut removed. Raises the log's ``OffsetOutOfRange`` below the oldest offset."""
+        log = self.log
+        try:
+            log.truncate_to(offset)
+        finally:  # a cut that failed part-way leaves a shorter log: follow what it left
+            self._cut_producers(log)
+
+    def _cut_producers(self, log: CommitLog) -> None:
+        producers = self._producers
+        if producers is None:
+            return
+        end = log.next_offset
+        if not producers.truncate(end):
+            # The snapshot on disk describes the log as it was when written (one is written
+            # after every cut, before the next append): restore from it and the records after.
+            producers = self._producers = ProducerTable.restore(log, self.directory)
+        try:
+            producers.save(log, self.directory)
+        except BaseException:
+            # A snapshot covering cut records must not outlive the cut (the records appended
+            # next would read as its own): without one, the next open rebuilds.
+            (self.directory / PRODUCERS_SNAPSHOT).unlink(missing_ok=True)
+            raise
+
+    def add_start_listener(self, listener: Callable[[int], object]) -> None:
+        """Call ``listener(oldest_offset)`` on the event loop each time the log's oldest offset
+        moves up (retention, a release: the log's start listener), after the producer table has
+        forgotten what lay below it; kept across pause and resume (a replica's leader-epoch
+        cache subscribes ``truncate_from_start`` here)."""
+        self._start_listeners = [*self._start_listeners, listener]
+
+    def remove_start_listener(self, listener: Callable[[int], object]) -> None:
+        self._start_listeners = [x for x in self._start_listeners if x != listener]
+
+    def _on_start_moved(self, oldest: int) -> None:
+        """The log's start listener (any thread: maintenance and releases run in threads)."""
+        producers = self._producers
+        if producers is not None:
+            producers.trim_before(oldest)
+        for listener in self._start_listeners:
+            if running_on(self._loop):
+                listener(oldest)
+            elif not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(listener, oldest)
 
     async def release_before(self, offset: int) -> list[int]:
         """Delete the sealed segments whose records all lie below ``offset`` (exclusive): the
@@ -389,20 +486,13 @@ class Partition:
             if durable and role is not None and stored is not None and stored.offsets:
                 await role.replicated(stored.offsets[-1])
             return Published(range(0) if stored is None else stored.offsets, duplicate=True)
+        guard.table.settle(log.high_watermark)
         if durable and not always:
             await asyncio.to_thread(log.flush)
         self._count_in(messages, len(offsets))
         if durable and role is not None and offsets:
             await role.replicated(offsets[-1])
         return Published(offsets, timestamp=stamp)
-
-    def reload_producers(self) -> None:
-        """Rebuild the producer table from the whole log: a replica that becomes the leader
-        appended its leaders' batches (and maybe cut a tail) without it, so its snapshot does
-        not describe the log."""
-        if self._log is not None:
-            (self.directory / PRODUCERS_SNAPSHOT).unlink(missing_ok=True)
-            self._producers = ProducerTable.restore(self._log, self.directory)
 
     def _count_in(self, messages: Sequence[bytes | NewRecord], count: int) -> None:
         now = time.time_ns()

@@ -1,9 +1,12 @@
 """The producer table of one partition: what makes publishing idempotent.
 
 A producer names itself (``producer_id``) and numbers its batches (``sequence``, >= 0, gaps
-allowed). For each producer id the table holds the highest sequence stored and that batch's
+allowed). For each producer id the table holds its latest stored batch: its sequence and
 offsets. A batch whose sequence is not above the stored one is a duplicate: it is not appended,
-and when its sequence equals the stored one the caller gets the stored batch's offsets.
+and when its sequence equals the stored one the caller gets the stored batch's offsets. So a
+producer's sequences rise along the log, except where retention made the table forget it and
+it started again lower: the latest batch, not the highest sequence, is its state (as Kafka's
+replay takes each batch in offset order), on the leader that wrote it and on every copy.
 
 Theory of operation. The check and the update run under the partition log's lock (an
 ``AppendGuard``): ``check`` before anything is written, ``written`` once the batch is, so two
@@ -12,14 +15,31 @@ A producer's batch is appended atomically (``atomic=True``) and its last record 
 reserved header ``__producer`` = (sequence, count, producer id), so the table can always be
 rebuilt from the log itself: it is exactly what the log says.
 
+The table follows the log as Kafka's ``ProducerStateManager`` follows its log, never by a
+rescan. Invariant: it equals what a rebuild from the log's records would give.
+
+- **Appends**, a leader's (the guard) and a follower's (``__producer`` headers of the records it
+  copies, :func:`stored_producer_batches`) alike, update it as they are written; each change is
+  also recorded in an *undo journal* (producer, the entry it replaced, the offset after the new
+  batch), in offset order.
+- **A cut** (a follower truncating its log to offset N) undoes the journal's changes by batches
+  ending at or after N, newest first: exact for any N at or above the journal's *floor*. The
+  journal only keeps what a cut may still take back: changes by batches at or below the high
+  watermark are settled (:meth:`ProducerTable.settle`; a replica never cuts what every in-sync
+  replica holds), and it holds at most :data:`MAX_UNDO` changes (older ones settle first).
+  A cut below the floor (only a damaged log's) restores the table from its snapshot and the log.
+- **Retention** (:meth:`ProducerTable.trim_before`, when the log's oldest offset moves) forgets
+  every producer whose latest batch lies wholly below the new oldest offset, and a cut never
+  brings one back. A producer's deduplication window is thus bounded by retention (as in Kafka),
+  and the table never outgrows what the log holds.
+- **A leadership gain** needs nothing: a follower's table already is its log's.
+
 Persistence, as for the cursor index: a snapshot (``producers.json`` in the partition's
-directory, written atomically on close, pause and by maintenance) records the offset it covers;
-at open the table is that snapshot plus the ``__producer`` headers of the records after it. A
-missing or unreadable snapshot, or one that claims records the log no longer has (its tail was
-cut by recovery), means a rebuild from the whole log. Retention and compaction remove records,
-so a producer's deduplication window is bounded by retention (as in Kafka): once a producer's
-last batch is gone from the log, a rebuild forgets the producer, and so does maintenance
-(``forget_before``), so the table never outgrows what the log holds.
+directory, written atomically on close, pause, by maintenance and after a cut) records the
+offset it covers and the undo journal; at open the table is that snapshot plus the
+``__producer`` headers of the records after it. A snapshot that covers records the log no longer
+has (recovery cut its tail) is cut back with its journal. A missing or unreadable snapshot, or
+one its journal cannot cut back to the log's end, means a rebuild from the whole log.
 """
 
 from __future__ import annotations
@@ -28,15 +48,18 @@ import json
 import logging
 import struct
 import threading
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+import numpy as np
+
 from tidelog.broker.jsonfile import replace_json
 from tidelog.errors import InvalidArgument, echo
-from tidelog.log import CommitLog, NewRecord
-from tidelog.log.record import HeaderedValues, PackedValues
+from tidelog.log import CommitLog, MessageBatch, NewRecord
+from tidelog.log.record import HeaderedValues, Int64Array, PackedValues, gather_headers
 
 LOG = logging.getLogger("tidelog.broker.producers")
 
@@ -183,12 +206,57 @@ def with_producer_header(
     return items
 
 
+MAX_UNDO: Final = 10_000
+"""The most changes the undo journal keeps (older ones settle first: a cut below them restores
+the table from the log instead). Settling at the high watermark keeps it far shorter."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Change:
+    """One change the undo journal can take back: ``producer_id``'s entry was ``previous``
+    before a batch ending just below ``stop`` (exclusive) replaced it."""
+
+    producer_id: str
+    previous: StoredBatch | None
+    stop: int
+
+
+def producer_batches(batch: MessageBatch) -> list[tuple[str, StoredBatch]]:
+    """The producer batches whose last records (those with a ``__producer`` header) are in
+    ``batch``, in its order."""
+    if not batch.has_headers():
+        return []
+    found: list[tuple[str, StoredBatch]] = []
+    for offset, headers in zip(batch.offsets.tolist(), batch.headers(), strict=True):
+        value = headers.get(PRODUCER_HEADER)
+        decoded = None if value is None else decode_producer(value)
+        if decoded is not None:
+            producer_id, sequence, size = decoded
+            found.append((producer_id, StoredBatch(sequence, offset - size + 1, size)))
+    return found
+
+
+def stored_producer_batches(data: bytes, sizes: Int64Array) -> list[tuple[str, StoredBatch]]:
+    """:func:`producer_batches` of records as a log stores them (``data``: whole records back to
+    back, ``sizes[i]`` bytes each, their CRCs checked already: what a follower appended)."""
+    if not len(sizes):
+        return []
+    sizes = sizes.astype(np.int64)
+    positions = np.cumsum(sizes) - sizes
+    return producer_batches(MessageBatch(data, positions, sizes, gather_headers(data, positions)))
+
+
 class ProducerTable:
     """producer id -> its latest stored batch, for one partition. Thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._entries: dict[str, StoredBatch] = {}
+        self._undo: deque[_Change] = deque()
+        self._floor = 0
+        """A cut at an offset at or above it is exact with the undo journal alone."""
+        self._oldest = 0
+        """The log's oldest offset as last told (:meth:`trim_before`)."""
         self.replayed = 0
         """Records read from the log by the last restore (0 when the snapshot was current)."""
         self._saved_covered = -1
@@ -202,22 +270,77 @@ class ProducerTable:
         with self._lock:
             return len(self._entries)
 
+    @property
+    def entries(self) -> dict[str, StoredBatch]:
+        """A copy of the table (producer id -> latest stored batch)."""
+        with self._lock:
+            return dict(self._entries)
+
+    @property
+    def floor(self) -> int:
+        """The lowest offset :meth:`truncate` can cut the table to without the log."""
+        with self._lock:
+            return self._floor
+
+    @property
+    def undo_length(self) -> int:
+        """Changes the undo journal holds (those a cut may still take back)."""
+        with self._lock:
+            return len(self._undo)
+
     def apply(self, producer_id: str, batch: StoredBatch) -> None:
-        """Take one stored batch into account (one with a lower sequence changes nothing)."""
+        """Take one stored batch, the log's newest, into account: its producer's latest.
+        Batches come in offset order (under the log's lock, or from the one thread that
+        copies or replays the log)."""
         with self._lock:
             known = self._entries.get(producer_id)
-            if known is None or known.sequence < batch.sequence:
-                self._entries[producer_id] = batch
-                self._dirty = True
+            self._entries[producer_id] = batch
+            self._dirty = True
+            self._undo.append(_Change(producer_id, known, batch.offsets.stop))
+            if len(self._undo) > MAX_UNDO:
+                self._floor = max(self._floor, self._undo.popleft().stop)
 
-    def forget_before(self, oldest_offset: int) -> int:
-        """Forget every producer whose latest batch lies wholly below ``oldest_offset`` (removed
-        by retention): the table then holds what a rebuild from the log would, and does not grow
-        with every producer that ever wrote. Returns how many were forgotten."""
+    def truncate(self, offset: int) -> bool:
+        """The log was cut to end below ``offset`` (exclusive): take back every batch that ended
+        at or after it. False (and nothing changed) when the cut is below :attr:`floor`: the
+        journal no longer reaches there, and the caller restores the table from the log."""
         with self._lock:
+            if offset <= self._oldest:  # the whole log is cut: nothing is left to know
+                self._dirty = self._dirty or bool(self._entries)
+                self._entries.clear()
+                self._undo.clear()
+                self._floor = offset  # the journal again holds every change from here on
+                return True
+            if offset < self._floor:
+                return False
+            while self._undo and self._undo[-1].stop > offset:
+                change = self._undo.pop()
+                previous = change.previous
+                if previous is None or previous.offsets.stop <= self._oldest:
+                    self._entries.pop(change.producer_id, None)
+                else:
+                    self._entries[change.producer_id] = previous
+                self._dirty = True
+            return True
+
+    def settle(self, high_watermark: int) -> None:
+        """No cut will remove a record at or below ``high_watermark`` (every in-sync replica
+        holds it): drop the journal's changes by batches ending there or before."""
+        with self._lock:
+            while self._undo and self._undo[0].stop <= high_watermark + 1:
+                self._floor = max(self._floor, self._undo.popleft().stop)
+
+    def trim_before(self, oldest_offset: int) -> int:
+        """Retention removed the records below ``oldest_offset``: forget every producer whose
+        latest batch lies wholly below it, as a rebuild from the log would (its deduplication
+        window is over), and never bring one back by a cut. Returns how many were forgotten."""
+        with self._lock:
+            self._oldest = max(self._oldest, oldest_offset)
             gone = [p for p, b in self._entries.items() if b.offsets.stop <= oldest_offset]
             for producer_id in gone:
                 del self._entries[producer_id]
+            while self._undo and self._undo[0].stop <= oldest_offset:
+                self._undo.popleft()  # no cut goes below the oldest offset
             if gone:
                 self._dirty = True
             return len(gone)
@@ -231,17 +354,18 @@ class ProducerTable:
     def restore(cls, log: CommitLog, directory: Path) -> ProducerTable:
         """The table of ``log``: its snapshot in ``directory`` plus the records after it."""
         table, covered = cls._load(directory, log.newest_offset)
-        for batch in log.forward_reader(covered + 1, past_limit=True):
-            table.replayed += len(batch)
-            if not batch.has_headers():
-                continue
-            for offset, headers in zip(batch.offsets.tolist(), batch.headers(), strict=True):
-                value = headers.get(PRODUCER_HEADER)
-                found = None if value is None else decode_producer(value)
-                if found is not None:
-                    producer_id, sequence, count = found
-                    table.apply(producer_id, StoredBatch(sequence, offset - count + 1, count))
+        table.trim_before(log.oldest_offset)
+        table._replay(log, covered + 1)
+        table.settle(log.high_watermark)
         return table
+
+    def _replay(self, log: CommitLog, start: int) -> None:
+        """Apply the ``__producer`` headers of every record from ``start`` on: the one path
+        that reads the log (a restore, never an append, a cut or a leadership gain)."""
+        for batch in log.forward_reader(start, past_limit=True):
+            self.replayed += len(batch)
+            for producer_id, stored in producer_batches(batch):
+                self.apply(producer_id, stored)
 
     @classmethod
     def _load(cls, directory: Path, newest_offset: int) -> tuple[ProducerTable, int]:
@@ -253,6 +377,11 @@ class ProducerTable:
             entries = {
                 str(p): StoredBatch(int(s), int(f), int(c)) for p, s, f, c in data["producers"]
             }
+            undo = [
+                _Change(str(p), None if b is None else StoredBatch(*map(int, b)), int(stop))
+                for p, b, stop in data.get("undo", [])
+            ]
+            floor = int(data.get("floor", covered + 1))
         except FileNotFoundError:
             return table, -1
         except (ValueError, KeyError, TypeError) as error:
@@ -260,7 +389,16 @@ class ProducerTable:
                 "%s: unreadable producer snapshot (%s); rebuilding from the log", path, error
             )
             return table, -1
-        ahead = max((b.offsets.stop - 1 for b in entries.values()), default=-1)
+        table._entries = entries
+        table._undo = deque(undo)
+        table._floor = floor
+        if covered > newest_offset and table.truncate(newest_offset + 1):
+            # The log lost its tail (recovery cut it): the journal takes it back, and the
+            # snapshot is rewritten at the next save (the table stays dirty).
+            covered = newest_offset
+        else:
+            table._dirty = False
+        ahead = max((b.offsets.stop - 1 for b in table._entries.values()), default=-1)
         if max(covered, ahead) > newest_offset:
             LOG.warning(
                 "%s: snapshot covers offset %d but the log ends at %d; rebuilding from the log",
@@ -268,8 +406,7 @@ class ProducerTable:
                 max(covered, ahead),
                 newest_offset,
             )
-            return table, -1
-        table._entries = entries
+            return cls(), -1
         table._saved_covered = covered
         return table, covered
 
@@ -282,7 +419,22 @@ class ProducerTable:
             self._dirty = False
             self._saved_covered = newest_offset
             producers = [[p, b.sequence, b.first_offset, b.count] for p, b in self._entries.items()]
-        return {"format": 1, "covered": newest_offset, "producers": producers}
+            undo = [
+                [
+                    c.producer_id,
+                    None if (b := c.previous) is None else [b.sequence, b.first_offset, b.count],
+                    c.stop,
+                ]
+                for c in self._undo
+            ]
+            floor = self._floor
+        return {
+            "format": 2,
+            "covered": newest_offset,
+            "producers": producers,
+            "floor": floor,
+            "undo": undo,
+        }
 
     def save(self, log: CommitLog, directory: Path) -> None:
         """Write the snapshot if anything changed (the log must be open)."""

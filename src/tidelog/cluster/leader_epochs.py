@@ -88,17 +88,26 @@ class LeaderEpochCache:
         after = bisect.bisect_right(epochs, epoch)  # the first epoch later than ``epoch``
         return EpochEnd(self._entries[after - 1].epoch, self._entries[after].start_offset)
 
-    def truncate_from_end(self, log_end: int) -> None:
-        """The log was cut to end at ``log_end``: entries starting there or later go."""
-        self._entries = [e for e in self._entries if e.start_offset < log_end]
+    def truncate_from_end(self, log_end: int) -> bool:
+        """The log was cut to end at ``log_end``: entries starting there or later go. Returns
+        whether any did (the caller saves the cache then)."""
+        kept = [e for e in self._entries if e.start_offset < log_end]
+        changed = kept != self._entries
+        self._entries = kept
+        return changed
 
-    def truncate_from_start(self, oldest: int) -> None:
-        """Retention removed the offsets before ``oldest``: the entry covering it starts there."""
+    def truncate_from_start(self, oldest: int) -> bool:
+        """Retention removed the offsets before ``oldest``: entries wholly below it go, and the
+        one covering it starts there (as Kafka's ``truncateFromStart``). A replica subscribes
+        it to its partition's start listener (``Partition.add_start_listener``). Returns
+        whether anything changed (the caller saves the cache then)."""
         kept = [e for e in self._entries if e.start_offset >= oldest]
         covering = [e for e in self._entries if e.start_offset < oldest]
         if covering and (not kept or kept[0].start_offset > oldest):
             kept.insert(0, EpochEntry(covering[-1].epoch, oldest))
+        changed = kept != self._entries
         self._entries = kept
+        return changed
 
     def to_json(self) -> dict[str, Any]:
         return {"version": 1, "entries": [[e.epoch, e.start_offset] for e in self._entries]}

@@ -221,6 +221,18 @@ class CommitLog(Protocol):
         """Stop calling ``listener``."""
         ...
 
+    def add_start_listener(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener(oldest_offset)`` each time segments are deleted from the start and the
+        oldest offset moves up (retention, :meth:`release_before`: Kafka's log start offset),
+        from the thread that deleted them, outside the log's locks. Compaction, which can empty
+        old segments without deleting them, and a cut at the end (:meth:`truncate_to`) never
+        call it."""
+        ...
+
+    def remove_start_listener(self, listener: Callable[[int], None]) -> None:
+        """Stop calling ``listener``."""
+        ...
+
     def maintain(self, now_ns: int | None = None) -> list[int]:
         """Roll an over-age active segment, then apply retention; the base offsets deleted."""
         ...

@@ -27,6 +27,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from tidelog.errors import LogLocked, ResourceExhausted
 from tidelog.log import files, maintenance, reads
@@ -41,6 +42,8 @@ from tidelog.log.reader import ForwardReader, ReverseReader
 from tidelog.log.record import Int64Array, NewRecord, stored_batches
 from tidelog.log.recovery import RecoveryReport, open_segments, write_recovery_point
 from tidelog.log.writer import LogWriter
+
+T = TypeVar("T")
 
 
 class SegmentedLog:
@@ -86,6 +89,7 @@ class SegmentedLog:
             self._release_lock()  # releases the flock: a failed open leaves nothing held
             raise
         self._writer = LogWriter(self._local, clock, commit_limit)
+        self._start_listeners: list[Callable[[int], None]] = []
         if config.flush_policy is FlushPolicy.INTERVAL:
             self._flusher.register(self, config.flush_interval_s)
 
@@ -247,6 +251,28 @@ class SegmentedLog:
     def wait_for_offset(self, offset: int, timeout: float | None = None) -> bool:
         return self._writer.wait_for_offset(offset, timeout)
 
+    def add_start_listener(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener(oldest_offset)`` each time retention or a release deletes segments from
+        the start and the oldest offset moves up, from the thread that deleted them, outside the
+        log's locks (see ``CommitLog.add_start_listener``)."""
+        with self._local.lock:
+            self._start_listeners = [*self._start_listeners, listener]
+
+    def remove_start_listener(self, listener: Callable[[int], None]) -> None:
+        with self._local.lock:
+            self._start_listeners = [x for x in self._start_listeners if x != listener]
+
+    def _moving_start(self, change: Callable[[], T]) -> T:
+        """Run ``change`` (one that deletes segments from the start), then tell the start
+        listeners if the oldest offset moved."""
+        before = self.oldest_offset
+        result = change()
+        oldest = self.oldest_offset
+        if oldest > before:
+            for listener in self._start_listeners:
+                listener(oldest)
+        return result
+
     # -- lookups and reads (reads.py) ------------------------------------------------------------
 
     def offset_at_or_after_timestamp(self, timestamp: int) -> int | None:
@@ -342,14 +368,15 @@ class SegmentedLog:
 
     def enforce_retention(self, now_ns: int | None = None) -> list[int]:
         """Delete the sealed segments the retention limits expire; return their base offsets."""
-        return maintenance.enforce_retention(
-            self._local, self._clock() if now_ns is None else now_ns
-        )
+        now = self._clock() if now_ns is None else now_ns
+        return self._moving_start(lambda: maintenance.enforce_retention(self._local, now))
 
     def release_before(self, offset: int) -> list[int]:
         """Delete the sealed segments holding only offsets below ``offset`` (exclusive) and at or
         below the high watermark; return their base offsets. The active segment stays."""
-        return maintenance.release_before(self._local, offset, self._writer.high_watermark)
+        return self._moving_start(
+            lambda: maintenance.release_before(self._local, offset, self._writer.high_watermark)
+        )
 
     def compact(self, *, step: Step | None = None) -> CompactionReport:
         """Rewrite sealed segments keeping the latest record per key (``maintenance.compact``);
