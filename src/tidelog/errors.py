@@ -244,15 +244,42 @@ class Fenced(BrokerError):
 class NotLeader(BrokerError):
     """A request that only a partition's leader serves reached another broker of a cluster.
 
-    The text is Liftbridge's, which its clients look for before refreshing their metadata."""
+    The text is Liftbridge's, which its clients look for before refreshing their metadata; tidelog
+    itself never reads it: ``leader_id`` and ``leader_epoch`` say who leads as this broker knows
+    it (empty and -1: nobody now), and the guard sends them as the status's trailing metadata."""
 
-    def __init__(self, stream: str, partition: int, leader: str = "") -> None:
+    def __init__(
+        self,
+        stream: str,
+        partition: int,
+        leader: str = "",
+        *,
+        leader_id: str = "",
+        leader_epoch: int = -1,
+    ) -> None:
         where = f" (the leader is {leader})" if leader else " (no leader now; retry shortly)"
         what = stream if partition < 0 else f"{stream}/{partition}"
         super().__init__(f"Server not partition leader for {what}{where}")
         self.stream = stream
         self.partition = partition
         self.leader = leader
+        """The leader's address (``HOST:PORT``), empty when unknown."""
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+
+
+class StaleEpoch(BrokerError):
+    """A follower's fetch named a leader epoch that is not the leader's current one: the
+    follower refreshes its metadata."""
+
+    def __init__(self, asked: int, current: int) -> None:
+        super().__init__(f"leader epoch {asked} is not the current one ({current}): refresh")
+        self.asked = asked
+        self.current = current
+
+
+class MetadataUnavailable(BrokerError):
+    """The cluster's metadata store (etcd) cannot be reached or answered with an error."""
 
 
 class NotEnoughReplicas(BrokerError):

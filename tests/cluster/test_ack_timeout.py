@@ -13,7 +13,7 @@ import pytest
 from tests.cluster.clustertools import publish_batch, running_cluster, wait_for
 
 from tidelog.api.settings import ServerSettings
-from tidelog.cluster.node import ClusterSettings
+from tidelog.cluster.settings import ClusterSettings
 
 
 def test_the_default_ack_timeout_outlasts_the_lag_bound_with_room_for_the_shrink() -> None:

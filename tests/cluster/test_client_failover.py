@@ -36,7 +36,7 @@ from tests.cluster.clustertools import Cluster, running_cluster, wait_for
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog.client import AsyncClient, ClientSettings, View
-from tidelog.client.leaders import CURSORS_STREAM
+from tidelog.wire import CURSORS_STREAM
 
 pytestmark = pytest.mark.slow  # etcd and three brokers on loopback
 

@@ -51,7 +51,7 @@ from tests.cluster.clustertools import Cluster, running_cluster, stored_records
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog.client import Client, ClientError, ClientSettings
-from tidelog.client.leaders import CURSORS_STREAM
+from tidelog.wire import CURSORS_STREAM
 
 pytestmark = pytest.mark.slow  # etcd and three brokers on loopback, ~40 s
 

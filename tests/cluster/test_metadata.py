@@ -15,11 +15,11 @@ from tests.support.etcd import running_etcd
 from tidelog.cluster.metadata import (
     GroupRecord,
     Metadata,
-    MetadataUnavailable,
     PartitionState,
     StreamRecord,
     endpoint,
 )
+from tidelog.errors import MetadataUnavailable
 
 
 @pytest.fixture(scope="module")

@@ -17,14 +17,13 @@ from tests.broker.brokertools import broker_config, running
 
 from tidelog.broker import Broker, NewRecord, Partition
 from tidelog.cluster.metadata import ClusterView
-from tidelog.cluster.node import PartitionRole, Undecided
 from tidelog.cluster.replication import (
     FollowerReplica,
     LeaderReplica,
-    StaleEpoch,
     record_crc,
 )
-from tidelog.errors import NotEnoughReplicas, NotLeader, StreamNotFound
+from tidelog.cluster.roles import PartitionRole, Undecided
+from tidelog.errors import NotEnoughReplicas, NotLeader, StaleEpoch, StreamNotFound
 
 
 @asynccontextmanager

@@ -40,35 +40,31 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import grpc
 
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc
 from tidelog.broker import (
+    Broker,
     Group,
     GroupCoordinator,
     GroupMember,
     assign_partitions,
     check_group_join,
 )
-from tidelog.cluster.metadata import ClusterView, GroupRecord
+from tidelog.cluster.metadata import ClusterView, GroupRecord, Metadata
 from tidelog.errors import (
     FailedPrecondition,
     GroupNotFound,
     NotEnoughReplicas,
     StreamNotFound,
 )
-
-if TYPE_CHECKING:
-    from tidelog.cluster.node import ClusterNode
+from tidelog.wire import FORWARDED
 
 LOG = logging.getLogger("tidelog.cluster")
 
-FORWARDED = "tidelog-forwarded"
-"""Metadata on a call one broker hands to another (a coordinator report to the controller, a
-view query to a partition's leader): the receiver does it itself, never hands it on."""
 
 CAS_ATTEMPTS = 20
 """Compare-and-set attempts of one change before giving up (UNAVAILABLE, retryable)."""
@@ -151,11 +147,38 @@ def _assigned(
 # -- the broker's side ---------------------------------------------------------------------------
 
 
+class GroupsHost(Protocol):
+    """What the groups need of the node: its broker (whose coordinator becomes the mirror),
+    identity and membership, the cluster's state and metadata store, and channels to the other
+    brokers."""
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def broker_id(self) -> str: ...
+
+    @property
+    def member(self) -> bool: ...
+
+    @property
+    def view(self) -> ClusterView:
+        """The cluster's state as last read (its groups are updated in place by a change)."""
+        ...
+
+    @property
+    def metadata(self) -> Metadata | None: ...
+
+    async def fresh_view(self) -> ClusterView: ...
+
+    def channel(self, address: str) -> grpc.aio.Channel: ...
+
+
 class ClusterGroups:
     """The consumer-group calls of one broker of a cluster (``tidelog.api`` calls these instead
     of the broker's own coordinator when it runs in a cluster)."""
 
-    def __init__(self, node: ClusterNode, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, node: GroupsHost, clock: Callable[[], float] = time.monotonic) -> None:
         self.node = node
         self.mirror: GroupCoordinator = node.broker.groups
         self.mirror.mirror()

@@ -37,9 +37,9 @@ per cluster (``/tidelog/<cluster>/``):
   (:meth:`Metadata.replace_group`), and every change raises the group's epoch; the last member's
   leave deletes the key the same way.
 
-The store knows nothing of what the states mean; the controller and the replicas (later parts of
-``tidelog.cluster``) decide. Errors: etcd unreachable or failing is :class:`MetadataUnavailable`,
-with the endpoint in the message.
+The store knows nothing of what the states mean; the controller and the replicas
+(``controller.py``, ``reconcile.py``, ``roles.py``) decide. Errors: etcd unreachable or failing
+is :class:`~tidelog.errors.MetadataUnavailable`, with the endpoint in the message.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from urllib.parse import urlsplit
 import aetcd
 from aetcd.utils import prefix_range_end
 
-from tidelog.errors import TidelogError
+from tidelog.errors import MetadataUnavailable
 
 LOG = logging.getLogger("tidelog.cluster")
 DEFAULT_TTL_S: Final = 10
@@ -64,10 +64,6 @@ DEFAULT_TTL_S: Final = 10
 TXN_OPS: Final = 128
 """The operations one etcd transaction may hold: etcd's default ``--max-txn-ops``. Changes to
 more keys than that are written in several transactions."""
-
-
-class MetadataUnavailable(TidelogError):
-    """etcd cannot be reached or answered with an error."""
 
 
 @dataclass(frozen=True, slots=True)

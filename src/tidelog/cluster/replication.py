@@ -29,8 +29,8 @@ Theory of operation (``docs/cluster.md``; Kafka's and Liftbridge's ISR protocol)
   many at each further ``diverged`` (a few round trips find any divergence point), and fetches
   again from there.
 
-Both ends are plain objects over a partition's log: the replica-fetch RPC and the controller
-(later parts of issue 14) drive them.
+Both ends are plain objects over a partition's log: the follower's fetch loop (``follower.py``)
+and the leader's answers to it (``serving.py``) drive them.
 """
 
 from __future__ import annotations
@@ -51,20 +51,11 @@ from tidelog.cluster.leader_epochs import (
     LeaderEpochCache,
     truncation_offset,
 )
-from tidelog.errors import TidelogError
+from tidelog.errors import StaleEpoch
 
 FETCH_MAX_RECORDS = 10_000
 FETCH_MAX_BYTES = 4 << 20
 """A fetch answers at most this many record bytes (at least one record, whatever its size)."""
-
-
-class StaleEpoch(TidelogError):
-    """A fetch named a leader epoch that is not the leader's current one."""
-
-    def __init__(self, asked: int, current: int) -> None:
-        super().__init__(f"leader epoch {asked} is not the current one ({current}): refresh")
-        self.asked = asked
-        self.current = current
 
 
 _NO_SIZES = np.empty(0, dtype=np.int64)
@@ -157,6 +148,7 @@ class LeaderReplica:
         self._followers: dict[str, _Follower] = {}
         log = partition.log
         self.epochs = load_epochs(partition)
+        self.epochs.truncate_from_start(log.oldest_offset)  # a trim a restart lost
         # A new leader's epoch starts at its log end, before it writes anything (durably: a
         # follower asking about older epochs must get the same answer after a restart).
         self.epochs.assign(leader_epoch, log.next_offset)
@@ -342,6 +334,7 @@ class FollowerReplica:
         self.partition = partition
         self.broker_id = broker_id
         self.epochs = load_epochs(partition)
+        self.epochs.truncate_from_start(partition.log.oldest_offset)  # a trim a restart lost
         self.high_watermark = -1
         self.leader_epoch = UNDEFINED
         self.last_crc: int | None = None
@@ -369,7 +362,7 @@ class FollowerReplica:
 
     def _truncate(self, cut: int) -> None:
         log = self.partition.log
-        log.truncate_to(cut)
+        self.partition.truncate_to(cut)  # the producer table is cut with it
         self.epochs.truncate_from_end(cut)
         save_epochs(self.partition, self.epochs)
         # What it held above the cut is not known to be committed any more.
@@ -406,7 +399,7 @@ class FollowerReplica:
             # kept here would read as held where every other replica has none, and the epochs
             # cached for them would misplace where the next epochs begin.
             if log.newest_offset >= log.oldest_offset:
-                log.truncate_to(log.oldest_offset)
+                self.partition.truncate_to(log.oldest_offset)
             self.epochs = LeaderEpochCache()
             save_epochs(self.partition, self.epochs)
             self.last_crc = None
@@ -419,7 +412,8 @@ class FollowerReplica:
                 changed = changed or self.epochs.entries != before
             if changed:
                 save_epochs(self.partition, self.epochs)  # before the records it describes
-            log.append_stored(records.data, records.sizes)  # CRCs checked, bytes as they are
+            # CRCs checked, bytes as they are; the producer table reads their __producer headers
+            self.partition.append_stored(records.data, records.sizes)
             self.last_crc = _crc_at(records.data, len(records.data) - int(records.sizes[-1]))
         self.high_watermark = max(
             self.high_watermark, min(answer.high_watermark, log.next_offset - 1)
