@@ -77,10 +77,10 @@ from e2e_throughput import (  # noqa: E402
 from tidelog._proto.liftbridge import api_pb2 as pb  # noqa: E402
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc  # noqa: E402
 from tidelog.api.decoding import GuardedRegistry  # noqa: E402
-from tidelog.api.liftbridge import Advertised, LiftbridgeService  # noqa: E402
+from tidelog.api.liftbridge import LiftbridgeService  # noqa: E402
 from tidelog.api.settings import ServerSettings  # noqa: E402
-from tidelog.api.status import grpc_errors  # noqa: E402
 from tidelog.broker import Broker  # noqa: E402
+from tidelog.control import Advertised, SingleBroker  # noqa: E402
 from tidelog.wire import MAX_FRAME  # noqa: E402
 
 SERVERS = ("aio-queue", "aio-rw", "service", "sync-thread", "sync-hint")
@@ -132,9 +132,8 @@ class QueueService(LiftbridgeService):
                         ended = True
                         break
                     group.append(item)
-                async with grpc_errors(context):
-                    for response in await self._publish_group(group):
-                        yield response
+                for response in await self._publish_group(group):
+                    yield response
             if broken:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, repr(broken[0]))
         finally:
@@ -184,9 +183,8 @@ class ReaderWriterService(LiftbridgeService):
                 count = min(len(queued), _BATCH)
                 group = [queued.popleft() for _ in range(count)]
                 room.set()
-                async with grpc_errors(context):
-                    for response in await self._publish_group(group):
-                        await context.write(response)
+                for response in await self._publish_group(group):
+                    await context.write(response)
             if broken:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, repr(broken[0]))
         finally:
@@ -205,7 +203,9 @@ async def _serve_aio(variant: str, data_dir: Path) -> None:
         "aio-rw": ReaderWriterService,
         "service": LiftbridgeService,
     }[variant]
-    pb_grpc.add_APIServicer_to_server(service_class(broker, advertised), GuardedRegistry(server))
+    pb_grpc.add_APIServicer_to_server(
+        service_class(SingleBroker(broker, advertised)), GuardedRegistry(server)
+    )
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -240,7 +240,7 @@ def _serve_sync(data_dir: Path, hint: bool) -> None:
     settings = ServerSettings(data_dir=data_dir, port=0, metrics_port=0)
     broker = Broker(settings.broker_config())
     on_loop(broker.start())
-    service = LiftbridgeService(broker, Advertised(broker.broker_id, "127.0.0.1", 0))
+    service = LiftbridgeService(SingleBroker(broker, Advertised(broker.broker_id, "127.0.0.1", 0)))
 
     def create_stream(request: pb.CreateStreamRequest, context: Any) -> pb.CreateStreamResponse:
         broker.create_stream(request.name)

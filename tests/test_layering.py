@@ -1,11 +1,14 @@
 """The package's layering, read from the source so that it cannot rot silently.
 
 Every module under ``src/tidelog`` is parsed (not imported) and every import of a tidelog module
-is checked against :data:`MAY_IMPORT`, the one table of which part may use which. On top of it:
-the api and sites import nothing from ``tidelog.log`` nor a broker submodule (they talk to the
-broker's face), no import cycle
-exists between modules, and no tidelog module is imported inside a function (a late import is how
-a cycle gets hidden) except the entries of :data:`LATE_IMPORTS_ALLOWED`, each with its reason.
+is checked against :data:`MAY_IMPORT`, the one table of which part may use which, and which
+grants nothing the code does not use. On top of it: the broker, the cluster, the sites and the
+control are used through their faces (their ``__init__``), never a submodule, and nothing above
+the broker imports ``tidelog.log``; no front names the cluster (only the server, which builds
+the control, knows the mode); the CLI loads the server and the console only inside the commands
+that run them; no import cycle exists between modules, and no tidelog module is imported inside a
+function (a late import is how a cycle gets hidden) except the entries of
+:data:`LATE_IMPORTS_ALLOWED`, each with its reason.
 
 Imports under ``if TYPE_CHECKING:`` count for the layer rules (a type is a dependency too) but
 not for cycles (they never run).
@@ -22,25 +25,29 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 MAY_IMPORT: dict[str, set[str]] = {
-    # the bottom: shared by every layer, importing no other part
+    # the bottom: shared by every layer, importing no other part but these
     "errors": set(),
-    "wire": set(),
+    "wire": {"_proto", "errors"},  # the v1 messages its codecs fill; the token's InvalidArgument
     "process": set(),
     "_proto": set(),
-    "columns": {"_proto"},
-    # the server side, top to bottom
-    "cli": {"api", "broker", "client", "console", "errors", "process", "wire", "tidelog"},
-    "api": {"broker", "sites", "cluster", "errors", "columns", "wire", "_proto", "tidelog"},
-    "broker": {"log", "store", "errors"},
-    "sites": {"broker", "client", "errors", "wire", "_proto", "tidelog"},
-    "cluster": {"broker", "errors", "columns", "wire", "_proto", "tidelog"},
+    "access": {"errors"},  # what a call touches, and the guard that checks it
+    # the server side, top to bottom: fronts -> guard -> control -> broker / cluster / sites
+    # the CLI: a client application, plus `tidelog serve` (the api, loaded late)
+    "cli": {"api", "client", "console", "errors", "wire", "tidelog"},
+    # the api's fronts use the control; its server (the composition root) builds the control
+    # from the broker, the cluster's face and the sites' face
+    "api": {"access", "control", "broker", "sites", "cluster", "errors", "wire", "_proto"},
+    "control": {"broker", "cluster", "sites", "errors", "wire", "_proto"},
+    "broker": {"log", "store", "errors", "wire"},
+    "sites": {"broker", "errors", "wire", "_proto"},
+    "cluster": {"broker", "errors", "wire", "_proto"},
     "log": {"errors"},
     "store": {"errors"},
     # talk to brokers only over gRPC, through the client
-    "client": {"errors", "columns", "wire", "_proto", "tidelog"},
-    "spark": {"client", "errors", "columns", "wire", "_proto", "tidelog"},
+    "client": {"errors", "wire", "_proto"},
+    "spark": {"client", "errors", "wire", "_proto"},
     # the web console: a client application, like spark (never the broker, the api or the log)
-    "console": {"client", "errors", "tidelog"},
+    "console": {"access", "client", "errors", "wire"},
     # the package root re-exports the client
     "tidelog": {"client"},
 }
@@ -186,6 +193,21 @@ def imports() -> list[Import]:
     return found
 
 
+def test_every_permission_of_the_table_is_used(imports: list[Import]) -> None:
+    """``MAY_IMPORT`` is only as wide as the code: a permission nothing uses is removed (it
+    would let a new import across layers in unnoticed)."""
+    used: dict[str, set[str]] = {}
+    for i in imports:
+        if part_of(i.target) != part_of(i.module):
+            used.setdefault(part_of(i.module), set()).add(part_of(i.target))
+    unused = {
+        part: sorted(allowed - used.get(part, set()))
+        for part, allowed in MAY_IMPORT.items()
+        if allowed - used.get(part, set())
+    }
+    assert not unused, f"permissions no module uses (remove them): {unused}"
+
+
 def test_every_part_imports_only_what_the_table_allows(imports: list[Import]) -> None:
     unknown = sorted({part_of(i.module) for i in imports} - MAY_IMPORT.keys())
     assert not unknown, f"parts missing from MAY_IMPORT (add them with their rule): {unknown}"
@@ -198,20 +220,67 @@ def test_every_part_imports_only_what_the_table_allows(imports: list[Import]) ->
     assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
 
 
-def test_the_api_and_sites_use_only_the_brokers_face(imports: list[Import]) -> None:
-    """Above the broker, nothing imports ``tidelog.log`` or a broker submodule: the broker's
-    ``__init__`` is its face."""
+FACES = ("broker", "cluster", "sites", "control")
+"""Parts whose ``__init__`` is their face: other parts import that, never a submodule."""
+
+
+def test_the_parts_with_a_face_are_used_only_through_it(imports: list[Import]) -> None:
+    """Above the broker, nothing imports ``tidelog.log``; and no part imports a submodule of
+    another part that has a face (:data:`FACES`)."""
     wrong = [
         i.where()
         for i in imports
-        if part_of(i.module) in ("api", "sites")
-        and (
-            i.target == "tidelog.log"
-            or i.target.startswith("tidelog.log.")
-            or i.target.startswith("tidelog.broker.")
+        if (part_of(i.module) in ("api", "sites", "control") and part_of(i.target) == "log")
+        or (
+            part_of(i.target) in FACES
+            and part_of(i.target) != part_of(i.module)
+            and i.target != f"tidelog.{part_of(i.target)}"
         )
     ]
-    assert not wrong, "the api and sites talk to the broker's face only:\n" + "\n".join(wrong)
+    assert not wrong, "imports of a submodule behind a face:\n" + "\n".join(wrong)
+
+
+FRONT_MODULES_EXEMPT = {
+    "tidelog.api.server": "the composition root: it builds the control, the one place that "
+    "knows which mode the server runs in",
+    "tidelog.api.settings": "the server's settings, which include the cluster's",
+}
+
+
+def test_no_front_names_the_cluster(imports: list[Import]) -> None:
+    """A front (every api module but the composition root) talks to the control only: it never
+    imports the cluster nor keeps a ``self.cluster`` to ask which mode it is in."""
+    wrong = [
+        i.where()
+        for i in imports
+        if part_of(i.module) == "api"
+        and i.module not in FRONT_MODULES_EXEMPT
+        and part_of(i.target) == "cluster"
+    ]
+    for path in sorted((SRC / "tidelog" / "api").glob("*.py")):
+        module = module_name(path, SRC)
+        if module in FRONT_MODULES_EXEMPT:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if "self.cluster" in line:
+                wrong.append(f"{module} (line {number}) names self.cluster")
+    assert not wrong, "fronts that name the cluster:\n" + "\n".join(wrong)
+
+
+def test_the_cli_loads_the_server_only_late(imports: list[Import]) -> None:
+    """A client command loads the client and ``tidelog.wire``, never the server's parts (nor
+    numpy and RocksDB through them) or the console's web stack: the CLI imports those inside
+    ``tidelog serve`` and ``tidelog console`` only (``tests/cli/test_cli_imports.py`` checks what
+    a publish loads)."""
+    heavy = {"api", "console", "broker", "cluster", "sites", "log", "store"}
+    wrong = [
+        i.where()
+        for i in imports
+        if part_of(i.module) == "cli"
+        and part_of(i.target) in heavy
+        and not (i.late or i.typing_only)
+    ]
+    assert not wrong, "the CLI imports these at start-up:\n" + "\n".join(wrong)
 
 
 def test_no_import_cycle(imports: list[Import]) -> None:

@@ -15,8 +15,9 @@ from typing import Any
 from tests.broker.brokertools import broker_config
 
 from tidelog._proto.liftbridge import api_pb2 as pb
-from tidelog.api.liftbridge import Advertised, LiftbridgeService
+from tidelog.api.liftbridge import LiftbridgeService
 from tidelog.broker import Broker
+from tidelog.control import Advertised, SingleBroker
 
 GUARD_S = 10.0
 
@@ -48,7 +49,7 @@ def test_an_abandoned_publish_async_with_a_full_queue_leaves_no_task(tmp_path: P
         await broker.start()
         try:
             broker.create_stream("p")
-            service = LiftbridgeService(broker, Advertised("b", "127.0.0.1", 1))
+            service = LiftbridgeService(SingleBroker(broker, Advertised("b", "127.0.0.1", 1)))
             sent = 0
 
             async def requests() -> AsyncIterator[pb.PublishRequest]:

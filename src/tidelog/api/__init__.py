@@ -1,12 +1,15 @@
-"""The server's front: gRPC services that translate requests into broker calls and back.
+"""The server's fronts: gRPC services that translate requests into calls on the control.
 
-Two services share one broker: ``proto.API`` (``liftbridge.py``), wire-compatible with
-Liftbridge, and ``tidelog.v1`` (``v1.py``, with ``consume.py`` and the view queries), tidelog's
-batched and columnar one. Both only translate: protobuf in, calls on the broker's face
-(``tidelog.broker``) out, and broker results and errors back as messages and statuses. Nothing
-here reads a log or keeps subscription state; that is the broker's.
+Two services share one control (``tidelog.control``): ``proto.API`` (``liftbridge.py``),
+wire-compatible with Liftbridge, and ``tidelog.v1`` (``v1.py``, with ``consume.py``, the view,
+site, browse and describe services), tidelog's batched and columnar one; beside them the
+cluster's own ``Replication`` and ``ClusterAdmin`` (``replica_service.py``). They only
+translate: protobuf in, calls on the control out, results back as messages. None of them knows
+whether the server is one broker or a broker of a cluster; nothing here reads a log or keeps
+subscription state.
 
-``server.py`` runs them (health, metrics, graceful shutdown), ``settings.py`` is the server's one
-settings object, ``decoding.py`` turns undecodable requests into INVALID_ARGUMENT, and the
-module that maps errors to statuses holds the one table of that mapping.
+Every call passes the guard (``guard.py``, after ``decoding.py``): what it touches is checked,
+and what it raises becomes a status from the one table in ``status.py``. ``server.py`` runs the
+services (health, metrics, graceful shutdown) and is the one place that picks the control;
+``settings.py`` is the server's one settings object.
 """

@@ -11,19 +11,18 @@ import math
 import grpc
 import numpy as np
 
-from tidelog import columns
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
-from tidelog.api.status import grpc_errors
 from tidelog.broker import (
     DEFAULT_BROWSE_LIMIT,
     DEFAULT_BROWSE_MAX_SCAN,
     DEFAULT_BROWSE_MAX_SCAN_SECONDS,
-    Broker,
     BrowseFilter,
     BrowseResult,
 )
+from tidelog.control import Control
 from tidelog.errors import InvalidArgument
+from tidelog.wire import columns
 
 Context = grpc.aio.ServicerContext[object, object]
 
@@ -64,29 +63,27 @@ def page_of(result: BrowseResult) -> v1.BrowseResponse:
 class BrowseService(v1_grpc.TidelogServicer):
     """Answers ``Browse``; mixed into :class:`tidelog.api.v1.TidelogService`."""
 
-    broker: Broker
+    control: Control
 
     async def Browse(self, request: v1.BrowseRequest, context: Context) -> v1.BrowseResponse:
-        async with grpc_errors(context):
-            if not request.stream:
-                raise InvalidArgument("browse needs a stream name")
-            seconds = request.max_scan_seconds
-            if math.isnan(seconds) or seconds < 0:
-                raise InvalidArgument(
-                    f"max_scan_seconds must be a positive number of seconds, got {seconds}"
-                )
-            if any(p < 0 for p in request.partitions):
-                raise InvalidArgument("partition numbers are >= 0")
-            result = await self.broker.browse(
-                request.stream,
-                partitions=list(request.partitions),
-                newest_first=not request.oldest_first,
-                limit=request.limit or DEFAULT_BROWSE_LIMIT,
-                start_ns=request.start_ns if request.HasField("start_ns") else None,
-                token=request.token or None,
-                keep=filter_of(request.filter),
-                max_scan=request.max_scan or DEFAULT_BROWSE_MAX_SCAN,
-                max_scan_seconds=seconds or DEFAULT_BROWSE_MAX_SCAN_SECONDS,
+        if not request.stream:
+            raise InvalidArgument("browse needs a stream name")
+        seconds = request.max_scan_seconds
+        if math.isnan(seconds) or seconds < 0:
+            raise InvalidArgument(
+                f"max_scan_seconds must be a positive number of seconds, got {seconds}"
             )
-            return page_of(result)
-        raise AssertionError("unreachable")
+        if any(p < 0 for p in request.partitions):
+            raise InvalidArgument("partition numbers are >= 0")
+        result = await self.control.browse(
+            request.stream,
+            partitions=list(request.partitions),
+            newest_first=not request.oldest_first,
+            limit=request.limit or DEFAULT_BROWSE_LIMIT,
+            start_ns=request.start_ns if request.HasField("start_ns") else None,
+            token=request.token or None,
+            keep=filter_of(request.filter),
+            max_scan=request.max_scan or DEFAULT_BROWSE_MAX_SCAN,
+            max_scan_seconds=seconds or DEFAULT_BROWSE_MAX_SCAN_SECONDS,
+        )
+        return page_of(result)

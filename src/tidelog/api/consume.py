@@ -22,13 +22,13 @@ from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog.api.frames import END_REASONS, record_batch
 from tidelog.broker import (
     DEFAULT_CONSUME_BATCH_MESSAGES,
-    Broker,
     StartPosition,
     StopPosition,
     SubscribeRequest,
     Subscription,
 )
-from tidelog.errors import InvalidArgument, TidelogError
+from tidelog.control import Control
+from tidelog.errors import InvalidArgument, PermissionDenied, TidelogError
 
 
 def _position(reverse: bool, kind: int, offset: int, timestamp: int) -> SubscribeRequest:
@@ -42,18 +42,20 @@ def _position(reverse: bool, kind: int, offset: int, timestamp: int) -> Subscrib
 
 
 async def consume(
-    broker: Broker, requests: AsyncIterator[v1.ConsumeRequest]
+    control: Control, requests: AsyncIterator[v1.ConsumeRequest]
 ) -> AsyncIterator[v1.ConsumeBatch]:
     """Serve one Consume call: the first request opens it, later ones grant permits or seek."""
     try:
         first = await anext(requests, None)
+    except PermissionDenied:  # the guard's check of the frame
+        raise
     except Exception as error:  # an unparsable frame
         raise InvalidArgument(f"malformed Consume request: {error!r}") from None
     if first is None or first.WhichOneof("kind") != "start":
         raise InvalidArgument("a Consume call starts with a ConsumeStart request")
     start = first.start
     reverse = start.reverse
-    subscription = broker.consume(
+    subscription = control.consume(
         start.stream,
         start.partition,
         _position(reverse, start.start_position, start.start_offset, start.start_timestamp),

@@ -1,5 +1,7 @@
 """Request bytes that do not decode: INVALID_ARGUMENT for the caller, one warning line for us.
 
+(The first step of the guard every call passes; ``guard.py`` has the others.)
+
 grpc aio decodes a request before the servicer runs, with the method's ``request_deserializer``;
 if that raises, grpc logs the exception with its traceback at ERROR and answers UNKNOWN, so one
 bad client could flood the log. Every service is therefore registered through
@@ -31,6 +33,8 @@ from typing import Any, Final
 import grpc
 from google.protobuf.message import DecodeError
 
+from tidelog.access import Guard
+from tidelog.api.guard import guarded_behaviour
 from tidelog.api.status import Throttle, cap_detail
 from tidelog.errors import InvalidArgument
 
@@ -64,9 +68,17 @@ class GuardedRegistry:
     """Stands in for a ``grpc.aio.Server`` in the generated ``add_*Servicer_to_server`` functions
     and registers every method handler on the real server guarded (module docstring)."""
 
-    def __init__(self, server: grpc.aio.Server, interval_s: float = WARNING_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        server: grpc.aio.Server,
+        interval_s: float = WARNING_INTERVAL_S,
+        guard: Guard | None = None,
+    ) -> None:
+        """``guard``: checks every call's access (``guard.py``; by default one that allows
+        all)."""
         self._server = server
         self._throttle = Throttle(interval_s)
+        self._access = guard or Guard()
         self._guarded: dict[str, Handler] = {}
 
     def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
@@ -79,11 +91,15 @@ class GuardedRegistry:
 
     def guard(self, method: str, handler: Handler) -> Handler:
         """``handler`` with a decoder that never raises into grpc (one guarded copy per method)."""
-        if handler is None or handler.request_deserializer is None:
+        if handler is None:
             return handler
         known = self._guarded.get(method)
         if known is not None:
             return known
+        if handler.request_deserializer is None:  # raw bytes: nothing to decode, still guarded
+            guarded = handler._replace(**_behaviour(method, handler, self._access))
+            self._guarded[method] = guarded
+            return guarded
         decode = handler.request_deserializer
         type_name = _type_name(decode, method)
         streamed = handler.request_streaming
@@ -106,7 +122,9 @@ class GuardedRegistry:
                     raise failure from None
                 return Undecodable(failure)
 
-        guarded = handler._replace(request_deserializer=guarded_decode, **_behaviour(handler))
+        guarded = handler._replace(
+            request_deserializer=guarded_decode, **_behaviour(method, handler, self._access)
+        )
         self._guarded[method] = guarded
         return guarded
 
@@ -126,16 +144,27 @@ class _GuardedGeneric(grpc.GenericRpcHandler):
 _INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
 
-def _behaviour(handler: Handler) -> dict[str, Callable[..., Any]]:
-    """The handler's behaviour wrapped: Undecodable answered, UndecodableRequest turned into a
-    status. Async behaviours stay async and sync ones sync (grpc runs those in its thread pool)."""
+def _behaviour(method: str, handler: Handler, access: Guard) -> dict[str, Callable[..., Any]]:
+    """The handler's behaviour wrapped: Undecodable answered, then the guard's checks and error
+    table (``guard.py``). Async behaviours stay async and sync ones sync (grpc runs those in its
+    thread pool)."""
+
+    def behind(behaviour: Callable[..., Any], streamed_out: bool) -> Callable[..., Any]:
+        return guarded_behaviour(
+            method,
+            behaviour,
+            access,
+            streamed_in=handler.request_streaming,
+            streamed_out=streamed_out,
+        )
+
     if handler.unary_unary is not None:
-        return {"unary_unary": _unary(handler.unary_unary)}
+        return {"unary_unary": _unary(behind(handler.unary_unary, False))}
     if handler.unary_stream is not None:
-        return {"unary_stream": _stream_out(handler.unary_stream, single=True)}
+        return {"unary_stream": _stream_out(behind(handler.unary_stream, True), single=True)}
     if handler.stream_unary is not None:
-        return {"stream_unary": _unary(handler.stream_unary)}
-    return {"stream_stream": _stream_out(handler.stream_stream, single=False)}
+        return {"stream_unary": _unary(behind(handler.stream_unary, False))}
+    return {"stream_stream": _stream_out(behind(handler.stream_stream, True), single=False)}
 
 
 def _unary(behaviour: Callable[..., Any]) -> Callable[..., Any]:

@@ -15,8 +15,8 @@ import grpc
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
-from tidelog.api.status import grpc_errors
-from tidelog.broker import Broker, Partition, Stream
+from tidelog.broker import Partition, Stream
+from tidelog.control import Control
 
 Context = grpc.aio.ServicerContext[object, object]
 
@@ -61,46 +61,43 @@ def settings_of(stream: Stream) -> v1.StreamSettings:
 class DescribeService(v1_grpc.TidelogServicer):
     """Mixed into :class:`tidelog.api.v1.TidelogService`."""
 
-    broker: Broker
+    control: Control
 
     async def DescribeStream(
         self, request: v1.DescribeStreamRequest, context: Context
     ) -> v1.DescribeStreamResponse:
-        async with grpc_errors(context):
-            stream = self.broker.stream(request.stream)
-            return v1.DescribeStreamResponse(
-                stream=stream.name,
-                partitions=[describe_partition(p) for p in stream.partitions],
-                settings=settings_of(stream),
-            )
-        raise AssertionError("unreachable")
+        stream = self.control.stream(request.stream)
+        return v1.DescribeStreamResponse(
+            stream=stream.name,
+            partitions=[describe_partition(p) for p in stream.partitions],
+            settings=settings_of(stream),
+        )
 
     async def ListGroups(
         self, request: v1.ListGroupsRequest, context: Context
     ) -> v1.ListGroupsResponse:
-        async with grpc_errors(context):
-            now = time.monotonic()  # the coordinator's clock
-            groups = []
-            for group_id in sorted(self.broker.groups.groups):
-                group = self.broker.groups.groups[group_id]
-                groups.append(
-                    v1.GroupDescription(
-                        group_id=group_id,
-                        epoch=group.epoch,
-                        members=[
-                            v1.GroupMember(
-                                consumer_id=m.consumer_id,
-                                streams=m.streams,
-                                idle_s=max(now - m.last_seen, 0.0),
-                            )
-                            for m in sorted(group.members.values(), key=lambda m: m.consumer_id)
-                        ],
-                        assignments=[
-                            v1.GroupAssignment(consumer_id=c, stream=s, partitions=parts)
-                            for c, by_stream in sorted(group.assignments.items())
-                            for s, parts in sorted(by_stream.items())
-                        ],
-                    )
+        now = time.monotonic()  # the coordinator's clock
+        groups = []
+        known = self.control.local_groups()
+        for group_id in sorted(known):
+            group = known[group_id]
+            groups.append(
+                v1.GroupDescription(
+                    group_id=group_id,
+                    epoch=group.epoch,
+                    members=[
+                        v1.GroupMember(
+                            consumer_id=m.consumer_id,
+                            streams=m.streams,
+                            idle_s=max(now - m.last_seen, 0.0),
+                        )
+                        for m in sorted(group.members.values(), key=lambda m: m.consumer_id)
+                    ],
+                    assignments=[
+                        v1.GroupAssignment(consumer_id=c, stream=s, partitions=parts)
+                        for c, by_stream in sorted(group.assignments.items())
+                        for s, parts in sorted(by_stream.items())
+                    ],
                 )
-            return v1.ListGroupsResponse(groups=groups)
-        raise AssertionError("unreachable")
+            )
+        return v1.ListGroupsResponse(groups=groups)

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import TypeVar
 
-from tidelog.broker import Broker
+from tidelog.control import Control
 from tidelog.errors import BrokerClosed
 
 T = TypeVar("T")
@@ -24,11 +24,11 @@ DRAINED = (
 )
 
 
-async def until_draining(broker: Broker, requests: AsyncIterator[T]) -> AsyncIterator[T]:
+async def until_draining(control: Control, requests: AsyncIterator[T]) -> AsyncIterator[T]:
     """``requests``, ended early by a drain (then ``BrokerClosed``). One task per request: for
     streams of batches, not of single messages (``PublishAsync`` uses a callback instead)."""
     drained = asyncio.Event()
-    withdraw = broker.when_draining(drained.set)
+    withdraw = control.when_draining(drained.set)
     waiter = asyncio.ensure_future(drained.wait())
     try:
         while True:

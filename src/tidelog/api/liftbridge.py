@@ -15,7 +15,6 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass
 
 import grpc
 
@@ -24,17 +23,13 @@ from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog.api.draining import DRAINED
 from tidelog.api.metrics import Metrics
 from tidelog.api.status import (
-    Forwarded,
     as_tidelog_error,
-    grpc_errors,
     handed_over,
     is_refusal,
     log_failure,
     status_of,
 )
 from tidelog.broker import (
-    Broker,
-    CursorStore,
     MessageBatch,
     NewRecord,
     Partition,
@@ -43,11 +38,9 @@ from tidelog.broker import (
     StopPosition,
     StreamConfig,
     delivery_gate,
-    validate_stream_name,
 )
 from tidelog.broker import SubscribeRequest as BrokerSubscribe
-from tidelog.cluster.metadata import PartitionState
-from tidelog.cluster.node import ClusterNode
+from tidelog.control import BrokerInfo, Control, Forwarded, PartitionInfo, StreamInfo
 from tidelog.errors import (
     FailedPrecondition,
     IncorrectOffset,
@@ -61,6 +54,7 @@ from tidelog.errors import (
     SubjectNotFound,
     TidelogError,
 )
+from tidelog.wire import FORWARDED
 
 Context = grpc.aio.ServicerContext[object, object]
 
@@ -70,29 +64,13 @@ _log = logging.getLogger(__name__)
 _ASYNC_BATCH = 1000
 
 
-@dataclass(frozen=True, slots=True)
-class Advertised:
-    """How this broker names itself in metadata."""
-
-    broker_id: str
-    host: str
-    port: int
-
-
 def _ms(value: pb.NullableInt64, present: bool) -> float | None:
     return value.value / 1000 if present and value.value > 0 else None
 
 
-def stream_config(request: pb.CreateStreamRequest, clustered: bool = False) -> StreamConfig:
+def stream_config(request: pb.CreateStreamRequest) -> StreamConfig:
     """A Liftbridge CreateStreamRequest as tidelog stream settings (unsupported options refused;
-    on a cluster the replication factor and minIsr are the controller's to check)."""
-    if not clustered and request.replicationFactor not in (-1, 0, 1):
-        raise InvalidArgument(
-            f"replication factor {request.replicationFactor} exceeds the cluster size: this "
-            f"tidelog server is a single broker (use 1, 0 or -1)"
-        )
-    if not clustered and request.HasField("minIsr") and request.minIsr.value > 1:
-        raise InvalidArgument(f"minIsr {request.minIsr.value} exceeds the cluster size of 1")
+    the replication factor and minIsr are the control's to check)."""
     if request.HasField("encryption") and request.encryption.value:
         raise InvalidArgument("encryption at rest is not available in this tidelog release")
     has = request.HasField
@@ -115,16 +93,25 @@ def stream_config(request: pb.CreateStreamRequest, clustered: bool = False) -> S
     )
 
 
-def partition_metadata(
-    partition: Partition, broker_id: str, state: PartitionState | None = None
-) -> pb.PartitionMetadata:
-    """A partition as Liftbridge describes it; ``state``: its replicas in a cluster."""
+def partition_metadata(info: PartitionInfo) -> pb.PartitionMetadata:
+    """A partition as Liftbridge describes it; offsets -1 when this broker holds no replica."""
+    partition = info.local
+    if partition is None:
+        return pb.PartitionMetadata(
+            id=info.number,
+            leader=info.leader,
+            replicas=list(info.replicas),
+            isr=list(info.isr),
+            highWatermark=-1,
+            newestOffset=-1,
+            readonly=info.readonly,
+        )
     stats = partition.stats
     return pb.PartitionMetadata(
-        id=partition.number,
-        leader=broker_id if state is None else state.leader,
-        replicas=[broker_id] if state is None else list(state.replicas),
-        isr=[broker_id] if state is None else list(state.isr),
+        id=info.number,
+        leader=info.leader,
+        replicas=list(info.replicas),
+        isr=list(info.isr),
         highWatermark=partition.high_watermark,
         newestOffset=partition.newest_offset,
         paused=partition.paused,
@@ -139,6 +126,27 @@ def partition_metadata(
         readonlyTimestamps=pb.PartitionEventTimestamps(
             firstTimestamp=stats.first_readonly, latestTimestamp=stats.latest_readonly
         ),
+    )
+
+
+def _broker(info: BrokerInfo) -> pb.Broker:
+    return pb.Broker(
+        id=info.broker_id,
+        host=info.host,
+        port=info.port,
+        partitionCount=info.partitions,
+        leaderCount=info.leading,
+    )
+
+
+def _stream_metadata(name: str, info: StreamInfo | None) -> pb.StreamMetadata:
+    if info is None:
+        return pb.StreamMetadata(name=name, error=pb.StreamMetadata.UNKNOWN_STREAM)
+    return pb.StreamMetadata(
+        name=name,
+        subject=info.subject,
+        creationTimestamp=info.created_ns,
+        partitions={n: partition_metadata(p) for n, p in info.partitions.items()},
     )
 
 
@@ -201,17 +209,11 @@ def _failure_response(
 
 
 class LiftbridgeService(pb_grpc.APIServicer):
-    def __init__(
-        self,
-        broker: Broker,
-        advertised: Advertised,
-        metrics: Metrics | None = None,
-        cluster: ClusterNode | None = None,
-    ) -> None:
-        self.broker = broker
-        self.advertised = advertised
-        self.cluster = cluster
-        """This broker's node when it is part of a cluster (``tidelog.cluster``)."""
+    """Liftbridge's calls translated onto the control (module docstring); every call reaches
+    it through the guard, which maps errors to statuses."""
+
+    def __init__(self, control: Control, metrics: Metrics | None = None) -> None:
+        self.control = control
         self._latency = None if metrics is None else metrics.publish_latency.labels("liftbridge")
 
     def _observe(self, started: float) -> None:
@@ -223,136 +225,34 @@ class LiftbridgeService(pb_grpc.APIServicer):
     async def CreateStream(
         self, request: pb.CreateStreamRequest, context: Context
     ) -> pb.CreateStreamResponse:
-        async with grpc_errors(context):
-            config = stream_config(request, clustered=self.cluster is not None)
-            if self.cluster is not None:
-                validate_stream_name(request.name)
-                min_isr = request.minIsr.value if request.HasField("minIsr") else 1
-                await self.cluster.create_stream(
-                    request.name, config, request.replicationFactor, min_isr
-                )
-                return pb.CreateStreamResponse()
-            await self.broker.wait_deleted(request.name)  # a delete of that name in progress
-            self.broker.create_stream(request.name, config)
+        min_isr = request.minIsr.value if request.HasField("minIsr") else 1
+        await self.control.create_stream(
+            request.name, stream_config(request), request.replicationFactor, min_isr
+        )
         return pb.CreateStreamResponse()
 
     async def DeleteStream(
         self, request: pb.DeleteStreamRequest, context: Context
     ) -> pb.DeleteStreamResponse:
-        async with grpc_errors(context):
-            if self.cluster is not None:
-                await self.cluster.delete_stream(request.name)
-                return pb.DeleteStreamResponse()
-            await self.broker.delete_stream(request.name)
+        await self.control.delete_stream(request.name)
         return pb.DeleteStreamResponse()
 
     async def PauseStream(
         self, request: pb.PauseStreamRequest, context: Context
     ) -> pb.PauseStreamResponse:
-        async with grpc_errors(context):
-            self.broker.pause(request.name, list(request.partitions), request.resumeAll)
+        self.control.pause(request.name, list(request.partitions), request.resumeAll)
         return pb.PauseStreamResponse()
 
     async def SetStreamReadonly(
         self, request: pb.SetStreamReadonlyRequest, context: Context
     ) -> pb.SetStreamReadonlyResponse:
-        async with grpc_errors(context):
-            if self.cluster is not None:
-                await self.cluster.set_readonly(
-                    request.name, list(request.partitions), request.readonly
-                )
-            else:
-                self.broker.set_readonly(request.name, list(request.partitions), request.readonly)
+        await self.control.set_readonly(request.name, list(request.partitions), request.readonly)
         return pb.SetStreamReadonlyResponse()
 
     # -- metadata --------------------------------------------------------------------------------
 
-    def _broker_info(self) -> pb.Broker:
-        partitions = sum(len(s.partitions) for s in self.broker.list_streams())
-        return pb.Broker(
-            id=self.advertised.broker_id,
-            host=self.advertised.host,
-            port=self.advertised.port,
-            partitionCount=partitions,
-            leaderCount=partitions,
-        )
-
-    def _cluster_brokers(self, cluster: ClusterNode) -> list[pb.Broker]:
-        view = cluster.view
-        counts: dict[str, int] = {}
-        for state in view.partitions.values():
-            for member in state.replicas:
-                counts[member] = counts.get(member, 0) + 1
-        leading = view.leading()
-        found = []
-        for broker_id, address in sorted(view.brokers.items()):
-            host, _, port = address.rpartition(":")
-            found.append(
-                pb.Broker(
-                    id=broker_id,
-                    host=host,
-                    port=int(port or 0),
-                    partitionCount=counts.get(broker_id, 0),
-                    leaderCount=leading.get(broker_id, 0),
-                )
-            )
-        return found
-
-    def _cluster_stream_metadata(self, cluster: ClusterNode, name: str) -> pb.StreamMetadata:
-        view = cluster.view
-        record = view.streams.get(name)
-        if record is None:
-            return pb.StreamMetadata(name=name, error=pb.StreamMetadata.UNKNOWN_STREAM)
-        local = self.broker.find_stream(name)
-        partitions = {}
-        for (stream, number), state in view.partitions.items():
-            if stream != name:
-                continue
-            if (
-                local is not None
-                and number < len(local.partitions)
-                and cluster.broker_id in state.replicas
-            ):
-                partitions[number] = partition_metadata(local.partitions[number], "", state)
-            else:
-                partitions[number] = pb.PartitionMetadata(
-                    id=number,
-                    leader=state.leader,
-                    replicas=list(state.replicas),
-                    isr=list(state.isr),
-                    highWatermark=-1,
-                    newestOffset=-1,
-                    readonly=(name, number) in view.readonly,
-                )
-        return pb.StreamMetadata(
-            name=name,
-            subject=str(record.config.get("subject", "")),
-            creationTimestamp=0 if local is None else local.created_ns,
-            partitions=partitions,
-        )
-
-    def _stream_metadata(self, name: str) -> pb.StreamMetadata:
-        if self.cluster is not None:
-            return self._cluster_stream_metadata(self.cluster, name)
-        stream = self.broker.find_stream(name)
-        if stream is None:
-            return pb.StreamMetadata(name=name, error=pb.StreamMetadata.UNKNOWN_STREAM)
-        broker_id = self.advertised.broker_id
-        return pb.StreamMetadata(
-            name=name,
-            subject=stream.subject,
-            creationTimestamp=stream.created_ns,
-            partitions={p.number: partition_metadata(p, broker_id) for p in stream.partitions},
-        )
-
     async def _group_metadata(self, group_id: str) -> pb.ConsumerGroupMetadata:
-        if self.cluster is not None:
-            # Read from etcd: a client asks after a refusal, so the answer must be current.
-            record = await self.cluster.groups.refresh(group_id)
-            found = None if record is None else (record.coordinator, record.epoch)
-        else:
-            epoch = self.broker.groups.epoch(group_id)
-            found = None if epoch is None else (self.advertised.broker_id, epoch)
+        found = await self.control.group_coordinator(group_id)
         if found is None:
             return pb.ConsumerGroupMetadata(
                 groupId=group_id, error=pb.ConsumerGroupMetadata.UNKNOWN_GROUP
@@ -362,36 +262,19 @@ class LiftbridgeService(pb_grpc.APIServicer):
     async def FetchMetadata(
         self, request: pb.FetchMetadataRequest, context: Context
     ) -> pb.FetchMetadataResponse:
-        async with grpc_errors(context):
-            if self.cluster is not None:
-                names = list(request.streams) or sorted(self.cluster.view.streams)
-                brokers = self._cluster_brokers(self.cluster)
-            else:
-                names = list(request.streams) or [s.name for s in self.broker.list_streams()]
-                brokers = [self._broker_info()]
-            return pb.FetchMetadataResponse(
-                brokers=brokers,
-                streamMetadata=[self._stream_metadata(n) for n in names],
-                groupMetadata=[await self._group_metadata(g) for g in request.groups],
-            )
-        raise AssertionError("unreachable")
+        control = self.control
+        names = list(request.streams) or control.stream_names()
+        return pb.FetchMetadataResponse(
+            brokers=[_broker(b) for b in control.brokers()],
+            streamMetadata=[_stream_metadata(n, control.describe_stream(n)) for n in names],
+            groupMetadata=[await self._group_metadata(g) for g in request.groups],
+        )
 
     async def FetchPartitionMetadata(
         self, request: pb.FetchPartitionMetadataRequest, context: Context
     ) -> pb.FetchPartitionMetadataResponse:
-        async with grpc_errors(context):
-            partition = self.broker.partition(request.stream, request.partition)
-            if self.cluster is not None:
-                if partition.role is not None:
-                    partition.role.check_read(False)  # Liftbridge: the leader answers
-                state = self.cluster.view.partitions.get((request.stream, request.partition))
-                return pb.FetchPartitionMetadataResponse(
-                    metadata=partition_metadata(partition, "", state)
-                )
-            return pb.FetchPartitionMetadataResponse(
-                metadata=partition_metadata(partition, self.advertised.broker_id)
-            )
-        raise AssertionError("unreachable")
+        info = self.control.describe_partition(request.stream, request.partition)
+        return pb.FetchPartitionMetadataResponse(metadata=partition_metadata(info))
 
     # -- publishing ------------------------------------------------------------------------------
 
@@ -404,7 +287,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
         _check_ack_policy(request.ackPolicy)
         if request.ackPolicy != pb.NONE:
             return
-        stream = self.broker.find_stream(request.stream)
+        stream = self.control.find_stream(request.stream)
         if stream is not None and stream.config.optimistic_concurrency:
             partition = stream.partition(request.partition)
             if partition.readonly:
@@ -414,7 +297,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
     def _ack(
         self, request: pb.PublishRequest, offset: int, received: int, committed: int
     ) -> pb.Ack:
-        subject = self.broker.stream(request.stream).subject
+        subject = self.control.stream(request.stream).subject
         return pb.Ack(
             stream=request.stream,
             partitionSubject=subject
@@ -431,51 +314,45 @@ class LiftbridgeService(pb_grpc.APIServicer):
 
     async def Publish(self, request: pb.PublishRequest, context: Context) -> pb.PublishResponse:
         started = time.perf_counter()
-        async with grpc_errors(context):
-            self._check_publish(request)
-            try:
-                published = await self.broker.publish(
-                    request.stream,
-                    request.partition,
-                    [_message(request)],
-                    expected_offset=(
-                        request.expectedOffset if request.expectedOffset >= 0 else None
-                    ),
-                    durable=request.ackPolicy == pb.ALL,
-                )
-            except IncorrectOffset as error:
-                raise FailedPrecondition(_liftbridge_text(error)) from None
-            except NotLeader as error:
-                # Liftbridge takes a publish on any broker: hand it to the leader.
-                return await self._forward(request, error, context.time_remaining())
-            self._observe(started)
-            if request.ackPolicy == pb.NONE:
-                return pb.PublishResponse()
-            stored = published.timestamp
-            ack = self._ack(request, published.offsets[0], stored, max(stored, time.time_ns()))
-            return pb.PublishResponse(ack=ack, correlationId=request.correlationId)
-        raise AssertionError("unreachable")
+        self._check_publish(request)
+        try:
+            published = await self.control.publish(
+                request.stream,
+                request.partition,
+                [_message(request)],
+                expected_offset=request.expectedOffset if request.expectedOffset >= 0 else None,
+                durable=request.ackPolicy == pb.ALL,
+            )
+        except IncorrectOffset as error:
+            raise FailedPrecondition(_liftbridge_text(error)) from None
+        except NotLeader as error:
+            # Liftbridge takes a publish on any broker: hand it to the leader, once (a publish
+            # handed here is refused, so two brokers with stale views never pass it around).
+            if handed_over(context):
+                raise
+            return await self._forward(request, error, context.time_remaining())
+        self._observe(started)
+        if request.ackPolicy == pb.NONE:
+            return pb.PublishResponse()
+        stored = published.timestamp
+        ack = self._ack(request, published.offsets[0], stored, max(stored, time.time_ns()))
+        return pb.PublishResponse(ack=ack, correlationId=request.correlationId)
 
     async def _forward(
         self, request: pb.PublishRequest, refusal: NotLeader, timeout: float | None
     ) -> pb.PublishResponse:
         """A publish sent to a broker of a cluster that does not lead its partition, published
         on the leader (Liftbridge clients publish on any broker); the refusal if none leads."""
-        cluster = self.cluster
-        if cluster is None:
-            raise refusal
-        state = cluster.view.partitions.get((request.stream, request.partition))
-        address = "" if state is None else cluster.view.brokers.get(state.leader, "")
-        if not address or (state is not None and state.leader == cluster.broker_id):
-            raise refusal
-        stub = pb_grpc.APIStub(cluster.channel(address))
-        try:
-            response: pb.PublishResponse = await stub.Publish(
-                request, timeout=FORWARD_TIMEOUT_S if timeout is None else timeout
+
+        async def publish(channel: grpc.aio.Channel) -> pb.PublishResponse:
+            response: pb.PublishResponse = await pb_grpc.APIStub(channel).Publish(
+                request,
+                timeout=FORWARD_TIMEOUT_S if timeout is None else timeout,
+                metadata=((FORWARDED, "1"),),
             )
-        except grpc.aio.AioRpcError as error:
-            raise Forwarded(error.code(), error.details() or "") from None
-        return response
+            return response
+
+        return await self.control.on_leader(request.stream, request.partition, refusal, publish)
 
     async def _publish_run(self, run: Sequence[pb.PublishRequest]) -> list[pb.PublishResponse]:
         """Append consecutive requests for one partition as one batch; one response each."""
@@ -483,7 +360,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
         started = time.perf_counter()
         try:
             self._check_publish(first)
-            published = await self.broker.publish(
+            published = await self.control.publish(
                 first.stream,
                 first.partition,
                 [_message(r) for r in run],
@@ -491,7 +368,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
                 durable=any(r.ackPolicy == pb.ALL for r in run),
             )
         except Exception as error:
-            if isinstance(error, NotLeader) and self.cluster is not None:
+            if isinstance(error, NotLeader):
                 return [await self._forward_async(r, error) for r in run]
             if not is_refusal(error):
                 raise
@@ -531,7 +408,7 @@ class LiftbridgeService(pb_grpc.APIServicer):
         return forwarded
 
     def _checks_offsets(self, stream: str) -> bool:
-        found = self.broker.find_stream(stream)
+        found = self.control.find_stream(stream)
         return found is not None and found.config.optimistic_concurrency
 
     async def _publish_group(self, requests: list[pb.PublishRequest]) -> list[pb.PublishResponse]:
@@ -583,10 +460,10 @@ class LiftbridgeService(pb_grpc.APIServicer):
                 queue.put_nowait(None)
 
         reader = asyncio.create_task(pump())
-        withdraw = self.broker.when_draining(stop_reading)
+        withdraw = self.control.when_draining(stop_reading)
         try:
             ended = False
-            while not ended and not self.broker.draining:
+            while not ended and not self.control.draining:
                 head = await queue.get()
                 if head is None:
                     break
@@ -597,13 +474,14 @@ class LiftbridgeService(pb_grpc.APIServicer):
                         ended = True
                         break
                     group.append(item)
-                async with grpc_errors(context):
-                    for response in await self._publish_group(group):
-                        yield response
-            if self.broker.draining:
+                for response in await self._publish_group(group):
+                    yield response
+            if self.control.draining:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, DRAINED)
             if broken:
                 error = broken[0]
+                if isinstance(error, PermissionDenied):  # the guard refused a frame
+                    raise error
                 detail = str(error) if isinstance(error, TidelogError) else repr(error)
                 await context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT,
@@ -619,52 +497,50 @@ class LiftbridgeService(pb_grpc.APIServicer):
     ) -> pb.PublishToSubjectResponse:
         """Append to every stream partition listening on the subject (one stream of each
         load-balance group); the ack is the first one's, in stream-name order."""
-        async with grpc_errors(context):
-            if not request.subject:
-                raise InvalidArgument("publish to a subject needs a subject")
-            _check_ack_policy(request.ackPolicy)
-            targets = self.broker.subject_targets(request.subject)
-            if not targets:
-                raise SubjectNotFound(request.subject)
-            message = _message(request)
-            first: tuple[Partition, Published] | None = None
-            failures: list[Exception] = []
-            for target in targets:
-                try:
-                    published = await self.broker.publish(
-                        target.stream,
-                        target.number,
-                        [message],
-                        durable=request.ackPolicy == pb.ALL,
-                    )
-                except Exception as error:
-                    if not is_refusal(error):
-                        raise
-                    failures.append(error)
-                    continue
-                first = first or (target, published)
-            if first is None:
-                raise failures[0]
-            for failure in failures:  # stored elsewhere: the publisher cannot be told more
-                _log.warning("publish to subject %r: %s", request.subject, failure)
-            if request.ackPolicy == pb.NONE:
-                return pb.PublishToSubjectResponse()
-            target, published = first
-            stored = published.timestamp
-            return pb.PublishToSubjectResponse(
-                ack=pb.Ack(
-                    stream=target.stream,
-                    partitionSubject=request.subject,
-                    msgSubject=request.subject,
-                    offset=published.offsets[0],
-                    ackInbox=request.ackInbox,
-                    correlationId=request.correlationId,
-                    ackPolicy=request.ackPolicy,
-                    receptionTimestamp=stored,
-                    commitTimestamp=max(stored, time.time_ns()),
+        if not request.subject:
+            raise InvalidArgument("publish to a subject needs a subject")
+        _check_ack_policy(request.ackPolicy)
+        targets = self.control.subject_targets(request.subject)
+        if not targets:
+            raise SubjectNotFound(request.subject)
+        message = _message(request)
+        first: tuple[Partition, Published] | None = None
+        failures: list[Exception] = []
+        for target in targets:
+            try:
+                published = await self.control.publish(
+                    target.stream,
+                    target.number,
+                    [message],
+                    durable=request.ackPolicy == pb.ALL,
                 )
+            except Exception as error:
+                if not is_refusal(error):
+                    raise
+                failures.append(error)
+                continue
+            first = first or (target, published)
+        if first is None:
+            raise failures[0]
+        for failure in failures:  # stored elsewhere: the publisher cannot be told more
+            _log.warning("publish to subject %r: %s", request.subject, failure)
+        if request.ackPolicy == pb.NONE:
+            return pb.PublishToSubjectResponse()
+        target, published = first
+        stored = published.timestamp
+        return pb.PublishToSubjectResponse(
+            ack=pb.Ack(
+                stream=target.stream,
+                partitionSubject=request.subject,
+                msgSubject=request.subject,
+                offset=published.offsets[0],
+                ackInbox=request.ackInbox,
+                correlationId=request.correlationId,
+                ackPolicy=request.ackPolicy,
+                receptionTimestamp=stored,
+                commitTimestamp=max(stored, time.time_ns()),
             )
-        raise AssertionError("unreachable")
+        )
 
     # -- subscribing -----------------------------------------------------------------------------
 
@@ -675,151 +551,109 @@ class LiftbridgeService(pb_grpc.APIServicer):
         group = None
         if consumer.groupId:
             if not consumer.consumerId:
-                await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT, "a group subscription needs a consumerId"
-                )
+                raise InvalidArgument("a group subscription needs a consumerId")
             group = (consumer.groupId, consumer.consumerId, consumer.groupEpoch)
-        async with grpc_errors(context):
-            clustered = self.cluster.groups if self.cluster is not None else None
-            if group is not None and clustered and not clustered.check_subscriber(*group):
-                await clustered.refresh(group[0])  # the mirror may be behind the metadata
-            start_offset = request.startOffset
-            if request.startPosition == pb.OFFSET:
-                # As Liftbridge: a negative start counts as 0 (gufo-liftbridge sends -1 for a
-                # cursor never set), and a start beyond the high watermark starts at the next
-                # message. tidelog.v1 refuses the first and waits for the offset in the second.
-                start_offset = max(start_offset, 0)
-                if not request.reverse:
-                    partition = self.broker.partition(request.stream, request.partition)
-                    start_offset = min(start_offset, partition.high_watermark + 1)
-            subscription = self.broker.subscribe(
-                request.stream,
-                request.partition,
-                BrokerSubscribe(
-                    start=StartPosition(request.startPosition),
-                    start_offset=start_offset,
-                    start_timestamp=request.startTimestamp,
-                    stop=StopPosition(request.stopPosition),
-                    stop_offset=request.stopOffset,
-                    stop_timestamp=request.stopTimestamp,
-                    reverse=request.reverse,
-                ),
-                resume=request.resume,
-                group=group,
-                read_replica=request.readISRReplica,
-            )
-            stream = self.broker.stream(request.stream)
-            subject = stream.subject
-            name, number = request.stream, request.partition
-            yield pb.Message()  # the handshake: the subscription exists
-            gate = delivery_gate()
-            async for batch in subscription.batches():
-                # One send per message: take a turn for the batch (broker/delivery.py).
-                turn = await gate.turn()
-                try:
-                    for message in _messages(batch, name, number, subject):
-                        yield message
-                        turn.progress()
-                finally:
-                    turn.release()
+        start_offset = request.startOffset
+        if request.startPosition == pb.OFFSET:
+            # As Liftbridge: a negative start counts as 0 (gufo-liftbridge sends -1 for a
+            # cursor never set), and a start beyond the high watermark starts at the next
+            # message. tidelog.v1 refuses the first and waits for the offset in the second.
+            start_offset = max(start_offset, 0)
+            if not request.reverse:
+                partition = self.control.partition(request.stream, request.partition)
+                start_offset = min(start_offset, partition.high_watermark + 1)
+        subscription = await self.control.subscribe(
+            request.stream,
+            request.partition,
+            BrokerSubscribe(
+                start=StartPosition(request.startPosition),
+                start_offset=start_offset,
+                start_timestamp=request.startTimestamp,
+                stop=StopPosition(request.stopPosition),
+                stop_offset=request.stopOffset,
+                stop_timestamp=request.stopTimestamp,
+                reverse=request.reverse,
+            ),
+            resume=request.resume,
+            group=group,
+            read_replica=request.readISRReplica,
+        )
+        subject = self.control.stream(request.stream).subject
+        name, number = request.stream, request.partition
+        yield pb.Message()  # the handshake: the subscription exists
+        gate = delivery_gate()
+        async for batch in subscription.batches():
+            # One send per message: take a turn for the batch (broker/delivery.py).
+            turn = await gate.turn()
+            try:
+                for message in _messages(batch, name, number, subject):
+                    yield message
+                    turn.progress()
+            finally:
+                turn.release()
 
     # -- cursors ---------------------------------------------------------------------------------
 
     async def SetCursor(
         self, request: pb.SetCursorRequest, context: Context
     ) -> pb.SetCursorResponse:
-        async with grpc_errors(context):
-            store = await self._cursors()
-            await store.set(request.cursorId, request.stream, request.partition, request.offset)
+        store = await self.control.cursors()
+        await store.set(request.cursorId, request.stream, request.partition, request.offset)
         return pb.SetCursorResponse()
-
-    async def _cursors(self) -> CursorStore:
-        """Where cursors are kept: this broker's ``__cursors``, in a cluster a replicated stream
-        whose partitions' leaders take the calls (others answer not-leader, naming it)."""
-        if self.cluster is not None:
-            return await self.cluster.cursors()
-        return self.broker.cursors
 
     async def FetchCursor(
         self, request: pb.FetchCursorRequest, context: Context
     ) -> pb.FetchCursorResponse:
-        async with grpc_errors(context):
-            store = await self._cursors()
-            offset = await store.fetch(request.cursorId, request.stream, request.partition)
-            return pb.FetchCursorResponse(offset=offset)
-        raise AssertionError("unreachable")
+        store = await self.control.cursors()
+        offset = await store.fetch(request.cursorId, request.stream, request.partition)
+        return pb.FetchCursorResponse(offset=offset)
 
     # -- consumer groups -------------------------------------------------------------------------
 
     async def JoinConsumerGroup(
         self, request: pb.JoinConsumerGroupRequest, context: Context
     ) -> pb.JoinConsumerGroupResponse:
-        async with grpc_errors(context):
-            groups = self.broker.groups
-            streams = list(request.streams)
-            if self.cluster is not None:
-                record = await self.cluster.groups.join(
-                    request.groupId, request.consumerId, streams
-                )
-                coordinator, epoch = record.coordinator, record.epoch
-            else:
-                epoch = groups.join(request.groupId, request.consumerId, streams)
-                coordinator = self.advertised.broker_id
-            return pb.JoinConsumerGroupResponse(
-                coordinator=coordinator,
-                epoch=epoch,
-                consumerTimeout=int(groups.consumer_timeout_s * 1e9),
-                coordinatorTimeout=int(groups.coordinator_timeout_s * 1e9),
-            )
-        raise AssertionError("unreachable")
+        coordinator, epoch = await self.control.join_group(
+            request.groupId, request.consumerId, list(request.streams)
+        )
+        consumer_timeout, coordinator_timeout = self.control.group_timeouts
+        return pb.JoinConsumerGroupResponse(
+            coordinator=coordinator,
+            epoch=epoch,
+            consumerTimeout=int(consumer_timeout * 1e9),
+            coordinatorTimeout=int(coordinator_timeout * 1e9),
+        )
 
     async def LeaveConsumerGroup(
         self, request: pb.LeaveConsumerGroupRequest, context: Context
     ) -> pb.LeaveConsumerGroupResponse:
-        async with grpc_errors(context):
-            if self.cluster is not None:
-                await self.cluster.groups.leave(request.groupId, request.consumerId)
-            else:
-                self.broker.groups.leave(request.groupId, request.consumerId)
+        await self.control.leave_group(request.groupId, request.consumerId)
         return pb.LeaveConsumerGroupResponse()
 
     async def FetchConsumerGroupAssignments(
         self, request: pb.FetchConsumerGroupAssignmentsRequest, context: Context
     ) -> pb.FetchConsumerGroupAssignmentsResponse:
-        async with grpc_errors(context):
-            if self.cluster is not None:
-                epoch, assigned = await self.cluster.groups.fetch_assignments(
-                    request.groupId, request.consumerId, request.epoch
-                )
-            else:
-                epoch, assigned = self.broker.groups.fetch_assignments(
-                    request.groupId, request.consumerId, request.epoch
-                )
-            return pb.FetchConsumerGroupAssignmentsResponse(
-                epoch=epoch,
-                assignments=[
-                    pb.PartitionAssignment(stream=stream, partitions=partitions)
-                    for stream, partitions in sorted(assigned.items())
-                ],
-            )
-        raise AssertionError("unreachable")
+        epoch, assigned = await self.control.fetch_assignments(
+            request.groupId, request.consumerId, request.epoch
+        )
+        return pb.FetchConsumerGroupAssignmentsResponse(
+            epoch=epoch,
+            assignments=[
+                pb.PartitionAssignment(stream=stream, partitions=partitions)
+                for stream, partitions in sorted(assigned.items())
+            ],
+        )
 
     async def ReportConsumerGroupCoordinator(
         self, request: pb.ReportConsumerGroupCoordinatorRequest, context: Context
     ) -> pb.ReportConsumerGroupCoordinatorResponse:
-        async with grpc_errors(context):
-            if self.cluster is not None:
-                await self.cluster.groups.report_coordinator(
-                    request.groupId,
-                    request.consumerId,
-                    request.coordinator,
-                    request.epoch,
-                    forwarded=handed_over(context),
-                )
-            else:
-                self.broker.groups.report_coordinator(
-                    request.groupId, request.consumerId, request.epoch
-                )
+        await self.control.report_coordinator(
+            request.groupId,
+            request.consumerId,
+            request.coordinator,
+            request.epoch,
+            handed=handed_over(context),
+        )
         return pb.ReportConsumerGroupCoordinatorResponse()
 
 

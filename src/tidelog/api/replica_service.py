@@ -1,6 +1,6 @@
-"""``tidelog.v1.Replication``: what a partition's leader answers its followers
-(``tidelog.cluster.node``), registered only when the server runs in a cluster; and
-``tidelog.v1.ClusterAdmin``, the cluster's status and reassignments, on every server."""
+"""``tidelog.v1.Replication``: what a partition's leader answers its followers; and
+``tidelog.v1.ClusterAdmin``, the cluster's status and reassignments. Both are served by every
+server: a single broker's control answers that it is not in a cluster."""
 
 from __future__ import annotations
 
@@ -8,60 +8,42 @@ import grpc
 
 from tidelog._proto.tidelog.v1 import cluster_pb2 as cpb
 from tidelog._proto.tidelog.v1 import cluster_pb2_grpc
-from tidelog.api.status import grpc_errors
-from tidelog.cluster.node import ClusterNode
-from tidelog.errors import FailedPrecondition
+from tidelog.control import Control
 
 Context = grpc.aio.ServicerContext[object, object]
 
 
 class ReplicationService(cluster_pb2_grpc.ReplicationServicer):
-    def __init__(self, node: ClusterNode) -> None:
-        self.node = node
+    def __init__(self, control: Control) -> None:
+        self.control = control
 
     async def ReplicaFetch(
         self, request: cpb.ReplicaFetchRequest, context: Context
     ) -> cpb.ReplicaFetchResponse:
-        async with grpc_errors(context):
-            return await self.node.serve_fetch(request)
-        raise AssertionError("unreachable")
+        return await self.control.replica_fetch(request)
 
     async def OffsetForLeaderEpoch(
         self, request: cpb.OffsetForLeaderEpochRequest, context: Context
     ) -> cpb.OffsetForLeaderEpochResponse:
-        async with grpc_errors(context):
-            return self.node.serve_epoch_end(request)
-        raise AssertionError("unreachable")
+        return self.control.epoch_end(request)
 
 
 class ClusterAdminService(cluster_pb2_grpc.ClusterAdminServicer):
-    """``tidelog cluster status|reassign``; a single broker says it is not in a cluster."""
+    """``tidelog cluster status|reassign``."""
 
-    def __init__(self, node: ClusterNode | None) -> None:
-        self.node = node
-
-    def _node(self) -> ClusterNode:
-        if self.node is None:
-            raise FailedPrecondition(
-                "this server is a single broker, not part of a cluster (start brokers with "
-                "--cluster http://ETCD:2379 --broker-id ID)"
-            )
-        return self.node
+    def __init__(self, control: Control) -> None:
+        self.control = control
 
     async def ClusterStatus(
         self, request: cpb.ClusterStatusRequest, context: Context
     ) -> cpb.ClusterStatusResponse:
-        async with grpc_errors(context):
-            return await self._node().status(request.stream, request.local_only)
-        raise AssertionError("unreachable")
+        return await self.control.cluster_status(request.stream, request.local_only)
 
     async def Reassign(
         self, request: cpb.ReassignRequest, context: Context
     ) -> cpb.ReassignResponse:
-        async with grpc_errors(context):
-            node = self._node()
-            await node.reassign(request.stream, request.partition, list(request.replicas))
-            status = await node.status(request.stream, local_only=True)
-            found = [p for p in status.partitions if p.partition == request.partition]
-            return cpb.ReassignResponse(status=found[0] if found else None)
-        raise AssertionError("unreachable")
+        status = await self.control.reassign(
+            request.stream, request.partition, list(request.replicas)
+        )
+        found = [p for p in status.partitions if p.partition == request.partition]
+        return cpb.ReassignResponse(status=found[0] if found else None)

@@ -25,17 +25,15 @@ from tidelog._proto.liftbridge import api_pb2_grpc
 from tidelog._proto.tidelog.v1 import cluster_pb2_grpc, tidelog_pb2_grpc
 from tidelog.api.decoding import GuardedRegistry
 from tidelog.api.http import ConsoleFactory, HttpEndpoint
-from tidelog.api.liftbridge import Advertised, LiftbridgeService
+from tidelog.api.liftbridge import LiftbridgeService
 from tidelog.api.metrics import Metrics
 from tidelog.api.replica_service import ClusterAdminService, ReplicationService
 from tidelog.api.settings import ServerSettings
-from tidelog.api.site_host import ClusterSite, SiteHost
 from tidelog.api.v1 import TidelogService
 from tidelog.broker import Broker, arm_faults_from_environment
-from tidelog.cluster.node import ClusterNode, ClusterSettings
-from tidelog.sites.local_site import LocalSite
-from tidelog.sites.send_queue import QUEUE_SEGMENT_BYTES, QueueRetention
-from tidelog.sites.sink import StreamSource
+from tidelog.cluster import ClusterNode, ClusterSettings
+from tidelog.control import Advertised, ClusterControl, ClusterSite, Control, SingleBroker, SiteHost
+from tidelog.sites import QUEUE_SEGMENT_BYTES, LocalSite, QueueRetention, StreamSource
 from tidelog.wire import MAX_FRAME
 
 LOG = logging.getLogger("tidelog.server")
@@ -207,21 +205,19 @@ class Server:
             host=settings.advertised_host or settings.host,
             port=settings.advertised_port or self.port,
         )
-        # Every method registered through the guard: undecodable requests answer INVALID_ARGUMENT.
+        # The mode is decided here, once: the fronts see only the control.
+        control: Control = (
+            SingleBroker(self.broker, advertised, self.sites)
+            if self.cluster is None
+            else ClusterControl(self.broker, self.cluster, self.sites)
+        )
+        # Every method registered through the guard (guard.py): access, then the error table.
         registry: Any = GuardedRegistry(server)
-        api_pb2_grpc.add_APIServicer_to_server(
-            LiftbridgeService(self.broker, advertised, self.metrics, self.cluster), registry
-        )
-        if self.cluster is not None:
-            cluster_pb2_grpc.add_ReplicationServicer_to_server(
-                ReplicationService(self.cluster), registry
-            )
-        cluster_pb2_grpc.add_ClusterAdminServicer_to_server(
-            ClusterAdminService(self.cluster), registry
-        )
+        api_pb2_grpc.add_APIServicer_to_server(LiftbridgeService(control, self.metrics), registry)
+        cluster_pb2_grpc.add_ReplicationServicer_to_server(ReplicationService(control), registry)
+        cluster_pb2_grpc.add_ClusterAdminServicer_to_server(ClusterAdminService(control), registry)
         tidelog_pb2_grpc.add_TidelogServicer_to_server(
-            TidelogService(self.broker, self.metrics, self.sites, self.cluster),
-            registry,
+            TidelogService(control, self.metrics), registry
         )
         for service in ("", "proto.API", "tidelog.v1.Tidelog"):
             self._health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)

@@ -48,6 +48,7 @@ from tidelog.broker import (
     FlushPolicy,
     LogConfig,
 )
+from tidelog.cluster import DEFAULT_ACK_TIMEOUT_S, DEFAULT_LEASE_TTL_S, DEFAULT_REPLICA_LAG_MAX_S
 from tidelog.wire import DEFAULT_HOST, DEFAULT_PORT
 
 ENV_PREFIX = "TIDELOG_"
@@ -110,21 +111,21 @@ class ServerSettings(BaseSettings):
         "(default: advertised_host or host, and the bound port)",
     )
     cluster_lease_ttl_s: int = Field(
-        3,
+        DEFAULT_LEASE_TTL_S,
         ge=2,
         le=60,
         description="a broker that stops refreshing its etcd lease for this long leaves the "
         "cluster (its partitions get new leaders)",
     )
     cluster_ack_timeout_s: float = Field(
-        10.0,
+        DEFAULT_ACK_TIMEOUT_S,
         gt=0,
         description="how long a publish with ack policy ALL waits for the in-sync replicas "
         "before it fails with UNAVAILABLE (retryable); above replica_lag_max_s, so a publish "
         "that waits for a follower that stopped is acknowledged once the ISR drops it",
     )
     replica_lag_max_s: float = Field(
-        5.0,
+        DEFAULT_REPLICA_LAG_MAX_S,
         gt=0,
         description="a follower that has not caught up with its leader for this long leaves "
         "the ISR (it rejoins once caught up)",

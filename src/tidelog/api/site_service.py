@@ -1,6 +1,7 @@
 """The multi-site RPCs of ``tidelog.v1``: declare, forget and list remote sites; transmit.
 
-On a cluster the site runs on one broker, its gateway (``site_host.py``); a site RPC reaching
+On a cluster the site runs on one broker, its gateway (``tidelog.control.site_host``); a site
+RPC reaching
 another broker is handed to the gateway (with the ``FORWARDED`` header, so it goes no further)
 and its answer, or its failure's status, passed back. A source site's replication stream is
 relayed both ways, so a remote site may be declared with the address of any broker of the
@@ -20,16 +21,11 @@ import numpy.typing as npt
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
-from tidelog.api.site_host import SiteHost
-from tidelog.api.status import Forwarded, grpc_errors, handed_over
-from tidelog.cluster.groups import FORWARDED
-from tidelog.cluster.node import ClusterNode
+from tidelog.api.status import handed_over
+from tidelog.control import Control, SiteHost, forwarded
 from tidelog.errors import FailedPrecondition, InvalidArgument, NotLeader, SiteMoving
-from tidelog.sites.local_site import LocalSite
-from tidelog.sites.registry import Site
-from tidelog.sites.routed import RoutedColumns, from_wire
-from tidelog.sites.sink import SnapshotFrame
-from tidelog.sites.windows import Framed
+from tidelog.sites import Framed, LocalSite, RoutedColumns, Site, SnapshotFrame, from_wire
+from tidelog.wire import FORWARDED
 
 Context = grpc.aio.ServicerContext[object, object]
 _U32 = np.dtype("<u4")
@@ -44,29 +40,29 @@ def _wire(site: Site) -> v1.SiteInfo:
 class SiteService(v1_grpc.TidelogServicer):
     """Answers the site RPCs; mixed into :class:`tidelog.api.v1.TidelogService`."""
 
-    sites: SiteHost | None
-    cluster: ClusterNode | None
+    control: Control
 
     @contextlib.asynccontextmanager
     async def _errors(self, context: Context) -> AsyncIterator[None]:
-        """``grpc_errors``, and on a cluster a site stream this broker no longer leads
-        (``NotLeader``: the site is moving and the site loop has not closed it yet) answered
-        as the site moving (UNAVAILABLE, retryable)."""
-        async with grpc_errors(context):
-            try:
-                yield
-            except NotLeader:
-                if self.sites is None or self.cluster is None:
-                    raise
-                raise SiteMoving(self.sites.site_id) from None
+        """A site stream this broker no longer leads (``NotLeader``: the site is moving and the
+        site loop has not closed it yet) answered as the site moving (UNAVAILABLE,
+        retryable)."""
+        try:
+            yield
+        except NotLeader:
+            sites = self.control.sites
+            if sites is None:
+                raise
+            raise SiteMoving(sites.site_id) from None
 
     def _host(self) -> SiteHost:
-        if self.sites is None:
+        sites = self.control.sites
+        if sites is None:
             raise FailedPrecondition(
                 "this server has no site id: start it with --site-id ID (or site_id in its "
                 "settings) to replicate to other sites"
             )
-        return self.sites
+        return sites
 
     def _site(self) -> LocalSite:
         host = self._host()
@@ -82,9 +78,9 @@ class SiteService(v1_grpc.TidelogServicer):
         host = self._host()
         if host.local is not None:
             return None
-        if handed_over(context) or self.cluster is None:
+        if handed_over(context):
             raise SiteMoving(host.site_id)
-        return v1_grpc.TidelogStub(self.cluster.channel(host.gateway()))
+        return v1_grpc.TidelogStub(host.gateway_channel())
 
     async def _handed(self, method: str, request: Any, context: Context) -> Any | None:
         """``request`` answered by the gateway (None: the site runs here)."""
@@ -97,7 +93,7 @@ class SiteService(v1_grpc.TidelogServicer):
                 request, timeout=remaining, metadata=((FORWARDED, "1"),)
             )
         except grpc.aio.AioRpcError as error:
-            raise Forwarded(error.code(), error.details() or "") from None
+            raise forwarded(error) from None
 
     async def AddSite(self, request: v1.AddSiteRequest, context: Context) -> v1.AddSiteResponse:
         async with self._errors(context):
@@ -254,7 +250,7 @@ class SiteService(v1_grpc.TidelogServicer):
             if (answer := await self._handed("ResyncSite", request, context)) is not None:
                 return answer  # type: ignore[no-any-return]
             self._site().resync(request.site_id)
-        return v1.ResyncSiteResponse()
+            return v1.ResyncSiteResponse()
 
 
 async def _relay(
@@ -277,7 +273,7 @@ async def _relay(
         if pumping.done() and not pumping.cancelled() and pumping.exception() is not None:
             raise pumping.exception()  # type: ignore[misc]  # the caller's stream failed
     except grpc.aio.AioRpcError as error:
-        raise Forwarded(error.code(), error.details() or "") from None
+        raise forwarded(error) from None
     finally:
         pumping.cancel()
         with contextlib.suppress(BaseException):

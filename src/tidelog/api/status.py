@@ -1,7 +1,7 @@
 """Every tidelog error mapped to a gRPC status, in one place.
 
-Servicers wrap their work in :func:`grpc_errors`; anything tidelog raises becomes the status
-below with the exception's own message (each says what to do). An ``OSError`` that means a
+The guard (``guard.py``) answers whatever a servicer raises with the status of this one table,
+:data:`STATUS`, and the exception's own message (each says what to do). An ``OSError`` that means a
 machine resource ran out (no disk space, no file descriptors; :func:`tidelog.errors.resource_error`)
 is answered RESOURCE_EXHAUSTED like :class:`~tidelog.errors.ResourceExhausted`, and logged as one
 WARNING line (at most one per resource and place every :data:`RESOURCE_WARNING_INTERVAL_S`).
@@ -12,19 +12,16 @@ a detail over its 8 KiB limit reaches the client as a different error altogether
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import Callable, Hashable
 from typing import Final
 
 import grpc
 
-from tidelog.cluster.groups import FORWARDED
-from tidelog.cluster.metadata import MetadataUnavailable
-from tidelog.cluster.replication import StaleEpoch
+from tidelog.control import Forwarded
 from tidelog.errors import (
     BrokerClosed,
     CorruptRecord,
@@ -36,6 +33,7 @@ from tidelog.errors import (
     LogClosed,
     LogLocked,
     MessageTooLarge,
+    MetadataUnavailable,
     NotEnoughReplicas,
     NotLeader,
     OffsetOutOfRange,
@@ -49,6 +47,7 @@ from tidelog.errors import (
     SiteExists,
     SiteMoving,
     SiteNotFound,
+    StaleEpoch,
     StopReached,
     StreamDeleted,
     StreamDeleting,
@@ -62,6 +61,7 @@ from tidelog.errors import (
     ViewNotFound,
     resource_error,
 )
+from tidelog.wire import FORWARDED
 
 LOG = logging.getLogger("tidelog.api")
 
@@ -164,15 +164,6 @@ def handed_over(context: grpc.aio.ServicerContext[object, object]) -> bool:
     return any(key == FORWARDED for key, _ in context.invocation_metadata() or ())
 
 
-class Forwarded(TidelogError):
-    """Another broker's failed answer to a call handed to it (a publish sent to a broker that
-    does not lead the partition): its status, passed on as is."""
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code = code
-
-
 def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
     """The status code and detail message tidelog answers ``error`` with."""
     error = as_tidelog_error(error)
@@ -207,16 +198,3 @@ def log_failure(error: BaseException) -> None:
             LOG.warning("request refused: %s%s", mapped, more)
     elif not isinstance(mapped, TidelogError | ValueError | TypeError):
         LOG.error("unexpected error while serving a request", exc_info=error)
-
-
-@contextlib.asynccontextmanager
-async def grpc_errors(context: grpc.aio.ServicerContext[object, object]) -> AsyncIterator[None]:
-    """Turn errors raised inside the block into the call's status."""
-    try:
-        yield
-    except grpc.aio.AbortError:
-        raise
-    except Exception as error:
-        log_failure(error)
-        code, detail = status_of(error)
-        await context.abort(code, detail)

@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Sequence
 
 import grpc
 
-from tidelog import columns
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 from tidelog.api.browse_service import BrowseService
@@ -16,12 +15,10 @@ from tidelog.api.describe_service import DescribeService
 from tidelog.api.draining import until_draining
 from tidelog.api.frames import END_REASONS, record_batch
 from tidelog.api.metrics import Metrics
-from tidelog.api.site_host import SiteHost
 from tidelog.api.site_service import SiteService
-from tidelog.api.status import grpc_errors, is_refusal, log_failure, status_of
+from tidelog.api.status import is_refusal, log_failure, status_of
 from tidelog.api.view_service import ViewService
 from tidelog.broker import (
-    Broker,
     NewRecord,
     PackedValues,
     StartPosition,
@@ -29,8 +26,9 @@ from tidelog.broker import (
     SubscribeRequest,
     delivery_gate,
 )
-from tidelog.cluster.node import ClusterNode
+from tidelog.control import Control
 from tidelog.errors import InvalidArgument, ReadonlyEnd, StopReached
+from tidelog.wire import columns
 
 Context = grpc.aio.ServicerContext[object, object]
 
@@ -38,16 +36,11 @@ Context = grpc.aio.ServicerContext[object, object]
 class TidelogService(
     ViewService, SiteService, BrowseService, DescribeService, v1_grpc.TidelogServicer
 ):
-    def __init__(
-        self,
-        broker: Broker,
-        metrics: Metrics | None = None,
-        sites: SiteHost | None = None,
-        cluster: ClusterNode | None = None,
-    ) -> None:
-        self.broker = broker
-        self.sites = sites
-        self.cluster = cluster
+    """tidelog's own calls translated onto the control; every call reaches it through the guard,
+    which maps errors to statuses."""
+
+    def __init__(self, control: Control, metrics: Metrics | None = None) -> None:
+        self.control = control
         self._latency = None if metrics is None else metrics.publish_latency.labels("tidelog.v1")
 
     async def _publish(self, request: v1.PublishBatchRequest) -> v1.PublishBatchResponse:
@@ -75,7 +68,7 @@ class TidelogService(
         duplicate = False
         if request.producer_id or request.producer_sequence:
             # NONE too: an unacknowledged batch with a producer id is still deduplicated.
-            published = await self.broker.publish_idempotent(
+            published = await self.control.publish_idempotent(
                 request.stream,
                 request.partition,
                 batch,
@@ -86,7 +79,7 @@ class TidelogService(
             )
             offsets, duplicate = published.offsets, published.duplicate
         else:
-            published = await self.broker.publish(
+            published = await self.control.publish(
                 request.stream,
                 request.partition,
                 batch,
@@ -105,17 +98,14 @@ class TidelogService(
     async def PublishBatch(
         self, request: v1.PublishBatchRequest, context: Context
     ) -> v1.PublishBatchResponse:
-        async with grpc_errors(context):
-            return await self._publish(request)
-        raise AssertionError("unreachable")
+        return await self._publish(request)
 
     async def PublishStream(
         self, request_iterator: AsyncIterator[v1.PublishBatchRequest], context: Context
     ) -> AsyncIterator[v1.PublishBatchResponse]:
-        requests = until_draining(self.broker, request_iterator)
-        async with grpc_errors(context):  # a drain ends the stream: UNAVAILABLE
-            async for request in requests:
-                yield await self._answer(request)
+        # A drain ends the stream: UNAVAILABLE.
+        async for request in until_draining(self.control, request_iterator):
+            yield await self._answer(request)
 
     async def _answer(self, request: v1.PublishBatchRequest) -> v1.PublishBatchResponse:
         """One ``PublishStream`` request's response: a refusal is answered in the response,
@@ -134,41 +124,39 @@ class TidelogService(
     async def SubscribeBatches(
         self, request: v1.SubscribeBatchesRequest, context: Context
     ) -> AsyncIterator[v1.RecordBatch]:
-        async with grpc_errors(context):
-            subscription = self.broker.subscribe(
-                request.stream,
-                request.partition,
-                SubscribeRequest(
-                    start=StartPosition(request.start_position),
-                    start_offset=request.start_offset,
-                    start_timestamp=request.start_timestamp,
-                    stop=StopPosition(request.stop_position),
-                    stop_offset=request.stop_offset,
-                    stop_timestamp=request.stop_timestamp,
-                    reverse=request.reverse,
-                ),
-                resume=request.resume,
-                max_messages=request.max_messages or None,
-                max_bytes=request.max_bytes or None,
-            )
-            yield v1.RecordBatch()  # the handshake: the subscription exists
-            gate = delivery_gate()
-            try:
-                async for batch in subscription.batches():
-                    frame = record_batch(batch)
-                    turn = await gate.turn()  # one send per frame (broker/delivery.py)
-                    try:
-                        yield frame
-                        turn.progress()
-                    finally:
-                        turn.release()
-            except (StopReached, ReadonlyEnd):
-                pass  # ended by itself: the reason is on the subscription
-            yield v1.RecordBatch(end=END_REASONS[subscription.end_reason])
+        subscription = await self.control.subscribe(
+            request.stream,
+            request.partition,
+            SubscribeRequest(
+                start=StartPosition(request.start_position),
+                start_offset=request.start_offset,
+                start_timestamp=request.start_timestamp,
+                stop=StopPosition(request.stop_position),
+                stop_offset=request.stop_offset,
+                stop_timestamp=request.stop_timestamp,
+                reverse=request.reverse,
+            ),
+            resume=request.resume,
+            max_messages=request.max_messages or None,
+            max_bytes=request.max_bytes or None,
+        )
+        yield v1.RecordBatch()  # the handshake: the subscription exists
+        gate = delivery_gate()
+        try:
+            async for batch in subscription.batches():
+                frame = record_batch(batch)
+                turn = await gate.turn()  # one send per frame (broker/delivery.py)
+                try:
+                    yield frame
+                    turn.progress()
+                finally:
+                    turn.release()
+        except (StopReached, ReadonlyEnd):
+            pass  # ended by itself: the reason is on the subscription
+        yield v1.RecordBatch(end=END_REASONS[subscription.end_reason])
 
     async def Consume(
         self, request_iterator: AsyncIterator[v1.ConsumeRequest], context: Context
     ) -> AsyncIterator[v1.ConsumeBatch]:
-        async with grpc_errors(context):
-            async for batch in consume(self.broker, request_iterator):
-                yield batch
+        async for batch in consume(self.control, request_iterator):
+            yield batch

@@ -39,6 +39,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from tidelog.access import ANONYMOUS, Access, Guard, Kind, Operation, on
 from tidelog.client import (
     AlreadyExists,
     AsyncClient,
@@ -70,6 +71,7 @@ from tidelog.console.sampler import (
     Sampler,
     stream_total,
 )
+from tidelog.errors import PermissionDenied
 
 LOG = logging.getLogger("tidelog.console")
 HERE = Path(__file__).parent
@@ -90,8 +92,10 @@ class ConsoleConfig:
 class Console:
     """The app's state: the client and the sampler (created on the server's event loop)."""
 
-    def __init__(self, config: ConsoleConfig) -> None:
+    def __init__(self, config: ConsoleConfig, guard: Guard | None = None) -> None:
         self.config = config
+        self.guard = guard or Guard()
+        """Checks each page and action (``PAGE_ACCESS``, ``ACTION_ACCESS``)."""
         self._client: AsyncClient | None = None
         self._sampler: Sampler | None = None
         self._task: asyncio.Task[None] | None = None
@@ -617,6 +621,7 @@ async def action(request: Request) -> Response:
     if not form.get("stream", "").strip():
         raise BadQuery("name the stream")
     form["stream"] = form["stream"].strip()
+    _console(request).guard.check(ANONYMOUS, ACTION_ACCESS[name](form))
     if form.pop("confirmed", "") != "yes":
         return page(
             request,
@@ -628,6 +633,63 @@ async def action(request: Request) -> Response:
     return RedirectResponse(act.then(form), status_code=303)
 
 
+# -- the guard -----------------------------------------------------------------------------------
+
+Op = Operation
+PageRule = Callable[[dict[str, Any]], tuple[Access, ...]]
+
+
+def _on_stream(op: Operation) -> PageRule:
+    return lambda params: (on(op, Kind.STREAM, params["stream"]),)
+
+
+PAGE_ACCESS: dict[str, PageRule] = {
+    "/": lambda _: (),  # a redirect to /streams
+    "/streams": lambda _: (on(Op.DESCRIBE, Kind.STREAM),),
+    "/streams/{stream}": _on_stream(Op.DESCRIBE),
+    "/streams/{stream}/messages": _on_stream(Op.READ),
+    "/streams/{stream}/messages/{partition:int}/{offset:int}": _on_stream(Op.READ),
+    "/streams/{stream}/export.{kind}": _on_stream(Op.READ),
+    "/streams/{stream}/tail": _on_stream(Op.READ),
+    "/consumers": lambda _: (on(Op.DESCRIBE, Kind.GROUP), on(Op.READ, Kind.CURSOR)),
+    "/views": lambda _: (on(Op.DESCRIBE, Kind.STREAM),),
+    "/views/{stream}/{view}": _on_stream(Op.READ),
+    "/replication": lambda _: (on(Op.DESCRIBE, Kind.SITE),),
+    "/cluster": lambda _: (on(Op.DESCRIBE, Kind.CLUSTER),),
+}
+"""Each page's route -> what it shows, checked by the guard before the page is built (the
+static assets under ``/static`` are the console's own files and need no access)."""
+
+ACTION_ACCESS: dict[str, Callable[[dict[str, str]], tuple[Access, ...]]] = {
+    "create": lambda f: (on(Op.CREATE, Kind.STREAM, f["stream"]),),
+    "pause": lambda f: (on(Op.ALTER, Kind.STREAM, f["stream"]),),
+    "readonly": lambda f: (on(Op.ALTER, Kind.STREAM, f["stream"]),),
+    "writable": lambda f: (on(Op.ALTER, Kind.STREAM, f["stream"]),),
+    "delete": lambda f: (on(Op.DELETE, Kind.STREAM, f["stream"]),),
+    "set-cursor": lambda f: (
+        on(Op.ALTER, Kind.CURSOR, f.get("cursor", "")),
+        on(Op.READ, Kind.STREAM, f["stream"]),
+    ),
+}
+"""Each action -> what it changes, checked by the guard before it is confirmed or taken."""
+
+
+def _guarded(path: str, endpoint: Callable[[Request], Awaitable[Response]]) -> Route:
+    """``endpoint`` at ``path``, served only once the guard accepts what :data:`PAGE_ACCESS`
+    says the page shows (a page missing from the table cannot be routed)."""
+    rule = PAGE_ACCESS[path]
+
+    async def page_behind_guard(request: Request) -> Response:
+        _console(request).guard.check(ANONYMOUS, rule(dict(request.path_params)))
+        return await endpoint(request)
+
+    return Route(path, page_behind_guard)
+
+
+async def on_denied(request: Request, error: Exception) -> Response:
+    return problem(request, 403, "Refused", str(error))
+
+
 # -- the app -------------------------------------------------------------------------------------
 
 
@@ -635,22 +697,23 @@ def create_app(config: ConsoleConfig) -> Starlette:
     """The console as an ASGI app for the server at ``config.server``."""
     console = Console(config)
     routes = [
-        Route("/", index),
-        Route("/streams", streams_page),
-        Route("/streams/{stream}", stream_page),
-        Route("/streams/{stream}/messages", messages_page),
-        Route("/streams/{stream}/messages/{partition:int}/{offset:int}", message_page),
-        Route("/streams/{stream}/export.{kind}", export),
-        Route("/streams/{stream}/tail", tail_events),
-        Route("/consumers", consumers_page),
-        Route("/views", views_page),
-        Route("/views/{stream}/{view}", view_page),
-        Route("/replication", replication_page),
-        Route("/cluster", cluster_page),
-        Route("/actions/{action}", action, methods=["POST"]),
+        _guarded("/", index),
+        _guarded("/streams", streams_page),
+        _guarded("/streams/{stream}", stream_page),
+        _guarded("/streams/{stream}/messages", messages_page),
+        _guarded("/streams/{stream}/messages/{partition:int}/{offset:int}", message_page),
+        _guarded("/streams/{stream}/export.{kind}", export),
+        _guarded("/streams/{stream}/tail", tail_events),
+        _guarded("/consumers", consumers_page),
+        _guarded("/views", views_page),
+        _guarded("/views/{stream}/{view}", view_page),
+        _guarded("/replication", replication_page),
+        _guarded("/cluster", cluster_page),
+        Route("/actions/{action}", action, methods=["POST"]),  # ACTION_ACCESS, in the action
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     handlers: dict[Any, Any] = {
+        PermissionDenied: on_denied,
         NotFound: on_not_found,
         NoSuchOffset: on_not_found,
         Unavailable: on_unavailable,

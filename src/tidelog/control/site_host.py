@@ -9,7 +9,7 @@ its sink's snapshot progress travel in ``__lrq_state`` (``tidelog.sites.site_sta
 Each broker runs a small loop: it creates the delta queue when the cluster has none, opens the
 site when its broker has become the queue's serving leader, and closes it when it no longer is
 (a failed open is closed and tried again at the next pass). The site's RPCs reaching another
-broker are handed to the gateway (``site_service.py``); with no gateway now they answer
+broker are handed to the gateway (``tidelog.api.site_service``); with no gateway now they answer
 ``SiteMoving`` (UNAVAILABLE, retryable).
 """
 
@@ -21,12 +21,12 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
+import grpc
+
 from tidelog.broker import Stream, StreamConfig
-from tidelog.cluster.node import ClusterNode
+from tidelog.cluster import ClusterNode
 from tidelog.errors import FailedPrecondition, NotEnoughReplicas, SiteMoving, TidelogError
-from tidelog.sites.local_site import LocalSite
-from tidelog.sites.send_queue import DELTA_QUEUE
-from tidelog.sites.sink import StreamSource
+from tidelog.sites import DELTA_QUEUE, LocalSite, StreamSource
 
 LOG = logging.getLogger("tidelog.sites")
 
@@ -52,6 +52,11 @@ class SiteHost:
     def gateway(self) -> str:
         """``HOST:PORT`` of the broker that runs the site when it is not this one
         (``SiteMoving`` when none does now)."""
+        raise SiteMoving(self.site_id)
+
+    def gateway_channel(self) -> grpc.aio.Channel:
+        """A channel to the broker that runs the site when it is not this one (``SiteMoving``
+        when none does now)."""
         raise SiteMoving(self.site_id)
 
     async def start(self) -> None:
@@ -94,6 +99,9 @@ class ClusterSite(SiteHost):
         if not address or self.cluster.leads(DELTA_QUEUE, 0):
             raise SiteMoving(self.site_id)  # none, or this broker while it opens the site
         return address
+
+    def gateway_channel(self) -> grpc.aio.Channel:
+        return self.cluster.channel(self.gateway())
 
     def _streams(self) -> StreamSource:
         """The site's streams for one run of it: each made ready once, then taken as is."""

@@ -1,0 +1,253 @@
+"""The one door every gRPC call of the server passes, and its table of what each call touches.
+
+Every service is registered through :class:`~tidelog.api.decoding.GuardedRegistry`, which wraps
+each method's behaviour here. For each call, in order:
+
+1. the request is decoded without ever raising into grpc (``decoding.py``);
+2. :data:`RPC_ACCESS` names the operations and resources the request touches (a request stream:
+   each frame as it is read), and :class:`~tidelog.access.Guard` checks them for the caller's
+   identity (``PERMISSION_DENIED`` otherwise);
+3. the servicer runs; whatever it raises becomes the call's status from the one table in
+   ``status.py`` (a not-leader refusal also carries the leader's id and epoch as trailing
+   metadata, :data:`~tidelog.wire.NOT_LEADER_KEY`), and a bug is logged with its traceback
+   and answered INTERNAL.
+
+A method missing from :data:`RPC_ACCESS` cannot be registered: a new RPC must say what it
+touches before it can be served.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, Final
+
+import grpc
+
+from tidelog._proto.liftbridge import api_pb2 as pb
+from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
+from tidelog.access import ANONYMOUS, Access, Guard, Kind, Operation, on
+from tidelog.api.status import log_failure, status_of
+from tidelog.errors import NotLeader, TidelogError
+from tidelog.wire import LEADER_EPOCH_KEY, NOT_LEADER_KEY
+
+Op = Operation
+Accesses = tuple[Access, ...]
+Rule = Callable[[Any], Accesses]
+"""A request (or one frame of a request stream) -> what it touches."""
+
+
+def _stream(op: Operation, field: str = "stream") -> Rule:
+    return lambda request: (on(op, Kind.STREAM, getattr(request, field)),)
+
+
+def _fixed(*accesses: Access) -> Rule:
+    return lambda _request: accesses
+
+
+def _metadata(request: pb.FetchMetadataRequest) -> Accesses:
+    streams = [on(Op.DESCRIBE, Kind.STREAM, s) for s in request.streams] or [
+        on(Op.DESCRIBE, Kind.STREAM)
+    ]
+    return (*streams, *(on(Op.DESCRIBE, Kind.GROUP, g) for g in request.groups))
+
+
+def _cursor(op: Operation) -> Rule:
+    return lambda request: (
+        on(op, Kind.CURSOR, request.cursorId),
+        on(Op.READ, Kind.STREAM, request.stream),
+    )
+
+
+def _group(op: Operation) -> Rule:
+    return lambda request: (on(op, Kind.GROUP, request.groupId),)
+
+
+def _join(request: pb.JoinConsumerGroupRequest) -> Accesses:
+    return (
+        on(Op.ALTER, Kind.GROUP, request.groupId),
+        *(on(Op.READ, Kind.STREAM, s) for s in request.streams),
+    )
+
+
+def _consume(frame: v1.ConsumeRequest) -> Accesses:
+    # Only the first frame names a stream; permits and seeks stay on it.
+    if frame.WhichOneof("kind") == "start":
+        return (on(Op.READ, Kind.STREAM, frame.start.stream),)
+    return ()
+
+
+_CLUSTER = Kind.CLUSTER
+_SITE = Kind.SITE
+
+RPC_ACCESS: Final[dict[str, Rule]] = {
+    # -- Liftbridge proto.API
+    "/proto.API/CreateStream": lambda r: (on(Op.CREATE, Kind.STREAM, r.name),),
+    "/proto.API/DeleteStream": lambda r: (on(Op.DELETE, Kind.STREAM, r.name),),
+    "/proto.API/PauseStream": lambda r: (on(Op.ALTER, Kind.STREAM, r.name),),
+    "/proto.API/SetStreamReadonly": lambda r: (on(Op.ALTER, Kind.STREAM, r.name),),
+    "/proto.API/Subscribe": _stream(Op.READ),
+    "/proto.API/FetchMetadata": _metadata,
+    "/proto.API/FetchPartitionMetadata": _stream(Op.DESCRIBE),
+    "/proto.API/Publish": _stream(Op.PUBLISH),
+    "/proto.API/PublishAsync": _stream(Op.PUBLISH),  # per frame
+    "/proto.API/PublishToSubject": lambda r: (on(Op.PUBLISH, Kind.SUBJECT, r.subject),),
+    "/proto.API/SetCursor": _cursor(Op.ALTER),
+    "/proto.API/FetchCursor": _cursor(Op.READ),
+    "/proto.API/JoinConsumerGroup": _join,
+    "/proto.API/LeaveConsumerGroup": _group(Op.ALTER),
+    "/proto.API/FetchConsumerGroupAssignments": _group(Op.READ),
+    "/proto.API/ReportConsumerGroupCoordinator": _group(Op.ALTER),
+    # -- tidelog.v1.Tidelog
+    "/tidelog.v1.Tidelog/PublishBatch": _stream(Op.PUBLISH),
+    "/tidelog.v1.Tidelog/PublishStream": _stream(Op.PUBLISH),  # per frame
+    "/tidelog.v1.Tidelog/SubscribeBatches": _stream(Op.READ),
+    "/tidelog.v1.Tidelog/Consume": _consume,  # per frame
+    "/tidelog.v1.Tidelog/Browse": _stream(Op.READ),
+    "/tidelog.v1.Tidelog/DeclareView": _stream(Op.ALTER),
+    "/tidelog.v1.Tidelog/DropView": _stream(Op.ALTER),
+    "/tidelog.v1.Tidelog/ListViews": _stream(Op.DESCRIBE),
+    "/tidelog.v1.Tidelog/ViewGet": _stream(Op.READ),
+    "/tidelog.v1.Tidelog/ViewRange": _stream(Op.READ),
+    "/tidelog.v1.Tidelog/WindowFetch": _stream(Op.READ),
+    "/tidelog.v1.Tidelog/AddSite": lambda r: (on(Op.ALTER, _SITE, r.site_id),),
+    "/tidelog.v1.Tidelog/RemoveSite": lambda r: (on(Op.ALTER, _SITE, r.site_id),),
+    "/tidelog.v1.Tidelog/ListSites": _fixed(on(Op.DESCRIBE, _SITE)),
+    "/tidelog.v1.Tidelog/Transmit": _fixed(on(Op.PUBLISH, _SITE)),
+    "/tidelog.v1.Tidelog/SiteStatus": _fixed(on(Op.DESCRIBE, _SITE)),
+    "/tidelog.v1.Tidelog/Replicate": _fixed(on(Op.REPLICATE, _SITE)),  # per frame
+    "/tidelog.v1.Tidelog/TransmitSnapshot": lambda r: (on(Op.PUBLISH, _SITE, r.site_id),),
+    "/tidelog.v1.Tidelog/ResyncSite": lambda r: (on(Op.ALTER, _SITE, r.site_id),),
+    "/tidelog.v1.Tidelog/DescribeStream": _stream(Op.DESCRIBE),
+    "/tidelog.v1.Tidelog/ListGroups": _fixed(on(Op.DESCRIBE, Kind.GROUP)),
+    # -- tidelog.v1.Replication and ClusterAdmin
+    "/tidelog.v1.Replication/ReplicaFetch": _fixed(on(Op.REPLICATE, _CLUSTER)),
+    "/tidelog.v1.Replication/OffsetForLeaderEpoch": _fixed(on(Op.REPLICATE, _CLUSTER)),
+    "/tidelog.v1.ClusterAdmin/ClusterStatus": _fixed(on(Op.DESCRIBE, _CLUSTER)),
+    "/tidelog.v1.ClusterAdmin/Reassign": _fixed(on(Op.ALTER, _CLUSTER)),
+    # -- grpc.health.v1: anyone may ask whether the server is up
+    "/grpc.health.v1.Health/Check": _fixed(),
+    "/grpc.health.v1.Health/List": _fixed(),
+    "/grpc.health.v1.Health/Watch": _fixed(),
+}
+"""Full method name -> what a request (each frame of a request stream) touches. A method not
+named here is refused at registration (module docstring); ``tests/api/test_guard.py`` checks
+this table against every service's descriptor."""
+
+
+def identity_of(context: grpc.aio.ServicerContext[Any, Any] | grpc.ServicerContext) -> str:
+    """The caller's identity (:data:`~tidelog.access.ANONYMOUS` until credentials exist)."""
+    return ANONYMOUS
+
+
+async def _answer(context: grpc.aio.ServicerContext[Any, Any], error: Exception) -> None:
+    """End the call with ``error``'s status (``status.py``'s table)."""
+    log_failure(error)
+    code, detail = status_of(error)
+    trailing: tuple[tuple[str, str], ...] = ()
+    if isinstance(error, NotLeader):
+        trailing = ((NOT_LEADER_KEY, error.leader_id), (LEADER_EPOCH_KEY, str(error.leader_epoch)))
+    await context.abort(code, detail, trailing)
+
+
+def _checked(
+    frames: AsyncIterator[Any], rule: Rule, guard: Guard, identity: str
+) -> AsyncIterator[Any]:
+    async def each() -> AsyncIterator[Any]:
+        async for frame in frames:
+            guard.check(identity, rule(frame))
+            yield frame
+
+    return each()
+
+
+def guarded_behaviour(
+    method: str,
+    behaviour: Callable[..., Any],
+    guard: Guard,
+    *,
+    streamed_in: bool,
+    streamed_out: bool,
+) -> Callable[..., Any]:
+    """``behaviour`` (an async servicer method, grpc's reader/writer form for a response stream
+    or an async generator) behind the guard: access checked, errors answered by the table."""
+    rule = RPC_ACCESS.get(method)
+    if rule is None:
+        raise LookupError(
+            f"{method} is not in tidelog.api.guard.RPC_ACCESS: say what it touches before "
+            f"serving it"
+        )
+
+    def admitted(request: Any, context: Any) -> Any:
+        identity = identity_of(context)
+        if streamed_in:
+            return _checked(request, rule, guard, identity)
+        guard.check(identity, rule(request))
+        return request
+
+    if not inspect.iscoroutinefunction(behaviour) and not inspect.isasyncgenfunction(behaviour):
+        return _sync(behaviour, rule, guard, streamed_in=streamed_in, streamed_out=streamed_out)
+
+    if inspect.isasyncgenfunction(behaviour):
+
+        async def written(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+            try:
+                responses: AsyncIterator[object] = behaviour(admitted(request, context), context)
+                async with contextlib.aclosing(responses):  # type: ignore[type-var]
+                    async for response in responses:
+                        await context.write(response)
+            except grpc.aio.AbortError:
+                raise
+            except Exception as error:
+                await _answer(context, error)
+
+        return written
+
+    async def called(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            return await behaviour(admitted(request, context), context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as error:
+            await _answer(context, error)
+
+    return called
+
+
+def _sync(
+    behaviour: Callable[..., Any],
+    rule: Rule,
+    guard: Guard,
+    *,
+    streamed_in: bool,
+    streamed_out: bool,
+) -> Callable[..., Any]:
+    """A synchronous behaviour (grpc runs it in its thread pool: the health service, which is
+    grpc's own code): the access check, its refusal answered with grpc's synchronous abort."""
+
+    def admitted(request: Any, context: grpc.ServicerContext) -> Any:
+        identity = identity_of(context)
+        try:
+            if streamed_in:
+                frames = list(request)  # the health service takes no request stream
+                for frame in frames:
+                    guard.check(identity, rule(frame))
+                return iter(frames)
+            guard.check(identity, rule(request))
+        except TidelogError as error:
+            code, detail = status_of(error)
+            context.abort(code, detail)
+        return request
+
+    if streamed_out:
+
+        def streamed(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            yield from behaviour(admitted(request, context), context)
+
+        return streamed
+
+    def called(request: Any, context: grpc.ServicerContext) -> Any:
+        return behaviour(admitted(request, context), context)
+
+    return called
