@@ -31,6 +31,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "process": set(),
     "_proto": set(),
     "access": {"errors"},  # what a call touches, and the guard that checks it
+    "durable": {"errors"},  # complete writes, atomic replacement, the fault seam; DiskFull
     # the server side, top to bottom: fronts -> guard -> control -> broker / cluster / sites
     # the CLI: a client application, plus `tidelog serve` (the api, loaded late)
     "cli": {"api", "client", "console", "errors", "wire", "tidelog"},
@@ -38,10 +39,10 @@ MAY_IMPORT: dict[str, set[str]] = {
     # from the broker, the cluster's face and the sites' face
     "api": {"access", "control", "broker", "sites", "cluster", "errors", "wire", "_proto"},
     "control": {"broker", "cluster", "sites", "errors", "wire", "_proto"},
-    "broker": {"log", "store", "errors", "wire"},
-    "sites": {"broker", "errors", "wire", "_proto"},
-    "cluster": {"broker", "errors", "wire", "_proto"},
-    "log": {"errors"},
+    "broker": {"log", "store", "durable", "errors", "wire"},
+    "sites": {"broker", "durable", "errors", "wire", "_proto"},
+    "cluster": {"broker", "durable", "errors", "wire", "_proto"},
+    "log": {"durable", "errors"},
     "store": {"errors"},
     # talk to brokers only over gRPC, through the client
     "client": {"errors", "wire", "_proto"},

@@ -17,8 +17,8 @@ from typing import TypeVar
 
 from tests.broker.subscribe_model import End, Rec
 
-from tidelog.broker import Broker, BrokerConfig, SubscriberState, Subscription
-from tidelog.broker.subscription import SubscribeRequest
+from tidelog.broker import Broker, BrokerConfig, Subscription
+from tidelog.broker.subscription import SubscribeRequest, SubscriberState
 from tidelog.errors import InvalidArgument, StopReached, StreamEmpty
 from tidelog.log import FlushPolicy, LogConfig, NewRecord
 

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.broker.brokertools import broker_config, running
 
-from tidelog.broker import BrowseFilter, BrowseQuery, BrowseResult, StreamConfig
-from tidelog.broker.browse import browse
+from tidelog.broker import BrowseFilter, BrowseResult, StreamConfig
+from tidelog.broker.browse import BrowseQuery, browse
 from tidelog.log import FlushPolicy, LogConfig, NewRecord, SegmentedLog
 from tidelog.log.filecache import FileCache
 from tidelog.log.segment import Segment

@@ -25,8 +25,8 @@ from tidelog.broker.groups import (
     read_groups,
     write_groups,
 )
+from tidelog.durable import SYNC, WRITE, faults
 from tidelog.errors import DiskFull, FailedPrecondition, GroupStateUnreadable
-from tidelog.log.files import SYNC, WRITE, faults
 
 PARTITIONS = {"a": 3, "b": 2}
 

@@ -11,7 +11,9 @@ import pytest
 from tests.broker.brokertools import Partition0, broker_config, running, settle, start_run
 
 from tidelog.api.status import status_of
-from tidelog.broker import StartPosition, StopPosition, SubscribeRequest, SubscriberState
+from tidelog.broker import StartPosition, StopPosition, SubscribeRequest
+from tidelog.broker import subscription as subscription_module
+from tidelog.broker.subscription import SubscriberState
 from tidelog.errors import (
     BrokerClosed,
     PartitionNotFound,
@@ -285,3 +287,23 @@ def test_cancelling_one_live_subscriber_leaves_the_others_alone(tmp_path: Path) 
                 await run.cancel()
 
     asyncio.run(body())
+
+
+def test_the_broker_arms_its_delivery_delay_only_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read loop's test fault point (docs/operations.md) is armed by ``Broker.start`` from
+    ``TIDELOG_TEST_READ_DELAY_S``, and stays off without it."""
+    monkeypatch.setattr(subscription_module, "faults", subscription_module.DeliveryFaults())
+
+    async def start_and_close(data_dir: Path) -> None:
+        async with running(broker_config(data_dir)):
+            pass
+
+    monkeypatch.delenv("TIDELOG_TEST_READ_DELAY_S", raising=False)
+    asyncio.run(start_and_close(tmp_path / "off"))
+    assert subscription_module.faults.delivery_delay_s == 0.0
+
+    monkeypatch.setenv("TIDELOG_TEST_READ_DELAY_S", "0.25")
+    asyncio.run(start_and_close(tmp_path / "on"))
+    assert subscription_module.faults.delivery_delay_s == 0.25

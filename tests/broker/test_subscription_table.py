@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from tests.broker.brokertools import broker_config, running
 
-from tidelog.broker import StartPosition, SubscribeRequest, SubscriberState
-from tidelog.broker.subscription import TRANSITIONS, EndReason, Event
+from tidelog.broker import StartPosition, SubscribeRequest
+from tidelog.broker.subscription import TRANSITIONS, EndReason, Event, SubscriberState
 from tidelog.errors import InvalidArgument, PartitionPaused
 
 R, L, S, F = (

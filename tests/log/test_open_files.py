@@ -142,11 +142,11 @@ def test_a_segment_evicted_before_its_sync_is_still_synced(make_log, monkeypatch
     second.append([b"b" * 100])  # evicts the first log's active segment
     assert not first._local.active.is_open
     synced: list[str] = []
-    from tidelog.log import files
+    from tidelog import durable
 
-    real = files.sync_fd
+    real = durable.sync_fd
     monkeypatch.setattr(
-        files,
+        durable,
         "sync_fd",
         lambda fd, call, path: (synced.append(str(path)), real(fd, call, path=path)),
     )

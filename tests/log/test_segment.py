@@ -7,10 +7,10 @@ import contextlib
 import numpy as np
 import pytest
 
+from tidelog.durable import faults
 from tidelog.errors import DiskFull
 from tidelog.log import NewRecord
 from tidelog.log.filecache import FileCache
-from tidelog.log.files import faults
 from tidelog.log.index import ENTRY_SIZE, read_index_file
 from tidelog.log.record import encode_batch
 from tidelog.log.segment import Segment, index_path, log_path, segment_name

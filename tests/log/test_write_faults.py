@@ -1,4 +1,4 @@
-"""Writes that fail (injected through ``tidelog.log.files.faults``): an append is acknowledged and
+"""Writes that fail (injected through ``tidelog.durable.faults``): an append is acknowledged and
 readable in full, or it raises and the log is exactly as before, in memory, on disk and after a
 reopen or a crash.
 """
@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import pytest
 from logtools import crash_copy, read_forward, read_reverse
 
+from tidelog.durable import OPEN, RESERVE, SYNC, TRUNCATE, WRITE, faults
 from tidelog.errors import DiskFull, OutOfDescriptors, ResourceExhausted, SyncFailed
 from tidelog.log import FlushPolicy, LogConfig, NewRecord, SegmentedLog
 from tidelog.log.filecache import FileCache
-from tidelog.log.files import OPEN, RESERVE, SYNC, TRUNCATE, WRITE, faults
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ from tests.sites.test_envelope_and_tag_index import encode_version_1
 
 from tidelog.broker import Broker
 from tidelog.log import FlushPolicy, LogConfig
-from tidelog.sites import send_queue
+from tidelog.sites import queue_reads
 from tidelog.sites.envelope import Entry, EntryKind, RoutingRecord, mask_of, split_position
 from tidelog.sites.registry import SITES_FILE, SiteRegistry
 from tidelog.sites.send_queue import SendQueue, Transmission
@@ -107,7 +107,7 @@ def test_reads_are_the_same_from_memory_from_disk_and_after_a_restart(
 ) -> None:
     """Whatever part of the queue is in memory (none, a record or two, all of it), a site
     reads the same entries as a fresh server reading them all from disk."""
-    monkeypatch.setattr(send_queue, "DECODED_BYTES", kept_bytes)
+    monkeypatch.setattr(queue_reads, "DECODED_BYTES", kept_bytes)
     choices = [["b"], ["c"], ["b", "c"]]
 
     async def run(fill: bool) -> list[list[tuple[int, str, bytes]]]:

@@ -11,8 +11,8 @@ import pytest
 from tests.broker.brokertools import broker_config, running
 
 from tidelog.broker import Broker
+from tidelog.durable import WRITE, faults
 from tidelog.errors import DiskFull, InvalidArgument
-from tidelog.log.files import WRITE, faults
 from tidelog.sites.envelope import RoutedEntry
 from tidelog.sites.negotiation import NONE
 from tidelog.sites.sink import POSITION_HEADER, Sink, receive_queue

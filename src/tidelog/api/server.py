@@ -30,7 +30,7 @@ from tidelog.api.metrics import Metrics
 from tidelog.api.replica_service import ClusterAdminService, ReplicationService
 from tidelog.api.settings import ServerSettings
 from tidelog.api.v1 import TidelogService
-from tidelog.broker import Broker, arm_faults_from_environment
+from tidelog.broker import Broker
 from tidelog.cluster import ClusterNode, ClusterSettings
 from tidelog.control import Advertised, ClusterControl, ClusterSite, Control, SingleBroker, SiteHost
 from tidelog.sites import QUEUE_SEGMENT_BYTES, LocalSite, QueueRetention, StreamSource
@@ -114,7 +114,6 @@ class Server:
                 f"not available here; choose another --host/--port"
             )
         broker_started = False
-        arm_faults_from_environment()  # tests' fault points (docs/operations.md); off otherwise
         try:
             await self.broker.start()
             broker_started = True

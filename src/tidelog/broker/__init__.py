@@ -1,7 +1,9 @@
 """The broker: streams of partitioned commit logs, subscriptions, cursors, groups and views.
 
-This package's face (the names below) is everything the api, the CLI and tests use; nothing
-above the broker imports ``tidelog.log`` or a broker submodule. The contract, promise by promise:
+This package's face (the names below) is what the layers above it call (the api, the control,
+the cluster and the sites), no more: nothing above the broker imports ``tidelog.log`` or a broker
+submodule (the broker's own tests may, as they mirror its modules). The contract, promise by
+promise:
 
 - **Streams** are created, paused, made read-only and deleted by name (:class:`Broker`). A
   delete keeps the name reserved until the stream's files are out of the way; a create of the
@@ -32,10 +34,9 @@ above the broker imports ``tidelog.log`` or a broker submodule. The contract, pr
 """
 
 from tidelog.broker.broker import Broker
-from tidelog.broker.browse import BrowsedRecord, BrowseQuery, BrowseResult
+from tidelog.broker.browse import BrowseResult
 from tidelog.broker.browse_filter import BrowseFilter
 from tidelog.broker.config import (
-    BROWSE_PAGE_BYTES,
     DEFAULT_BROWSE_LIMIT,
     DEFAULT_BROWSE_MAX_SCAN,
     DEFAULT_BROWSE_MAX_SCAN_SECONDS,
@@ -45,36 +46,36 @@ from tidelog.broker.config import (
     DEFAULT_MAINTENANCE_INTERVAL_S,
     DEFAULT_OPEN_FILES_MAX,
     DEFAULT_SUBSCRIBER_BUFFER_BYTES,
-    MAX_BROWSE_LIMIT,
-    MAX_BROWSE_MAX_SCAN_SECONDS,
     BrokerConfig,
     StreamConfig,
     validate_stream_name,
 )
 from tidelog.broker.cursors import CursorStore
 from tidelog.broker.delivery import delivery_gate
-from tidelog.broker.groups import Group, GroupCoordinator
-from tidelog.broker.groups import Member as GroupMember
-from tidelog.broker.groups import assign as assign_partitions
-from tidelog.broker.groups import check_join as check_group_join
-from tidelog.broker.jsonfile import replace_bytes, replace_json
+from tidelog.broker.groups import (
+    Group,
+    GroupCoordinator,
+    GroupMember,
+    assign_partitions,
+    check_group_join,
+)
 from tidelog.broker.partition import HW_CHECKPOINT, Partition, ReplicaRole, saved_high_watermark
 from tidelog.broker.partition_view import ViewEntry, ViewKind, ViewSpec
 from tidelog.broker.producers import Published
 from tidelog.broker.stream import Stream
-from tidelog.broker.stream_views import StreamViews
-from tidelog.broker.stream_views import merge_range as merge_view_ranges
-from tidelog.broker.stream_views import merge_window as merge_view_windows
-from tidelog.broker.stream_views import newest as newest_view_entry
-from tidelog.broker.stream_views import query_limit as view_query_limit
+from tidelog.broker.stream_views import (
+    StreamViews,
+    merge_view_ranges,
+    merge_view_windows,
+    newest_view_entry,
+    view_query_limit,
+)
 from tidelog.broker.subscription import (
     EndReason,
     StartPosition,
     StopPosition,
     SubscribeRequest,
-    SubscriberState,
     Subscription,
-    arm_faults_from_environment,
 )
 
 # What the broker takes and hands out that the log defines: part of the broker's face.
@@ -92,7 +93,6 @@ from tidelog.log.config import (
 from tidelog.log.record import HeaderedValues, PackedValues
 
 __all__ = [
-    "BROWSE_PAGE_BYTES",
     "DEFAULT_BROWSE_LIMIT",
     "DEFAULT_BROWSE_MAX_SCAN",
     "DEFAULT_BROWSE_MAX_SCAN_SECONDS",
@@ -109,16 +109,12 @@ __all__ = [
     "DEFAULT_SEGMENT_MAX_BYTES",
     "DEFAULT_SUBSCRIBER_BUFFER_BYTES",
     "HW_CHECKPOINT",
-    "MAX_BROWSE_LIMIT",
-    "MAX_BROWSE_MAX_SCAN_SECONDS",
     "MAX_MESSAGE_BYTES_LIMIT",
     "MIN_SEGMENT_BYTES",
     "Broker",
     "BrokerConfig",
     "BrowseFilter",
-    "BrowseQuery",
     "BrowseResult",
-    "BrowsedRecord",
     "CursorStore",
     "EndReason",
     "FlushPolicy",
@@ -139,20 +135,16 @@ __all__ = [
     "StreamConfig",
     "StreamViews",
     "SubscribeRequest",
-    "SubscriberState",
     "Subscription",
     "ViewEntry",
     "ViewKind",
     "ViewSpec",
-    "arm_faults_from_environment",
     "assign_partitions",
     "check_group_join",
     "delivery_gate",
     "merge_view_ranges",
     "merge_view_windows",
     "newest_view_entry",
-    "replace_bytes",
-    "replace_json",
     "saved_high_watermark",
     "validate_stream_name",
     "view_query_limit",

@@ -55,7 +55,12 @@ from tidelog.broker.partition_view import ViewSpec
 from tidelog.broker.producers import Published, check_headers, validate_producer
 from tidelog.broker.stream import METADATA_FILE, Stream
 from tidelog.broker.stream_views import StreamViews
-from tidelog.broker.subscription import SubscribeRequest, Subscription, resolve
+from tidelog.broker.subscription import (
+    SubscribeRequest,
+    Subscription,
+    arm_faults_from_environment,
+    resolve,
+)
 from tidelog.errors import (
     BrokerClosed,
     FailedPrecondition,
@@ -184,6 +189,7 @@ class Broker:
                     partition.role = self._first_role(partition)
 
     async def start(self) -> None:
+        arm_faults_from_environment()  # tests' fault points (docs/operations.md); off otherwise
         self._loop = asyncio.get_running_loop()
         (self.data_dir / "streams").mkdir(parents=True, exist_ok=True)
         # Made now, so that deleting a stream on a full disk needs no new directory.

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
-from tidelog.broker.jsonfile import replace_json
+from tidelog.durable import replace_json
 from tidelog.log import CommitLog, MessageBatch
 
 LOG = logging.getLogger("tidelog.broker.cursors")

@@ -11,7 +11,7 @@ and one with an older epoch is refused. On a single broker it is always the coor
 
 Durability. Every group's epoch, members (with their streams) and assignments are saved as one
 JSON document, ``<data_dir>/groups.json`` (:data:`GROUPS_FILE`), replaced atomically (temp file,
-fsync, rename: :func:`tidelog.broker.jsonfile.replace_json`) after every membership change, so
+fsync, rename: :func:`tidelog.durable.replace_json`) after every membership change, so
 a member carries on after a restart or a crash with the epoch and partitions it had, without
 joining again. The coordinator itself does no I/O: it is given a ``save`` callable, and the
 broker hands it what :func:`read_groups` found at start. Rules:
@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from tidelog.broker.jsonfile import replace_json
+from tidelog.durable import replace_json
 from tidelog.errors import (
     FailedPrecondition,
     GroupNotFound,
@@ -66,7 +66,7 @@ SaveGroups = Callable[[dict[str, Any]], None]
 
 
 @dataclass(slots=True)
-class Member:
+class GroupMember:
     consumer_id: str
     streams: list[str]
     last_seen: float
@@ -76,7 +76,7 @@ class Member:
 class Group:
     group_id: str
     epoch: int = 0
-    members: dict[str, Member] = field(default_factory=dict)
+    members: dict[str, GroupMember] = field(default_factory=dict)
     assignments: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     subscribers: dict[tuple[str, int], tuple[int, Callable[[], None]]] = field(default_factory=dict)
     """(stream, partition) -> (epoch of the subscriber, how to fence it)"""
@@ -162,7 +162,7 @@ class GroupCoordinator:
     def join(self, group_id: str, consumer_id: str, streams: list[str]) -> int:
         """Add (or refresh) a member; returns the group's epoch after the change. A change that
         cannot be saved raises (``DiskFull`` & co.) and leaves the group as it was."""
-        check_join(group_id, consumer_id, streams)
+        check_group_join(group_id, consumer_id, streams)
         for stream in streams:
             self._partition_counts(stream)  # raises StreamNotFound
         self.expire()
@@ -174,7 +174,7 @@ class GroupCoordinator:
             return known_group.epoch
         with self._saved_change():
             group = self.groups.setdefault(group_id, Group(group_id))
-            group.members[consumer_id] = Member(consumer_id, list(streams), now)
+            group.members[consumer_id] = GroupMember(consumer_id, list(streams), now)
             self._rebalance(group)
         return group.epoch
 
@@ -299,12 +299,12 @@ class GroupCoordinator:
 
     def _rebalance(self, group: Group) -> None:
         group.epoch += 1
-        group.assignments = assign(
+        group.assignments = assign_partitions(
             {m.consumer_id: m.streams for m in group.members.values()}, self._partition_counts
         )
 
 
-def check_join(group_id: str, consumer_id: str, streams: Sequence[str]) -> None:
+def check_group_join(group_id: str, consumer_id: str, streams: Sequence[str]) -> None:
     """``InvalidArgument`` for a join that names no group, consumer or stream."""
     if not group_id or not consumer_id:
         raise InvalidArgument("joining a consumer group needs a group id and a consumer id")
@@ -312,7 +312,7 @@ def check_join(group_id: str, consumer_id: str, streams: Sequence[str]) -> None:
         raise InvalidArgument("joining a consumer group needs at least one stream")
 
 
-def assign(
+def assign_partitions(
     members: Mapping[str, Sequence[str]], partition_counts: Callable[[str], int]
 ) -> dict[str, dict[str, list[int]]]:
     """Each member's partitions (consumer id -> stream -> partitions): for each stream, its
@@ -375,7 +375,7 @@ def decode(document: object) -> dict[str, Group]:
         if not members:
             raise ValueError(f"{where} has no members (an empty group is never saved)")
         for consumer_id, streams in members.items():
-            group.members[consumer_id] = Member(
+            group.members[consumer_id] = GroupMember(
                 consumer_id, _strings(streams, f"{where} member {consumer_id!r}"), 0.0
             )
         assignments = _typed(entry.get("assignments"), dict, f"{where} assignments")

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from tidelog.broker.jsonfile import replace_json
+from tidelog.durable import replace_json
 from tidelog.errors import InvalidArgument, LogClosed, echo
 from tidelog.log import CommitLog
 from tidelog.store import RocksDBKeyValueStore, RocksDBWindowStore

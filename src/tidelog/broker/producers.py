@@ -56,7 +56,7 @@ from typing import Final
 
 import numpy as np
 
-from tidelog.broker.jsonfile import replace_json
+from tidelog.durable import replace_json
 from tidelog.errors import InvalidArgument, echo
 from tidelog.log import CommitLog, MessageBatch, NewRecord
 from tidelog.log.record import HeaderedValues, Int64Array, PackedValues, gather_headers

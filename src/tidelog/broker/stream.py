@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from tidelog.broker.config import StreamConfig
-from tidelog.broker.jsonfile import replace_json
 from tidelog.broker.partition import Partition
 from tidelog.broker.partition_view import ViewSpec
 from tidelog.broker.stream_views import StreamViews
+from tidelog.durable import replace_json
 from tidelog.errors import PartitionNotFound
 from tidelog.log import LogConfig
 from tidelog.log.filecache import DEFAULT_FILE_CACHE, FileCache

@@ -34,7 +34,7 @@ MAX_LIMIT: Final = 100_000
 T = TypeVar("T")
 
 
-def query_limit(limit: int | None) -> int:
+def view_query_limit(limit: int | None) -> int:
     if limit is None or limit == 0:
         return DEFAULT_LIMIT
     if not 0 < limit <= MAX_LIMIT:
@@ -251,7 +251,7 @@ class StreamViews:
     async def get(self, name: str, key: bytes, partition: int | None = None) -> ViewEntry | None:
         """The latest value of ``key`` (newest timestamp when several partitions hold it)."""
         views = self._select(self._view(name, ViewKind.TABLE), partition)
-        return newest(await self._fresh(views, lambda v: v.get(key)))
+        return newest_view_entry(await self._fresh(views, lambda v: v.get(key)))
 
     async def range(
         self,
@@ -271,10 +271,10 @@ class StreamViews:
                 "from_key is after to_key; give the range in ascending order and set reverse "
                 "for descending results"
             )
-        count = query_limit(limit)
+        count = view_query_limit(limit)
         views = self._select(self._view(name, ViewKind.TABLE), partition)
         answers = await self._fresh(views, lambda v: v.range(from_key, to_key, reverse, count))
-        return merge_range(answers, reverse, count)
+        return merge_view_ranges(answers, reverse, count)
 
     async def window_fetch(
         self,
@@ -294,18 +294,18 @@ class StreamViews:
                 f"time_from_ms {time_from_ms} is after time_to_ms {time_to_ms}; give the range "
                 f"in ascending order and set backward for newest-first results"
             )
-        count = query_limit(limit)
+        count = view_query_limit(limit)
         views = self._select(self._view(name, ViewKind.WINDOW), partition)
         answers = await self._fresh(
             views, lambda v: v.window_fetch(key, time_from_ms, time_to_ms, backward, count)
         )
-        return merge_window(answers, backward, count)
+        return merge_view_windows(answers, backward, count)
 
 
 # -- merging per-partition answers (here, and across the brokers of a cluster) ------------------
 
 
-def newest(found: Iterable[ViewEntry | None]) -> ViewEntry | None:
+def newest_view_entry(found: Iterable[ViewEntry | None]) -> ViewEntry | None:
     """A key's answer from several partitions: the newest value (ties: the higher partition)."""
     return max(
         (e for e in found if e is not None),
@@ -314,14 +314,18 @@ def newest(found: Iterable[ViewEntry | None]) -> ViewEntry | None:
     )
 
 
-def merge_range(answers: Iterable[list[ViewEntry]], reverse: bool, limit: int) -> list[ViewEntry]:
+def merge_view_ranges(
+    answers: Iterable[list[ViewEntry]], reverse: bool, limit: int
+) -> list[ViewEntry]:
     """Per-partition key ranges, each already in the asked direction, as one: by key, then
     partition, at most ``limit``."""
     merged = heapq.merge(*answers, key=lambda e: (e.key, e.partition), reverse=reverse)
     return list(itertools.islice(merged, limit))
 
 
-def merge_window(answers: Iterable[list[ViewEntry]], backward: bool, limit: int) -> list[ViewEntry]:
+def merge_view_windows(
+    answers: Iterable[list[ViewEntry]], backward: bool, limit: int
+) -> list[ViewEntry]:
     """Per-partition window values, each already in the asked direction, as one: by time, then
     partition and offset, at most ``limit``."""
     merged = heapq.merge(

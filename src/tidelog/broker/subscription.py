@@ -480,9 +480,9 @@ _NOTHING: Final = MessageBatch.empty()
 class DeliveryFaults:
     """Fault-injection points of the read loop, for tests; every one is off by default.
 
-    Only :func:`arm_faults_from_environment` (called by ``tidelog serve`` at start) sets them,
-    from environment variables a test passes to the server process; ``docs/operations.md``
-    lists them. They are not settings: nothing in production configures them.
+    Only :func:`arm_faults_from_environment` (called by ``Broker.start``) sets them, from
+    environment variables a test passes to the server process; ``docs/operations.md`` lists
+    them. They are not settings: nothing in production configures them.
     """
 
     delivery_delay_s: float = 0.0

@@ -123,8 +123,8 @@ class LeaderEpochCache:
         return cache
 
     def save(self, path: Path, replace: Callable[[Path, Any], None]) -> None:
-        """Write the cache with ``replace`` (an atomic replace, e.g. the broker's
-        ``replace_json``)."""
+        """Write the cache with ``replace`` (an atomic replace, e.g.
+        ``tidelog.durable.replace_json``)."""
         replace(path, self.to_json())
 
     @classmethod

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tidelog.broker import Partition, replace_json
+from tidelog.broker import Partition
 from tidelog.cluster.leader_epochs import (
     UNDEFINED,
     EpochEnd,
@@ -51,6 +51,7 @@ from tidelog.cluster.leader_epochs import (
     LeaderEpochCache,
     truncation_offset,
 )
+from tidelog.durable import replace_json
 from tidelog.errors import StaleEpoch
 
 FETCH_MAX_RECORDS = 10_000

@@ -22,10 +22,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from tidelog.broker import HW_CHECKPOINT, Partition, replace_json, saved_high_watermark
+from tidelog.broker import HW_CHECKPOINT, Partition, saved_high_watermark
 from tidelog.cluster.metadata import ClusterView, PartitionState
 from tidelog.cluster.replication import FollowerReplica, LeaderReplica, save_epochs
 from tidelog.cluster.settings import ClusterSettings
+from tidelog.durable import replace_json
 from tidelog.errors import NotEnoughReplicas, NotLeader, StreamNotFound
 
 LOG = logging.getLogger("tidelog.cluster")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tidelog.log import files
+from tidelog import durable
 from tidelog.log.batch import MessageBatch
 from tidelog.log.index import INDEX_DTYPE, IndexArray
 
@@ -91,8 +91,8 @@ def write_cleaned(
     ends_at = (starts + sizes).tolist()
     kept_bytes = b"".join(view[a:b] for a, b in zip(starts.tolist(), ends_at, strict=True))
     try:
-        files.write_new_file(log_path, kept_bytes, sync=True)
-        files.write_new_file(index_path, new_entries.tobytes(), sync=True)
+        durable.write_new_file(log_path, kept_bytes, sync=True)
+        durable.write_new_file(index_path, new_entries.tobytes(), sync=True)
     except BaseException:  # a full disk: the segment stays as it was, no half-written copy
         log_path.unlink(missing_ok=True)
         index_path.unlink(missing_ok=True)

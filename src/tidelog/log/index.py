@@ -12,7 +12,7 @@ holds a duplicate until it is closed). The entry count is kept in
 memory; on open it comes from recovery, never from the file.
 
 Writing on a full disk. The preallocated file is sparse, so a write into it may need a new block.
-Entries are therefore only ever written with ``pwrite`` (through ``files.pwrite_all``, which
+Entries are therefore only ever written with ``pwrite`` (through ``durable.pwrite_all``, which
 reports ENOSPC as ``DiskFull``), never through the mapping: a store into an unallocated page of a
 shared mapping on a full disk is a SIGBUS that kills the process. Zeroing (``truncate``) also uses
 ``pwrite``, and only over slots that were written, so it needs no new block. On top of that,
@@ -36,7 +36,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from tidelog.log import files
+from tidelog import durable
 
 INDEX_DTYPE: Final = np.dtype(
     [("rel", "<u4"), ("timestamp", "<i8"), ("position", "<u4"), ("size", "<u4")]
@@ -63,7 +63,7 @@ def read_index_file(path: Path) -> IndexArray:
 def write_index_file(path: Path, entries: IndexArray, *, sync: bool = False) -> None:
     """Replace ``path`` with exactly ``entries`` (written to a temp file, then renamed); on failure
     (``DiskFull`` included) ``path`` is as it was."""
-    files.replace_file(path, entries.tobytes(), sync=sync)
+    durable.replace_file(path, entries.tobytes(), sync=sync)
 
 
 class Index:
@@ -81,7 +81,7 @@ class Index:
         self.count = count
         self.writable = writable
         self._preallocate = preallocate_bytes
-        self._fd = files.open_fd(path, (os.O_RDWR | os.O_CREAT) if writable else os.O_RDONLY)
+        self._fd = durable.open_fd(path, (os.O_RDWR | os.O_CREAT) if writable else os.O_RDONLY)
         self._mmap: mmap.mmap | None = None
         self._array: IndexArray = np.empty(0, dtype=INDEX_DTYPE)
         self._reserved = count * ENTRY_SIZE
@@ -106,7 +106,7 @@ class Index:
     def _map_writable(self, size: int) -> None:
         size -= size % ENTRY_SIZE
         if os.fstat(self._fd).st_size < size:
-            files.truncate(self._fd, size, path=self.path)  # sparse: grows without allocating
+            durable.truncate(self._fd, size, path=self.path)  # sparse: grows without allocating
         self._release_map()
         self._mmap = mmap.mmap(self._fd, size)
         self._array = np.frombuffer(self._mmap, dtype=INDEX_DTYPE)
@@ -136,7 +136,7 @@ class Index:
         if need > self._reserved:
             mapped = len(self._array) * ENTRY_SIZE
             length = min(max(need - self._reserved, RESERVE_STEP), mapped - self._reserved)
-            files.reserve(self._fd, self._reserved, length, path=self.path)
+            durable.reserve(self._fd, self._reserved, length, path=self.path)
             self._reserved += length
 
     def append(self, entries: IndexArray) -> None:
@@ -151,10 +151,10 @@ class Index:
         at = self.count * ENTRY_SIZE
         data = entries.tobytes()
         try:
-            files.pwrite_all(self._fd, data, at, path=self.path)
+            durable.pwrite_all(self._fd, data, at, path=self.path)
         except BaseException:
             with contextlib.suppress(Exception):
-                files.pwrite_all(self._fd, bytes(len(data)), at, path=self.path)
+                durable.pwrite_all(self._fd, bytes(len(data)), at, path=self.path)
             raise
         self.count = end
 
@@ -162,7 +162,7 @@ class Index:
         """Forget entries from ``count`` on (their slots, all written before, are zeroed)."""
         if count < self.count:
             at, length = count * ENTRY_SIZE, (self.count - count) * ENTRY_SIZE
-            files.pwrite_all(self._fd, bytes(length), at, path=self.path)
+            durable.pwrite_all(self._fd, bytes(length), at, path=self.path)
             self.count = count
 
     def sync(self) -> None:
@@ -171,11 +171,11 @@ class Index:
         if self.writable:
             if self._mmap is not None:
                 self._mmap.flush()
-            files.sync_fd(self._fd, os.fsync, path=self.path)
+            durable.sync_fd(self._fd, os.fsync, path=self.path)
             return
-        fd = files.open_fd(self.path, os.O_RDONLY)
+        fd = durable.open_fd(self.path, os.O_RDONLY)
         try:
-            files.sync_fd(fd, os.fsync, path=self.path)
+            durable.sync_fd(fd, os.fsync, path=self.path)
         finally:
             os.close(fd)
 
@@ -187,7 +187,7 @@ class Index:
         if self.writable:
             if self._mmap is not None:
                 self._mmap.flush()
-            files.truncate(self._fd, self.count * ENTRY_SIZE, path=self.path)
+            durable.truncate(self._fd, self.count * ENTRY_SIZE, path=self.path)
             self.writable = False
             self._map_readonly()
 

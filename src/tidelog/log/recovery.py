@@ -34,8 +34,8 @@ from typing import Final
 
 import numpy as np
 
+from tidelog import durable
 from tidelog.errors import CorruptRecord
-from tidelog.log import files
 from tidelog.log.compaction import finish_swaps
 from tidelog.log.config import LogConfig
 from tidelog.log.filecache import FileCache
@@ -105,7 +105,7 @@ def read_recovery_point(directory: Path) -> int:
 
 def write_recovery_point(directory: Path, offset: int) -> None:
     """Atomically record ``offset`` as synced (call only after the sync it describes)."""
-    files.replace_file(directory / RECOVERY_POINT_FILE, f"{offset}\n".encode(), sync=True)
+    durable.replace_file(directory / RECOVERY_POINT_FILE, f"{offset}\n".encode(), sync=True)
 
 
 def segment_bases(directory: Path) -> list[int]:

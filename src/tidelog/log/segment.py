@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tidelog import durable
 from tidelog.errors import LogError
-from tidelog.log import files
 from tidelog.log.filecache import FileCache
 from tidelog.log.index import INDEX_DTYPE, Index, IndexArray, write_index_file
 from tidelog.log.record import HEADER_SIZE, EncodedBatch, Int64Array
@@ -128,7 +128,7 @@ class Segment:
 
     def open_files(self) -> None:
         flags = os.O_RDWR | os.O_CREAT if self.active else os.O_RDONLY
-        fd = files.open_fd(self.log_path, flags)
+        fd = durable.open_fd(self.log_path, flags)
         try:
             self._index = Index(
                 self.index_path,
@@ -274,7 +274,7 @@ class Segment:
         with self._using() as index:
             index.reserve(n)
             try:
-                files.pwrite_all(self._fd, batch.data.data, self.size, path=self.log_path)
+                durable.pwrite_all(self._fd, batch.data.data, self.size, path=self.log_path)
                 index.append(entries)
             except BaseException:
                 self._cut_back()
@@ -290,7 +290,7 @@ class Segment:
         while that still fails; nothing else changes then). No system call when none are left."""
         if self._cut_pending:
             with self._using():
-                files.truncate(self._fd, self.size, path=self.log_path)
+                durable.truncate(self._fd, self.size, path=self.log_path)
                 self._cut_pending = False
 
     def _cut_back(self) -> None:
@@ -298,12 +298,12 @@ class Segment:
         is pending (see ``finish_cut``); meanwhile the first record header there is zeroed (its
         blocks were just written), so a recovery after a crash sees a torn tail and cuts it too."""
         try:
-            files.truncate(self._fd, self.size, path=self.log_path)
+            durable.truncate(self._fd, self.size, path=self.log_path)
         except Exception:
             self._cut_pending = True
             LOG.warning("%s: could not cut a failed append back to byte %d", self.name, self.size)
             with contextlib.suppress(Exception):
-                files.pwrite_all(self._fd, bytes(HEADER_SIZE), self.size, path=self.log_path)
+                durable.pwrite_all(self._fd, bytes(HEADER_SIZE), self.size, path=self.log_path)
 
     def replace_index(self, entries: IndexArray) -> None:
         """Swap in a rebuilt index (sealed segments only): file rewritten, mapped on next use."""
@@ -316,12 +316,12 @@ class Segment:
     def sync(self) -> None:
         """Force the segment's records to stable storage (reopening the file if it was closed)."""
         with self._using():
-            files.sync_fd(self._fd, os.fdatasync, path=self.log_path)
+            durable.sync_fd(self._fd, os.fdatasync, path=self.log_path)
 
     def sync_all(self) -> None:
         """Force records and index to stable storage."""
         with self._using() as index:
-            files.sync_fd(self._fd, os.fdatasync, path=self.log_path)
+            durable.sync_fd(self._fd, os.fdatasync, path=self.log_path)
             index.sync()
 
     def truncate(self, slot: int) -> None:
@@ -332,7 +332,7 @@ class Segment:
             return
         with self._using() as index:
             position = int(index.entries["position"][slot])
-            files.truncate(self._fd, position, path=self.log_path)
+            durable.truncate(self._fd, position, path=self.log_path)
             index.truncate(slot)
             self.size = position
             self.count = slot

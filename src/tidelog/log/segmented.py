@@ -29,8 +29,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from tidelog import durable
 from tidelog.errors import LogLocked, ResourceExhausted
-from tidelog.log import files, maintenance, reads
+from tidelog.log import maintenance, reads
 from tidelog.log.batch import MessageBatch
 from tidelog.log.compaction import CompactionReport, Step, sync_dir
 from tidelog.log.config import FlushPolicy, LogConfig
@@ -74,7 +75,7 @@ class SegmentedLog:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock_file = -1
         if lock_directory:
-            self._lock_file = files.open_fd(self.directory / ".lock", os.O_RDWR | os.O_CREAT)
+            self._lock_file = durable.open_fd(self.directory / ".lock", os.O_RDWR | os.O_CREAT)
             try:
                 fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -252,9 +253,7 @@ class SegmentedLog:
         return self._writer.wait_for_offset(offset, timeout)
 
     def add_start_listener(self, listener: Callable[[int], None]) -> None:
-        """Call ``listener(oldest_offset)`` each time retention or a release deletes segments from
-        the start and the oldest offset moves up, from the thread that deleted them, outside the
-        log's locks (see ``CommitLog.add_start_listener``)."""
+        """``listener(oldest_offset)`` after segments leave the start (``CommitLog``'s rules)."""
         with self._local.lock:
             self._start_listeners = [*self._start_listeners, listener]
 
@@ -263,8 +262,7 @@ class SegmentedLog:
             self._start_listeners = [x for x in self._start_listeners if x != listener]
 
     def _moving_start(self, change: Callable[[], T]) -> T:
-        """Run ``change`` (one that deletes segments from the start), then tell the start
-        listeners if the oldest offset moved."""
+        """``change`` (deleting segments from the start), then the start listeners if needed."""
         before = self.oldest_offset
         result = change()
         oldest = self.oldest_offset

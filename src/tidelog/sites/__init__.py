@@ -10,8 +10,9 @@ The pieces, sans-IO cores first, each tested alone: the sender session's state t
 apply window and the sender's resend window (``windows.py``) — the send queue's record format
 (``envelope.py``), the tag index (``tag_index.py``) and positions with the lifts a source learns
 after losing its data (``positions.py``); on the broker, the site registry (``registry.py``), the
-delta queue with its checks (``send_queue.py``), the sender per remote site (``sender.py``, over
-``tidelog.v1/Replicate``), the sink's exactly-once apply into receive queues (``sink.py``), the
+delta queue with its checks (``send_queue.py``, over its appends, reads and index in
+``queue_*.py``), the sender per remote site (``sender.py``, over ``tidelog.v1/Replicate``, its
+parts in ``sender_*.py``), the sink's exactly-once apply into receive queues (``sink.py``), the
 snapshot sync (``snapshots.py``), the queue's release by acknowledgement and the tag index's
 snapshot (``upkeep.py``, ``tag_index_file.py``), the site's state in a cluster
 (``site_state.py``), status (``status.py``), and this site as one object (``local_site.py``).

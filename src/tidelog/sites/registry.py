@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from tidelog.broker import replace_json
+from tidelog.durable import replace_json
 from tidelog.errors import InvalidArgument, SiteExists, SiteNotFound, echo
 from tidelog.sites.envelope import MAX_SITES
 from tidelog.sites.positions import Positions, plausible

@@ -24,15 +24,20 @@ are read with.
 Entries leave the queue in whole segments, once every declared site acknowledged them
 (``upkeep.py``) or by retention (:class:`QueueRetention`). A read for a site whose next entries
 retention may have removed raises ``PositionTrimmed`` rather than skip them.
+
+The pieces, one concern each: a call's checks, its packing into records and the gate between
+transmits and a change of the lifts (``queue_appends.py``, no I/O); the records read by offset,
+with the decoded ones kept in memory for every site's sender (``queue_reads.py``); the tag
+index's restore from its snapshot or rebuild (``queue_index.py``). :class:`SendQueue` holds what
+they share (the partition, the tag index, the registry's positions) and does the I/O: the
+append, the reads for a site, and keeping the index.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NoReturn
@@ -40,25 +45,21 @@ from typing import Final, NoReturn
 import numpy as np
 import numpy.typing as npt
 
-from tidelog.broker import Broker, Partition, StreamConfig, replace_bytes
-from tidelog.errors import InvalidArgument, NotLeader, PositionTrimmed, SiteMoving, echo
-from tidelog.sites.envelope import (
-    MAX_ENTRIES,
-    EntryKind,
-    MalformedRecord,
-    RecordColumns,
-    columns,
-    encode_packed,
-)
+from tidelog.broker import Broker, Partition, StreamConfig
+from tidelog.durable import replace_bytes
+from tidelog.errors import InvalidArgument, NotLeader, PositionTrimmed, SiteMoving
+from tidelog.sites.envelope import MalformedRecord, columns
 from tidelog.sites.positions import Positions
-from tidelog.sites.registry import Site, SiteRegistry, validate_site_id
+from tidelog.sites.queue_appends import ENVELOPE_ROOM as ENVELOPE_ROOM
+from tidelog.sites.queue_appends import TransmitGate, encoded_call
+from tidelog.sites.queue_index import index_record, rebuilt, restored, trim_marks
+from tidelog.sites.queue_reads import DecodedRecords, records_at
+from tidelog.sites.registry import SiteRegistry
 from tidelog.sites.routed import RoutedColumns
 from tidelog.sites.site_state import TRIMS, SiteState
 from tidelog.sites.tag_index import TagIndex
-from tidelog.sites.tag_index_file import decode as decode_index
 from tidelog.sites.tag_index_file import encode as encode_index
 
-LOG = logging.getLogger("tidelog.sites")
 Int64Array = npt.NDArray[np.int64]
 
 DELTA_QUEUE: Final = "__lrq_delta"
@@ -72,17 +73,8 @@ segments."""
 QUEUE_SEGMENT_MAX_AGE_S: Final = 3600.0
 """A quiet queue's active segment is sealed after an hour, so entries every site acked leave
 within about an hour plus the upkeep interval even when little is transmitted."""
-ENVELOPE_ROOM: Final = 300
-"""Bytes of a record's size limit kept for its envelope (kind, cycle, client name, counts):
-the largest payload is the stream's ``max_message_bytes`` minus this."""
 READ_BYTES: Final = 4 << 20
 """Payload bytes a sender reads (and ships in one batch) at most, past the first record."""
-_ENTRY_ROOM: Final = 15
-"""Bytes of framing per entry at most: a mask (8 bytes in the table), its index and a size."""
-DECODED_BYTES: Final = 8 << 20
-"""Bytes of decoded records (payloads and columns) kept in memory (``SendQueue._decoded``): the
-records a transmit just stored, and those a sender read, so that every site's sender ships them
-without reading and decoding them again; at least two senders' reads (``READ_BYTES``) fit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,43 +137,17 @@ class SendQueue:
         leads the queue again, over a log another leader changed) stores, ships, releases and
         saves nothing more: its index and positions may stand on records that were cut."""
         self._partition: Partition | None = None
-        self._decoded: OrderedDict[int, RecordColumns] = OrderedDict()
-        """Offset -> the record's columns, oldest first, at most ``DECODED_BYTES`` of them:
-        decoding once serves every site's sender."""
-        self._decoded_bytes = 0
-        self._appending = 0
-        """Transmits appending now (between their publish and their answer)."""
-        self._changing = False
-        self._gate = asyncio.Condition()
+        self._decoded = DecodedRecords()
+        """The records a transmit just stored or a sender read, decoded: decoding once serves
+        every site's sender (``queue_reads.py``)."""
+        self._gate = TransmitGate()
 
-    @contextlib.asynccontextmanager
-    async def positions_changing(self) -> AsyncIterator[None]:
+    def positions_changing(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Hold transmits back while the lifts change (``positions.py``): entered once no
         transmit is appending, and none starts until it is left. A transmit's records take the
         lifts in force when it answers, so the change (and keeping it, on a cluster) must not
         fall between a transmit's append and its answer."""
-        async with self._gate:
-            await self._gate.wait_for(lambda: not self._changing)
-            self._changing = True
-            await self._gate.wait_for(lambda: not self._appending)
-        try:
-            yield
-        finally:
-            async with self._gate:
-                self._changing = False
-                self._gate.notify_all()
-
-    @contextlib.asynccontextmanager
-    async def _appending_now(self) -> AsyncIterator[None]:
-        async with self._gate:
-            await self._gate.wait_for(lambda: not self._changing)
-            self._appending += 1
-        try:
-            yield
-        finally:
-            async with self._gate:
-                self._appending -= 1
-                self._gate.notify_all()
+        return self._gate.positions_changing()
 
     @property
     def partition(self) -> Partition:
@@ -228,72 +194,27 @@ class SendQueue:
         stream = self.broker.internal_stream(DELTA_QUEUE, self.retention.stream_config())
         self._partition = stream.partitions[0]
         log = self._partition.log
-        restored = self._restored(log.oldest_offset, log.newest_offset)
-        if restored is None:
+        sites = self.registry.list()
+        index = restored(self.index_file, sites, log.oldest_offset, log.newest_offset)
+        if index is None:
             # Which sites the records below the queue's front were for is not known: for
-            # every site, held_from starts there.
-            self.index = TagIndex()
-            self.index.oldest = self.index.base = log.oldest_offset
-            self._assume_trims(log.oldest_offset)
+            # every site, held_from starts there (unless the trim marks kept in ``state`` know).
+            marks = None if self.state is None else self.state.load(TRIMS)
+            self.index = rebuilt(log.oldest_offset, marks, sites)
         else:
             # The snapshot knows, per site, the newest record of it trimmed before it was
             # saved; the trim below adds those trimmed since (the snapshot listed them, as it
             # covers the queue up to its front at least).
-            self.index = restored
+            self.index = index
         self._saved_covers = self.index.covers
         self.records_read_at_open = 0
-        sites = self.registry.list()
         if log.newest_offset > self.index.covers:
             for batch in log.forward_reader(self.index.covers + 1):
                 for offset, value in zip(batch.offsets.tolist(), batch.values(), strict=True):
-                    self._index(offset, columns(value).site_counts(), sites)
+                    index_record(self.index, offset, columns(value).site_counts(), sites)
                     self.records_read_at_open += 1
         self.index.trim(log.oldest_offset)
         self.opened_position = self.next_position()
-
-    def _assume_trims(self, oldest: int) -> None:
-        """A rebuilt index takes the trim marks saved in ``state`` (a cluster's queue, whose
-        index has no snapshot file) when they knew the queue to this front at least: a gap
-        trimmed since they were saved is unknown, and every site is then held from the
-        front."""
-        marks = None if self.state is None else self.state.load(TRIMS)
-        if not marks or int(marks["oldest"]) < oldest:
-            return
-        declared = {site.number: site.since for site in self.registry.list()}
-        since = {int(n): int(s) for n, s in marks["since"].items()}
-        lost = {
-            int(n): int(o)
-            for n, o in marks["lost"].items()
-            if int(n) in declared and declared[int(n)] == since.get(int(n))
-        }
-        self.index.assume_trims(int(marks["base"]), lost)
-
-    def _restored(self, oldest: int, newest: int) -> TagIndex | None:
-        """The index from its snapshot file, fitted to the registry; None when there is no
-        usable one (then the caller reads the whole queue)."""
-        path = self.index_file
-        if path is None or not path.exists():
-            return None
-        try:
-            index, since = decode_index(path.read_bytes())
-        except (OSError, ValueError) as error:
-            LOG.warning("%s is unusable (%s): rebuilding the tag index from the queue", path, error)
-            return None
-        if index.covers > newest or index.covers + 1 < oldest:
-            LOG.warning(
-                "%s covers the queue up to offset %d, but the queue holds offsets %d to %d: "
-                "rebuilding the tag index from the queue",
-                path,
-                index.covers,
-                oldest,
-                newest,
-            )
-            return None
-        declared = {site.number: site.since for site in self.registry.list()}
-        for number, site_since in since.items():
-            if declared.get(number) != site_since:  # removed, or the number taken since
-                index.forget_site(number)
-        return index
 
     async def save_index(self) -> bool:
         """Write the tag index's snapshot if it moved since the last one (the bytes are taken
@@ -319,15 +240,7 @@ class SendQueue:
         if self.state is None or trims == self._saved_trims or not self.owned():
             return False
         with contextlib.suppress(NotLeader):  # this broker no longer runs the site: not ours
-            await self.state.save(
-                TRIMS,
-                {
-                    "oldest": self.index.oldest,
-                    "base": base,
-                    "lost": {str(n): o for n, o in lost.items()},
-                    "since": {str(site.number): site.since for site in self.registry.list()},
-                },
-            )
+            await self.state.save(TRIMS, trim_marks(self.index, base, lost, self.registry.list()))
             self._saved_trims = trims
             return True
         return False
@@ -354,7 +267,10 @@ class SendQueue:
         offsets = self.index.records_for(site_number, from_offset, limit + 1)
         found: list[RoutedColumns] = []
         count = size = 0
-        for offset, record in self._records(offsets, site_number, after):
+        records = records_at(
+            self.partition, offsets, self._decoded, lambda: self._trimmed_under(site_number, after)
+        )
+        for offset, record in records:
             first = positions.position(offset, 0)
             part = record.for_site(offset, site_number, first).after(after)
             found.append(part)
@@ -363,64 +279,6 @@ class SendQueue:
             if count >= limit or size >= max_bytes:
                 break
         return RoutedColumns.concat(found)
-
-    def _records(
-        self, offsets: list[int], site_number: int, after: int
-    ) -> Iterator[tuple[int, RecordColumns]]:
-        """The records at ``offsets`` (ascending), decoded, in order: from memory where they
-        are, else read from the queue a run at a time (lazily: the caller may stop early)."""
-        log = self.partition.log
-        high_watermark = log.high_watermark
-        at = 0
-        while at < len(offsets):
-            offset = offsets[at]
-            if offset > high_watermark:
-                return  # not committed yet (the index runs ahead of a sync under way)
-            if offset < log.oldest_offset:
-                self._trimmed_under(site_number, after)
-            record = self._decoded.get(offset)
-            if record is not None:
-                yield offset, record
-                at += 1
-                continue
-            end = at + 1  # a run of consecutive offsets: one reader, no record between
-            while (
-                end < len(offsets)
-                and offsets[end] == offsets[end - 1] + 1
-                and offsets[end] not in self._decoded
-            ):
-                end += 1
-            wanted = offsets[at:end]
-            last = min(wanted[-1], high_watermark)
-            seen = 0
-            for batch in log.forward_reader(offset, stop_offset=last):
-                for found, value in zip(batch.offsets.tolist(), batch.values(), strict=True):
-                    if seen == len(wanted) or found < wanted[seen]:
-                        continue
-                    if found != wanted[seen]:  # retention took one since the check above
-                        self._trimmed_under(site_number, after)
-                    record = self._remember(found, columns(value))
-                    seen += 1
-                    yield found, record
-            if seen < len(wanted) and wanted[seen] <= last:
-                self._trimmed_under(site_number, after)
-            at += seen
-            if seen < len(wanted):
-                return
-
-    def _remember(self, offset: int, record: RecordColumns) -> RecordColumns:
-        """Keep ``record`` for the other senders (dropping the oldest beyond the bound). A
-        record kept for ``offset`` before is replaced: what was just written or read there is
-        what the queue holds."""
-        previous = self._decoded.pop(offset, None)
-        if previous is not None:
-            self._decoded_bytes -= _footprint(previous)
-        self._decoded[offset] = record
-        self._decoded_bytes += _footprint(record)
-        while self._decoded_bytes > DECODED_BYTES and len(self._decoded) > 1:
-            _, dropped = self._decoded.popitem(last=False)
-            self._decoded_bytes -= _footprint(dropped)
-        return record
 
     def _trimmed_under(self, site_number: int, after: int) -> NoReturn:
         """A record the index listed for the site was gone when read: retention removed it
@@ -444,15 +302,6 @@ class SendQueue:
 
     def _site_id(self, number: int) -> str:
         return next((s.site_id for s in self.registry.list() if s.number == number), str(number))
-
-    def _index(self, offset: int, counts: dict[int, int], sites: list[Site]) -> None:
-        live = {
-            site.number: counts[site.number]
-            for site in sites
-            if site.number in counts and site.since <= offset
-        }
-        if live:
-            self.index.add(offset, live)
 
     async def transmit(self, client: str, items: Sequence[Transmission]) -> list[int]:
         """Store ``items`` once each, tagged with their destinations; their positions, in
@@ -488,23 +337,17 @@ class SendQueue:
         is the next ``sizes[i]`` bytes of ``payloads``, for the sites of
         ``destination_lists[list_indexes[i]]``. Checked whole before anything is written."""
         self._check_owned()
-        self._check_call(client, payloads, sizes, len(destination_lists), list_indexes)
-        table: dict[int, int] = {}  # two lists may name the same sites
-        remap = [table.setdefault(self._mask(tuple(d)), len(table)) for d in destination_lists]
-        masks = list(table)
-        mask_indexes = np.asarray(remap, dtype=np.int64)[list_indexes]
-        ends = np.cumsum(sizes)
-        starts = ends - sizes
-        values = []
-        for a, b in self._pack(sizes):
-            blob = payloads[int(starts[a]) : int(ends[b - 1])]
-            values.append(
-                encode_packed(
-                    EntryKind.DELTA, client, 0, masks, mask_indexes[a:b], sizes[a:b], blob
-                )
-            )
+        values = encoded_call(
+            client,
+            payloads,
+            sizes,
+            destination_lists,
+            list_indexes,
+            self.registry,
+            self.partition.log_config.max_message_bytes,
+        )
         positions: list[int] = []
-        async with self._appending_now():
+        async with self._gate.appending():
             published = await self.partition.publish(values)
             lifts = self.registry.positions
             for offset, value in zip(published.offsets, values, strict=True):
@@ -517,7 +360,7 @@ class SendQueue:
                 first = lifts.position(offset, 0)
                 positions += range(first, first + len(record))
                 self.index.add(offset, record.site_counts())
-                self._remember(offset, record)
+                self._decoded.remember(offset, record)
         if published.offsets:
             # Indexed first, in append order; acknowledged once the ISR holds it (a cluster's
             # queue; at once on a single broker), so a new leader of the queue has it.
@@ -527,80 +370,6 @@ class SendQueue:
     def _check_owned(self) -> None:
         if not self.owned():
             raise SiteMoving(self.registry.local_site)
-
-    def _check_call(
-        self,
-        client: str,
-        payloads: bytes,
-        sizes: Int64Array,
-        lists: int,
-        list_indexes: Int64Array,
-    ) -> None:
-        try:
-            validate_site_id(client)
-        except InvalidArgument:
-            raise InvalidArgument(
-                f"invalid client name {echo(client)}: use 1-63 letters, digits, '_' or '-', "
-                f"starting with a letter or digit (it names the sinks' receive queues)"
-            ) from None
-        count = len(sizes)
-        if not count:
-            raise InvalidArgument("a transmit needs at least one payload")
-        if int(sizes.sum()) != len(payloads):
-            raise InvalidArgument(
-                f"the payload sizes add up to {int(sizes.sum())} bytes, but {len(payloads)} "
-                f"bytes of payloads were sent"
-            )
-        if len(list_indexes) != count:
-            raise InvalidArgument(f"{count} payloads but {len(list_indexes)} destination indexes")
-        if int(list_indexes.min()) < 0 or int(list_indexes.max()) >= lists:
-            raise InvalidArgument(
-                f"a destination index points past the call's {lists} destination lists"
-            )
-        limit = self.max_payload_bytes
-        largest = int(sizes.max())
-        if largest > limit:
-            raise InvalidArgument(
-                f"a payload of {largest} bytes is over the limit of {limit} "
-                f"(the server's max_message_bytes less {ENVELOPE_ROOM}); nothing was stored"
-            )
-
-    def _mask(self, destinations: tuple[str, ...]) -> int:
-        if not destinations:
-            raise InvalidArgument("every payload needs at least one destination site")
-        mask = 0
-        for site_id in destinations:
-            if site_id == self.registry.local_site:
-                raise InvalidArgument(
-                    f"{echo(site_id)} is this site: a payload goes to other sites only"
-                )
-            mask |= 1 << self.registry.get(site_id).number
-        return mask
-
-    def _pack(self, sizes: Int64Array) -> list[tuple[int, int]]:
-        """Entries ``[a, b)`` of each record: as few records as the size limit allows (each
-        record as many entries as fit, in order)."""
-        room = self.partition.log_config.max_message_bytes - ENVELOPE_ROOM
-        costs = np.cumsum(sizes + _ENTRY_ROOM)
-        bounds: list[tuple[int, int]] = []
-        first, count = 0, len(sizes)
-        while first < count:
-            used_before = int(costs[first - 1]) if first else 0
-            end = int(np.searchsorted(costs, used_before + room, side="right"))
-            end = min(max(end, first + 1), first + MAX_ENTRIES, count)
-            bounds.append((first, end))
-            first = end
-        return bounds
-
-
-def _footprint(record: RecordColumns) -> int:
-    """Bytes a decoded record holds: its payloads and its columns."""
-    return (
-        len(record.payloads)
-        + record.masks.nbytes
-        + record.mask_indexes.nbytes
-        + record.sizes.nbytes
-    )
 
 
 def _always() -> bool:

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from tidelog.broker import NewRecord, Partition, StreamConfig, replace_json
+from tidelog.broker import NewRecord, Partition, StreamConfig
+from tidelog.durable import replace_json
 from tidelog.errors import SiteMoving
 
 STATE_STREAM: Final = "__lrq_state"

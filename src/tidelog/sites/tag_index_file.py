@@ -1,6 +1,6 @@
 """The tag index's snapshot file: the index in a compact binary form, checked whole on read.
 
-``<data_dir>/sites_tag_index.bin``, replaced atomically (the broker's ``replace_bytes``), so a
+``<data_dir>/sites_tag_index.bin``, replaced atomically (``tidelog.durable.replace_bytes``), so a
 crash leaves the old snapshot or the new one. The send queue restores it at open and reads only
 the records after its ``covers`` offset (``send_queue.py``); a file that is missing, does not
 decode, or does not fit the queue is ignored and the index rebuilt from the whole queue.

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from tidelog.broker import replace_json
+from tidelog.durable import replace_json
 from tidelog.sites.envelope import split_position
 from tidelog.sites.negotiation import NONE
 from tidelog.sites.registry import Site

@@ -1,4 +1,10 @@
-"""Every write, truncate, reservation and open of the log layer, and the seam for faults.
+"""Durable files: every write, truncate, reservation and open of the log, the atomic replacement
+of every layer's small state files, and the seam for faults.
+
+The bottom of the layers (it imports nothing of tidelog but ``tidelog.errors``): the log writes
+its segments and indexes through it; the broker, the cluster and the sites replace their state
+files (stream metadata, snapshots, checkpoints, registries) with :func:`replace_json` and
+:func:`replace_bytes`, so a test's armed fault reaches those files too.
 
 Rules kept here so no caller has to remember them:
 - a write is complete or it raises: short writes are retried from where they stopped, and a write
@@ -21,11 +27,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tidelog.errors import DiskFull, SyncFailed, resource_error
 
@@ -241,3 +249,17 @@ def write_new_file(path: Path, data: Buffer, *, sync: bool) -> None:
             raise DiskFull(error.path, f"{error.reason}; nothing of the write was kept") from error
         raise
     os.close(fd)
+
+
+def replace_json(path: Path, data: Any, **dump: Any) -> None:
+    """Replace ``path`` with ``data`` as JSON atomically and durably (:func:`replace_file` with
+    ``sync=True``). A crash leaves either the old file or the new one, never a torn one; a failure
+    (a full disk: ``DiskFull``) leaves the old file and no temp file. ``dump``: options for
+    ``json.dumps`` (e.g. ``indent``)."""
+    replace_file(path, json.dumps(data, **dump).encode(), sync=True)
+
+
+def replace_bytes(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically and durably, as :func:`replace_json` does (for
+    binary snapshots such as the sites' tag index)."""
+    replace_file(path, data, sync=True)
