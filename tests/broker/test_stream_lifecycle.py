@@ -151,7 +151,7 @@ def test_a_delete_whose_rename_fails_removes_the_stream_in_place(
 ) -> None:
     """The tombstone rename fails (an I/O error on the directory): the delete still completes,
     the logs are closed, nothing of the stream stays on disk or comes back at a restart."""
-    import tidelog.broker.broker as broker_module
+    import tidelog.broker.deletion as deletion_module
 
     config = broker_config(tmp_path)
 
@@ -164,7 +164,7 @@ def test_a_delete_whose_rename_fails_removes_the_stream_in_place(
             for number in range(4):
                 await broker.publish("s", number, [b"x"] * 10)
             fds_with_stream = len(os.listdir("/proc/self/fd"))
-            monkeypatch.setattr(broker_module.os, "rename", failing_rename)
+            monkeypatch.setattr(deletion_module.os, "rename", failing_rename)
             await broker.delete_stream("s")
             monkeypatch.undo()
             assert "s" not in broker.streams
@@ -188,7 +188,7 @@ def test_a_create_whose_metadata_cannot_be_written_leaves_nothing(
     """``stream.json`` cannot be written (a full disk): the create fails with ``DiskFull``, the
     partitions' logs are closed without writing, and the directory goes (moved aside, or removed
     in place when even the move fails)."""
-    import tidelog.broker.broker as broker_module
+    import tidelog.broker.deletion as deletion_module
     from tidelog.broker.stream import Stream
 
     def full_disk(self: Stream) -> None:
@@ -203,7 +203,7 @@ def test_a_create_whose_metadata_cannot_be_written_leaves_nothing(
                 def failing_rename(source: object, target: object) -> None:
                     raise OSError(errno.EIO, "Input/output error", str(source))
 
-                monkeypatch.setattr(broker_module.os, "rename", failing_rename)
+                monkeypatch.setattr(deletion_module.os, "rename", failing_rename)
             with pytest.raises(DiskFull, match="disk space"):
                 broker.create_stream("s", StreamConfig(partitions=4))
             monkeypatch.undo()
