@@ -338,3 +338,21 @@ def test_the_collector_sees_late_typing_and_aliased_imports(tmp_path: Path) -> N
         ("tidelog.log", False, True),
         ("tidelog.log", True, False),
     }
+
+
+CLASS_LINES_MAX = 400
+"""The most lines a hand-written class may span: a class every change lands in is split by
+concern before it grows (``docs/architecture.md``)."""
+
+
+def test_no_hand_written_class_is_over_the_limit() -> None:
+    too_long = []
+    for path in sorted((SRC / "tidelog").rglob("*.py")):
+        if "_proto" in path.parts:  # generated
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                lines = node.end_lineno - node.lineno + 1
+                if lines > CLASS_LINES_MAX:
+                    too_long.append(f"{module_name(path, SRC)}.{node.name}: {lines} lines")
+    assert not too_long, f"classes over {CLASS_LINES_MAX} lines:\n" + "\n".join(too_long)
