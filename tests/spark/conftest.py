@@ -54,28 +54,34 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     root = str(Path(__file__).resolve().parents[2])
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
+    from spark_gateway import spark_gateway
 
     from tidelog.spark import TidelogDataSource
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("tidelog-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.python.filterPushdown.enabled", "true")
-        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(TidelogDataSource)
-    try:
-        yield session
-    finally:
-        session.stop()
+    settings = {
+        "spark.master": "local[2]",
+        "spark.app.name": "tidelog-tests",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.default.parallelism": "2",
+        "spark.sql.python.filterPushdown.enabled": "true",
+        "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse")),
+        "spark.sql.session.timeZone": "UTC",
+    }
+    # The JVM is started by spark_gateway, not by PySpark: PySpark forks this process to start
+    # it, which fails once earlier tests left gRPC threads running (see spark_gateway.py).
+    with spark_gateway(settings):
+        builder = SparkSession.builder.config(conf=SparkConf().setAll([*settings.items()]))
+        session = builder.getOrCreate()
+        session.sparkContext.setLogLevel("ERROR")
+        session.dataSource.register(TidelogDataSource)
+        try:
+            yield session
+        finally:
+            session.stop()
 
 
 @pytest.fixture(scope="module")
