@@ -13,17 +13,32 @@ node closes, shared by the follower fetches, the forwarded calls and the status 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Protocol, TypeVar
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Final, Protocol, TypeVar
 
 import grpc
 
 from tidelog.cluster.metadata import ClusterView
 from tidelog.cluster.roles import PartitionRole
-from tidelog.errors import NotLeader
-from tidelog.wire import MAX_FRAME
+from tidelog.errors import NotEnoughReplicas, NotLeader
+from tidelog.wire import MAX_FRAME, NOT_LEADER_KEY
 
 T = TypeVar("T")
+
+LEADER_ATTEMPTS: Final = 3
+"""Tries per partition of :meth:`Routing.on_each_leader` when the broker asked no longer leads
+it (a failover under way), :data:`RETRY_S` apart."""
+RETRY_S: Final = 0.2
+
+
+def moved(error: grpc.aio.AioRpcError) -> bool:
+    """The broker a call was handed to no longer leads the partition (its refusal's
+    machine-readable detail, ``wire.NOT_LEADER_KEY``), or is going away (UNAVAILABLE)."""
+    trailing = error.trailing_metadata() or ()
+    return error.code() == grpc.StatusCode.UNAVAILABLE or any(
+        key == NOT_LEADER_KEY for key, _ in trailing
+    )
 
 
 class RoutingHost(Protocol):
@@ -121,6 +136,44 @@ class Routing:
         if leader is None or not address or leader[0] == self._host.broker_id:
             raise refusal
         return await call(self.channel(address))
+
+    async def on_each_leader(
+        self,
+        stream: str,
+        numbers: Sequence[int],
+        view: ClusterView,
+        local: Callable[[int], Awaitable[T]],
+        remote: Callable[[grpc.aio.Channel, int], Awaitable[T]],
+    ) -> list[T]:
+        """Per partition of ``numbers`` (in order), the answer of its leader, all at once:
+        ``local(n)`` when this broker leads it, else ``remote(channel, n)`` on the leader's
+        channel. A leader that turns out to have moved (:func:`moved`) is looked up again in
+        the node's next view, :data:`LEADER_ATTEMPTS` times; then ``NotEnoughReplicas``
+        (UNAVAILABLE: a failover under way). Any other gRPC error propagates unchanged."""
+
+        async def one(number: int) -> T:
+            current = view
+            for _ in range(LEADER_ATTEMPTS):
+                state = current.partitions.get((stream, number))
+                leader = "" if state is None else state.leader
+                if leader == self._host.broker_id:
+                    return await local(number)
+                address = current.brokers.get(leader)
+                if address is not None:
+                    try:
+                        return await remote(self.channel(address), number)
+                    except grpc.aio.AioRpcError as error:
+                        if not moved(error):
+                            raise
+                await asyncio.sleep(RETRY_S)  # the metadata will say who leads
+                current = self._host.view
+            # UNAVAILABLE: retried by clients (a read), and the election ends within a lease.
+            raise NotEnoughReplicas(
+                f"partition {number} of {stream!r} has no reachable leader now (a failover "
+                f"under way?): try again"
+            )
+
+        return list(await asyncio.gather(*(one(n) for n in numbers)))
 
     def _elsewhere(self, stream: str, number: int) -> str | None:
         """The broker's ``hosted_elsewhere``: the address of the broker leading

@@ -9,9 +9,8 @@ routing (:meth:`ClusterControl.on_leader`), never by reading a status text.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Final, TypeVar
+from typing import TypeVar
 
 import grpc
 
@@ -32,17 +31,12 @@ from tidelog.control.single import local_progress
 from tidelog.control.site_host import SiteHost
 from tidelog.errors import (
     InvalidArgument,
-    NotEnoughReplicas,
     NotLeader,
     StreamNotFound,
     ViewNotFound,
 )
 
 T = TypeVar("T")
-
-LEADER_ATTEMPTS: Final = 3
-"""Tries per partition of a view query when the broker asked no longer leads it (a failover
-under way), 0.2 s apart."""
 
 
 class ClusterControl(LocalControl):
@@ -318,30 +312,13 @@ class ClusterControl(LocalControl):
             )
         numbers = range(count) if partition is None else [partition]
 
-        async def one(number: int) -> T:
-            current = view
-            for _ in range(LEADER_ATTEMPTS):
-                state = current.partitions.get((stream, number))
-                leader = "" if state is None else state.leader
-                if leader == node.broker_id:
-                    return await self._local(stream, lambda: local(number))
-                address = current.brokers.get(leader)
-                if address is not None:
-                    try:
-                        return await remote(node.channel(address), number)
-                    except grpc.aio.AioRpcError as error:
-                        failure = forwarded(error)
-                        if not (failure.moved or failure.code == grpc.StatusCode.UNAVAILABLE):
-                            raise failure from None
-                await asyncio.sleep(0.2)  # a failover under way: the metadata will say
-                current = node.view
-            # UNAVAILABLE: retried by clients (a read), and the election ends within a lease.
-            raise NotEnoughReplicas(
-                f"partition {number} of {stream!r} has no reachable leader now (a failover "
-                f"under way?): try again"
-            )
+        async def here(number: int) -> T:
+            return await self._local(stream, lambda: local(number))
 
-        return list(await asyncio.gather(*(one(n) for n in numbers)))
+        try:
+            return await node.routing.on_each_leader(stream, list(numbers), view, here, remote)
+        except grpc.aio.AioRpcError as error:
+            raise forwarded(error) from None
 
     # -- the cluster's own calls -----------------------------------------------------------------
 
