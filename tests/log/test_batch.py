@@ -61,6 +61,15 @@ def test_batch_without_any_headers_gives_empty_mappings():
     assert [dict(h) for h in batch.headers()] == [{}, {}]
 
 
+def test_headers_of_some_records_are_theirs_in_either_direction():
+    for batch in (make_batch(), make_batch().reversed()):
+        every = [dict(h) for h in batch.headers()]
+        picked = np.flatnonzero(batch.header_counts())
+        assert [dict(h) for h in batch.headers_of(picked)] == [every[i] for i in picked]
+        assert [dict(h) for h in batch.headers_of(np.arange(len(batch)))] == every
+        assert batch.headers_of(np.array([], dtype=np.int64)) == []
+
+
 def test_reversed_is_the_same_records_descending():
     batch = make_batch().reversed()
     assert as_expected(batch.records()) == EXPECTED[::-1]

@@ -224,10 +224,14 @@ class _Change:
 def producer_batches(batch: MessageBatch) -> list[tuple[str, StoredBatch]]:
     """The producer batches whose last records (those with a ``__producer`` header) are in
     ``batch``, in its order."""
-    if not batch.has_headers():
+    # Only the records with headers are decoded: in a follower's copy of idempotent batches that
+    # is one record per batch, and decoding all of them cost a third of the follower's append.
+    with_headers = np.flatnonzero(batch.header_counts())
+    if not len(with_headers):
         return []
     found: list[tuple[str, StoredBatch]] = []
-    for offset, headers in zip(batch.offsets.tolist(), batch.headers(), strict=True):
+    offsets = batch.offsets[with_headers].tolist()
+    for offset, headers in zip(offsets, batch.headers_of(with_headers), strict=True):
         value = headers.get(PRODUCER_HEADER)
         decoded = None if value is None else decode_producer(value)
         if decoded is not None:

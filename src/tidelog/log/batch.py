@@ -125,6 +125,22 @@ class MessageBatch:
         data = self.data
         return [None if n < 0 else data[a : a + n] for a, n in zip(starts, keylens, strict=True)]
 
+    def headers_of(self, indexes: npt.NDArray[np.int64]) -> list[Mapping[str, bytes]]:
+        """The headers of the records at ``indexes`` (places in delivery order), decoding only
+        those: a reader that wants the few records with headers pays nothing per other record."""
+        if self._header is None or not len(indexes):
+            return []
+        header = self._header[indexes]
+        counts = header["hcount"].tolist()
+        keylens = np.maximum(header["keylen"], 0)
+        starts = (self.positions[indexes] + HEADER_SIZE + keylens + header["vallen"]).tolist()
+        ends = (self.positions[indexes] + self.sizes[indexes]).tolist()
+        view = memoryview(self.data)
+        return [
+            decode_headers(view[a:b], c) if c else NO_HEADERS
+            for a, b, c in zip(starts, ends, counts, strict=True)
+        ]
+
     def headers(self) -> list[Mapping[str, bytes]]:
         """Each record's headers in their stored order (an empty mapping where it has none)."""
         if self._header is None:
