@@ -19,8 +19,6 @@ from tidelog.broker import (
     Broker,
     CursorStore,
     StreamConfig,
-    SubscribeRequest,
-    Subscription,
     ViewSpec,
     validate_stream_name,
 )
@@ -149,31 +147,10 @@ class ClusterControl(LocalControl):
         except grpc.aio.AioRpcError as error:
             raise forwarded(error) from None
 
-    async def subscribe(
-        self,
-        stream: str,
-        partition: int,
-        request: SubscribeRequest,
-        *,
-        resume: bool = False,
-        max_messages: int | None = None,
-        max_bytes: int | None = None,
-        group: tuple[str, str, int] | None = None,
-        read_replica: bool = False,
-    ) -> Subscription:
+    async def _admit_group(self, group: tuple[str, str, int]) -> None:
         groups = self.node.groups
-        if group is not None and not groups.check_subscriber(*group):
+        if not groups.check_subscriber(*group):
             await groups.refresh(group[0])  # the mirror may be behind the metadata
-        return self._subscribe(
-            stream,
-            partition,
-            request,
-            resume=resume,
-            max_messages=max_messages,
-            max_bytes=max_bytes,
-            group=group,
-            read_replica=read_replica,
-        )
 
     # -- cursors and groups ----------------------------------------------------------------------
 

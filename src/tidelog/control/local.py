@@ -112,18 +112,24 @@ class LocalControl:
             durable=durable,
         )
 
-    def _subscribe(
+    async def _admit_group(self, group: tuple[str, str, int]) -> None:
+        """Before a group member's subscription is checked against its assignment: make sure
+        this broker's view of the group is current (nothing to do on a single broker)."""
+
+    async def subscribe(
         self,
         stream: str,
         partition: int,
         request: SubscribeRequest,
         *,
-        resume: bool,
-        max_messages: int | None,
-        max_bytes: int | None,
-        group: tuple[str, str, int] | None,
-        read_replica: bool,
+        resume: bool = False,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        group: tuple[str, str, int] | None = None,
+        read_replica: bool = False,
     ) -> Subscription:
+        if group is not None:
+            await self._admit_group(group)
         return self.broker.subscribe(
             stream,
             partition,

@@ -18,8 +18,6 @@ from tidelog.broker import (
     Broker,
     CursorStore,
     StreamConfig,
-    SubscribeRequest,
-    Subscription,
     ViewSpec,
 )
 from tidelog.control.contract import (
@@ -111,29 +109,6 @@ class SingleBroker(LocalControl):
         self, stream: str, partition: int, refusal: NotLeader, call: LeaderCall[T]
     ) -> T:
         raise refusal
-
-    async def subscribe(
-        self,
-        stream: str,
-        partition: int,
-        request: SubscribeRequest,
-        *,
-        resume: bool = False,
-        max_messages: int | None = None,
-        max_bytes: int | None = None,
-        group: tuple[str, str, int] | None = None,
-        read_replica: bool = False,
-    ) -> Subscription:
-        return self._subscribe(
-            stream,
-            partition,
-            request,
-            resume=resume,
-            max_messages=max_messages,
-            max_bytes=max_bytes,
-            group=group,
-            read_replica=read_replica,
-        )
 
     # -- cursors and groups ----------------------------------------------------------------------
 
