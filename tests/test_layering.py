@@ -32,12 +32,23 @@ MAY_IMPORT: dict[str, set[str]] = {
     "_proto": set(),
     "access": {"errors"},  # what a call touches, and the guard that checks it
     "durable": {"errors"},  # complete writes, atomic replacement, the fault seam; DiskFull
+    "security": {"access", "errors"},  # identities, tokens, the ACL, TLS material
     # the server side, top to bottom: fronts -> guard -> control -> broker / cluster / sites
     # the CLI: a client application, plus `tidelog serve` (the api, loaded late)
     "cli": {"api", "client", "console", "errors", "wire", "tidelog"},
     # the api's fronts use the control; its server (the composition root) builds the control
     # from the broker, the cluster's face and the sites' face
-    "api": {"access", "control", "broker", "sites", "cluster", "errors", "wire", "_proto"},
+    "api": {
+        "access",
+        "control",
+        "broker",
+        "sites",
+        "cluster",
+        "errors",
+        "wire",
+        "_proto",
+        "security",
+    },
     "control": {"broker", "cluster", "sites", "errors", "wire", "_proto"},
     "broker": {"log", "store", "durable", "errors", "wire"},
     "sites": {"broker", "durable", "errors", "wire", "_proto"},
@@ -45,7 +56,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "log": {"durable", "errors"},
     "store": {"errors"},
     # talk to brokers only over gRPC, through the client
-    "client": {"errors", "wire", "_proto"},
+    "client": {"errors", "wire", "_proto", "security"},
     "spark": {"client", "errors", "wire", "_proto"},
     # the web console: a client application, like spark (never the broker, the api or the log)
     "console": {"access", "client", "errors", "wire"},

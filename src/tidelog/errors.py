@@ -378,7 +378,14 @@ class OutOfDescriptors(ResourceExhausted):
 
 
 class PermissionDenied(BrokerError):
-    """The caller may not do this (e.g. write to or pause a stream the broker owns)."""
+    """The caller may not do this (e.g. write to or pause a stream the broker owns, or an
+    operation the access policy does not grant it). The message names the operation and the
+    resource, never the policy."""
+
+
+class Unauthenticated(TidelogError):
+    """The caller presented no credentials where they are required, or credentials the server
+    does not accept (an unknown token, a token on a plaintext connection)."""
 
 
 _DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})

@@ -25,7 +25,7 @@ from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import cluster_pb2, tidelog_pb2
 from tidelog.access import Access, Guard, Kind, Operation, on
 from tidelog.api.decoding import GuardedRegistry
-from tidelog.api.guard import RPC_ACCESS
+from tidelog.api.guard import RPC_ACCESS, Door
 from tidelog.api.liftbridge import LiftbridgeService
 from tidelog.broker import Broker
 from tidelog.console.app import ACTION_ACCESS, ACTIONS, PAGE_ACCESS, ConsoleConfig, create_app
@@ -71,14 +71,14 @@ def test_the_rules_name_the_resource_the_request_names() -> None:
     ) == (on(Operation.PUBLISH, Kind.STREAM, "s"),)
     assert RPC_ACCESS["/tidelog.v1.Replication/ReplicaFetch"](
         cluster_pb2.ReplicaFetchRequest(stream="s")
-    ) == (on(Operation.REPLICATE, Kind.CLUSTER),)
+    ) == (on(Operation.CLUSTER, Kind.CLUSTER),)
     assert RPC_ACCESS["/tidelog.v1.Tidelog/Replicate"](tidelog_pb2.ReplicationRequest()) == (
         on(Operation.REPLICATE, Kind.SITE),
     )
     joined = RPC_ACCESS["/proto.API/JoinConsumerGroup"](
         pb.JoinConsumerGroupRequest(groupId="g", streams=["a", "b"])
     )
-    assert on(Operation.READ, Kind.STREAM, "b") in joined
+    assert on(Operation.SUBSCRIBE, Kind.STREAM, "b") in joined
 
 
 def test_every_console_page_and_action_is_in_its_table() -> None:
@@ -106,7 +106,7 @@ def test_a_refusing_policy_is_answered_permission_denied_before_the_servicer_run
         port = server.add_insecure_port("127.0.0.1:0")
         control = SingleBroker(broker, Advertised(broker.broker_id, "127.0.0.1", port))
         pb_grpc.add_APIServicer_to_server(
-            LiftbridgeService(control), GuardedRegistry(server, guard=Guard(DenyDeletes()))
+            LiftbridgeService(control), GuardedRegistry(server, door=Door(Guard(DenyDeletes())))
         )
         await server.start()
         try:

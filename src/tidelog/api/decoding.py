@@ -33,8 +33,7 @@ from typing import Any, Final
 import grpc
 from google.protobuf.message import DecodeError
 
-from tidelog.access import Guard
-from tidelog.api.guard import guarded_behaviour
+from tidelog.api.guard import Door, guarded_behaviour
 from tidelog.api.status import Throttle, cap_detail
 from tidelog.errors import InvalidArgument
 
@@ -72,13 +71,13 @@ class GuardedRegistry:
         self,
         server: grpc.aio.Server,
         interval_s: float = WARNING_INTERVAL_S,
-        guard: Guard | None = None,
+        door: Door | None = None,
     ) -> None:
-        """``guard``: checks every call's access (``guard.py``; by default one that allows
-        all)."""
+        """``door``: identifies every caller and checks its access (``guard.py``; by default
+        anonymous callers that may do everything)."""
         self._server = server
         self._throttle = Throttle(interval_s)
-        self._access = guard or Guard()
+        self._access = door or Door()
         self._guarded: dict[str, Handler] = {}
 
     def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
@@ -144,7 +143,7 @@ class _GuardedGeneric(grpc.GenericRpcHandler):
 _INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
 
-def _behaviour(method: str, handler: Handler, access: Guard) -> dict[str, Callable[..., Any]]:
+def _behaviour(method: str, handler: Handler, access: Door) -> dict[str, Callable[..., Any]]:
     """The handler's behaviour wrapped: Undecodable answered, then the guard's checks and error
     table (``guard.py``). Async behaviours stay async and sync ones sync (grpc runs those in its
     thread pool)."""

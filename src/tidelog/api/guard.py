@@ -4,9 +4,11 @@ Every service is registered through :class:`~tidelog.api.decoding.GuardedRegistr
 each method's behaviour here. For each call, in order:
 
 1. the request is decoded without ever raising into grpc (``decoding.py``);
-2. :data:`RPC_ACCESS` names the operations and resources the request touches (a request stream:
-   each frame as it is read), and :class:`~tidelog.access.Guard` checks them for the caller's
-   identity (``PERMISSION_DENIED`` otherwise);
+2. the caller is identified from its connection, never from the request (:class:`Door`: a
+   client certificate or a bearer token; ``UNAUTHENTICATED`` when the server requires one and
+   there is none it accepts); :data:`RPC_ACCESS` names the operations and resources the request
+   touches (a request stream: each frame as it is read), and :class:`~tidelog.access.Guard`
+   checks them for that identity (``PERMISSION_DENIED`` otherwise), before the servicer runs;
 3. the servicer runs; whatever it raises becomes the call's status from the one table in
    ``status.py`` (a not-leader refusal also carries the leader's id and epoch as trailing
    metadata, :data:`~tidelog.wire.NOT_LEADER_KEY`), and a bug is logged with its traceback
@@ -27,9 +29,10 @@ import grpc
 
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
-from tidelog.access import ANONYMOUS, Access, Guard, Kind, Operation, on
+from tidelog.access import ANONYMOUS, Access, Caller, Guard, Kind, Operation, on, serving
 from tidelog.api.status import log_failure, status_of
 from tidelog.errors import NotLeader, TidelogError
+from tidelog.security import Authenticator
 from tidelog.wire import LEADER_EPOCH_KEY, NOT_LEADER_KEY
 
 Op = Operation
@@ -46,87 +49,103 @@ def _fixed(*accesses: Access) -> Rule:
     return lambda _request: accesses
 
 
+def _create(request: pb.CreateStreamRequest) -> Accesses:
+    # A stream on a subject receives what is published to the subject: reading it is a grant.
+    create = on(Op.CREATE, Kind.STREAM, request.name)
+    if request.subject and request.subject != request.name:
+        return (create, on(Op.SUBSCRIBE, Kind.SUBJECT, request.subject))
+    return (create,)
+
+
 def _metadata(request: pb.FetchMetadataRequest) -> Accesses:
-    streams = [on(Op.DESCRIBE, Kind.STREAM, s) for s in request.streams] or [
-        on(Op.DESCRIBE, Kind.STREAM)
-    ]
-    return (*streams, *(on(Op.DESCRIBE, Kind.GROUP, g) for g in request.groups))
-
-
-def _cursor(op: Operation) -> Rule:
-    return lambda request: (
-        on(op, Kind.CURSOR, request.cursorId),
-        on(Op.READ, Kind.STREAM, request.stream),
+    # Named streams and groups are checked; without names the answer lists only what the caller
+    # may see (liftbridge.py filters it).
+    return (
+        *(on(Op.DESCRIBE, Kind.STREAM, s) for s in request.streams),
+        *(on(Op.DESCRIBE, Kind.GROUP, g) for g in request.groups),
     )
 
 
-def _group(op: Operation) -> Rule:
-    return lambda request: (on(op, Kind.GROUP, request.groupId),)
+def _cursor(request: pb.SetCursorRequest | pb.FetchCursorRequest) -> Accesses:
+    return (
+        on(Op.CURSOR, Kind.CURSOR, request.cursorId),
+        on(Op.DESCRIBE, Kind.STREAM, request.stream),
+    )
+
+
+def _group(request: Any) -> Accesses:
+    return (on(Op.GROUP, Kind.GROUP, request.groupId),)
 
 
 def _join(request: pb.JoinConsumerGroupRequest) -> Accesses:
     return (
-        on(Op.ALTER, Kind.GROUP, request.groupId),
-        *(on(Op.READ, Kind.STREAM, s) for s in request.streams),
+        on(Op.GROUP, Kind.GROUP, request.groupId),
+        *(on(Op.SUBSCRIBE, Kind.STREAM, s) for s in request.streams),
     )
 
 
 def _consume(frame: v1.ConsumeRequest) -> Accesses:
     # Only the first frame names a stream; permits and seeks stay on it.
     if frame.WhichOneof("kind") == "start":
-        return (on(Op.READ, Kind.STREAM, frame.start.stream),)
+        return (on(Op.SUBSCRIBE, Kind.STREAM, frame.start.stream),)
     return ()
+
+
+def _site(op: Operation) -> Rule:
+    return lambda request: (on(op, Kind.SITE, request.site_id),)
 
 
 _CLUSTER = Kind.CLUSTER
 _SITE = Kind.SITE
+_LISTING: Final = _fixed()
+"""A listing: open to every identified caller, its answer filtered to what it may see."""
 
 RPC_ACCESS: Final[dict[str, Rule]] = {
     # -- Liftbridge proto.API
-    "/proto.API/CreateStream": lambda r: (on(Op.CREATE, Kind.STREAM, r.name),),
+    "/proto.API/CreateStream": _create,
     "/proto.API/DeleteStream": lambda r: (on(Op.DELETE, Kind.STREAM, r.name),),
     "/proto.API/PauseStream": lambda r: (on(Op.ALTER, Kind.STREAM, r.name),),
     "/proto.API/SetStreamReadonly": lambda r: (on(Op.ALTER, Kind.STREAM, r.name),),
-    "/proto.API/Subscribe": _stream(Op.READ),
+    "/proto.API/Subscribe": _stream(Op.SUBSCRIBE),
     "/proto.API/FetchMetadata": _metadata,
     "/proto.API/FetchPartitionMetadata": _stream(Op.DESCRIBE),
     "/proto.API/Publish": _stream(Op.PUBLISH),
     "/proto.API/PublishAsync": _stream(Op.PUBLISH),  # per frame
     "/proto.API/PublishToSubject": lambda r: (on(Op.PUBLISH, Kind.SUBJECT, r.subject),),
-    "/proto.API/SetCursor": _cursor(Op.ALTER),
-    "/proto.API/FetchCursor": _cursor(Op.READ),
+    "/proto.API/SetCursor": _cursor,
+    "/proto.API/FetchCursor": _cursor,
     "/proto.API/JoinConsumerGroup": _join,
-    "/proto.API/LeaveConsumerGroup": _group(Op.ALTER),
-    "/proto.API/FetchConsumerGroupAssignments": _group(Op.READ),
-    "/proto.API/ReportConsumerGroupCoordinator": _group(Op.ALTER),
+    "/proto.API/LeaveConsumerGroup": _group,
+    "/proto.API/FetchConsumerGroupAssignments": _group,
+    "/proto.API/ReportConsumerGroupCoordinator": _group,
     # -- tidelog.v1.Tidelog
     "/tidelog.v1.Tidelog/PublishBatch": _stream(Op.PUBLISH),
     "/tidelog.v1.Tidelog/PublishStream": _stream(Op.PUBLISH),  # per frame
-    "/tidelog.v1.Tidelog/SubscribeBatches": _stream(Op.READ),
+    "/tidelog.v1.Tidelog/SubscribeBatches": _stream(Op.SUBSCRIBE),
     "/tidelog.v1.Tidelog/Consume": _consume,  # per frame
-    "/tidelog.v1.Tidelog/Browse": _stream(Op.READ),
-    "/tidelog.v1.Tidelog/DeclareView": _stream(Op.ALTER),
-    "/tidelog.v1.Tidelog/DropView": _stream(Op.ALTER),
+    "/tidelog.v1.Tidelog/Browse": _stream(Op.SUBSCRIBE),
+    "/tidelog.v1.Tidelog/DeclareView": _stream(Op.VIEW),
+    "/tidelog.v1.Tidelog/DropView": _stream(Op.VIEW),
     "/tidelog.v1.Tidelog/ListViews": _stream(Op.DESCRIBE),
-    "/tidelog.v1.Tidelog/ViewGet": _stream(Op.READ),
-    "/tidelog.v1.Tidelog/ViewRange": _stream(Op.READ),
-    "/tidelog.v1.Tidelog/WindowFetch": _stream(Op.READ),
-    "/tidelog.v1.Tidelog/AddSite": lambda r: (on(Op.ALTER, _SITE, r.site_id),),
-    "/tidelog.v1.Tidelog/RemoveSite": lambda r: (on(Op.ALTER, _SITE, r.site_id),),
-    "/tidelog.v1.Tidelog/ListSites": _fixed(on(Op.DESCRIBE, _SITE)),
+    "/tidelog.v1.Tidelog/ViewGet": _stream(Op.SUBSCRIBE),
+    "/tidelog.v1.Tidelog/ViewRange": _stream(Op.SUBSCRIBE),
+    "/tidelog.v1.Tidelog/WindowFetch": _stream(Op.SUBSCRIBE),
+    "/tidelog.v1.Tidelog/AddSite": _site(Op.SITE),
+    "/tidelog.v1.Tidelog/RemoveSite": _site(Op.SITE),
+    "/tidelog.v1.Tidelog/ListSites": _fixed(on(Op.SITE, _SITE)),
     "/tidelog.v1.Tidelog/Transmit": _fixed(on(Op.PUBLISH, _SITE)),
-    "/tidelog.v1.Tidelog/SiteStatus": _fixed(on(Op.DESCRIBE, _SITE)),
+    "/tidelog.v1.Tidelog/SiteStatus": _fixed(on(Op.SITE, _SITE)),
     "/tidelog.v1.Tidelog/Replicate": _fixed(on(Op.REPLICATE, _SITE)),  # per frame
-    "/tidelog.v1.Tidelog/TransmitSnapshot": lambda r: (on(Op.PUBLISH, _SITE, r.site_id),),
-    "/tidelog.v1.Tidelog/ResyncSite": lambda r: (on(Op.ALTER, _SITE, r.site_id),),
+    "/tidelog.v1.Tidelog/TransmitSnapshot": _site(Op.SITE),
+    "/tidelog.v1.Tidelog/ResyncSite": _site(Op.SITE),
     "/tidelog.v1.Tidelog/DescribeStream": _stream(Op.DESCRIBE),
-    "/tidelog.v1.Tidelog/ListGroups": _fixed(on(Op.DESCRIBE, Kind.GROUP)),
+    "/tidelog.v1.Tidelog/ListGroups": _LISTING,
     # -- tidelog.v1.Replication and ClusterAdmin
-    "/tidelog.v1.Replication/ReplicaFetch": _fixed(on(Op.REPLICATE, _CLUSTER)),
-    "/tidelog.v1.Replication/OffsetForLeaderEpoch": _fixed(on(Op.REPLICATE, _CLUSTER)),
-    "/tidelog.v1.ClusterAdmin/ClusterStatus": _fixed(on(Op.DESCRIBE, _CLUSTER)),
-    "/tidelog.v1.ClusterAdmin/Reassign": _fixed(on(Op.ALTER, _CLUSTER)),
-    # -- grpc.health.v1: anyone may ask whether the server is up
+    "/tidelog.v1.Replication/ReplicaFetch": _fixed(on(Op.CLUSTER, _CLUSTER)),
+    "/tidelog.v1.Replication/OffsetForLeaderEpoch": _fixed(on(Op.CLUSTER, _CLUSTER)),
+    "/tidelog.v1.ClusterAdmin/ClusterStatus": _fixed(on(Op.ADMIN, _CLUSTER)),
+    "/tidelog.v1.ClusterAdmin/Reassign": _fixed(on(Op.ADMIN, _CLUSTER)),
+    # -- grpc.health.v1: anyone may ask whether the server is up, without credentials
     "/grpc.health.v1.Health/Check": _fixed(),
     "/grpc.health.v1.Health/List": _fixed(),
     "/grpc.health.v1.Health/Watch": _fixed(),
@@ -135,10 +154,24 @@ RPC_ACCESS: Final[dict[str, Rule]] = {
 named here is refused at registration (module docstring); ``tests/api/test_guard.py`` checks
 this table against every service's descriptor."""
 
+OPEN_METHODS: Final = frozenset(m for m in RPC_ACCESS if m.startswith("/grpc.health.v1."))
+"""Served without asking who calls: a load balancer's probe has no credentials."""
 
-def identity_of(context: grpc.aio.ServicerContext[Any, Any] | grpc.ServicerContext) -> str:
-    """The caller's identity (:data:`~tidelog.access.ANONYMOUS` until credentials exist)."""
-    return ANONYMOUS
+
+class Door:
+    """Who a caller is (``authenticator``) and what it may do (``guard``): the two halves of
+    the check every call passes. Either may be replaced while calls run (a SIGHUP reload); a
+    call reads each once."""
+
+    def __init__(self, guard: Guard | None = None, authenticator: Authenticator | None = None):
+        self.guard = guard or Guard()
+        self.authenticator = authenticator or Authenticator()
+
+    def identify(self, context: Any) -> str:
+        """The caller's identity from its connection (certificate) and metadata (token);
+        :class:`~tidelog.errors.Unauthenticated` when it has none the server accepts."""
+        auth = context.auth_context() or {}
+        return self.authenticator.identify(auth, context.invocation_metadata())
 
 
 async def _answer(context: grpc.aio.ServicerContext[Any, Any], error: Exception) -> None:
@@ -165,29 +198,33 @@ def _checked(
 def guarded_behaviour(
     method: str,
     behaviour: Callable[..., Any],
-    guard: Guard,
+    door: Door,
     *,
     streamed_in: bool,
     streamed_out: bool,
 ) -> Callable[..., Any]:
     """``behaviour`` (an async servicer method, grpc's reader/writer form for a response stream
-    or an async generator) behind the guard: access checked, errors answered by the table."""
+    or an async generator) behind the door: caller identified, access checked, errors answered
+    by the table. While it runs, :func:`tidelog.access.caller` names the caller."""
     rule = RPC_ACCESS.get(method)
     if rule is None:
         raise LookupError(
             f"{method} is not in tidelog.api.guard.RPC_ACCESS: say what it touches before "
             f"serving it"
         )
+    open_method = method in OPEN_METHODS
 
     def admitted(request: Any, context: Any) -> Any:
-        identity = identity_of(context)
+        identity = ANONYMOUS if open_method else door.identify(context)
+        guard = door.guard
+        serving(Caller(identity, guard))
         if streamed_in:
             return _checked(request, rule, guard, identity)
         guard.check(identity, rule(request))
         return request
 
     if not inspect.iscoroutinefunction(behaviour) and not inspect.isasyncgenfunction(behaviour):
-        return _sync(behaviour, rule, guard, streamed_in=streamed_in, streamed_out=streamed_out)
+        return _sync(behaviour, rule, door, streamed_in=streamed_in, streamed_out=streamed_out)
 
     if inspect.isasyncgenfunction(behaviour):
 
@@ -218,23 +255,24 @@ def guarded_behaviour(
 def _sync(
     behaviour: Callable[..., Any],
     rule: Rule,
-    guard: Guard,
+    door: Door,
     *,
     streamed_in: bool,
     streamed_out: bool,
 ) -> Callable[..., Any]:
     """A synchronous behaviour (grpc runs it in its thread pool: the health service, which is
-    grpc's own code): the access check, its refusal answered with grpc's synchronous abort."""
+    grpc's own code, open to every caller): the access check, its refusal answered with grpc's
+    synchronous abort."""
 
     def admitted(request: Any, context: grpc.ServicerContext) -> Any:
-        identity = identity_of(context)
+        guard = door.guard
         try:
             if streamed_in:
                 frames = list(request)  # the health service takes no request stream
                 for frame in frames:
-                    guard.check(identity, rule(frame))
+                    guard.check(ANONYMOUS, rule(frame))
                 return iter(frames)
-            guard.check(identity, rule(request))
+            guard.check(ANONYMOUS, rule(request))
         except TidelogError as error:
             code, detail = status_of(error)
             context.abort(code, detail)

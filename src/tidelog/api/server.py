@@ -23,6 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from tidelog._proto.liftbridge import api_pb2_grpc
 from tidelog._proto.tidelog.v1 import cluster_pb2_grpc, tidelog_pb2_grpc
+from tidelog.api.credentials import ServerSecurity
 from tidelog.api.decoding import GuardedRegistry
 from tidelog.api.http import ConsoleFactory, HttpEndpoint
 from tidelog.api.liftbridge import LiftbridgeService
@@ -74,6 +75,7 @@ class Server:
         metrics port beside ``/metrics`` (``tidelog serve`` passes it unless ``console`` is off
         in the settings)."""
         self.settings = settings
+        self.security = ServerSecurity(settings)
         self.broker = Broker(settings.broker_config())
         self.metrics = Metrics(self.broker)
         self.http = HttpEndpoint(self.metrics.registry, console)
@@ -103,8 +105,14 @@ class Server:
                 ("grpc.so_reuseport", 0),
             ]
         )
+        address = f"{settings.host}:{settings.port}"
         try:
-            self.port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+            tls = self.security.tls
+            self.port = (
+                server.add_secure_port(address, tls.grpc_credentials())
+                if tls is not None
+                else server.add_insecure_port(address)
+            )
         except RuntimeError:
             self.port = 0
         if self.port == 0:
@@ -187,10 +195,13 @@ class Server:
             self.http.close()
             raise
         self._grpc = server
+        for warning in self.security.exposure_warnings(settings.host):
+            LOG.warning("%s", warning)
         LOG.info(
-            "tidelog listening on %s:%d (data in %s, metrics on %s)",
+            "tidelog listening on %s:%d%s (data in %s, metrics on %s)",
             settings.host,
             self.port,
+            " with TLS" if self.security.tls is not None else "",
             settings.data_dir,
             f"{settings.host}:{self.metrics_port}/metrics" if self.metrics_port else "off",
         )
@@ -211,7 +222,7 @@ class Server:
             else ClusterControl(self.broker, self.cluster, self.sites)
         )
         # Every method registered through the guard (guard.py): access, then the error table.
-        registry: Any = GuardedRegistry(server)
+        registry: Any = GuardedRegistry(server, door=self.security.door)
         api_pb2_grpc.add_APIServicer_to_server(LiftbridgeService(control, self.metrics), registry)
         cluster_pb2_grpc.add_ReplicationServicer_to_server(ReplicationService(control), registry)
         cluster_pb2_grpc.add_ClusterAdminServicer_to_server(ClusterAdminService(control), registry)
@@ -221,6 +232,10 @@ class Server:
         for service in ("", "proto.API", "tidelog.v1.Tidelog"):
             self._health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
         health_pb2_grpc.add_HealthServicer_to_server(self._health_servicer, registry)
+
+    def reload(self) -> list[str]:
+        """SIGHUP: certificates, tokens and the ACL read again (``credentials.py``)."""
+        return self.security.reload()
 
     async def stop(self) -> None:
         if self._grpc is None:
@@ -267,6 +282,7 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, server.reload)
     if on_ready is not None:
         on_ready(server)
     try:

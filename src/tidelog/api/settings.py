@@ -130,6 +130,42 @@ class ServerSettings(BaseSettings):
         description="a follower that has not caught up with its leader for this long leaves "
         "the ISR (it rejoins once caught up)",
     )
+    tls_cert: Path | None = Field(
+        None,
+        description="PEM certificate chain of this server: TLS on the gRPC port and the HTTP "
+        "port (with tls_key); reloaded on SIGHUP",
+    )
+    tls_key: Path | None = Field(None, description="PEM private key of tls_cert")
+    tls_client_ca: Path | None = Field(
+        None,
+        description="PEM CA that signs client certificates: with it every client must present "
+        "one (mutual TLS), and its subject alternative name (else common name) is the principal",
+    )
+    tls_ca: Path | None = Field(
+        None,
+        description="PEM CA this server checks other brokers' and sites' certificates against "
+        "when it calls them (default: tls_client_ca)",
+    )
+    tokens_file: Path | None = Field(
+        None,
+        description="TOML file of bearer-token hashes per principal (`tidelog token create` "
+        "writes it); needs TLS; reloaded on SIGHUP",
+    )
+    acl_file: Path | None = Field(
+        None,
+        description="TOML access-control list (docs/security.md): with it, every call is "
+        "checked and anything not allowed is denied; reloaded on SIGHUP",
+    )
+    principal_rules: list[str] = Field(
+        default_factory=list,
+        description="rules 'PATTERN => REPLACEMENT' mapping a certificate's name to a principal; "
+        "the first whose pattern matches the whole name applies",
+    )
+    allow_anonymous: bool = Field(
+        False,
+        description="with tokens_file or acl_file: admit callers without credentials as the "
+        "principal 'anonymous' (the ACL decides what it may do) instead of UNAUTHENTICATED",
+    )
     metrics_port: int = Field(
         9293,
         ge=0,
@@ -200,6 +236,30 @@ class ServerSettings(BaseSettings):
         if self.advertise and ":" not in self.advertise:
             raise ValueError(f"advertise is HOST:PORT, got {self.advertise!r}")
         return self
+
+    @model_validator(mode="after")
+    def _tls_comes_whole(self) -> ServerSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: give both, or neither")
+        if self.tls_cert is None and (self.tls_client_ca or self.tokens_file):
+            raise ValueError(
+                "tls_client_ca and tokens_file need TLS: give tls_cert and tls_key too (a token "
+                "sent without TLS crosses the network readable)"
+            )
+        for rule in self.principal_rules:
+            if " => " not in rule:
+                raise ValueError(f"principal_rules: {rule!r} is not 'PATTERN => REPLACEMENT'")
+        return self
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
+    @property
+    def authentication_required(self) -> bool:
+        return (self.acl_file is not None or self.tokens_file is not None) and not (
+            self.allow_anonymous
+        )
 
     def broker_config(self) -> BrokerConfig:
         return BrokerConfig(

@@ -57,6 +57,7 @@ from tidelog.errors import (
     SubjectNotFound,
     SyncFailed,
     TidelogError,
+    Unauthenticated,
     ViewExists,
     ViewNotFound,
     resource_error,
@@ -101,6 +102,7 @@ STATUS: Final[tuple[tuple[type[Exception], grpc.StatusCode], ...]] = (
     (SyncFailed, grpc.StatusCode.RESOURCE_EXHAUSTED),  # written, not yet durable: says so
     (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
 )
 
 

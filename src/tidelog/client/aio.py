@@ -43,6 +43,7 @@ from tidelog.client.snapshot_provider import Provide, SnapshotProvider
 from tidelog.client.stream_calls import StreamCalls
 from tidelog.client.subscribe_calls import SubscribeCalls
 from tidelog.client.view_calls import ViewCalls
+from tidelog.security import aio_channel
 from tidelog.wire import CURSORS_STREAM, DEFAULT_HOST, DEFAULT_PORT
 
 T = TypeVar("T")
@@ -71,7 +72,7 @@ class AsyncClient(
     ) -> None:
         self.server = server
         self.settings = settings or ClientSettings()
-        self._channel = grpc.aio.insecure_channel(server, options=self.settings.grpc_options())
+        self._channel = aio_channel(server, self.settings.tls, self.settings.grpc_options())
         self._api = pb_grpc.APIStub(self._channel)
         self._v1 = v1_grpc.TidelogStub(self._channel)
         self._partition_counts: dict[str, int] = {}

@@ -29,6 +29,7 @@ from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 from tidelog.client.settings import ClientSettings
+from tidelog.security import aio_channel
 
 NOT_LEADER_TEXT = "not partition leader"
 """What a broker's status detail says when another broker leads the partition."""
@@ -61,7 +62,7 @@ class LeaderRouter:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=self._settings.grpc_options())
+            channel = aio_channel(address, self._settings.tls, self._settings.grpc_options())
             self._channels[address] = channel
         return channel
 

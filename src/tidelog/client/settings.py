@@ -16,8 +16,11 @@ Two mechanisms work together when the server goes away and comes back:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
 
+from tidelog.security import ClientTls
 from tidelog.wire import MAX_FRAME
 
 
@@ -68,6 +71,19 @@ class ClientSettings:
     with ``too_many_pings`` (gRPC servers accept one ping per 5 minutes without calls by
     default)."""
 
+    tls: ClientTls = field(default_factory=ClientTls)
+    """TLS and credentials: the server's CA, a client certificate and key (mutual TLS), a bearer
+    token (sent only over TLS). Default: plaintext, no credentials. :meth:`from_env` reads them
+    from ``TIDELOG_TLS_CA``, ``TIDELOG_TLS_CERT``, ``TIDELOG_TLS_KEY``, ``TIDELOG_TOKEN``."""
+
+    @classmethod
+    def from_env(cls, **given: object) -> ClientSettings:
+        """Settings with ``given`` values, and TLS and credentials from the environment when not
+        given (``tls``): the variables the CLI reads too."""
+        if "tls" not in given:
+            given["tls"] = tls_from(environ=os.environ)
+        return cls(**given)  # type: ignore[arg-type]
+
     def __post_init__(self) -> None:
         if not 0 < self.reconnect_initial_s <= self.reconnect_max_s:
             raise ValueError(
@@ -96,8 +112,33 @@ class ClientSettings:
         ]
 
 
+def tls_from(
+    ca: str | Path | None = None,
+    cert: str | Path | None = None,
+    key: str | Path | None = None,
+    token: str | None = None,
+    *,
+    environ: dict[str, str] | os._Environ[str] | None = None,
+) -> ClientTls:
+    """A :class:`ClientTls` from paths and a token, each defaulting to its environment variable
+    (``TIDELOG_TLS_CA``, ``TIDELOG_TLS_CERT``, ``TIDELOG_TLS_KEY``, ``TIDELOG_TOKEN``) when
+    ``environ`` is given."""
+    env = environ or {}
+
+    def path(value: str | Path | None, variable: str) -> Path | None:
+        chosen = value if value is not None else env.get(variable) or None
+        return Path(chosen) if chosen is not None else None
+
+    return ClientTls(
+        ca=path(ca, "TIDELOG_TLS_CA"),
+        cert=path(cert, "TIDELOG_TLS_CERT"),
+        key=path(key, "TIDELOG_TLS_KEY"),
+        token=token if token is not None else env.get("TIDELOG_TOKEN") or None,
+    )
+
+
 def _ms(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
 
-__all__ = ["ClientSettings"]
+__all__ = ["ClientSettings", "tls_from"]

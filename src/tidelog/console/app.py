@@ -645,17 +645,17 @@ def _on_stream(op: Operation) -> PageRule:
 
 PAGE_ACCESS: dict[str, PageRule] = {
     "/": lambda _: (),  # a redirect to /streams
-    "/streams": lambda _: (on(Op.DESCRIBE, Kind.STREAM),),
+    "/streams": lambda _: (),  # a listing: shows only what the caller may see
     "/streams/{stream}": _on_stream(Op.DESCRIBE),
-    "/streams/{stream}/messages": _on_stream(Op.READ),
-    "/streams/{stream}/messages/{partition:int}/{offset:int}": _on_stream(Op.READ),
-    "/streams/{stream}/export.{kind}": _on_stream(Op.READ),
-    "/streams/{stream}/tail": _on_stream(Op.READ),
-    "/consumers": lambda _: (on(Op.DESCRIBE, Kind.GROUP), on(Op.READ, Kind.CURSOR)),
-    "/views": lambda _: (on(Op.DESCRIBE, Kind.STREAM),),
-    "/views/{stream}/{view}": _on_stream(Op.READ),
-    "/replication": lambda _: (on(Op.DESCRIBE, Kind.SITE),),
-    "/cluster": lambda _: (on(Op.DESCRIBE, Kind.CLUSTER),),
+    "/streams/{stream}/messages": _on_stream(Op.SUBSCRIBE),
+    "/streams/{stream}/messages/{partition:int}/{offset:int}": _on_stream(Op.SUBSCRIBE),
+    "/streams/{stream}/export.{kind}": _on_stream(Op.SUBSCRIBE),
+    "/streams/{stream}/tail": _on_stream(Op.SUBSCRIBE),
+    "/consumers": lambda _: (on(Op.DESCRIBE, Kind.GROUP), on(Op.CURSOR, Kind.CURSOR)),
+    "/views": lambda _: (),  # a listing
+    "/views/{stream}/{view}": _on_stream(Op.SUBSCRIBE),
+    "/replication": lambda _: (on(Op.SITE, Kind.SITE),),
+    "/cluster": lambda _: (on(Op.ADMIN, Kind.CLUSTER),),
 }
 """Each page's route -> what it shows, checked by the guard before the page is built (the
 static assets under ``/static`` are the console's own files and need no access)."""
@@ -667,8 +667,8 @@ ACTION_ACCESS: dict[str, Callable[[dict[str, str]], tuple[Access, ...]]] = {
     "writable": lambda f: (on(Op.ALTER, Kind.STREAM, f["stream"]),),
     "delete": lambda f: (on(Op.DELETE, Kind.STREAM, f["stream"]),),
     "set-cursor": lambda f: (
-        on(Op.ALTER, Kind.CURSOR, f.get("cursor", "")),
-        on(Op.READ, Kind.STREAM, f["stream"]),
+        on(Op.CURSOR, Kind.CURSOR, f.get("cursor", "")),
+        on(Op.DESCRIBE, Kind.STREAM, f["stream"]),
     ),
 }
 """Each action -> what it changes, checked by the guard before it is confirmed or taken."""
