@@ -204,8 +204,12 @@ class Control(Protocol):
         *,
         expected_offset: int | None = None,
         durable: bool = False,
+        owner: str = "",
     ) -> Published:
-        """``publish`` that drops a producer's retry of a batch the partition holds."""
+        """``publish`` that drops a producer's retry of a batch the partition holds. ``owner``
+        is the caller's principal (``tidelog.access.caller().identity``, passed by the front:
+        the broker does not read the access layer); a producer id belongs to the first one
+        that stores a batch under it, and another's batch is ``PermissionDenied``."""
         ...
 
     async def on_leader(

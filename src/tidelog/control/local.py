@@ -101,6 +101,7 @@ class LocalControl:
         *,
         expected_offset: int | None = None,
         durable: bool = False,
+        owner: str = "",
     ) -> Published:
         return await self.broker.publish_idempotent(
             stream,
@@ -110,6 +111,7 @@ class LocalControl:
             sequence,
             expected_offset=expected_offset,
             durable=durable,
+            owner=owner,
         )
 
     async def _admit_group(self, group: tuple[str, str, int]) -> None:
