@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 import grpc
 
 from tidelog._proto.liftbridge import api_pb2 as pb
+from tidelog.access import ANY, Kind, Operation, caller
 from tidelog.api.liftbridge_publish import PublishService
 from tidelog.api.metrics import Metrics
 from tidelog.api.status import (
@@ -40,6 +41,16 @@ from tidelog.errors import (
 Context = grpc.aio.ServicerContext[object, object]
 
 _log = logging.getLogger(__name__)
+
+
+def acting_as() -> str | None:
+    """The principal a group call acts as (``tidelog.broker.groups``, "Owners"): the caller's,
+    or None (for any member) when the caller may make the cluster's inter-broker calls: a broker
+    passing a member's call on, which could do far more than that already."""
+    who = caller()
+    if who.may(Operation.CLUSTER, Kind.CLUSTER, ANY):
+        return None
+    return who.identity
 
 
 def _ms(value: pb.NullableInt64, present: bool) -> float | None:
@@ -227,6 +238,7 @@ class LiftbridgeService(PublishService):
             resume=request.resume,
             group=group,
             read_replica=request.readISRReplica,
+            principal=None if group is None else acting_as(),
         )
         subject = self.control.stream(request.stream).subject
         name, number = request.stream, request.partition
@@ -264,7 +276,7 @@ class LiftbridgeService(PublishService):
         self, request: pb.JoinConsumerGroupRequest, context: Context
     ) -> pb.JoinConsumerGroupResponse:
         coordinator, epoch = await self.control.join_group(
-            request.groupId, request.consumerId, list(request.streams)
+            request.groupId, request.consumerId, list(request.streams), principal=acting_as()
         )
         consumer_timeout, coordinator_timeout = self.control.group_timeouts
         return pb.JoinConsumerGroupResponse(
@@ -277,14 +289,14 @@ class LiftbridgeService(PublishService):
     async def LeaveConsumerGroup(
         self, request: pb.LeaveConsumerGroupRequest, context: Context
     ) -> pb.LeaveConsumerGroupResponse:
-        await self.control.leave_group(request.groupId, request.consumerId)
+        await self.control.leave_group(request.groupId, request.consumerId, principal=acting_as())
         return pb.LeaveConsumerGroupResponse()
 
     async def FetchConsumerGroupAssignments(
         self, request: pb.FetchConsumerGroupAssignmentsRequest, context: Context
     ) -> pb.FetchConsumerGroupAssignmentsResponse:
         epoch, assigned = await self.control.fetch_assignments(
-            request.groupId, request.consumerId, request.epoch
+            request.groupId, request.consumerId, request.epoch, principal=acting_as()
         )
         return pb.FetchConsumerGroupAssignmentsResponse(
             epoch=epoch,
@@ -303,6 +315,7 @@ class LiftbridgeService(PublishService):
             request.coordinator,
             request.epoch,
             handed=handed_over(context),
+            principal=acting_as(),
         )
         return pb.ReportConsumerGroupCoordinatorResponse()
 

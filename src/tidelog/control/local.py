@@ -129,6 +129,7 @@ class LocalControl:
         max_bytes: int | None = None,
         group: tuple[str, str, int] | None = None,
         read_replica: bool = False,
+        principal: str | None = None,
     ) -> Subscription:
         if group is not None:
             await self._admit_group(group)
@@ -141,6 +142,7 @@ class LocalControl:
             max_bytes=max_bytes,
             group=group,
             read_replica=read_replica,
+            principal=principal,
         )
 
     def consume(
