@@ -190,7 +190,10 @@ class LiftbridgeService(PublishService):
         self, request: pb.FetchMetadataRequest, context: Context
     ) -> pb.FetchMetadataResponse:
         control = self.control
-        names = list(request.streams) or control.stream_names()
+        names = list(request.streams)  # each checked by the guard
+        if not names:  # every stream: those the caller may see (internal ones included)
+            who = caller()
+            names = [n for n in control.stream_names() if who.may_see(Kind.STREAM, n)]
         return pb.FetchMetadataResponse(
             brokers=[_broker(b) for b in control.brokers()],
             streamMetadata=[_stream_metadata(n, control.describe_stream(n)) for n in names],
