@@ -60,3 +60,16 @@ def test_a_new_coordinator_keeps_members_and_assignments() -> None:
     assert (moved.coordinator, moved.epoch) == ("b2", group.epoch + 1)
     assert (moved.members, moved.assignments) == (group.members, group.assignments)
     assert GroupRecord.from_json(moved.to_json()) == moved
+
+
+def test_owners_are_bound_by_joins_and_kept_by_every_change() -> None:
+    cluster = view("b1", "b2")
+    group = joined(joined(None, "c1", ("s",), cluster, "alice"), "c2", ("s",), cluster)
+    assert group.owners == {"c1": "alice"}
+    bound = joined(group, "c2", ("s",), cluster, "bob")  # owned by nobody: bound, epoch kept
+    assert (bound.owners, bound.epoch) == ({"c1": "alice", "c2": "bob"}, group.epoch)
+    assert joined(bound, "c2", ("s",), cluster, "bob") is bound
+    assert recoordinated(bound, "b2").owners == bound.owners
+    left = without(bound, {"c2"}, cluster)
+    assert left is not None and left.owners == {"c1": "alice"}
+    assert GroupRecord.from_json(left.to_json()) == left

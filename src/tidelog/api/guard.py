@@ -66,11 +66,19 @@ def _metadata(request: pb.FetchMetadataRequest) -> Accesses:
     )
 
 
+GROUP_CURSOR_PREFIX: Final = "__group:"
+"""A cursor named ``__group:<group id>`` holds that group's positions (docs/api.md)."""
+
+
 def _cursor(request: pb.SetCursorRequest | pb.FetchCursorRequest) -> Accesses:
-    return (
-        on(Op.CURSOR, Kind.CURSOR, request.cursorId),
-        on(Op.DESCRIBE, Kind.STREAM, request.stream),
-    )
+    # A group's positions are the group's: reading or writing them is a group operation, so a
+    # grant of `cursor` alone (on every cursor, say) does not move another group's positions.
+    cursor: str = request.cursorId
+    if cursor.startswith(GROUP_CURSOR_PREFIX):
+        target = on(Op.GROUP, Kind.GROUP, cursor.removeprefix(GROUP_CURSOR_PREFIX))
+    else:
+        target = on(Op.CURSOR, Kind.CURSOR, cursor)
+    return (target, on(Op.DESCRIBE, Kind.STREAM, request.stream))
 
 
 def _group(request: Any) -> Accesses:

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 import grpc
 
 from tidelog._proto.liftbridge import api_pb2 as pb
+from tidelog.access import ANY, Kind, Operation, caller
 from tidelog.api.liftbridge_publish import PublishService
 from tidelog.api.metrics import Metrics
 from tidelog.api.status import (
@@ -40,6 +41,16 @@ from tidelog.errors import (
 Context = grpc.aio.ServicerContext[object, object]
 
 _log = logging.getLogger(__name__)
+
+
+def acting_as() -> str | None:
+    """The principal a group call acts as (``tidelog.broker.groups``, "Owners"): the caller's,
+    or None (for any member) when the caller may make the cluster's inter-broker calls: a broker
+    passing a member's call on, which could do far more than that already."""
+    who = caller()
+    if who.may(Operation.CLUSTER, Kind.CLUSTER, ANY):
+        return None
+    return who.identity
 
 
 def _ms(value: pb.NullableInt64, present: bool) -> float | None:
@@ -179,7 +190,10 @@ class LiftbridgeService(PublishService):
         self, request: pb.FetchMetadataRequest, context: Context
     ) -> pb.FetchMetadataResponse:
         control = self.control
-        names = list(request.streams) or control.stream_names()
+        names = list(request.streams)  # each checked by the guard
+        if not names:  # every stream: those the caller may see (internal ones included)
+            who = caller()
+            names = [n for n in control.stream_names() if who.may_see(Kind.STREAM, n)]
         return pb.FetchMetadataResponse(
             brokers=[_broker(b) for b in control.brokers()],
             streamMetadata=[_stream_metadata(n, control.describe_stream(n)) for n in names],
@@ -227,6 +241,7 @@ class LiftbridgeService(PublishService):
             resume=request.resume,
             group=group,
             read_replica=request.readISRReplica,
+            principal=None if group is None else acting_as(),
         )
         subject = self.control.stream(request.stream).subject
         name, number = request.stream, request.partition
@@ -264,7 +279,7 @@ class LiftbridgeService(PublishService):
         self, request: pb.JoinConsumerGroupRequest, context: Context
     ) -> pb.JoinConsumerGroupResponse:
         coordinator, epoch = await self.control.join_group(
-            request.groupId, request.consumerId, list(request.streams)
+            request.groupId, request.consumerId, list(request.streams), principal=acting_as()
         )
         consumer_timeout, coordinator_timeout = self.control.group_timeouts
         return pb.JoinConsumerGroupResponse(
@@ -277,14 +292,14 @@ class LiftbridgeService(PublishService):
     async def LeaveConsumerGroup(
         self, request: pb.LeaveConsumerGroupRequest, context: Context
     ) -> pb.LeaveConsumerGroupResponse:
-        await self.control.leave_group(request.groupId, request.consumerId)
+        await self.control.leave_group(request.groupId, request.consumerId, principal=acting_as())
         return pb.LeaveConsumerGroupResponse()
 
     async def FetchConsumerGroupAssignments(
         self, request: pb.FetchConsumerGroupAssignmentsRequest, context: Context
     ) -> pb.FetchConsumerGroupAssignmentsResponse:
         epoch, assigned = await self.control.fetch_assignments(
-            request.groupId, request.consumerId, request.epoch
+            request.groupId, request.consumerId, request.epoch, principal=acting_as()
         )
         return pb.FetchConsumerGroupAssignmentsResponse(
             epoch=epoch,
@@ -303,6 +318,7 @@ class LiftbridgeService(PublishService):
             request.coordinator,
             request.epoch,
             handed=handed_over(context),
+            principal=acting_as(),
         )
         return pb.ReportConsumerGroupCoordinatorResponse()
 

@@ -9,6 +9,7 @@ import grpc
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
+from tidelog.access import caller
 from tidelog.api.browse_service import BrowseService
 from tidelog.api.consume import consume
 from tidelog.api.describe_service import DescribeService
@@ -76,6 +77,7 @@ class TidelogService(
                 request.producer_sequence,
                 expected_offset=expected_offset,
                 durable=durable,
+                owner=caller().identity,
             )
             offsets, duplicate = published.offsets, published.duplicate
         else:

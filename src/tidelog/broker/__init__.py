@@ -56,8 +56,10 @@ from tidelog.broker.groups import (
     Group,
     GroupCoordinator,
     GroupMember,
+    MemberOfAnotherPrincipal,
     assign_partitions,
     check_group_join,
+    check_owner,
 )
 from tidelog.broker.partition import HW_CHECKPOINT, Partition, ReplicaRole, saved_high_watermark
 from tidelog.broker.partition_view import ViewEntry, ViewKind, ViewSpec
@@ -123,6 +125,7 @@ __all__ = [
     "GroupMember",
     "HeaderedValues",
     "LogConfig",
+    "MemberOfAnotherPrincipal",
     "MessageBatch",
     "NewRecord",
     "PackedValues",
@@ -141,6 +144,7 @@ __all__ = [
     "ViewSpec",
     "assign_partitions",
     "check_group_join",
+    "check_owner",
     "delivery_gate",
     "merge_view_ranges",
     "merge_view_windows",

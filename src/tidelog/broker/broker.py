@@ -358,18 +358,26 @@ class Broker(StreamDeletion, Reads, Maintenance):
         *,
         expected_offset: int | None = None,
         durable: bool = False,
+        owner: str = "",
     ) -> Published:
         """Publish batch ``sequence`` of producer ``producer_id`` to one partition: appended
         atomically, or not at all when the partition holds it (or a later one) already — then
         ``duplicate`` is set (see ``producers.py``). The duplicate check comes first, so a retry
-        of a publish that got through is a duplicate, never an incorrect expected offset."""
+        of a publish that got through is a duplicate, never an incorrect expected offset.
+        ``owner``: the caller's principal; ``ProducerIdTaken`` (``PermissionDenied``) when the
+        producer id belongs to another one, before the duplicate check."""
         validate_producer(producer_id, sequence)
         if not messages:
             raise InvalidArgument("an idempotent publish needs at least one message")
         check_headers(messages)
         target, expected_offset = self._publish_target(stream, partition, expected_offset)
         return await target.publish_idempotent(
-            messages, producer_id, sequence, expected_offset=expected_offset, durable=durable
+            messages,
+            producer_id,
+            sequence,
+            expected_offset=expected_offset,
+            durable=durable,
+            owner=owner,
         )
 
     # -- materialised views ----------------------------------------------------------------------

@@ -27,6 +27,16 @@ broker hands it what :func:`read_groups` found at start. Rules:
   :class:`~tidelog.errors.GroupStateUnreadable` naming the file, rather than drop the groups;
 - positions are not here: they are cursors (``__group:<group id>``) in ``__cursors``.
 
+Owners. A member id belongs to the principal that joined with it (``owner``; "" for a member
+that joined anonymously or before owners were saved: the next identified join binds it). Every
+call naming a member (join again, leave, fetch assignments, report the coordinator, subscribe
+for the group) takes the caller's ``principal`` and is :class:`MemberOfAnotherPrincipal`
+(``PermissionDenied``) when another principal owns the member, before anything changes: it can
+neither remove the member, keep it alive by heartbeats, take over its id nor fence its
+subscribers. ``principal=None`` acts for the owner, whoever it is: the server's own calls and
+those another broker of the cluster passes on for a member. Owners are saved as the document's
+optional ``owners`` (consumer id -> principal), which older versions ignore.
+
 Saving runs on the event loop (one small fsynced file); membership changes are rare next to
 heartbeats, which write nothing. In a cluster the groups live in etcd instead
 (``tidelog.cluster.groups``) and this object only mirrors them (:meth:`GroupCoordinator.mirror`):
@@ -50,6 +60,7 @@ from tidelog.errors import (
     GroupNotFound,
     GroupStateUnreadable,
     InvalidArgument,
+    PermissionDenied,
     ResourceExhausted,
 )
 
@@ -70,6 +81,25 @@ class GroupMember:
     consumer_id: str
     streams: list[str]
     last_seen: float
+    owner: str = ""
+    """The principal that joined with this id ("": nobody yet; module docstring)."""
+
+
+class MemberOfAnotherPrincipal(PermissionDenied):
+    """A call naming a group member that another principal joined as (module docstring)."""
+
+    def __init__(self, group_id: str, consumer_id: str) -> None:
+        super().__init__(
+            f"consumer {consumer_id!r} of group {group_id!r} belongs to another principal: join "
+            f"with a consumer id of your own"
+        )
+
+
+def check_owner(owner: str, principal: str | None, group_id: str, consumer_id: str) -> None:
+    """Raise :class:`MemberOfAnotherPrincipal` unless ``principal`` may act as a member that
+    ``owner`` joined as (module docstring: None acts for any owner, and "" is owned by nobody)."""
+    if principal is not None and owner and owner != principal:
+        raise MemberOfAnotherPrincipal(group_id, consumer_id)
 
 
 @dataclass(slots=True)
@@ -159,9 +189,12 @@ class GroupCoordinator:
 
     # -- membership ------------------------------------------------------------------------------
 
-    def join(self, group_id: str, consumer_id: str, streams: list[str]) -> int:
+    def join(
+        self, group_id: str, consumer_id: str, streams: list[str], *, principal: str | None = None
+    ) -> int:
         """Add (or refresh) a member; returns the group's epoch after the change. A change that
-        cannot be saved raises (``DiskFull`` & co.) and leaves the group as it was."""
+        cannot be saved raises (``DiskFull`` & co.) and leaves the group as it was. Joining as a
+        member another principal owns is :class:`MemberOfAnotherPrincipal`."""
         check_group_join(group_id, consumer_id, streams)
         for stream in streams:
             self._partition_counts(stream)  # raises StreamNotFound
@@ -169,34 +202,48 @@ class GroupCoordinator:
         now = self._clock()
         known_group = self.groups.get(group_id)
         known = None if known_group is None else known_group.members.get(consumer_id)
+        owner = "" if known is None else known.owner
+        check_owner(owner, principal, group_id, consumer_id)
+        owner = owner or principal or ""
         if known_group is not None and known is not None and known.streams == list(streams):
             known.last_seen = now  # a refresh: nothing changes, nothing to save
+            if owner != known.owner:  # an unowned member bound by its first identified join
+                with self._saved_change():
+                    known_group.members[consumer_id] = GroupMember(
+                        consumer_id, known.streams, now, owner
+                    )
             return known_group.epoch
         with self._saved_change():
             group = self.groups.setdefault(group_id, Group(group_id))
-            group.members[consumer_id] = GroupMember(consumer_id, list(streams), now)
+            group.members[consumer_id] = GroupMember(consumer_id, list(streams), now, owner)
             self._rebalance(group)
         return group.epoch
 
-    def leave(self, group_id: str, consumer_id: str) -> None:
+    def _member(self, group_id: str, consumer_id: str, principal: str | None) -> GroupMember:
+        """The member a call names, checked against the caller's ``principal``."""
+        group = self._group(group_id)
+        member = group.members.get(consumer_id)
+        if member is None:
+            raise FailedPrecondition(f"{consumer_id!r} is not a member of group {group_id!r}")
+        check_owner(member.owner, principal, group_id, consumer_id)
+        return member
+
+    def leave(self, group_id: str, consumer_id: str, *, principal: str | None = None) -> None:
         """Remove a member (the group with its last one); raises ``DiskFull`` & co., the member
         still in, when the change cannot be saved."""
         group = self._group(group_id)
-        if consumer_id not in group.members:
-            raise FailedPrecondition(f"{consumer_id!r} is not a member of group {group_id!r}")
+        self._member(group_id, consumer_id, principal)
         with self._saved_change():
             del group.members[consumer_id]
             self._after_removal(group)
 
     def fetch_assignments(
-        self, group_id: str, consumer_id: str, epoch: int
+        self, group_id: str, consumer_id: str, epoch: int, *, principal: str | None = None
     ) -> tuple[int, dict[str, list[int]]]:
         """The member's partitions per stream, at the group's epoch (also its heartbeat)."""
         self.expire()
         group = self._group(group_id)
-        member = group.members.get(consumer_id)
-        if member is None:
-            raise FailedPrecondition(f"{consumer_id!r} is not a member of group {group_id!r}")
+        member = self._member(group_id, consumer_id, principal)
         if epoch != group.epoch:
             raise FailedPrecondition(
                 f"group {group_id!r} is at epoch {group.epoch}, not {epoch}; fetch its metadata "
@@ -205,12 +252,13 @@ class GroupCoordinator:
         member.last_seen = self._clock()
         return group.epoch, group.assignments.get(consumer_id, {})
 
-    def report_coordinator(self, group_id: str, consumer_id: str, epoch: int) -> None:
+    def report_coordinator(
+        self, group_id: str, consumer_id: str, epoch: int, *, principal: str | None = None
+    ) -> None:
         """A member suspects the coordinator. On one broker there is no other to elect: the
         report is checked (member, epoch) and changes nothing."""
         group = self._group(group_id)
-        if consumer_id not in group.members:
-            raise FailedPrecondition(f"{consumer_id!r} is not a member of group {group_id!r}")
+        self._member(group_id, consumer_id, principal)
         if epoch != group.epoch:
             raise FailedPrecondition(f"group {group_id!r} is at epoch {group.epoch}, not {epoch}")
 
@@ -255,18 +303,25 @@ class GroupCoordinator:
         stream: str,
         partition: int,
         fence: Callable[[], None],
+        *,
+        principal: str | None = None,
     ) -> Callable[[], None]:
         """Admit a group subscriber to a partition; returns how to deregister it.
 
         An older epoch than the partition's current group subscriber is refused; a newer or
-        equal one fences (ends) that subscriber.
+        equal one fences (ends) that subscriber. An epoch the group has not reached is refused
+        too: it would fence every later subscriber of the partition, its owner's included.
         """
         group = self._group(group_id)
-        if consumer_id not in group.members:
-            raise FailedPrecondition(f"{consumer_id!r} is not a member of group {group_id!r}")
+        self._member(group_id, consumer_id, principal)
         if epoch < group.epoch:
             raise FailedPrecondition(
                 f"stale group epoch {epoch}: group {group_id!r} is at epoch {group.epoch}"
+            )
+        if epoch > group.epoch:
+            raise FailedPrecondition(
+                f"group {group_id!r} is at epoch {group.epoch}, not {epoch}: fetch its "
+                f"assignments and subscribe with the epoch they give"
             )
         current = group.subscribers.get((stream, partition))
         if current is not None:
@@ -339,13 +394,15 @@ def assign_partitions(
 
 def encode(groups: Mapping[str, Group]) -> dict[str, Any]:
     """``{"version": 1, "groups": {id: {"epoch", "members": {consumer: [streams]},
-    "assignments": {consumer: {stream: [partitions]}}}}}``."""
+    "assignments": {consumer: {stream: [partitions]}}, "owners": {consumer: principal}}}}``
+    (``owners`` only for members that have one)."""
     return {
         "version": FORMAT_VERSION,
         "groups": {
             group.group_id: {
                 "epoch": group.epoch,
                 "members": {m.consumer_id: list(m.streams) for m in group.members.values()},
+                **_owners(group),
                 "assignments": {
                     consumer: {stream: list(parts) for stream, parts in streams.items()}
                     for consumer, streams in group.assignments.items()
@@ -354,6 +411,11 @@ def encode(groups: Mapping[str, Group]) -> dict[str, Any]:
             for group in groups.values()
         },
     }
+
+
+def _owners(group: Group) -> dict[str, dict[str, str]]:
+    owners = {m.consumer_id: m.owner for m in group.members.values() if m.owner}
+    return {"owners": owners} if owners else {}
 
 
 def decode(document: object) -> dict[str, Group]:
@@ -374,9 +436,13 @@ def decode(document: object) -> dict[str, Group]:
         members = _typed(entry.get("members"), dict, f"{where} members")
         if not members:
             raise ValueError(f"{where} has no members (an empty group is never saved)")
+        owners = _typed(entry.get("owners", {}), dict, f"{where} owners")
         for consumer_id, streams in members.items():
+            owner = owners.get(consumer_id, "")
+            if not isinstance(owner, str):
+                raise ValueError(f"{where} owner of {consumer_id!r}: {owner!r} is not a string")
             group.members[consumer_id] = GroupMember(
-                consumer_id, _strings(streams, f"{where} member {consumer_id!r}"), 0.0
+                consumer_id, _strings(streams, f"{where} member {consumer_id!r}"), 0.0, owner
             )
         assignments = _typed(entry.get("assignments"), dict, f"{where} assignments")
         for consumer_id, streams in assignments.items():

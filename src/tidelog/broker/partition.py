@@ -281,8 +281,9 @@ class Partition:
     def append_stored(self, data: bytes, sizes: Int64Array) -> None:
         """Append records exactly as the leader stored them (a follower copying its leader:
         the log's ``append_stored``), and take the producer batches they end into the producer
-        table, so that it is the log's whatever role the replica has next. Runs in the calling
-        thread (a follower whose appends sync calls it in a thread)."""
+        table, so that it is the log's whatever role the replica has next. The batches carry
+        their owners (``__owner`` headers): what the leader accepted is copied, never checked.
+        Runs in the calling thread (a follower whose appends sync calls it in a thread)."""
         log = self.log
         before = log.next_offset
         try:
@@ -446,9 +447,11 @@ class Partition:
         *,
         expected_offset: int | None = None,
         durable: bool = False,
+        owner: str = "",
     ) -> Published:
         """Append ``messages`` atomically as batch ``sequence`` of ``producer_id``, unless the
-        partition already holds that batch or a later one (see ``producers.py``).
+        partition already holds that batch or a later one (see ``producers.py``). ``owner`` is
+        the caller's principal: ``ProducerIdTaken`` when another one owns the producer id.
 
         A duplicate is answered once the stored batch is committed (and, with ``durable``,
         synced), as its first publish would have been.
@@ -462,8 +465,8 @@ class Partition:
             self.resume()
         log = self.log
         assert self._producers is not None  # restored whenever the log is open
-        batch = with_producer_header(messages, producer_id, sequence)
-        guard = self._producers.guard(producer_id, sequence)
+        batch = with_producer_header(messages, producer_id, sequence, owner)
+        guard = self._producers.guard(producer_id, sequence, owner)
         always = log.config.flush_policy is FlushPolicy.ALWAYS
         try:
             if always:

@@ -34,6 +34,17 @@ rescan. Invariant: it equals what a rebuild from the log's records would give.
   and the table never outgrows what the log holds.
 - **A leadership gain** needs nothing: a follower's table already is its log's.
 
+Owners. A producer id belongs to the principal that first stored a batch under it (Kafka binds a
+transactional id to whoever may write it; here the id itself is bound): the entry records that
+``owner``, and a batch with the id from another principal is refused with
+:class:`ProducerIdTaken` before the duplicate check, nothing stored and nothing said about the
+owner's batches. The owner travels with the data: the batch's last record carries the reserved
+header ``__owner`` (the principal, UTF-8; absent for :data:`~tidelog.access.ANONYMOUS`), so a
+follower's copy and a rebuild from the log know it as the leader did. An entry without an owner
+(stored by an anonymous caller, or before owners were recorded) is bound by the next principal
+that stores a batch under it: without credentials every caller is anonymous and nothing changes.
+A producer forgotten by retention is forgotten with its owner.
+
 Persistence, as for the cursor index: a snapshot (``producers.json`` in the partition's
 directory, written atomically on close, pause, by maintenance and after a cut) records the
 offset it covers and the undo journal; at open the table is that snapshot plus the
@@ -57,13 +68,16 @@ from typing import Final
 import numpy as np
 
 from tidelog.durable import replace_json
-from tidelog.errors import InvalidArgument, echo
+from tidelog.errors import InvalidArgument, PermissionDenied, echo
 from tidelog.log import CommitLog, MessageBatch, NewRecord
 from tidelog.log.record import HeaderedValues, Int64Array, PackedValues, gather_headers
 
 LOG = logging.getLogger("tidelog.broker.producers")
 
 PRODUCER_HEADER: Final = "__producer"
+OWNER_HEADER: Final = "__owner"
+"""The principal owning a producer batch's id (module docstring), on the batch's last record."""
+RESERVED_HEADERS: Final = (PRODUCER_HEADER, OWNER_HEADER)
 SNAPSHOT_FILE: Final = "producers.json"
 MAX_PRODUCER_ID_BYTES: Final = 255
 _VALUE: Final = struct.Struct("<qI")  # sequence, count; then the producer id (UTF-8)
@@ -71,11 +85,13 @@ _VALUE: Final = struct.Struct("<qI")  # sequence, count; then the producer id (U
 
 @dataclass(frozen=True, slots=True)
 class StoredBatch:
-    """A producer's latest stored batch: its sequence and offsets."""
+    """A producer's latest stored batch: its sequence and offsets, and the principal owning the
+    producer id ("": nobody yet, module docstring)."""
 
     sequence: int
     first_offset: int
     count: int
+    owner: str = ""
 
     @property
     def offsets(self) -> range:
@@ -104,6 +120,16 @@ class DuplicateBatch(Exception):
         super().__init__(f"producer {producer_id!r} batch {sequence} is a duplicate")
 
 
+class ProducerIdTaken(PermissionDenied):
+    """A batch under a producer id another principal owns (module docstring): not stored."""
+
+    def __init__(self, producer_id: str) -> None:
+        super().__init__(
+            f"producer id {echo(producer_id)} belongs to another principal: choose another "
+            f"producer id (ids are bound to the principal that first published with them)"
+        )
+
+
 def validate_producer(producer_id: str, sequence: int) -> None:
     """Raise :class:`InvalidArgument` unless (producer_id, sequence) can name a batch."""
     if not producer_id:
@@ -129,7 +155,7 @@ _SAFE_NAME_CHARS: Final = MAX_HEADER_NAME_BYTES // 4
 def check_headers(messages: Sequence[bytes | NewRecord]) -> None:
     """Refuse a published batch with headers the record format cannot hold (over
     :data:`MAX_HEADERS` on a message, or a name over :data:`MAX_HEADER_NAME_BYTES`) or that sets
-    the reserved ``__producer`` header itself."""
+    a reserved header (``__producer``, ``__owner``) itself."""
     if isinstance(messages, PackedValues):
         return
     if isinstance(messages, HeaderedValues):
@@ -138,9 +164,10 @@ def check_headers(messages: Sequence[bytes | NewRecord]) -> None:
         if not isinstance(m, NewRecord) or not m.headers:
             continue
         headers = m.headers
-        if PRODUCER_HEADER in headers:
+        reserved = next((h for h in RESERVED_HEADERS if h in headers), None)
+        if reserved is not None:
             raise InvalidArgument(
-                f"message {i} of the batch has a header named {PRODUCER_HEADER!r}: header names "
+                f"message {i} of the batch has a header named {reserved!r}: header names "
                 f"starting '__' are reserved for tidelog (use publish_batch's producer_id and "
                 f"producer_sequence for idempotent publishing)"
             )
@@ -179,9 +206,10 @@ def decode_producer(value: bytes) -> tuple[str, int, int] | None:
 
 
 def with_producer_header(
-    messages: Sequence[bytes | NewRecord], producer_id: str, sequence: int
+    messages: Sequence[bytes | NewRecord], producer_id: str, sequence: int, owner: str = ""
 ) -> list[bytes | NewRecord]:
-    """``messages`` with the ``__producer`` header added to the last one."""
+    """``messages`` with the ``__producer`` header (and ``__owner`` for an identified
+    ``owner``) added to the last one."""
     items: list[bytes | NewRecord] = (
         list(messages.split())
         if isinstance(messages, PackedValues)
@@ -190,18 +218,19 @@ def with_producer_header(
         else list(messages)
     )
     last = items[-1]
-    if isinstance(last, NewRecord) and len(last.headers) >= MAX_HEADERS:
+    added = {PRODUCER_HEADER: encode_producer(producer_id, sequence, len(items))}
+    if owner:
+        added[OWNER_HEADER] = owner.encode()
+    if isinstance(last, NewRecord) and len(last.headers) > MAX_HEADERS - len(added):
         raise InvalidArgument(
             f"the last message of an idempotent batch has {len(last.headers)} headers; the limit "
-            f"is {MAX_HEADERS - 1} there, one less than elsewhere, to leave room for the "
-            f"{PRODUCER_HEADER!r} header the broker adds. Nothing in the batch was written."
+            f"is {MAX_HEADERS - len(added)} there, less than elsewhere, to leave room for the "
+            f"{' and '.join(map(repr, added))} header(s) the broker adds. Nothing in the batch "
+            f"was written."
         )
     if not isinstance(last, NewRecord):
         last = NewRecord(bytes(last))
-    headers: Mapping[str, bytes] = {
-        **last.headers,
-        PRODUCER_HEADER: encode_producer(producer_id, sequence, len(items)),
-    }
+    headers: Mapping[str, bytes] = {**last.headers, **added}
     items[-1] = NewRecord(last.value, key=last.key, headers=headers)
     return items
 
@@ -236,8 +265,18 @@ def producer_batches(batch: MessageBatch) -> list[tuple[str, StoredBatch]]:
         decoded = None if value is None else decode_producer(value)
         if decoded is not None:
             producer_id, sequence, size = decoded
-            found.append((producer_id, StoredBatch(sequence, offset - size + 1, size)))
+            owner = _owner(headers.get(OWNER_HEADER))
+            found.append((producer_id, StoredBatch(sequence, offset - size + 1, size, owner)))
     return found
+
+
+def _owner(value: bytes | None) -> str:
+    if value is None:
+        return ""
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return ""  # never written so: an owner nobody can present, rather than a guess
 
 
 def stored_producer_batches(data: bytes, sizes: Int64Array) -> list[tuple[str, StoredBatch]]:
@@ -349,8 +388,8 @@ class ProducerTable:
                 self._dirty = True
             return len(gone)
 
-    def guard(self, producer_id: str, sequence: int) -> ProducerGuard:
-        return ProducerGuard(self, producer_id, sequence)
+    def guard(self, producer_id: str, sequence: int, owner: str = "") -> ProducerGuard:
+        return ProducerGuard(self, producer_id, sequence, owner)
 
     # -- persistence -----------------------------------------------------------------------------
 
@@ -378,11 +417,9 @@ class ProducerTable:
         try:
             data = json.loads(path.read_text())
             covered = int(data["covered"])
-            entries = {
-                str(p): StoredBatch(int(s), int(f), int(c)) for p, s, f, c in data["producers"]
-            }
+            entries = {str(row[0]): _stored(row[1:]) for row in data["producers"]}
             undo = [
-                _Change(str(p), None if b is None else StoredBatch(*map(int, b)), int(stop))
+                _Change(str(p), None if b is None else _stored(b), int(stop))
                 for p, b, stop in data.get("undo", [])
             ]
             floor = int(data.get("floor", covered + 1))
@@ -422,18 +459,14 @@ class ProducerTable:
                 return None
             self._dirty = False
             self._saved_covered = newest_offset
-            producers = [[p, b.sequence, b.first_offset, b.count] for p, b in self._entries.items()]
+            producers = [[p, *_row(b)] for p, b in self._entries.items()]
             undo = [
-                [
-                    c.producer_id,
-                    None if (b := c.previous) is None else [b.sequence, b.first_offset, b.count],
-                    c.stop,
-                ]
+                [c.producer_id, None if c.previous is None else _row(c.previous), c.stop]
                 for c in self._undo
             ]
             floor = self._floor
         return {
-            "format": 2,
+            "format": SNAPSHOT_FORMAT,
             "covered": newest_offset,
             "producers": producers,
             "floor": floor,
@@ -447,24 +480,51 @@ class ProducerTable:
             write_snapshot(directory, data)
 
 
+SNAPSHOT_FORMAT: Final = 3
+"""3: each batch also names its owner (2, without, is read as owned by nobody yet)."""
+
+
+def _row(batch: StoredBatch) -> list[object]:
+    row: list[object] = [batch.sequence, batch.first_offset, batch.count]
+    return [*row, batch.owner] if batch.owner else row
+
+
+def _stored(row: Sequence[object]) -> StoredBatch:
+    """A snapshot row: [sequence, first offset, count] (format 2) with an owner (format 3)."""
+    if len(row) not in (3, 4):
+        raise ValueError(f"a stored batch has 3 or 4 fields, not {len(row)}")
+    sequence, first, count = (int(v) for v in row[:3])  # type: ignore[call-overload]
+    owner = row[3] if len(row) == 4 else ""
+    if not isinstance(owner, str):
+        raise TypeError(f"a stored batch's owner is a string, not {owner!r}")
+    return StoredBatch(sequence, first, count, owner)
+
+
 class ProducerGuard:
-    """The ``AppendGuard`` of one producer's batch (runs under the log's lock)."""
+    """The ``AppendGuard`` of one producer's batch (runs under the log's lock): the owner check
+    (:class:`ProducerIdTaken`), then the duplicate check."""
 
-    __slots__ = ("producer_id", "sequence", "table")
+    __slots__ = ("owner", "producer_id", "sequence", "table")
 
-    def __init__(self, table: ProducerTable, producer_id: str, sequence: int) -> None:
+    def __init__(self, table: ProducerTable, producer_id: str, sequence: int, owner: str) -> None:
         self.table = table
         self.producer_id = producer_id
         self.sequence = sequence
+        self.owner = owner
 
     def check(self, next_offset: int) -> None:
         known = self.table.get(self.producer_id)
-        if known is not None and self.sequence <= known.sequence:
+        if known is None:
+            return
+        if known.owner and known.owner != self.owner:
+            raise ProducerIdTaken(self.producer_id)
+        if self.sequence <= known.sequence:
             stored = known if self.sequence == known.sequence else None
             raise DuplicateBatch(self.producer_id, self.sequence, stored)
 
     def written(self, offsets: range) -> None:
-        self.table.apply(self.producer_id, StoredBatch(self.sequence, offsets.start, len(offsets)))
+        stored = StoredBatch(self.sequence, offsets.start, len(offsets), self.owner)
+        self.table.apply(self.producer_id, stored)
 
 
 def write_snapshot(directory: Path, data: dict[str, object]) -> None:

@@ -42,10 +42,12 @@ class Reads(BrokerCore):
         max_bytes: int | None = None,
         group: tuple[str, str, int] | None = None,
         read_replica: bool = False,
+        principal: str | None = None,
     ) -> Subscription:
         """Resolve the request and return the subscription; every error is raised here, before
         anything is sent to the subscriber. Batch limits default to the broker's settings.
-        ``read_replica``: a follower of a cluster may serve it (up to the high watermark)."""
+        ``read_replica``: a follower of a cluster may serve it (up to the high watermark).
+        ``principal``: the caller, for a group subscription (``groups.py``, "Owners")."""
         target = self.partition(stream, partition)
         if target.role is not None:
             target.role.check_read(read_replica)
@@ -62,7 +64,13 @@ class Reads(BrokerCore):
         if group is not None:  # (group id, consumer id, group epoch)
             group_id, consumer_id, epoch = group
             subscription.on_close = self.groups.admit(
-                group_id, consumer_id, epoch, stream, partition, subscription.fence
+                group_id,
+                consumer_id,
+                epoch,
+                stream,
+                partition,
+                subscription.fence,
+                principal=principal,
             )
         return subscription
 

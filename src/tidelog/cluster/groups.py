@@ -24,6 +24,9 @@ group's metadata. Heartbeats are not written to etcd: the coordinator keeps them
 a broker that becomes a group's coordinator counts every member as seen at that moment, so no
 member is expired for the failover's gap. Assignments are the single broker's
 (``tidelog.broker.assign_partitions``) over the stream partition counts in the cluster metadata.
+A member belongs to the principal that joined as it (the record's ``owners``; the checks are the
+single broker's, ``tidelog.broker.groups``, "Owners"); a broker passing a member's call on (a
+heartbeat at the coordinator, a report to the controller) acts for its owner.
 
 Every broker mirrors every group into its :class:`~tidelog.broker.groups.GroupCoordinator`
 (``mirror`` mode: it saves and expires nothing): the coordinator's heartbeats live there, and a
@@ -53,6 +56,7 @@ from tidelog.broker import (
     GroupMember,
     assign_partitions,
     check_group_join,
+    check_owner,
 )
 from tidelog.cluster.metadata import ClusterView, GroupRecord, Metadata
 from tidelog.errors import (
@@ -104,14 +108,23 @@ def joined(
     consumer_id: str,
     streams: tuple[str, ...],
     view: ClusterView,
+    principal: str | None = None,
 ) -> GroupRecord:
     """The group with ``consumer_id`` a member consuming ``streams`` (``StreamNotFound`` for a
-    stream the cluster does not have)."""
+    stream the cluster does not have), owned by ``principal`` unless it has an owner already
+    (the caller checked that ``principal`` may act as it)."""
     for stream in streams:
         if stream not in view.streams:
             raise StreamNotFound(stream)
+    owners = {} if record is None else dict(record.owners)
+    if not owners.get(consumer_id) and principal:
+        owners[consumer_id] = principal
     if record is not None and record.members.get(consumer_id) == streams:
-        return record  # a member joining again with the same streams: nothing changes
+        if owners == record.owners:
+            return record  # a member joining again with the same streams: nothing changes
+        return GroupRecord(
+            record.coordinator, record.epoch, record.members, record.assignments, owners
+        )
     members = {} if record is None else dict(record.members)
     members[consumer_id] = streams
     return GroupRecord(
@@ -119,6 +132,7 @@ def joined(
         epoch=1 if record is None else record.epoch + 1,
         members=members,
         assignments=_assigned(members, view),
+        owners=owners,
     )
 
 
@@ -130,11 +144,16 @@ def without(record: GroupRecord, gone: set[str], view: ClusterView) -> GroupReco
     members = {c: s for c, s in record.members.items() if c not in gone}
     if not members:
         return None
-    return GroupRecord(record.coordinator, record.epoch + 1, members, _assigned(members, view))
+    owners = {c: o for c, o in record.owners.items() if c in members}
+    return GroupRecord(
+        record.coordinator, record.epoch + 1, members, _assigned(members, view), owners
+    )
 
 
 def recoordinated(record: GroupRecord, coordinator: str) -> GroupRecord:
-    return GroupRecord(coordinator, record.epoch + 1, record.members, record.assignments)
+    return GroupRecord(
+        coordinator, record.epoch + 1, record.members, record.assignments, record.owners
+    )
 
 
 def _assigned(
@@ -203,26 +222,34 @@ class ClusterGroups:
 
     # -- the calls -----------------------------------------------------------------------------
 
-    async def join(self, group_id: str, consumer_id: str, streams: list[str]) -> GroupRecord:
+    async def join(
+        self, group_id: str, consumer_id: str, streams: list[str], *, principal: str | None = None
+    ) -> GroupRecord:
         check_group_join(group_id, consumer_id, streams)
         wanted = tuple(streams)
         view = await self._view_with(wanted)
-        record = await self._change(group_id, lambda r: joined(r, consumer_id, wanted, view))
+
+        def change(record: GroupRecord | None) -> GroupRecord | None:
+            if record is not None:
+                check_owner(record.owners.get(consumer_id, ""), principal, group_id, consumer_id)
+            return joined(record, consumer_id, wanted, view, principal)
+
+        record = await self._change(group_id, change)
         assert record is not None
         self._heartbeat_at_coordinator(group_id, consumer_id, record)
         return record
 
-    async def leave(self, group_id: str, consumer_id: str) -> None:
+    async def leave(self, group_id: str, consumer_id: str, *, principal: str | None = None) -> None:
         view = await self._view_for(group_id)
 
         def change(record: GroupRecord | None) -> GroupRecord | None:
-            record = _known(record, group_id, consumer_id)
+            record = _known(record, group_id, consumer_id, principal)
             return without(record, {consumer_id}, view)
 
         await self._change(group_id, change)
 
     async def fetch_assignments(
-        self, group_id: str, consumer_id: str, epoch: int
+        self, group_id: str, consumer_id: str, epoch: int, *, principal: str | None = None
     ) -> tuple[int, dict[str, list[int]]]:
         """The member's partitions at the group's epoch; only the coordinator answers (this is
         the member's heartbeat)."""
@@ -235,7 +262,7 @@ class ClusterGroups:
         record = self._records.get(group_id)
         if not _current(record, consumer_id, epoch, self.node.broker_id):
             record = await self.refresh(group_id)
-        record = _known(record, group_id, consumer_id)
+        record = _known(record, group_id, consumer_id, principal)
         if record.coordinator != self.node.broker_id:
             raise FailedPrecondition(
                 f"broker {self.node.broker_id} is not the coordinator of group {group_id!r}: "
@@ -251,7 +278,14 @@ class ClusterGroups:
         return record.epoch, {s: list(p) for s, p in assigned.items()}
 
     async def report_coordinator(
-        self, group_id: str, consumer_id: str, coordinator: str, epoch: int, *, forwarded: bool
+        self,
+        group_id: str,
+        consumer_id: str,
+        coordinator: str,
+        epoch: int,
+        *,
+        forwarded: bool,
+        principal: str | None = None,
     ) -> None:
         """A member cannot reach the coordinator. A coordinator that is not a live broker is
         replaced at once; a live one once a majority of the members reported it within
@@ -259,7 +293,7 @@ class ClusterGroups:
         (another broker hands them to it, as Liftbridge's go to its metadata leader), so
         members reporting through different brokers still add up. A report of an older
         coordinator or epoch changes nothing: the group has moved on."""
-        record = _known(await self.refresh(group_id), group_id, consumer_id)
+        record = _known(await self.refresh(group_id), group_id, consumer_id, principal)
         if epoch != record.epoch:
             raise FailedPrecondition(f"group {group_id!r} is at epoch {record.epoch}, not {epoch}")
         if coordinator and coordinator != record.coordinator:
@@ -454,7 +488,10 @@ class ClusterGroups:
             old = group.members.get(consumer_id)
             kept = old is not None and was_coordinating and old.streams == list(streams)
             members[consumer_id] = GroupMember(
-                consumer_id, list(streams), old.last_seen if kept and old else now
+                consumer_id,
+                list(streams),
+                old.last_seen if kept and old else now,
+                record.owners.get(consumer_id, ""),
             )
         group.epoch = record.epoch
         group.members = members
@@ -517,11 +554,15 @@ class ClusterGroups:
         return True
 
 
-def _known(record: GroupRecord | None, group_id: str, consumer_id: str) -> GroupRecord:
+def _known(
+    record: GroupRecord | None, group_id: str, consumer_id: str, principal: str | None = None
+) -> GroupRecord:
+    """``record``, which must hold ``consumer_id`` as a member ``principal`` may act as."""
     if record is None:
         raise GroupNotFound(f"no such consumer group: {group_id!r}")
     if consumer_id not in record.members:
         raise FailedPrecondition(f"{consumer_id!r} is not a member of group {group_id!r}")
+    check_owner(record.owners.get(consumer_id, ""), principal, group_id, consumer_id)
     return record
 
 

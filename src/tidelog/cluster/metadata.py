@@ -614,8 +614,12 @@ class GroupRecord:
     """Consumer id -> the streams it consumes."""
     assignments: dict[str, dict[str, tuple[int, ...]]]
     """Consumer id -> stream -> its partitions."""
+    owners: dict[str, str] = field(default_factory=dict)
+    """Consumer id -> the principal that joined as it (members without one are owned by nobody
+    yet: ``tidelog.broker.groups``, "Owners"). Written only when not empty."""
 
     def to_json(self) -> bytes:
+        owners = {c: o for c, o in self.owners.items() if o and c in self.members}
         return json.dumps(
             {
                 "coordinator": self.coordinator,
@@ -625,6 +629,7 @@ class GroupRecord:
                     c: {s: list(p) for s, p in streams.items()}
                     for c, streams in self.assignments.items()
                 },
+                **({"owners": owners} if owners else {}),
             },
             sort_keys=True,
         ).encode()
@@ -640,6 +645,7 @@ class GroupRecord:
                 str(c): {str(s): tuple(p) for s, p in streams.items()}
                 for c, streams in data["assignments"].items()
             },
+            {str(c): str(o) for c, o in data.get("owners", {}).items()},
         )
 
 

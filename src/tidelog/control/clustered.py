@@ -158,24 +158,35 @@ class ClusterControl(LocalControl):
         return await self.node.cursors()
 
     async def join_group(
-        self, group_id: str, consumer_id: str, streams: list[str]
+        self, group_id: str, consumer_id: str, streams: list[str], *, principal: str | None = None
     ) -> tuple[str, int]:
-        record = await self.node.groups.join(group_id, consumer_id, streams)
+        record = await self.node.groups.join(group_id, consumer_id, streams, principal=principal)
         return record.coordinator, record.epoch
 
-    async def leave_group(self, group_id: str, consumer_id: str) -> None:
-        await self.node.groups.leave(group_id, consumer_id)
+    async def leave_group(
+        self, group_id: str, consumer_id: str, *, principal: str | None = None
+    ) -> None:
+        await self.node.groups.leave(group_id, consumer_id, principal=principal)
 
     async def fetch_assignments(
-        self, group_id: str, consumer_id: str, epoch: int
+        self, group_id: str, consumer_id: str, epoch: int, *, principal: str | None = None
     ) -> tuple[int, dict[str, list[int]]]:
-        return await self.node.groups.fetch_assignments(group_id, consumer_id, epoch)
+        return await self.node.groups.fetch_assignments(
+            group_id, consumer_id, epoch, principal=principal
+        )
 
     async def report_coordinator(
-        self, group_id: str, consumer_id: str, coordinator: str, epoch: int, *, handed: bool
+        self,
+        group_id: str,
+        consumer_id: str,
+        coordinator: str,
+        epoch: int,
+        *,
+        handed: bool,
+        principal: str | None = None,
     ) -> None:
         await self.node.groups.report_coordinator(
-            group_id, consumer_id, coordinator, epoch, forwarded=handed
+            group_id, consumer_id, coordinator, epoch, forwarded=handed, principal=principal
         )
 
     # -- views -----------------------------------------------------------------------------------

@@ -204,8 +204,12 @@ class Control(Protocol):
         *,
         expected_offset: int | None = None,
         durable: bool = False,
+        owner: str = "",
     ) -> Published:
-        """``publish`` that drops a producer's retry of a batch the partition holds."""
+        """``publish`` that drops a producer's retry of a batch the partition holds. ``owner``
+        is the caller's principal (``tidelog.access.caller().identity``, passed by the front:
+        the broker does not read the access layer); a producer id belongs to the first one
+        that stores a batch under it, and another's batch is ``PermissionDenied``."""
         ...
 
     async def on_leader(
@@ -230,9 +234,16 @@ class Control(Protocol):
         max_bytes: int | None = None,
         group: tuple[str, str, int] | None = None,
         read_replica: bool = False,
+        principal: str | None = None,
     ) -> Subscription:
         """A subscription to the partition here (``group``: (group id, consumer id, epoch),
-        checked against the group's current assignment). Every error is raised here."""
+        checked against the group's current assignment). Every error is raised here.
+
+        ``principal`` (here and in every group call below) is the caller's, for the members
+        the server binds to the principal that joined (``tidelog.broker.groups``, "Owners"):
+        ``PermissionDenied`` for a member another principal joined as. None acts for any
+        member (the server's own calls; a broker of the cluster passing a member's on). The
+        front passes it as a plain string: the broker does not read the access layer."""
         ...
 
     def consume(
@@ -283,21 +294,30 @@ class Control(Protocol):
         ...
 
     async def join_group(
-        self, group_id: str, consumer_id: str, streams: list[str]
+        self, group_id: str, consumer_id: str, streams: list[str], *, principal: str | None = None
     ) -> tuple[str, int]:
         """Join (or rejoin); (coordinator broker id, group epoch)."""
         ...
 
-    async def leave_group(self, group_id: str, consumer_id: str) -> None: ...
+    async def leave_group(
+        self, group_id: str, consumer_id: str, *, principal: str | None = None
+    ) -> None: ...
 
     async def fetch_assignments(
-        self, group_id: str, consumer_id: str, epoch: int
+        self, group_id: str, consumer_id: str, epoch: int, *, principal: str | None = None
     ) -> tuple[int, dict[str, list[int]]]:
         """(group epoch, stream -> partitions assigned to the consumer)."""
         ...
 
     async def report_coordinator(
-        self, group_id: str, consumer_id: str, coordinator: str, epoch: int, *, handed: bool
+        self,
+        group_id: str,
+        consumer_id: str,
+        coordinator: str,
+        epoch: int,
+        *,
+        handed: bool,
+        principal: str | None = None,
     ) -> None:
         """A consumer reports its coordinator unreachable (``handed``: another broker passed
         the report on, so it goes no further)."""

@@ -101,6 +101,7 @@ class LocalControl:
         *,
         expected_offset: int | None = None,
         durable: bool = False,
+        owner: str = "",
     ) -> Published:
         return await self.broker.publish_idempotent(
             stream,
@@ -110,6 +111,7 @@ class LocalControl:
             sequence,
             expected_offset=expected_offset,
             durable=durable,
+            owner=owner,
         )
 
     async def _admit_group(self, group: tuple[str, str, int]) -> None:
@@ -127,6 +129,7 @@ class LocalControl:
         max_bytes: int | None = None,
         group: tuple[str, str, int] | None = None,
         read_replica: bool = False,
+        principal: str | None = None,
     ) -> Subscription:
         if group is not None:
             await self._admit_group(group)
@@ -139,6 +142,7 @@ class LocalControl:
             max_bytes=max_bytes,
             group=group,
             read_replica=read_replica,
+            principal=principal,
         )
 
     def consume(

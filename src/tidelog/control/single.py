@@ -116,23 +116,34 @@ class SingleBroker(LocalControl):
         return self.broker.cursors
 
     async def join_group(
-        self, group_id: str, consumer_id: str, streams: list[str]
+        self, group_id: str, consumer_id: str, streams: list[str], *, principal: str | None = None
     ) -> tuple[str, int]:
-        epoch = self.broker.groups.join(group_id, consumer_id, streams)
+        epoch = self.broker.groups.join(group_id, consumer_id, streams, principal=principal)
         return self.advertised.broker_id, epoch
 
-    async def leave_group(self, group_id: str, consumer_id: str) -> None:
-        self.broker.groups.leave(group_id, consumer_id)
+    async def leave_group(
+        self, group_id: str, consumer_id: str, *, principal: str | None = None
+    ) -> None:
+        self.broker.groups.leave(group_id, consumer_id, principal=principal)
 
     async def fetch_assignments(
-        self, group_id: str, consumer_id: str, epoch: int
+        self, group_id: str, consumer_id: str, epoch: int, *, principal: str | None = None
     ) -> tuple[int, dict[str, list[int]]]:
-        return self.broker.groups.fetch_assignments(group_id, consumer_id, epoch)
+        return self.broker.groups.fetch_assignments(
+            group_id, consumer_id, epoch, principal=principal
+        )
 
     async def report_coordinator(
-        self, group_id: str, consumer_id: str, coordinator: str, epoch: int, *, handed: bool
+        self,
+        group_id: str,
+        consumer_id: str,
+        coordinator: str,
+        epoch: int,
+        *,
+        handed: bool,
+        principal: str | None = None,
     ) -> None:
-        self.broker.groups.report_coordinator(group_id, consumer_id, epoch)
+        self.broker.groups.report_coordinator(group_id, consumer_id, epoch, principal=principal)
 
     # -- views -----------------------------------------------------------------------------------
 
