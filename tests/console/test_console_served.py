@@ -306,3 +306,18 @@ def test_the_console_on_its_own_port_leaves_the_metrics_port_to_metrics(tmp_path
             assert await off_loop(get, f"{console}/metrics") == 404
 
     asyncio.run(scenario())
+
+
+def test_the_server_says_at_start_what_keeps_its_console_from_serving(tmp_path: Path) -> None:
+    pki = Pki.make(tmp_path)
+
+    def warnings(**settings: Any) -> list[str]:
+        loaded = load_settings(data_dir=tmp_path / "data", **settings)
+        return ServerGate(ServerSecurity(loaded), 9293).warnings()
+
+    assert warnings() == []
+    assert warnings(**secured(pki)) == []  # "server" is a super-user of that ACL
+    assert "can sign nobody in" in warnings(acl_file=pki.acl)[0]  # no TLS: no tokens, no certs
+    pki.acl.write_text(ACL.replace('super_users = ["server"]', ""))
+    (said,) = warnings(**secured(pki))
+    assert "(server)" in said and "super_users" in said

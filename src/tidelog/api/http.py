@@ -37,7 +37,7 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Mount, Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from tidelog.access import Guard
+from tidelog.access import Guard, Kind, Operation, on
 from tidelog.api.credentials import ServerSecurity
 from tidelog.errors import Unauthenticated
 from tidelog.security import ClientTls
@@ -142,6 +142,26 @@ class ServerGate:
         token = self.security.own_token(principal) if principal else None
         name = self.security.settings.advertised_host
         return dataclasses.replace(tls, token=token, server_name=name or tls.server_name)
+
+    def warnings(self) -> list[str]:
+        """What keeps the console from serving anyone, said once at start."""
+        security = self.security
+        if not security.settings.authentication_required:
+            return []
+        mutual = security.tls is not None and security.tls.mutual
+        if not self.accepts_tokens and not mutual:
+            return [
+                "the console can sign nobody in: the server requires credentials but takes no "
+                "tokens (tokens_file) and asks no client certificate (tls_client_ca)"
+            ]
+        own = self.own_principal()
+        if own is None or not self.guard.policy.allows(own, on(Operation.ADMIN, Kind.CLUSTER)):
+            return [
+                f"the console calls the broker as the server's own principal "
+                f"({own or 'none: no certificate'}), which the ACL does not make a super-user: "
+                f"its pages will be refused (add it to super_users; docs/security.md)"
+            ]
+        return []
 
 
 ConsoleFactory = Callable[[str, ServerGate], Starlette]
@@ -249,7 +269,10 @@ class HttpEndpoint:
         security = self.security
         if self.console is not None:
             assert security is not None, "the console needs the server's security"
-            console = self.console(grpc_address, ServerGate(security, self.port))
+            gate = ServerGate(security, self.port)
+            for warning in gate.warnings():
+                LOG.warning("%s", warning)
+            console = self.console(grpc_address, gate)
         tls = security.tls if security is not None else None
         tls_options: dict[str, Any] = {}
         if tls is not None:
