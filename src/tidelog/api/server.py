@@ -84,7 +84,10 @@ class Server:
         """The console's own port (``console_port``), apart from /metrics."""
         if apart is not None:
             self.console_http = HttpEndpoint(
-                None, apart, self.security, "--console-port (TIDELOG_CONSOLE_PORT)"
+                None,
+                apart,
+                self.security,
+                "console_port (TIDELOG_CONSOLE_PORT, or the config file)",
             )
         self.port = 0
         self.metrics_port = 0
