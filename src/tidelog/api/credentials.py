@@ -8,6 +8,7 @@ for that part; the others are applied. Nothing of a reload ever stops the server
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 
@@ -28,6 +29,7 @@ from tidelog.security import (
     load_acl,
     load_tokens,
 )
+from tidelog.security.tokens import digest, new_token
 
 LOG = logging.getLogger("tidelog.security")
 
@@ -44,6 +46,9 @@ class ServerSecurity:
                 TlsFiles(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
             )
         self.rules = tuple(PrincipalRule.parse(rule) for rule in settings.principal_rules)
+        self._own_tokens: dict[str, str] = {}
+        """digest -> principal: tokens this process made for its own clients (the console's,
+        :meth:`own_token`), accepted beside the tokens file's and kept across reloads."""
         self.door = Door(Guard(self._policy()), self._authenticator(self._tokens()))
 
     def _tokens(self) -> TokenStore | None:
@@ -55,7 +60,22 @@ class ServerSecurity:
         return load_acl(path) if path is not None else ALLOW_ALL
 
     def _authenticator(self, tokens: TokenStore | None) -> Authenticator:
+        if tokens is not None and self._own_tokens:
+            tokens = TokenStore({**tokens.principals, **self._own_tokens})
         return Authenticator(tokens, self.rules, self.settings.authentication_required)
+
+    def own_token(self, principal: str) -> str | None:
+        """A token for ``principal`` that a client in this very process (the console) presents
+        to the gRPC port, when the server takes tokens (None otherwise). It lives in memory
+        only, for as long as the server runs, and survives reloads of the tokens file."""
+        authenticator = self.door.authenticator
+        if authenticator.tokens is None:
+            return None
+        token = new_token()
+        self._own_tokens[digest(token)] = principal
+        tokens = TokenStore({**authenticator.tokens.principals, **self._own_tokens})
+        self.door.authenticator = dataclasses.replace(authenticator, tokens=tokens)
+        return token
 
     def peer_tls(self) -> ClientTls:
         """How this server calls other brokers and sites: its own certificate as the client's,

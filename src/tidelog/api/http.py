@@ -1,31 +1,171 @@
-"""The server's HTTP port (``metrics_port``): ``/metrics`` and, mounted at ``/``, the web console.
+"""The server's HTTP ports: ``metrics_port`` serves ``/metrics`` and, mounted at ``/``, the web
+console; with ``console_port`` set the console has that port of its own and the metrics port
+serves ``/metrics`` alone.
 
-One ASGI app (Starlette routing) served by uvicorn on a thread of its own with its own event
-loop, so a Prometheus scrape or a console page never runs on the broker's loop. The socket is
+Each port is one ASGI app (Starlette routing) served by uvicorn on a thread of its own with its
+own event loop, so a Prometheus scrape or a console page never runs on the broker's loop. When the
+server has TLS (``tls_cert``) every HTTP port serves HTTPS with the context of
+:meth:`~tidelog.security.ServerTls.ssl_context`, which a SIGHUP reloads in place (new connections
+get the new certificate); with ``tls_client_ca`` a client certificate is required there too, and
+the console names its visitor by it (:class:`ServerGate`). The socket is
 bound first (:meth:`HttpEndpoint.bind`), before anything else starts, so a port in use stops the
 start at once with a message that names the setting; the app is served once the gRPC port is
 known (:meth:`HttpEndpoint.start`), because the console reaches the broker through a client of
 that port, like any other client. The api does not import the console (the layering forbids it):
-whoever starts the server passes a factory that builds it (``tidelog serve`` does).
+whoever starts the server passes a factory that builds it (``tidelog serve`` does), handed the
+console's address of the gRPC port and a :class:`ServerGate`: the server's live guard, tokens and
+principal rules, which the console's gate uses to sign its visitors in (``tidelog.console.gate``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import socket
+import ssl
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
 
 import uvicorn
+from cryptography import x509
 from prometheus_client import CollectorRegistry, make_asgi_app
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Mount, Route
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from tidelog.access import Guard, Kind, Operation, on
+from tidelog.api.credentials import ServerSecurity
+from tidelog.errors import Unauthenticated
+from tidelog.security import ClientTls
+
+LOG = logging.getLogger("tidelog.http")
 
 ASGIApp = Callable[..., Any]
-ConsoleFactory = Callable[[str], Starlette]
-"""gRPC address (host:port) -> the console's ASGI app for it."""
+
+PEER_CERTIFICATE: Final = "tidelog.peer_certificate"
+"""The scope extension holding the connection's verified client certificate (the console's
+``tidelog.console.gate.PEER_CERTIFICATE``; the api does not import the console)."""
+
+
+@dataclass(frozen=True)
+class ServerGate:
+    """What the console asks of the server (the ``Gate`` protocol of ``tidelog.console.gate``):
+    read live from the server's security, so that a SIGHUP reload of the tokens or the ACL
+    applies to the console at its next request."""
+
+    security: ServerSecurity
+    port: int
+    """the console's HTTP port"""
+
+    @property
+    def guard(self) -> Guard:
+        return self.security.door.guard
+
+    @property
+    def login_required(self) -> bool:
+        return self.security.settings.authentication_required
+
+    @property
+    def accepts_tokens(self) -> bool:
+        return self.security.door.authenticator.tokens is not None
+
+    @property
+    def host_names(self) -> tuple[str, ...]:
+        return tuple(self.security.settings.console_hosts)
+
+    @property
+    def bound_host(self) -> str:
+        return self.security.settings.host
+
+    @property
+    def secure(self) -> bool:
+        return self.security.tls is not None
+
+    def principal_of_token(self, token: str) -> str | None:
+        tokens = self.security.door.authenticator.tokens
+        return tokens.principal_of(token) if tokens is not None else None
+
+    def principal_of_peer(self, certificate: Mapping[str, Any]) -> str | None:
+        """The principal the gRPC port would name for this verified certificate (in
+        ``ssl.SSLSocket.getpeercert()``'s form)."""
+        sans = [str(value) for _kind, value in certificate.get("subjectAltName", ())]
+        names = [
+            str(value)
+            for rdn in certificate.get("subject", ())
+            for key, value in rdn
+            if key == "commonName"
+        ]
+        return self._principal(sans, names)
+
+    def _principal(self, sans: list[str], common_names: list[str]) -> str | None:
+        """As the gRPC port names a certificate: its first subject alternative name, else its
+        common name, mapped by ``principal_rules``."""
+        auth_context = {
+            "transport_security_type": [b"ssl"],
+            "x509_subject_alternative_name": [n.encode() for n in sans],
+            "x509_common_name": [n.encode() for n in common_names],
+        }
+        try:
+            principal = self.security.door.authenticator.identify(auth_context, ())
+        except Unauthenticated:
+            return None
+        return principal or None
+
+    def own_principal(self) -> str | None:
+        """The server's own principal: its certificate's, as the gRPC port names it."""
+        path = self.security.settings.tls_cert
+        if path is None:
+            return None
+        certificate = x509.load_pem_x509_certificate(path.read_bytes())
+        try:
+            extension = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+            sans = [str(getattr(name, "value", name)) for name in extension.value]
+        except x509.ExtensionNotFound:
+            sans = []
+        names = certificate.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
+        return self._principal(sans, [str(n.value) for n in names])
+
+    def client_tls(self) -> ClientTls:
+        """How the console's client calls the gRPC port: as the server itself (docs/security.md,
+        "The console"): its own certificate as the client's and, when the server takes tokens, a
+        token of its own principal made for this process (``ServerSecurity.own_token``), so that
+        the broker names it the same with or without ``tls_client_ca``; the server's certificate
+        is checked for ``advertised_host`` when that is set."""
+        tls = self.security.peer_tls()
+        if not tls.secure:
+            return tls
+        principal = self.own_principal()
+        token = self.security.own_token(principal) if principal else None
+        name = self.security.settings.advertised_host
+        return dataclasses.replace(tls, token=token, server_name=name or tls.server_name)
+
+    def warnings(self) -> list[str]:
+        """What keeps the console from serving anyone, said once at start."""
+        security = self.security
+        if not security.settings.authentication_required:
+            return []
+        mutual = security.tls is not None and security.tls.mutual
+        if not self.accepts_tokens and not mutual:
+            return [
+                "the console can sign nobody in: the server requires credentials but takes no "
+                "tokens (tokens_file) and asks no client certificate (tls_client_ca)"
+            ]
+        own = self.own_principal()
+        if own is None or not self.guard.policy.allows(own, on(Operation.ADMIN, Kind.CLUSTER)):
+            return [
+                f"the console calls the broker as the server's own principal "
+                f"({own or 'none: no certificate'}), which the ACL does not make a super-user: "
+                f"its pages will be refused (add it to super_users; docs/security.md)"
+            ]
+        return []
+
+
+ConsoleFactory = Callable[[str, ServerGate], Starlette]
+"""(gRPC address host:port, the server's gate) -> the console's ASGI app."""
 
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
@@ -42,9 +182,11 @@ class _Asgi:
         await self.app(scope, receive, send)
 
 
-def http_app(registry: CollectorRegistry, console: Starlette | None) -> Starlette:
-    """``/metrics`` from ``registry``, and ``console`` (when given) at ``/``."""
-    routes: list[BaseRoute] = [Route("/metrics", _Asgi(make_asgi_app(registry)))]
+def http_app(registry: CollectorRegistry | None, console: Starlette | None) -> Starlette:
+    """``/metrics`` from ``registry`` (when given), and ``console`` (when given) at ``/``."""
+    routes: list[BaseRoute] = []
+    if registry is not None:
+        routes.append(Route("/metrics", _Asgi(make_asgi_app(registry))))
     if console is None:
         return Starlette(routes=routes)
     routes.append(Mount("/", app=console))
@@ -53,12 +195,39 @@ def http_app(registry: CollectorRegistry, console: Starlette | None) -> Starlett
     return Starlette(routes=routes, lifespan=console.router.lifespan_context)
 
 
-class HttpEndpoint:
-    """``bind``, then ``start`` once the gRPC port is known, then ``close``."""
+class _PeerCertificateProtocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, handing each request of a mutual-TLS connection the client
+    certificate the handshake verified (uvicorn puts none in the scope)."""
 
-    def __init__(self, registry: CollectorRegistry, console: ConsoleFactory | None) -> None:
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        certificate = transport.get_extra_info("peercert")
+        if certificate:
+            app = self.app
+
+            async def with_certificate(scope: Any, receive: Any, send: Any) -> None:
+                scope.setdefault("extensions", {})[PEER_CERTIFICATE] = certificate
+                await app(scope, receive, send)
+
+            self.app = with_certificate
+
+
+class HttpEndpoint:
+    """``bind``, then ``start`` once the gRPC port is known, then ``close``. ``registry``:
+    serve ``/metrics``; ``console``: serve the console at ``/``; ``security``: the server's,
+    for TLS and the console's gate."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None,
+        console: ConsoleFactory | None,
+        security: ServerSecurity | None = None,
+        setting: str = "--metrics-port (TIDELOG_METRICS_PORT, or metrics_port in the config file)",
+    ) -> None:
         self.registry = registry
         self.console = console
+        self.security = security
+        self.setting = setting
         self.port = 0
         self._socket: socket.socket | None = None
         self._server: uvicorn.Server | None = None
@@ -77,20 +246,42 @@ class HttpEndpoint:
             sock.close()
             raise OSError(
                 error.errno,
-                f"cannot serve metrics and the console on {host}:{port}: "
-                f"{error.strerror or error}; choose another --metrics-port "
-                f"(TIDELOG_METRICS_PORT, or metrics_port in the config file), or 0 to turn "
-                f"metrics and the console off",
+                f"cannot serve {self._serves()} on {host}:{port}: "
+                f"{error.strerror or error}; choose another {self.setting}, or 0 to turn "
+                f"{self._serves()} off",
             ) from None
         sock.setblocking(False)
         self._socket = sock
         self.port = int(sock.getsockname()[1])
         return self.port
 
+    def _serves(self) -> str:
+        return " and ".join(
+            what
+            for what, on in (("metrics", self.registry), ("the console", self.console))
+            if on is not None
+        )
+
     def start(self, grpc_address: str) -> None:
         """Serve the bound port on a thread; returns once it answers."""
         assert self._socket is not None, "bind first"
-        console = self.console(grpc_address) if self.console is not None else None
+        console = None
+        security = self.security
+        if self.console is not None:
+            assert security is not None, "the console needs the server's security"
+            gate = ServerGate(security, self.port)
+            for warning in gate.warnings():
+                LOG.warning("%s", warning)
+            console = self.console(grpc_address, gate)
+        tls = security.tls if security is not None else None
+        tls_options: dict[str, Any] = {}
+        if tls is not None:
+            context = tls.ssl_context()  # the one a reload refills: served as it is
+
+            def served_context(_config: uvicorn.Config, _default: Any) -> ssl.SSLContext:
+                return context
+
+            tls_options = {"ssl_context_factory": served_context, "http": _PeerCertificateProtocol}
         config = uvicorn.Config(
             http_app(self.registry, console),
             loop="asyncio",
@@ -99,6 +290,7 @@ class HttpEndpoint:
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=1,
+            **tls_options,
         )
         server = uvicorn.Server(config)
         sockets = [self._socket]

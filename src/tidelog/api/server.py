@@ -72,15 +72,26 @@ class Server:
 
     def __init__(self, settings: ServerSettings, *, console: ConsoleFactory | None = None) -> None:
         """``console``: builds the web console for the gRPC address, served at ``/`` on the
-        metrics port beside ``/metrics`` (``tidelog serve`` passes it unless ``console`` is off
-        in the settings)."""
+        metrics port beside ``/metrics``, or on ``console_port`` (``tidelog serve`` passes it
+        unless ``console`` is off in the settings)."""
         self.settings = settings
         self.security = ServerSecurity(settings)
         self.broker = Broker(settings.broker_config())
         self.metrics = Metrics(self.broker)
-        self.http = HttpEndpoint(self.metrics.registry, console)
+        apart = console if settings.console_port else None
+        self.http = HttpEndpoint(self.metrics.registry, None if apart else console, self.security)
+        self.console_http: HttpEndpoint | None = None
+        """The console's own port (``console_port``), apart from /metrics."""
+        if apart is not None:
+            self.console_http = HttpEndpoint(
+                None,
+                apart,
+                self.security,
+                "console_port (TIDELOG_CONSOLE_PORT, or the config file)",
+            )
         self.port = 0
         self.metrics_port = 0
+        self.console_port = 0
         self._grpc: grpc.aio.Server | None = None
         self.sites: SiteHost | None = None
         """Where this server's site runs, when ``site_id`` is set (multi-site replication):
@@ -98,6 +109,12 @@ class Server:
         # opened. It serves once the gRPC port is known (the console is a client of it).
         if settings.metrics_port:
             self.metrics_port = self.http.bind(settings.host, settings.metrics_port)
+        if self.console_http is not None:
+            try:
+                self.console_port = self.console_http.bind(settings.host, settings.console_port)
+            except OSError:
+                self.http.close()
+                raise
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", MAX_FRAME),
@@ -116,7 +133,7 @@ class Server:
         except RuntimeError:
             self.port = 0
         if self.port == 0:
-            self.http.close()
+            self._close_http()
             raise OSError(
                 f"cannot listen on {settings.host}:{settings.port}: the address is in use or "
                 f"not available here; choose another --host/--port"
@@ -175,9 +192,11 @@ class Server:
                 await self.cluster.start()  # after the server: leaders answer fetches at once
                 if self.sites is not None:
                     await self.sites.start()
+            address = f"{_connectable(settings.host)}:{self.port}"
             if self.metrics_port:
-                address = f"{_connectable(settings.host)}:{self.port}"
                 await asyncio.to_thread(self.http.start, address)
+            if self.console_http is not None:
+                await asyncio.to_thread(self.console_http.start, address)
         except BaseException:
             # grpc keeps a bound port listening until the server has run: start it (still
             # without the broker's services if they were never added) and stop it at once.
@@ -192,7 +211,7 @@ class Server:
                     await self.cluster.close()
             if broker_started:
                 await self.broker.close()
-            self.http.close()
+            self._close_http()
             raise
         self._grpc = server
         for warning in self.security.exposure_warnings(settings.host):
@@ -205,8 +224,16 @@ class Server:
             settings.data_dir,
             f"{settings.host}:{self.metrics_port}/metrics" if self.metrics_port else "off",
         )
+        scheme = "https" if self.security.tls is not None else "http"
         if self.metrics_port and self.http.console is not None:
-            LOG.info("web console on http://%s:%d/", settings.host, self.metrics_port)
+            LOG.info("web console on %s://%s:%d/", scheme, settings.host, self.metrics_port)
+        if self.console_port:
+            LOG.info("web console on %s://%s:%d/", scheme, settings.host, self.console_port)
+
+    def _close_http(self) -> None:
+        self.http.close()
+        if self.console_http is not None:
+            self.console_http.close()
 
     def _add_services(self, server: grpc.aio.Server) -> None:
         settings = self.settings
@@ -243,7 +270,7 @@ class Server:
         LOG.info("shutting down: ending subscriptions, finishing in-flight calls")
         # The HTTP port first, off this loop: the console's open pages (a live tail) are gRPC
         # calls this loop serves, so waiting for them here would wait for ourselves.
-        await asyncio.to_thread(self.http.close)
+        await asyncio.to_thread(self._close_http)
         self._health_servicer.enter_graceful_shutdown()
         if self.sites is not None and self.cluster is not None:
             await self.sites.close()  # a cluster's site stops before this broker leaves

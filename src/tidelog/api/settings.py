@@ -176,6 +176,19 @@ class ServerSettings(BaseSettings):
     console: bool = Field(
         True, description="serve the web console at / on the metrics port (false: /metrics only)"
     )
+    console_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="the web console's own HTTP port on host (0: at / on the metrics port; N: on "
+        "port N, the metrics port then serving /metrics alone)",
+    )
+    console_hosts: list[str] = Field(
+        default_factory=list,
+        description="the names the console is served under ('name' on the console's port, or "
+        "'name:port'); a request for any other Host is refused (DNS rebinding). Default: "
+        "localhost, 127.0.0.1, [::1] and host",
+    )
     flush_policy: FlushPolicy = Field(DEFAULT_FLUSH_POLICY, description="always|interval|never")
     flush_interval_s: float = Field(DEFAULT_FLUSH_INTERVAL_S, gt=0)
     segment_max_bytes: int = Field(DEFAULT_SEGMENT_MAX_BYTES, ge=MIN_SEGMENT_BYTES)

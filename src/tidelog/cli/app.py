@@ -27,6 +27,7 @@ from tidelog.cli.view_commands import parse_view, query_app, view_app
 from tidelog.client import (
     DEFAULT_SERVER,
     Client,
+    ClientSettings,
     Message,
 )
 from tidelog.client.aio import PUBLISH_CHUNK
@@ -140,12 +141,11 @@ def serve(
         # A line scripts and tests can wait for (stdout, flushed).
         print(f"tidelog listening on {settings.host}:{server.port}", flush=True)
 
-    console = None
-    if settings.console and settings.metrics_port:
-        from tidelog.console import ConsoleConfig, create_app
+    console: Any = None
+    if settings.console and (settings.metrics_port or settings.console_port):
+        from tidelog.console import for_server
 
-        def console(address: str) -> Any:
-            return create_app(ConsoleConfig(address))
+        console = for_server
 
     try:
         asyncio.run(run(settings, on_ready=ready, console=console))
@@ -172,15 +172,33 @@ def console_command(
             "(seconds) is shown as stalled",
         ),
     ] = 60.0,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="a name (NAME or NAME:PORT) the console is served under besides localhost, "
+            "127.0.0.1, [::1] and --host; other Host headers are refused (repeatable)"
+        ),
+    ] = None,
 ) -> None:
     """Serve the web console for a tidelog server (`tidelog serve` serves it too, at / on its
-    metrics port) until Ctrl-C."""
-    from tidelog.console import ConsoleConfig
+    metrics port) until Ctrl-C. It has no login: it acts with the TLS and token of
+    TIDELOG_TLS_CA, TIDELOG_TLS_CERT, TIDELOG_TLS_KEY and TIDELOG_TOKEN for whoever reaches
+    its port."""
+    from tidelog.console import CONSOLE_CLIENT_SETTINGS, ConsoleConfig
     from tidelog.console import run as run_console
 
-    config = ConsoleConfig(server, sample_interval_s=sample_interval, stall_after_s=stall_after)
     try:
-        run_console(config, host, port)
+        client = ClientSettings.from_env(
+            retry_budget_s=CONSOLE_CLIENT_SETTINGS.retry_budget_s,
+            connect_timeout_s=CONSOLE_CLIENT_SETTINGS.connect_timeout_s,
+        )
+    except ValueError as error:
+        fail(str(error), 2)
+    config = ConsoleConfig(
+        server, sample_interval_s=sample_interval, stall_after_s=stall_after, client=client
+    )
+    try:
+        run_console(config, host, port, allow_host or ())
     except OSError as error:
         fail(f"cannot start: {error}")
 

@@ -8,7 +8,16 @@ the server; the browser gets small assets served from this package (``static/``:
 no CDN). See docs/console.md.
 """
 
-from tidelog.console.app import ConsoleConfig, create_app
+from tidelog.console.app import CONSOLE_CLIENT_SETTINGS, ConsoleConfig, create_app, for_server
+from tidelog.console.gate import Gate, OpenGate
 from tidelog.console.standalone import run
 
-__all__ = ["ConsoleConfig", "create_app", "run"]
+__all__ = [
+    "CONSOLE_CLIENT_SETTINGS",
+    "ConsoleConfig",
+    "Gate",
+    "OpenGate",
+    "create_app",
+    "for_server",
+    "run",
+]

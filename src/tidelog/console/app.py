@@ -5,9 +5,13 @@ Every page is HTML rendered here (Jinja2); the browser gets small, locally serve
 rate charts) and ``console.js`` (the live tail's EventSource, the charts). Everything works with
 scripts off except the live tail and the charts.
 
-The console talks to brokers only through the client. Admin actions are POSTs that first answer a
-confirmation page; only a POST carrying ``confirmed=yes`` (and, when the browser sends one, an
-``Origin`` that is this console) acts. A failure a person can act on (unknown stream, server
+The console talks to brokers only through the client. Every request first passes the gate
+(``gate.py``: the ``Host`` allow-list, the visitor's session or login, the security headers);
+every page and action is then checked by the server's guard for the visitor's principal
+(:data:`PAGE_ACCESS`, :data:`ACTION_ACCESS`) before any call to the broker, and a listing shows
+only what that principal may see. Admin actions are POSTs that first answer a confirmation page;
+only a POST carrying the session's CSRF token, ``confirmed=yes`` and (when the browser sends one)
+an ``Origin`` that is this console acts. A failure a person can act on (unknown stream, server
 unreachable, a search that ran out of budget, a bad filter) is a page saying what happened and
 what to do, never a traceback; anything else is logged and answered with a short apology.
 """
@@ -16,17 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
@@ -39,7 +45,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from tidelog.access import ANONYMOUS, Access, Guard, Kind, Operation, on
+from tidelog.access import Access, Guard, Kind, Operation, Resource, on
 from tidelog.client import (
     AlreadyExists,
     AsyncClient,
@@ -51,6 +57,15 @@ from tidelog.client import (
     Unavailable,
 )
 from tidelog.console import render
+from tidelog.console.gate import (
+    LOGIN_PATH,
+    Gate,
+    GateMiddleware,
+    Keeper,
+    OpenGate,
+    principal_of,
+    session_of,
+)
 from tidelog.console.history import ConsumerState
 from tidelog.console.messages import (
     TAIL_POLL_S,
@@ -71,6 +86,7 @@ from tidelog.console.sampler import (
     Sampler,
     stream_total,
 )
+from tidelog.console.sessions import Via, csrf_matches
 from tidelog.errors import PermissionDenied
 
 LOG = logging.getLogger("tidelog.console")
@@ -87,15 +103,17 @@ class ConsoleConfig:
     sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S
     stall_after_s: float = DEFAULT_STALL_AFTER_S
     tail_poll_s: float = TAIL_POLL_S
+    client: ClientSettings = CONSOLE_CLIENT_SETTINGS
+    """how the console's client reaches the server (its TLS and credentials: docs/security.md)"""
 
 
 class Console:
     """The app's state: the client and the sampler (created on the server's event loop)."""
 
-    def __init__(self, config: ConsoleConfig, guard: Guard | None = None) -> None:
+    def __init__(self, config: ConsoleConfig, gate: Gate) -> None:
         self.config = config
-        self.guard = guard or Guard()
-        """Checks each page and action (``PAGE_ACCESS``, ``ACTION_ACCESS``)."""
+        self.gate = gate
+        self.keeper = Keeper(gate)
         self._client: AsyncClient | None = None
         self._sampler: Sampler | None = None
         self._task: asyncio.Task[None] | None = None
@@ -112,8 +130,17 @@ class Console:
     @property
     def client(self) -> AsyncClient:
         if self._client is None:
-            self._client = AsyncClient(self.config.server, settings=CONSOLE_CLIENT_SETTINGS)
+            self._client = AsyncClient(self.config.server, settings=self.config.client)
         return self._client
+
+    @property
+    def guard(self) -> Guard:
+        """The server's guard as it is now: checks each page and action (``PAGE_ACCESS``,
+        ``ACTION_ACCESS``) and filters the listings."""
+        return self.gate.guard
+
+    def may_see(self, request: Request, kind: Kind, name: str) -> bool:
+        return self.guard.may_see(principal_of(request), Resource(kind, name))
 
     @property
     def sampler(self) -> Sampler:
@@ -167,7 +194,15 @@ def page(
     request: Request, name: str, context: dict[str, Any], status_code: int = 200
 ) -> HTMLResponse:
     console: Console = request.app.state.console
-    base = {"server": console.config.server, "active": name.removesuffix(".html")}
+    session = session_of(request)
+    base = {
+        "server": console.config.server,
+        "active": name.removesuffix(".html"),
+        "csrf": session.csrf if session is not None else "",
+        "principal": session.principal if session is not None else None,
+        "signed_in": session is not None and session.via is Via.TOKEN,
+        "accepts_tokens": console.gate.accepts_tokens,
+    }
     return templates.TemplateResponse(request, name, {**base, **context}, status_code=status_code)
 
 
@@ -176,6 +211,11 @@ def page(
 
 def problem(request: Request, status: int, title: str, detail: str) -> HTMLResponse:
     return page(request, "error.html", {"title": title, "detail": detail}, status_code=status)
+
+
+def refuse(request: Request, status: int, title: str, detail: str) -> Response:
+    """The gate's refusals (a ``Host`` not served, no sign-in), on the console's error page."""
+    return problem(request, status, title, detail)
 
 
 async def on_not_found(request: Request, error: Exception) -> Response:
@@ -235,7 +275,12 @@ async def streams_page(request: Request) -> Response:
     console = _console(request)
     streams = await console.sampler.sample()
     internal = request.query_params.get("internal") == "1"
-    shown = [s for s in streams if internal or not s.name.startswith("__")]
+    shown = [
+        s
+        for s in streams
+        if (internal or not s.name.startswith("__"))
+        and console.may_see(request, Kind.STREAM, s.name)
+    ]
     details = await asyncio.gather(
         *(console.client.describe_stream(s.name) for s in shown), return_exceptions=True
     )
@@ -263,7 +308,11 @@ async def stream_page(request: Request) -> Response:
     info = await console.client.stream_info(name)
     details = await console.client.describe_stream(name)
     streams = await console.sampler.sample()
-    cursors = [r for r in console.sampler.cursor_rows(streams) if r.key.stream == name]
+    cursors = [
+        r
+        for r in console.sampler.cursor_rows(streams)
+        if r.key.stream == name and console.may_see(request, Kind.CURSOR, r.key.cursor_id)
+    ]
     rates = console.sampler.rates(name)
     series = console.sampler.totals.get(name)
     chart = {
@@ -405,10 +454,19 @@ async def tail_events(request: Request) -> Response:
 async def consumers_page(request: Request) -> Response:
     console = _console(request)
     streams = await console.sampler.sample()
-    rows = console.sampler.cursor_rows(streams)
+    rows = [
+        r
+        for r in console.sampler.cursor_rows(streams)
+        if console.may_see(request, Kind.CURSOR, r.key.cursor_id)
+        and console.may_see(request, Kind.STREAM, r.key.stream)
+    ]
     cursor_ids = sorted({r.key.cursor_id for r in rows})
     charts = {c: console.sampler.lag_chart(c) for c in cursor_ids}
-    groups = await console.client.list_groups()
+    groups = [
+        g
+        for g in await console.client.list_groups()
+        if console.may_see(request, Kind.GROUP, g.group_id)
+    ]
     return page(
         request,
         "consumers.html",
@@ -426,7 +484,11 @@ async def consumers_page(request: Request) -> Response:
 
 async def views_page(request: Request) -> Response:
     console = _console(request)
-    streams = [s for s in await console.client.list_streams() if not s.name.startswith("__")]
+    streams = [
+        s
+        for s in await console.client.list_streams()
+        if not s.name.startswith("__") and console.may_see(request, Kind.STREAM, s.name)
+    ]
     views = []
     for info in streams:
         for status in await console.client.list_views(info.name):
@@ -602,11 +664,30 @@ ACTIONS: dict[str, Action] = {
 
 
 def same_origin(request: Request) -> bool:
-    """A POST from a page of this console (or from a client that sends no Origin at all)."""
+    """A POST from a page of this console (or from a client that sends no Origin at all; the
+    gate has checked the ``Host`` it is compared with)."""
     origin = request.headers.get("origin")
     if origin is None or origin == "null":
         return origin is None
     return urlsplit(origin).netloc == request.headers.get("host", "")
+
+
+async def posted_form(request: Request) -> dict[str, str] | Response:
+    """The form of a POST from this console's own pages, its CSRF token checked and removed; a
+    refusal page (403) for any other."""
+    if not same_origin(request):
+        return problem(request, 403, "Refused", "Actions are taken only from this console's pages.")
+    body = (await request.body())[:65536].decode("utf-8", "replace")
+    form = dict(parse_qsl(body, keep_blank_values=True))
+    if not csrf_matches(session_of(request), form.pop("csrf", None)):
+        return problem(
+            request,
+            403,
+            "Refused",
+            "This form is not from this console's current page (its session ended, or another "
+            "site sent it). Reload the page and try again.",
+        )
+    return form
 
 
 async def action(request: Request) -> Response:
@@ -614,14 +695,13 @@ async def action(request: Request) -> Response:
     act = ACTIONS.get(name)
     if act is None:
         raise HTTPException(404, f"no action {name!r}")
-    if not same_origin(request):
-        return problem(request, 403, "Refused", "Actions are taken only from this console's pages.")
-    body = (await request.body())[:65536].decode("utf-8", "replace")
-    form = dict(parse_qsl(body, keep_blank_values=True))
+    form = await posted_form(request)
+    if isinstance(form, Response):
+        return form
     if not form.get("stream", "").strip():
         raise BadQuery("name the stream")
     form["stream"] = form["stream"].strip()
-    _console(request).guard.check(ANONYMOUS, ACTION_ACCESS[name](form))
+    _console(request).guard.check(principal_of(request), ACTION_ACCESS[name](form))
     if form.pop("confirmed", "") != "yes":
         return page(
             request,
@@ -645,6 +725,8 @@ def _on_stream(op: Operation) -> PageRule:
 
 PAGE_ACCESS: dict[str, PageRule] = {
     "/": lambda _: (),  # a redirect to /streams
+    LOGIN_PATH: lambda _: (),  # shows nothing; the gate lets anyone reach it
+    "/logout": lambda _: (),  # ends the visitor's own session
     "/streams": lambda _: (),  # a listing: shows only what the caller may see
     "/streams/{stream}": _on_stream(Op.DESCRIBE),
     "/streams/{stream}/messages": _on_stream(Op.SUBSCRIBE),
@@ -680,7 +762,7 @@ def _guarded(path: str, endpoint: Callable[[Request], Awaitable[Response]]) -> R
     rule = PAGE_ACCESS[path]
 
     async def page_behind_guard(request: Request) -> Response:
-        _console(request).guard.check(ANONYMOUS, rule(dict(request.path_params)))
+        _console(request).guard.check(principal_of(request), rule(dict(request.path_params)))
         return await endpoint(request)
 
     return Route(path, page_behind_guard)
@@ -690,13 +772,90 @@ async def on_denied(request: Request, error: Exception) -> Response:
     return problem(request, 403, "Refused", str(error))
 
 
+# -- signing in ----------------------------------------------------------------------------------
+
+
+def _next(target: str | None) -> str:
+    """Where to go after signing in: a path of this console only (never another site)."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/streams"
+    return target
+
+
+async def login_page(request: Request) -> Response:
+    return page(request, "login.html", {"next": _next(request.query_params.get("next"))})
+
+
+async def login(request: Request) -> Response:
+    """Sign in with a token: a new session (and cookie) for its principal."""
+    form = await posted_form(request)
+    if isinstance(form, Response):
+        return form
+    console = _console(request)
+    target = _next(form.get("next"))
+    token = form.get("token", "").strip()
+    if not console.gate.accepts_tokens:
+        return page(
+            request,
+            "login.html",
+            {"next": target, "failure": "This server takes no tokens (it has no tokens_file)."},
+            status_code=401,
+        )
+    session = console.keeper.sign_in(request, token) if token else None
+    if session is None:
+        LOG.warning("console: a sign-in with an unknown token was refused")
+        return page(
+            request,
+            "login.html",
+            {
+                "next": target,
+                "failure": "Unknown token (revoked, mistyped, or for another server).",
+            },
+            status_code=401,
+        )
+    LOG.info("console: %s signed in", session.principal)
+    response = RedirectResponse(target, status_code=303)
+    response.headers.append("set-cookie", console.keeper.cookie_for(session))
+    return response
+
+
+async def logout(request: Request) -> Response:
+    form = await posted_form(request)
+    if isinstance(form, Response):
+        return form
+    console = _console(request)
+    console.keeper.sign_out(request)
+    response = RedirectResponse(LOGIN_PATH, status_code=303)
+    response.headers.append("set-cookie", console.keeper.cookie_for(None))
+    return response
+
+
 # -- the app -------------------------------------------------------------------------------------
 
 
-def create_app(config: ConsoleConfig) -> Starlette:
-    """The console as an ASGI app for the server at ``config.server``."""
-    console = Console(config)
+class ServerSideGate(Gate, Protocol):
+    """The gate ``tidelog serve`` hands its console (``tidelog.api.http.ServerGate``)."""
+
+    def client_tls(self) -> Any:
+        """The ``ClientTls`` the console's client calls the broker with."""
+        ...
+
+
+def for_server(address: str, gate: ServerSideGate) -> Starlette:
+    """The console as ``tidelog serve`` serves it (``tidelog.api.http.ConsoleFactory``): for the
+    gRPC port at ``address``, its client calling as the server itself (docs/security.md)."""
+    client = dataclasses.replace(CONSOLE_CLIENT_SETTINGS, tls=gate.client_tls())
+    return create_app(ConsoleConfig(address, client=client), gate)
+
+
+def create_app(config: ConsoleConfig, gate: Gate | None = None) -> Starlette:
+    """The console as an ASGI app for the server at ``config.server``, behind ``gate`` (the
+    server's, from ``tidelog serve``; else open, served on the loopback names only)."""
+    console = Console(config, gate or OpenGate())
     routes = [
+        Route(LOGIN_PATH, login_page, methods=["GET"]),  # the gate lets anyone reach these
+        Route(LOGIN_PATH, login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
         _guarded("/", index),
         _guarded("/streams", streams_page),
         _guarded("/streams/{stream}", stream_page),
@@ -724,7 +883,13 @@ def create_app(config: ConsoleConfig) -> Starlette:
         HTTPException: on_http,
         Exception: on_bug,
     }
-    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=console.lifespan)
+    gate_middleware = Middleware(GateMiddleware, keeper=console.keeper, refuse=refuse)
+    app = Starlette(
+        routes=routes,
+        exception_handlers=handlers,
+        middleware=[gate_middleware],
+        lifespan=console.lifespan,
+    )
     app.state.console = console
     # Called by whoever serves the app (tidelog.api.http) before it stops the port.
     app.state.before_shutdown = console.request_close

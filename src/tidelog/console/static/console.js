@@ -82,9 +82,20 @@
               [xs].concat(columns), el);
   }
 
+  // Cancel on a confirmation goes back to the page it came from (a script, not a
+  // javascript: link, which the Content-Security-Policy refuses); without scripts, its href.
+  function setupBack(root) {
+    root.querySelectorAll("a.back").forEach(function (link) {
+      link.addEventListener("click", function (event) {
+        if (history.length > 1) { event.preventDefault(); history.back(); }
+      });
+    });
+  }
+
   function setup(root) {
     setupTail(root);
     setupTabs(root);
+    setupBack(root);
     root.querySelectorAll(".chart[data-chart]").forEach(drawChart);
   }
 
