@@ -4,10 +4,13 @@ stranger's), the principals the tests' ACL names, and ``tidelog serve`` config f
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from cryptography import x509
 
 from tidelog.security import channel_credentials
 from tidelog.security.testca import Issued, issue, make_ca
@@ -88,3 +91,20 @@ def secure_channel(
         ca, client.cert if client else None, client.key if client else None, token
     )
     return grpc.secure_channel(address, credentials)
+
+
+def served_certificate(address: str, ca: Path, client: Issued | None = None) -> x509.Certificate:
+    """The certificate a TLS server at ``address`` presents to a new connection (offering HTTP/2,
+    as a grpc client does: grpc's server refuses a handshake without it)."""
+    context = ssl.create_default_context(cafile=str(ca))
+    context.set_alpn_protocols(["h2"])
+    if client is not None:
+        context.load_cert_chain(client.cert, client.key)
+    host, port = address.rsplit(":", 1)
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der)
