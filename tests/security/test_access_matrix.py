@@ -471,3 +471,38 @@ def test_a_token_on_plaintext_is_refused_with_the_reason(servers: Servers) -> No
         )
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert "refused on a plaintext connection" in (refused.value.details() or "")
+
+
+# -- listings (last: it adds a group member) -------------------------------------------------------
+
+
+def test_a_listing_shows_each_caller_only_what_it_may_see(servers: Servers) -> None:
+    address, ca = servers.mtls.address, servers.pki.ca.cert
+    with servers.admin() as channel:
+        # alice.s may be gone (the granted caller's DeleteStream): a stream of this test's own
+        api = pb_grpc.APIStub(channel)
+        api.CreateStream(pb.CreateStreamRequest(name="alice.listed", subject="alice.listed"))
+        api.JoinConsumerGroup(
+            pb.JoinConsumerGroupRequest(
+                groupId="alice.g", consumerId="c1", streams=["alice.listed"]
+            )
+        )
+        every = {
+            s.name
+            for s in pb_grpc.APIStub(channel)
+            .FetchMetadata(pb.FetchMetadataRequest())
+            .streamMetadata
+        }
+    assert {"alice.listed", "__cursors"} <= every
+
+    def listed(client: Any) -> tuple[set[str], set[str]]:
+        with secure_channel(address, ca, client) as channel:
+            metadata = pb_grpc.APIStub(channel).FetchMetadata(pb.FetchMetadataRequest())
+            groups = v1_grpc.TidelogStub(channel).ListGroups(v1.ListGroupsRequest()).groups
+        return {s.name for s in metadata.streamMetadata}, {g.group_id for g in groups}
+
+    assert listed(servers.pki.mallory) == (set(), set())
+    streams, groups = listed(servers.pki.alice)
+    assert streams == {s for s in every if s.startswith("alice.")}
+    assert groups == {"alice.g"}
+    assert listed(servers.pki.admin) == (every, {"alice.g"})

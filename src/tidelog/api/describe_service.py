@@ -15,6 +15,7 @@ import grpc
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
+from tidelog.access import Kind, caller
 from tidelog.broker import Partition, Stream
 from tidelog.control import Control
 
@@ -79,7 +80,10 @@ class DescribeService(v1_grpc.TidelogServicer):
         now = time.monotonic()  # the coordinator's clock
         groups = []
         known = self.control.local_groups()
+        who = caller()  # a listing: only the groups the caller may see
         for group_id in sorted(known):
+            if not who.may_see(Kind.GROUP, group_id):
+                continue
             group = known[group_id]
             groups.append(
                 v1.GroupDescription(

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 import grpc
 
 from tidelog._proto.liftbridge import api_pb2 as pb
+from tidelog.access import Kind, caller
 from tidelog.api.liftbridge_publish import PublishService
 from tidelog.api.metrics import Metrics
 from tidelog.api.status import (
@@ -179,7 +180,11 @@ class LiftbridgeService(PublishService):
         self, request: pb.FetchMetadataRequest, context: Context
     ) -> pb.FetchMetadataResponse:
         control = self.control
-        names = list(request.streams) or control.stream_names()
+        # Named streams were checked by the guard; the listing shows what the caller may see.
+        who = caller()
+        names = list(request.streams) or [
+            n for n in control.stream_names() if who.may_see(Kind.STREAM, n)
+        ]
         return pb.FetchMetadataResponse(
             brokers=[_broker(b) for b in control.brokers()],
             streamMetadata=[_stream_metadata(n, control.describe_stream(n)) for n in names],
