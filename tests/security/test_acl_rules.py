@@ -170,3 +170,27 @@ def test_load_names_the_file(tmp_path: Path) -> None:
         load_acl(tmp_path / "missing.toml")
     path.write_text(ACL, encoding="utf-8")
     assert load_acl(path).allows("alice", on(Op.PUBLISH, Kind.STREAM, "orders"))
+
+
+def test_a_principal_named_like_a_group_or_everyone_is_only_itself() -> None:
+    """A certificate's first SAN can be a URI such as ``group:ops``, and a token's principal may
+    contain ':': neither may take the rules written for the group (or for one named "*")."""
+    acl = parse_acl(tomllib.loads(ACL))
+    assert acl.allows("bob", on(Op.DELETE, Kind.STREAM, "x"))  # bob is in group:ops
+    assert not acl.allows("group:ops", on(Op.DELETE, Kind.STREAM, "x"))
+    assert not acl.allows("group:ops", on(Op.DESCRIBE, Kind.STREAM, "x"))
+    assert acl.allows("group:ops", on(Op.SUBSCRIBE, Kind.STREAM, "public"))  # still a caller
+    literal = parse_acl(
+        {
+            "rule": [
+                {
+                    "effect": "allow",
+                    "principals": ["*"],
+                    "operations": ["subscribe"],
+                    "resources": ["stream:open"],
+                }
+            ]
+        }
+    )
+    assert literal.allows("*", on(Op.SUBSCRIBE, Kind.STREAM, "open"))
+    assert not literal.allows("*", on(Op.PUBLISH, Kind.STREAM, "open"))
