@@ -127,9 +127,16 @@ class ServerSecurity:
                 f"network readable (set tls_cert and tls_key)"
             )
         if settings.acl_file is None:
+            # Who gets in decides how bad it is: say it, so that the line is not dismissed.
+            if settings.tls_client_ca is not None:
+                who = "every client with a certificate from tls_client_ca"
+            elif settings.authentication_required:
+                who = "every holder of a token"
+            else:
+                who = "anyone who reaches the port"
             warnings.append(
-                f"listening on {host} without an ACL: anyone who reaches the port may read, "
-                f"publish, delete streams and move cursors (set acl_file; docs/security.md)"
+                f"listening on {host} without an ACL: {who} may read, publish, delete streams "
+                f"and move cursors (set acl_file; docs/security.md)"
             )
         elif not settings.authentication_required and settings.tls_client_ca is None:
             warnings.append(

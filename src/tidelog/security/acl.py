@@ -39,6 +39,7 @@ from typing import Any, Final
 from tidelog.access import ANONYMOUS, ANY, Access, Kind, Operation, Resource
 
 EVERYONE: Final = "*"
+GROUP_PREFIX: Final = "group:"
 ANONYMOUS_NAME: Final = "anonymous"
 """How rules name a caller without credentials (when the server admits them at all)."""
 
@@ -90,7 +91,10 @@ class Acl:
         name = identity or ANONYMOUS_NAME
         if identity != ANONYMOUS and name in self.super_users:
             return True
-        who = frozenset({name, EVERYONE, *self.groups.get(name, ())})
+        # A principal is only ever itself: one whose name reads like a group or like "*" (a
+        # certificate's URI SAN "group:ops", say) must not take that group's or everyone's rules.
+        own = () if name == EVERYONE or name.startswith(GROUP_PREFIX) else (name,)
+        who = frozenset({*own, EVERYONE, *self.groups.get(name, ())})
         operation, resource = access.operation, access.resource
         for rule in self.rules:
             denied = not rule.allow and operation in rule.operations
@@ -151,7 +155,7 @@ def parse_acl(document: Mapping[str, Any], source: str = "the ACL") -> Acl:
         raise AclError(f"{source}: [groups] must be a table of name = [principals]")
     for group, members in groups.items():
         for member in _strings(f"{source}: group {group!r}", "its members", members):
-            groups_of.setdefault(member, set()).add(f"group:{group}")
+            groups_of.setdefault(member, set()).add(f"{GROUP_PREFIX}{group}")
     rules = []
     entries = document.get("rule", [])
     if not isinstance(entries, list):
@@ -168,7 +172,7 @@ def parse_acl(document: Mapping[str, Any], source: str = "the ACL") -> Acl:
             raise AclError(f"{where}: effect must be 'allow' or 'deny', got {effect!r}")
         principals = _strings(where, "principals", entry.get("principals"))
         for principal in principals:
-            if principal.startswith("group:") and principal[6:] not in groups:
+            if principal.startswith(GROUP_PREFIX) and principal[len(GROUP_PREFIX) :] not in groups:
                 raise AclError(f"{where}: {principal!r} names a group [groups] does not define")
         names = _strings(where, "operations", entry.get("operations"))
         operations: set[Operation] = set()

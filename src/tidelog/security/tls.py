@@ -46,6 +46,28 @@ class TlsFiles:
     client_ca: Path | None = None
 
 
+def _load_chain(context: ssl.SSLContext, files: TlsFiles) -> None:
+    """``context.load_cert_chain`` that never asks for a passphrase: without a password
+    callback OpenSSL prompts on the terminal, which would block the server's loop (at start, or
+    in the SIGHUP handler) and then fail with an OSError naming nothing."""
+
+    def encrypted() -> bytes:
+        raise TlsError(
+            f"the private key {files.key} is encrypted: tidelog reads keys without a "
+            f"passphrase (decrypt it, e.g. `openssl pkey -in KEY -out KEY.plain`, kept 0600)"
+        )
+
+    try:
+        context.load_cert_chain(files.cert, files.key, password=encrypted)
+    except OSError as error:
+        if isinstance(error, ssl.SSLError):
+            raise
+        raise TlsError(
+            f"cannot load the certificate {files.cert} with the key {files.key}: "
+            f"{error.strerror or error}"
+        ) from None
+
+
 @dataclass(frozen=True, slots=True)
 class _Material:
     cert: bytes
@@ -60,7 +82,7 @@ def _load(files: TlsFiles) -> _Material:
     # The same check a handshake would make, now, with a message that names the files.
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
-        context.load_cert_chain(files.cert, files.key)
+        _load_chain(context, files)
     except ssl.SSLError as error:
         raise TlsError(
             f"the certificate {files.cert} and the key {files.key} do not go together: "
@@ -116,7 +138,7 @@ class ServerTls:
         return context
 
     def _fill(self, context: ssl.SSLContext) -> None:
-        context.load_cert_chain(self.files.cert, self.files.key)
+        _load_chain(context, self.files)
         if self.files.client_ca is not None:
             context.load_verify_locations(cadata=self._material.client_ca.decode())  # type: ignore[union-attr]
             context.verify_mode = ssl.CERT_REQUIRED

@@ -110,6 +110,9 @@ def add_token(path: Path, principal: str) -> str:
         lines.append(f'"{owner}" = [{hashes}]')
     temporary = path.with_name(path.name + ".tmp")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # os.open's mode applies only to a file it creates: one left by an interrupted run keeps its
+    # own (readable by everyone, say) unless it is set here, before anything is written.
+    os.fchmod(descriptor, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as out:
         out.write("\n".join(lines) + "\n")
         out.flush()

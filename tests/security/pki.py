@@ -1,0 +1,110 @@
+"""Certificates, settings files and channels for the security tests: one throwaway CA (and a
+stranger's), the principals the tests' ACL names, and ``tidelog serve`` config files."""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from cryptography import x509
+
+from tidelog.security import channel_credentials
+from tidelog.security.testca import Issued, issue, make_ca
+
+ACL_TEXT = """\
+super_users = ["admin"]
+
+[groups]
+writers = ["alice"]
+
+[[rule]]
+effect = "allow"
+principals = ["group:writers"]
+operations = ["*"]
+resources = ["stream:alice.*", "subject:alice.*", "group:alice.*", "cursor:alice.*", "site:*",
+             "cluster"]
+"""
+"""alice may do everything on her resources (every site, the cluster); mallory nothing; admin
+everything (a super-user)."""
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca: Issued
+    server: Issued
+    alice: Issued
+    mallory: Issued
+    admin: Issued
+    stranger: Issued
+    """A certificate for "alice" signed by another CA."""
+    expired: Issued
+    """A certificate for "alice" from the right CA, valid only in the past."""
+
+
+def make_pki(directory: Path) -> Pki:
+    ca = make_ca(directory / "ca")
+    other = make_ca(directory / "other", common_name="another CA")
+    return Pki(
+        ca=ca,
+        server=issue(ca, directory / "ca", "server"),
+        alice=issue(ca, directory / "ca", "alice"),
+        mallory=issue(ca, directory / "ca", "mallory"),
+        admin=issue(ca, directory / "ca", "admin"),
+        stranger=issue(other, directory / "other", "alice"),
+        expired=issue(ca, directory / "ca", "old-alice", sans=("alice",), expired=True),
+    )
+
+
+def write_config(path: Path, **settings: object) -> Path:
+    """A TOML settings file for ``tidelog serve --config`` (strings, numbers, booleans, lists of
+    strings, tables of strings)."""
+    lines, tables = [], []
+    for name, value in settings.items():
+        if isinstance(value, dict):
+            tables.append(f"[{name}]")
+            tables += [f"{json.dumps(k)} = {json.dumps(str(v))}" for k, v in value.items()]
+        elif isinstance(value, bool):
+            lines.append(f"{name} = {'true' if value else 'false'}")
+        elif isinstance(value, int | float):
+            lines.append(f"{name} = {value}")
+        elif isinstance(value, list):
+            lines.append(f"{name} = {json.dumps([str(v) for v in value])}")
+        else:
+            lines.append(f"{name} = {json.dumps(str(value))}")
+    path.write_text("\n".join([*lines, *tables]) + "\n", encoding="utf-8")
+    return path
+
+
+def secure_channel(
+    address: str,
+    ca: Path,
+    client: Issued | None = None,
+    token: str | None = None,
+) -> grpc.Channel:
+    """A synchronous TLS channel: the server checked against ``ca``, ``client``'s certificate
+    presented (mutual TLS) when given, ``token`` sent as a bearer token when given."""
+    credentials = channel_credentials(
+        ca, client.cert if client else None, client.key if client else None, token
+    )
+    return grpc.secure_channel(address, credentials)
+
+
+def served_certificate(address: str, ca: Path, client: Issued | None = None) -> x509.Certificate:
+    """The certificate a TLS server at ``address`` presents to a new connection (offering HTTP/2,
+    as a grpc client does: grpc's server refuses a handshake without it)."""
+    context = ssl.create_default_context(cafile=str(ca))
+    context.set_alpn_protocols(["h2"])
+    if client is not None:
+        context.load_cert_chain(client.cert, client.key)
+    host, port = address.rsplit(":", 1)
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der)
