@@ -32,13 +32,15 @@ from typing import Any, Final
 
 import uvicorn
 from cryptography import x509
-from prometheus_client import CollectorRegistry, make_asgi_app
+from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Mount, Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from tidelog.access import Guard, Kind, Operation, on
+from tidelog.api import metrics_http
 from tidelog.api.credentials import ServerSecurity
+from tidelog.api.metrics_http import GuardedMetrics
 from tidelog.errors import Unauthenticated
 from tidelog.security import ClientTls
 
@@ -46,7 +48,7 @@ LOG = logging.getLogger("tidelog.http")
 
 ASGIApp = Callable[..., Any]
 
-PEER_CERTIFICATE: Final = "tidelog.peer_certificate"
+PEER_CERTIFICATE: Final = metrics_http.PEER_CERTIFICATE
 """The scope extension holding the connection's verified client certificate (the console's
 ``tidelog.console.gate.PEER_CERTIFICATE``; the api does not import the console)."""
 
@@ -182,11 +184,16 @@ class _Asgi:
         await self.app(scope, receive, send)
 
 
-def http_app(registry: CollectorRegistry | None, console: Starlette | None) -> Starlette:
-    """``/metrics`` from ``registry`` (when given), and ``console`` (when given) at ``/``."""
+def http_app(
+    registry: CollectorRegistry | None,
+    console: Starlette | None,
+    gate: ServerGate | None = None,
+) -> Starlette:
+    """``/metrics`` from ``registry`` (when given; behind ``gate``'s credentials when the server
+    requires them, ``metrics_http.py``), and ``console`` (when given) at ``/``."""
     routes: list[BaseRoute] = []
     if registry is not None:
-        routes.append(Route("/metrics", _Asgi(make_asgi_app(registry))))
+        routes.append(Route("/metrics", _Asgi(GuardedMetrics(registry, gate))))
     if console is None:
         return Starlette(routes=routes)
     routes.append(Mount("/", app=console))
@@ -267,9 +274,9 @@ class HttpEndpoint:
         assert self._socket is not None, "bind first"
         console = None
         security = self.security
+        gate = ServerGate(security, self.port) if security is not None else None
         if self.console is not None:
-            assert security is not None, "the console needs the server's security"
-            gate = ServerGate(security, self.port)
+            assert gate is not None, "the console needs the server's security"
             for warning in gate.warnings():
                 LOG.warning("%s", warning)
             console = self.console(grpc_address, gate)
@@ -283,7 +290,7 @@ class HttpEndpoint:
 
             tls_options = {"ssl_context_factory": served_context, "http": _PeerCertificateProtocol}
         config = uvicorn.Config(
-            http_app(self.registry, console),
+            http_app(self.registry, console, gate),
             loop="asyncio",
             lifespan="on" if console is not None else "off",
             log_config=None,  # leave the server's logging as configured
