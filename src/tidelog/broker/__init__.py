@@ -29,8 +29,10 @@ promise:
   else escaping the broker is a bug.
 - **Defaults** of every layer are named once (``log/config.py``, ``broker/config.py``) and
   re-exported here, so the server's settings name them rather than repeat them.
-- **Resources** are bounded: open segment files by ``open_files_max`` (shared by every partition),
-  subscriber buffers by ``subscriber_buffer_bytes``.
+- **Resources** are bounded: open segment files and views' stores by ``open_files_max`` (shared
+  by every partition, ``descriptors.py``), subscriber buffers by ``subscriber_buffer_bytes``;
+  streams, partitions per stream, groups, views and cursors per stream by their ``max_*``
+  settings (``LimitReached`` beyond them, naming the setting).
 """
 
 from tidelog.broker.broker import Broker
@@ -44,8 +46,14 @@ from tidelog.broker.config import (
     DEFAULT_CURSOR_PARTITIONS,
     DEFAULT_DATA_DIR,
     DEFAULT_MAINTENANCE_INTERVAL_S,
+    DEFAULT_MAX_CURSORS_PER_STREAM,
+    DEFAULT_MAX_GROUPS,
+    DEFAULT_MAX_PARTITIONS_PER_STREAM,
+    DEFAULT_MAX_STREAMS,
+    DEFAULT_MAX_VIEWS,
     DEFAULT_OPEN_FILES_MAX,
     DEFAULT_SUBSCRIBER_BUFFER_BYTES,
+    MAX_PARTITIONS,
     BrokerConfig,
     StreamConfig,
     validate_stream_name,
@@ -102,7 +110,12 @@ __all__ = [
     "DEFAULT_FLUSH_INTERVAL_S",
     "DEFAULT_FLUSH_POLICY",
     "DEFAULT_MAINTENANCE_INTERVAL_S",
+    "DEFAULT_MAX_CURSORS_PER_STREAM",
+    "DEFAULT_MAX_GROUPS",
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_MAX_PARTITIONS_PER_STREAM",
+    "DEFAULT_MAX_STREAMS",
+    "DEFAULT_MAX_VIEWS",
     "DEFAULT_OPEN_FILES_MAX",
     "DEFAULT_RETENTION_AGE_S",
     "DEFAULT_SEGMENT_MAX_AGE_S",
@@ -110,6 +123,7 @@ __all__ = [
     "DEFAULT_SUBSCRIBER_BUFFER_BYTES",
     "HW_CHECKPOINT",
     "MAX_MESSAGE_BYTES_LIMIT",
+    "MAX_PARTITIONS",
     "MIN_SEGMENT_BYTES",
     "Broker",
     "BrokerConfig",

@@ -138,7 +138,12 @@ class Broker(StreamDeletion, Reads, Maintenance):
                 internal=True,
             )
         self._repair_internal(self.streams[CURSORS_STREAM])
-        self._cursors = CursorStore(self.streams[CURSORS_STREAM], self.resume)
+        self._cursors = CursorStore(
+            self.streams[CURSORS_STREAM],
+            self.resume,
+            check_target=self.check_readable,
+            max_per_stream=self.config.max_cursors_per_stream,
+        )
         await asyncio.to_thread(self._cursors.restore)
         self._maintenance = asyncio.create_task(self._maintain_forever(), name="maintenance")
         self.started_ns = time.time_ns()

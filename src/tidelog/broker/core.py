@@ -23,7 +23,13 @@ from tidelog.broker.data_dir import DataDirLock
 from tidelog.broker.groups import GROUPS_FILE, GroupCoordinator, write_groups
 from tidelog.broker.partition import Partition, ReplicaRole
 from tidelog.broker.stream import Stream
-from tidelog.errors import BrokerClosed, NotLeader, PermissionDenied, StreamNotFound
+from tidelog.errors import (
+    BrokerClosed,
+    NotLeader,
+    PartitionNotFound,
+    PermissionDenied,
+    StreamNotFound,
+)
 from tidelog.log.filecache import MOST_PER_SEGMENT, FileCache
 from tidelog.wire import INTERNAL_PREFIX
 
@@ -127,6 +133,19 @@ class BrokerCore:
     def list_streams(self) -> list[Stream]:
         """Every stream, by name (internal ones included)."""
         return [self.streams[name] for name in sorted(self.streams)]
+
+    def check_readable(self, name: str, number: int) -> None:
+        """``StreamNotFound`` or ``PartitionNotFound`` unless partition ``number`` of ``name``
+        exists here or, in a cluster, on another broker (what a cursor may name)."""
+        found = self.streams.get(name)
+        if found is not None and 0 <= number < len(found.partitions):
+            return
+        elsewhere = self.hosted_elsewhere
+        if number >= 0 and elsewhere is not None and elsewhere(name, number) is not None:
+            return
+        if found is None:
+            raise StreamNotFound(name)
+        raise PartitionNotFound(name, number, len(found.partitions))
 
     def partition(self, stream: str, number: int) -> Partition:
         found = self.stream(stream)
