@@ -26,6 +26,7 @@ from tidelog._proto.tidelog.v1 import cluster_pb2_grpc, tidelog_pb2_grpc
 from tidelog.api.credentials import ServerSecurity
 from tidelog.api.decoding import GuardedRegistry
 from tidelog.api.http import ConsoleFactory, HttpEndpoint
+from tidelog.api.inflight import InFlight
 from tidelog.api.liftbridge import LiftbridgeService
 from tidelog.api.metrics import Metrics
 from tidelog.api.replica_service import ClusterAdminService, ReplicationService
@@ -223,11 +224,16 @@ class Server:
         )
         # Every method registered through the guard (guard.py): access, then the error table.
         registry: Any = GuardedRegistry(server, door=self.security.door)
-        api_pb2_grpc.add_APIServicer_to_server(LiftbridgeService(control, self.metrics), registry)
+        inflight = InFlight(
+            settings.max_inflight_bytes_per_connection, settings.max_inflight_bytes_per_principal
+        )  # one budget for both publishing services
+        api_pb2_grpc.add_APIServicer_to_server(
+            LiftbridgeService(control, self.metrics, inflight), registry
+        )
         cluster_pb2_grpc.add_ReplicationServicer_to_server(ReplicationService(control), registry)
         cluster_pb2_grpc.add_ClusterAdminServicer_to_server(ClusterAdminService(control), registry)
         tidelog_pb2_grpc.add_TidelogServicer_to_server(
-            TidelogService(control, self.metrics), registry
+            TidelogService(control, self.metrics, inflight), registry
         )
         for service in ("", "proto.API", "tidelog.v1.Tidelog"):
             self._health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
