@@ -15,8 +15,9 @@ Deleting a stream never touches the files of a later stream of the same name (``
 says how). A stream directory without its ``stream.json`` (a create cut short) is never loaded
 and is moved aside at start.
 
-Consumer groups are saved in ``<data_dir>/groups.json`` (``groups.py``) after every membership
-change and restored at start before any stream opens; an unreadable file stops the start.
+Consumer groups are saved in ``<data_dir>/groups.json`` (``groups.py``; off the loop, many
+changes per write, by ``group_writer.py``) after every membership change and restored at start
+before any stream opens; an unreadable file stops the start.
 
 Internal streams (``__`` names, e.g. ``__cursors``) are written, paused and made read-only only
 by the broker; the client-facing methods here refuse with ``PermissionDenied``.
@@ -108,6 +109,7 @@ class Broker(StreamDeletion, Reads, Maintenance):
         self.broker_id = self.config.broker_id or stored_broker_id(self.data_dir)
         try:  # before any stream opens: an unreadable file stops the start with nothing open
             self.groups.restore(read_groups(self.data_dir / GROUPS_FILE))
+            self.group_writer.restart()
         except BaseException:
             self._data_dir_lock.release()
             raise
@@ -199,6 +201,7 @@ class Broker(StreamDeletion, Reads, Maintenance):
                 await self._maintenance
         if self._cursors is not None:
             await self._cursors.save()
+        await self.group_writer.flush()
         for stream in list(self.streams.values()):
             try:
                 await stream.views.close()

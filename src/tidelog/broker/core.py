@@ -20,6 +20,7 @@ from pathlib import Path
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.cursors import CursorStore
 from tidelog.broker.data_dir import DataDirLock
+from tidelog.broker.group_writer import GroupWriter
 from tidelog.broker.groups import GROUPS_FILE, GroupCoordinator, write_groups
 from tidelog.broker.partition import Partition, ReplicaRole
 from tidelog.broker.stream import Stream
@@ -77,9 +78,13 @@ class BrokerCore:
             lambda name: len(self.stream(name).partitions),
             consumer_timeout_s=self.config.group_consumer_timeout_s,
             coordinator_timeout_s=self.config.group_coordinator_timeout_s,
-            save=functools.partial(write_groups, self.data_dir / GROUPS_FILE),
+            max_groups=self.config.max_groups,
         )
         """Consumer groups, saved in ``<data_dir>/groups.json`` and restored by :meth:`start`."""
+        self.group_writer = GroupWriter(
+            self.groups, functools.partial(write_groups, self.data_dir / GROUPS_FILE)
+        )
+        """Saves the groups off the loop; a join or leave awaits its ``saved()``."""
         self._closed = False
         self._data_dir_lock = DataDirLock(self.data_dir)
         self.started_ns = 0

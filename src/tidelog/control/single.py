@@ -119,10 +119,12 @@ class SingleBroker(LocalControl):
         self, group_id: str, consumer_id: str, streams: list[str]
     ) -> tuple[str, int]:
         epoch = self.broker.groups.join(group_id, consumer_id, streams)
+        await self.broker.group_writer.saved()  # written off the loop, with others' changes
         return self.advertised.broker_id, epoch
 
     async def leave_group(self, group_id: str, consumer_id: str) -> None:
         self.broker.groups.leave(group_id, consumer_id)
+        await self.broker.group_writer.saved()
 
     async def fetch_assignments(
         self, group_id: str, consumer_id: str, epoch: int
