@@ -67,6 +67,7 @@ from tidelog.broker.groups import (
     assign_partitions,
     check_group_join,
 )
+from tidelog.broker.limits import check_new_stream, client_streams
 from tidelog.broker.partition import HW_CHECKPOINT, Partition, ReplicaRole, saved_high_watermark
 from tidelog.broker.partition_view import ViewEntry, ViewKind, ViewSpec
 from tidelog.broker.producers import Published
@@ -155,6 +156,8 @@ __all__ = [
     "ViewSpec",
     "assign_partitions",
     "check_group_join",
+    "check_new_stream",
+    "client_streams",
     "delivery_gate",
     "merge_view_ranges",
     "merge_view_windows",

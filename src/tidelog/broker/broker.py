@@ -37,6 +37,7 @@ from tidelog.broker.cursors import CursorStore
 from tidelog.broker.data_dir import stored_broker_id
 from tidelog.broker.deletion import TOMBSTONES, StreamDeletion
 from tidelog.broker.groups import GROUPS_FILE, read_groups
+from tidelog.broker.limits import check_new_stream, check_new_view, client_streams
 from tidelog.broker.maintenance import Maintenance
 from tidelog.broker.partition import Partition, ReplicaRole
 from tidelog.broker.partition_view import ViewSpec
@@ -247,7 +248,10 @@ class Broker(StreamDeletion, Reads, Maintenance):
         being deleted (``await wait_deleted(name)`` first to wait instead)."""
         self._check_open()
         validate_stream_name(name)
-        return self._create(name, config or StreamConfig(), internal=False)
+        config = config or StreamConfig()
+        if name not in self.streams:  # a taken name is StreamExists, whatever the caps
+            check_new_stream(self.config, name, config, client_streams(self.streams))
+        return self._create(name, config, internal=False)
 
     def internal_stream(self, name: str, config: StreamConfig) -> Stream:
         """The internal stream ``name`` (``__`` prefix), created with ``config`` if absent: for
@@ -388,6 +392,9 @@ class Broker(StreamDeletion, Reads, Maintenance):
         target = self.stream(stream)
         if stream.startswith("__"):
             raise InvalidArgument(f"stream {stream!r} is internal and takes no views")
+        if spec.name not in target.views.specs:
+            count = sum(len(s.views.specs) for s in self.streams.values())
+            check_new_view(self.config, stream, spec.name, count)
         if await target.views.declare(spec):
             await asyncio.to_thread(target.save)
 
