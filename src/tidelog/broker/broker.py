@@ -128,6 +128,7 @@ class Broker(StreamDeletion, Reads, Maintenance):
                 self._loop,
                 self.files,
                 self.config.clustered,
+                self.descriptors,
             )
             self._hold(stream)
             self.streams[stream.name] = stream
@@ -287,6 +288,7 @@ class Broker(StreamDeletion, Reads, Maintenance):
                 self.loop,
                 files=self.files,
                 held=self.config.clustered,
+                budget=self.descriptors,
             )
             try:
                 stream.save()

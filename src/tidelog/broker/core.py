@@ -20,6 +20,7 @@ from pathlib import Path
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.cursors import CursorStore
 from tidelog.broker.data_dir import DataDirLock
+from tidelog.broker.descriptors import DescriptorBudget
 from tidelog.broker.group_writer import GroupWriter
 from tidelog.broker.groups import GROUPS_FILE, GroupCoordinator, write_groups
 from tidelog.broker.partition import Partition, ReplicaRole
@@ -88,8 +89,11 @@ class BrokerCore:
         self._closed = False
         self._data_dir_lock = DataDirLock(self.data_dir)
         self.started_ns = 0
-        self.files = FileCache(open_files_capacity(self.config.open_files_max))
+        capacity = open_files_capacity(self.config.open_files_max)
+        self.files = FileCache(capacity)
         """Open segment files of every partition, bounded (``open_files_max`` descriptors)."""
+        self.descriptors = DescriptorBudget(capacity, self.files)
+        """``open_files_max`` shared by the segment files and the views (``descriptors.py``)."""
         self._deleting: dict[str, asyncio.Future[None]] = {}
         """Names whose old stream is being deleted; resolved once the name is free."""
         self._cleanup: set[asyncio.Task[None]] = set()

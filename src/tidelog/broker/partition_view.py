@@ -52,6 +52,8 @@ STORED: Final = struct.Struct(">qq")  # offset, broker timestamp (ns), then the 
 _NAME: Final = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 CHECKPOINT_EVERY_RECORDS: Final = 100_000
 CHECKPOINT_EVERY_S: Final = 5.0
+STORE_MAX_OPEN_FILES: Final = 20
+"""RocksDB's ``max_open_files`` for a view's store: its minimum (``descriptors.py``)."""
 
 
 class ViewKind(enum.Enum):
@@ -158,11 +160,15 @@ class PartitionView:
 
     def _open_store(self) -> None:
         path = str(self.directory / STORE_DIR)
+        # Few files each: every partition of every view holds a store open (descriptors.py).
         if self.spec.kind is ViewKind.TABLE:
-            self.table = RocksDBKeyValueStore(path)
+            self.table = RocksDBKeyValueStore(path, max_open_files=STORE_MAX_OPEN_FILES)
         else:
             self.windows = RocksDBWindowStore(
-                path, retention_ms=self.spec.retention_ms or None, retain_duplicates=True
+                path,
+                retention_ms=self.spec.retention_ms or None,
+                retain_duplicates=True,
+                max_open_files=STORE_MAX_OPEN_FILES,
             )
 
     # -- applying records ------------------------------------------------------------------------
