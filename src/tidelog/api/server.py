@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -281,7 +282,9 @@ async def serve(
     on_ready: Callable[[Server], None] | None = None,
     console: ConsoleFactory | None = None,
 ) -> None:
-    """Run until SIGTERM or SIGINT."""
+    """Run until SIGTERM or SIGINT. The process's files are private to its user (umask 077):
+    tidelog creates its own 0600/0700 (``tidelog.durable``), and this covers RocksDB's too."""
+    os.umask(0o077)
     server = Server(settings, console=console)
     await server.start()
     stop = asyncio.Event()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -46,6 +47,7 @@ from tidelog.broker.reads import Reads
 from tidelog.broker.stream import METADATA_FILE, Stream
 from tidelog.broker.stream_views import StreamViews
 from tidelog.broker.subscription import arm_faults_from_environment
+from tidelog.durable import DIR_MODE, make_dirs
 from tidelog.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -103,9 +105,12 @@ class Broker(StreamDeletion, Reads, Maintenance):
     async def start(self) -> None:
         arm_faults_from_environment()  # tests' fault points (docs/operations.md); off otherwise
         self._loop = asyncio.get_running_loop()
-        (self.data_dir / "streams").mkdir(parents=True, exist_ok=True)
+        make_dirs(self.data_dir / "streams")
+        # Private whatever an older release or the umask left: nothing under it is reachable by
+        # other users then (durable.py makes every file 0600 and directory 0700).
+        os.chmod(self.data_dir, DIR_MODE)
         # Made now, so that deleting a stream on a full disk needs no new directory.
-        (self.data_dir / TOMBSTONES).mkdir(exist_ok=True)
+        make_dirs(self.data_dir / TOMBSTONES)
         self._data_dir_lock.acquire()
         self.broker_id = self.config.broker_id or stored_broker_id(self.data_dir)
         try:  # before any stream opens: an unreadable file stops the start with nothing open

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from tidelog.durable import replace_json
+from tidelog.durable import make_dirs, replace_json
 from tidelog.errors import InvalidArgument, LogClosed, echo
 from tidelog.log import CommitLog
 from tidelog.store import RocksDBKeyValueStore, RocksDBWindowStore
@@ -145,7 +145,7 @@ class PartitionView:
         self._uncertain_until: int | None = None
         """While set: records at or below it may already be in a window index (crash replay)."""
         self._closed = False
-        directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(directory)
         checkpoint = self._read_checkpoint()
         if checkpoint is None:
             shutil.rmtree(directory / STORE_DIR, ignore_errors=True)

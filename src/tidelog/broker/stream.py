@@ -19,7 +19,7 @@ from tidelog.broker.descriptors import DescriptorBudget
 from tidelog.broker.partition import Partition
 from tidelog.broker.partition_view import ViewSpec
 from tidelog.broker.stream_views import StreamViews
-from tidelog.durable import replace_json
+from tidelog.durable import make_dirs, replace_json
 from tidelog.errors import PartitionNotFound
 from tidelog.log import LogConfig
 from tidelog.log.filecache import DEFAULT_FILE_CACHE, FileCache
@@ -114,7 +114,7 @@ class Stream:
                 str(p.number): {"paused": p.paused, "readonly": p.readonly} for p in self.partitions
             },
         }
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.directory)
         replace_json(self.directory / METADATA_FILE, data, indent=2, sort_keys=True)
 
     @classmethod
