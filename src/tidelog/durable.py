@@ -16,7 +16,10 @@ Rules kept here so no caller has to remember them:
   through unchanged. What the caller must undo after a failure is the caller's business (see
   ``Segment.append``), since only it knows what "before" was;
 - a whole file replaced by :func:`replace_file` is either the old one or the new one, and a
-  failed replacement leaves no temp file behind.
+  failed replacement leaves no temp file behind;
+- everything is private to the server's user: files are created 0600 (:data:`FILE_MODE`) and
+  directories made by :func:`make_dirs` 0700 (:data:`DIR_MODE`), whatever the umask (which can
+  only take bits away; ``tidelog serve`` also sets it to 077 for the files of RocksDB).
 
 Fault injection. ``faults`` is one module-level :class:`Faults`; a test arms it ("the 3rd write to
 a path containing ``.index`` stores 7 bytes, then fails with ENOSPC") and every helper consults it
@@ -190,7 +193,30 @@ def reserve(fd: int, offset: int, length: int, *, path: object) -> None:
         raise _mapped(error, path) from error
 
 
-def open_fd(path: Path, flags: int, mode: int = 0o644) -> int:
+FILE_MODE = 0o600
+"""Every file tidelog creates: read and written by the server's user alone."""
+DIR_MODE = 0o700
+"""Every directory tidelog creates."""
+
+
+def make_dirs(path: Path) -> None:
+    """Create ``path`` and its missing parents, each :data:`DIR_MODE` whatever the umask;
+    directories that exist are left as they are."""
+    missing: list[Path] = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, DIR_MODE)
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise _mapped(error, directory) from error
+        os.chmod(directory, DIR_MODE)  # a umask such as 0o277 would have taken owner bits
+
+
+def open_fd(path: Path, flags: int, mode: int = FILE_MODE) -> int:
     """``os.open`` with out-of-space and out-of-descriptors failures mapped."""
     try:
         if faults.armed:

@@ -377,6 +377,16 @@ class OutOfDescriptors(ResourceExhausted):
         )
 
 
+class LimitReached(BrokerError):
+    """A request would go past a limit the operator configured (streams, partitions, groups,
+    views, cursors, bytes in flight, the descriptors views may hold). ``setting`` names the
+    setting to raise; nothing of the request was done. Answered RESOURCE_EXHAUSTED."""
+
+    def __init__(self, setting: str, detail: str) -> None:
+        self.setting = setting
+        super().__init__(f'{detail} (limit: {setting}; docs/operations.md, "Limits")')
+
+
 class PermissionDenied(BrokerError):
     """The caller may not do this (e.g. write to or pause a stream the broker owns, or an
     operation the access policy does not grant it). The message names the operation and the

@@ -115,6 +115,7 @@ def test_clients_may_not_write_pause_freeze_or_delete_cursors(tmp_path: Path) ->
             ]
             assert "internal" in responses[0].asyncError.message
             # SetCursor (the broker writes __cursors) works, also after a restart.
+            api.CreateStream(pb.CreateStreamRequest(subject="orders", name="orders"), timeout=20)
             cursor = pb.SetCursorRequest(stream="orders", partition=0, cursorId="c", offset=9)
             api.SetCursor(cursor, timeout=20)
         server.restart()

@@ -100,12 +100,18 @@ def test_publish_async_errors_echo_short(channel: grpc.Channel) -> None:
     assert len(response.asyncError.message.encode()) <= DETAIL_BYTES + 40
 
 
-def test_cursors_take_any_stream_name(channel: grpc.Channel) -> None:
-    """Cursors are keyed by (id, stream, partition) and never look the stream up (as in
-    Liftbridge), so a 10 KB name is stored and fetched, and nothing is echoed."""
+def test_a_cursor_on_a_long_stream_name_is_refused_with_its_echo_capped(
+    channel: grpc.Channel,
+) -> None:
+    """A cursor names a stream that exists (docs/security.md, "Limits"): a 10 KB name cannot,
+    so SetCursor answers NOT_FOUND, echoing the name's start and size only. FetchCursor, which
+    stores nothing, still answers -1."""
     api = pb_grpc.APIStub(channel)
-    api.SetCursor(pb.SetCursorRequest(cursorId="c", stream=LONG, offset=7))
-    assert api.FetchCursor(pb.FetchCursorRequest(cursorId="c", stream=LONG)).offset == 7
+    with pytest.raises(grpc.RpcError) as raised:
+        api.SetCursor(pb.SetCursorRequest(cursorId="c", stream=LONG, offset=7))
+    assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+    assert len((raised.value.details() or "").encode()) <= DETAIL_BYTES + 40
+    assert api.FetchCursor(pb.FetchCursorRequest(cursorId="c", stream=LONG)).offset == -1
 
 
 def test_every_status_detail_is_capped(channel: grpc.Channel) -> None:

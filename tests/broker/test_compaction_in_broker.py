@@ -41,6 +41,7 @@ def test_cursors_survive_compaction_of_their_stream_and_a_restart(tmp_path: Path
         async with running(broker_config(tmp_path)) as broker:
             assert broker.stream(CURSORS_STREAM).config.compact
             cursors = broker.partition(CURSORS_STREAM, 0)
+            broker.create_stream("orders")
             for i in range(300):
                 await broker.cursors.set(f"c{i % 3}", "orders", 0, i)
             cursors.log.roll()

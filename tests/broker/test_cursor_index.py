@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tests.broker.brokertools import broker_config, running
 
+from tidelog.broker import StreamConfig
 from tidelog.broker.cursor_index import SNAPSHOT_FILE, VALUE, CursorIndex
 from tidelog.log import LogConfig, NewRecord, SegmentedLog
 from tidelog.wire import CURSORS_STREAM
@@ -21,6 +22,8 @@ def cursor_dir(data: Path) -> Path:
 def set_many(data: Path, values: dict[str, int]) -> None:
     async def body() -> None:
         async with running(broker_config(data)) as broker:
+            if broker.find_stream("orders") is None:
+                broker.create_stream("orders")  # a cursor names a partition that exists
             for cursor, value in values.items():
                 await broker.cursors.set(cursor, "orders", 0, value)
 
@@ -95,6 +98,7 @@ def test_fetch_never_reads_the_cursor_log(tmp_path: Path) -> None:
 
     async def body() -> None:
         async with running(broker_config(tmp_path)) as broker:
+            broker.create_stream("orders")
             await broker.cursors.set("a", "orders", 0, 11)
             broker.partition(CURSORS_STREAM, 0).pause()  # as auto-pause would (clients may not)
             assert broker.partition(CURSORS_STREAM, 0).paused
@@ -119,6 +123,7 @@ def test_many_cursors_across_three_cursor_partitions_survive_compaction_and_rest
     async def write() -> None:
         async with running(config) as broker:
             assert len(broker.stream(CURSORS_STREAM).partitions) == 3
+            broker.create_stream("orders", StreamConfig(partitions=2))
             for round_no in range(5):
                 for i in range(40):
                     await broker.cursors.set(f"c{i}", "orders", i % 2, round_no * 100 + i)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from tests.broker.brokertools import broker_config, running
 
+from tidelog.broker import StreamConfig
 from tidelog.errors import InvalidArgument
 from tidelog.wire import CURSORS_STREAM
 
@@ -24,6 +25,9 @@ def test_set_fetch_and_restart(tmp_path: Path, cursor_partitions: int) -> None:
     async def write() -> None:
         async with running(config) as broker:
             assert len(broker.stream(CURSORS_STREAM).partitions) == cursor_partitions
+            broker.create_stream("s", StreamConfig(partitions=2))  # a cursor names a partition
+            broker.create_stream("t")
+            broker.create_stream("0")
             assert await broker.cursors.fetch("never", "s", 0) == -1
             for round_ in range(3):
                 for key, values in history.items():
@@ -55,6 +59,7 @@ def test_a_negative_fetch_is_not_stuck(tmp_path: Path) -> None:
 
     async def body() -> None:
         async with running(broker_config(tmp_path)) as broker:
+            broker.create_stream("s")
             assert await broker.cursors.fetch("c", "s", 0) == -1
             await broker.cursors.set("c", "s", 0, 7)
             assert await broker.cursors.fetch("c", "s", 0) == 7
@@ -83,6 +88,7 @@ def test_concurrent_sets_last_write_wins_before_and_after_restart(tmp_path: Path
     async def write() -> list[int]:
         answers = []
         async with running(config) as broker:
+            broker.create_stream("s", StreamConfig(partitions=rounds))
             for r in range(rounds):
                 await asyncio.gather(*(broker.cursors.set("c", "s", r, v) for v in range(8)))
                 answers.append(await broker.cursors.fetch("c", "s", r))

@@ -234,6 +234,7 @@ def test_clients_cannot_write_pause_or_freeze_internal_streams(tmp_path: Path) -
             with pytest.raises(InvalidArgument):
                 broker.create_stream("__mine")
             # The broker itself still writes cursors, and nothing was paused or frozen.
+            broker.create_stream("s")
             await broker.cursors.set("c", "s", 0, 41)
             assert await broker.cursors.fetch("c", "s", 0) == 41
             stream = broker.stream(CURSORS_STREAM)
@@ -260,6 +261,7 @@ def test_an_internal_stream_frozen_by_an_older_release_is_repaired_at_start(
 
     async def check() -> None:
         async with running(config) as broker:
+            broker.create_stream("s")
             await broker.cursors.set("c", "s", 0, 5)
             assert await broker.cursors.fetch("c", "s", 0) == 5
             assert not any(p.readonly for p in broker.stream(CURSORS_STREAM).partitions)

@@ -27,6 +27,7 @@ def fetch_all(address: str) -> list[int]:
 def test_cursors_survive_the_death_of_their_leader(tmp_path: Path) -> None:
     with running_cluster(tmp_path) as cluster:
         with Client(cluster.servers["b1"].address) as client:
+            client.create_stream("orders", partitions=3)  # a cursor names a partition that exists
             for i in range(CURSORS):
                 client.set_cursor(f"c{i}", "orders", i % 3, 100 + i)
         meta = cluster.partition("__cursors")

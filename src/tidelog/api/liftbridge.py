@@ -20,6 +20,7 @@ import grpc
 
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog.access import ANY, Kind, Operation, caller
+from tidelog.api.inflight import InFlight
 from tidelog.api.liftbridge_publish import PublishService
 from tidelog.api.metrics import Metrics
 from tidelog.api.status import (
@@ -143,9 +144,12 @@ class LiftbridgeService(PublishService):
     """Liftbridge's calls translated onto the control (module docstring); every call reaches
     it through the guard, which maps errors to statuses."""
 
-    def __init__(self, control: Control, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, control: Control, metrics: Metrics | None = None, inflight: InFlight | None = None
+    ) -> None:
         self.control = control
         self._latency = None if metrics is None else metrics.publish_latency.labels("liftbridge")
+        self._inflight = inflight or InFlight()
 
     # -- streams ---------------------------------------------------------------------------------
 

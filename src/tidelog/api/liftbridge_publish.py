@@ -21,6 +21,7 @@ import grpc
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog.api.draining import DRAINED
+from tidelog.api.inflight import InFlight
 from tidelog.api.status import as_tidelog_error, handed_over, is_refusal, log_failure, status_of
 from tidelog.broker import NewRecord, Partition, Published
 from tidelog.control import Control, Forwarded
@@ -110,6 +111,7 @@ class PublishService(pb_grpc.APIServicer):
 
     control: Control
     _latency: Any
+    _inflight: InFlight
 
     def _observe(self, started: float) -> None:
         if self._latency is not None:
@@ -152,6 +154,12 @@ class PublishService(pb_grpc.APIServicer):
         )
 
     async def Publish(self, request: pb.PublishRequest, context: Context) -> pb.PublishResponse:
+        async with self._inflight.admit(context, request):  # bytes in flight (inflight.py)
+            return await self._publish_one(request, context)
+
+    async def _publish_one(
+        self, request: pb.PublishRequest, context: Context
+    ) -> pb.PublishResponse:
         started = time.perf_counter()
         self._check_publish(request)
         try:
@@ -278,10 +286,12 @@ class PublishService(pb_grpc.APIServicer):
         together are appended together (one write per partition), in order."""
         queue: asyncio.Queue[pb.PublishRequest | None] = asyncio.Queue(maxsize=4 * _ASYNC_BATCH)
         broken: list[BaseException] = []
+        pacer = self._inflight.pacer(context)  # bytes in flight: read on once they fit
 
         async def pump() -> None:
             try:
                 async for request in request_iterator:
+                    await pacer.take(request)
                     await queue.put(request)
             except Exception as error:  # an unparsable frame ends the call
                 broken.append(error)
@@ -313,7 +323,9 @@ class PublishService(pb_grpc.APIServicer):
                         ended = True
                         break
                     group.append(item)
-                for response in await self._publish_group(group):
+                responses = await self._publish_group(group)
+                pacer.done(len(group))
+                for response in responses:
                     yield response
             if self.control.draining:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, DRAINED)
@@ -330,12 +342,19 @@ class PublishService(pb_grpc.APIServicer):
         finally:
             withdraw()
             reader.cancel()
+            pacer.close()
 
     async def PublishToSubject(
         self, request: pb.PublishToSubjectRequest, context: Context
     ) -> pb.PublishToSubjectResponse:
         """Append to every stream partition listening on the subject (one stream of each
         load-balance group); the ack is the first one's, in stream-name order."""
+        async with self._inflight.admit(context, request):  # bytes in flight (inflight.py)
+            return await self._publish_to_subject(request)
+
+    async def _publish_to_subject(
+        self, request: pb.PublishToSubjectRequest
+    ) -> pb.PublishToSubjectResponse:
         if not request.subject:
             raise InvalidArgument("publish to a subject needs a subject")
         _check_ack_policy(request.ackPolicy)

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -26,6 +27,7 @@ from tidelog._proto.tidelog.v1 import cluster_pb2_grpc, tidelog_pb2_grpc
 from tidelog.api.credentials import ServerSecurity
 from tidelog.api.decoding import GuardedRegistry
 from tidelog.api.http import ConsoleFactory, HttpEndpoint
+from tidelog.api.inflight import InFlight
 from tidelog.api.liftbridge import LiftbridgeService
 from tidelog.api.metrics import Metrics
 from tidelog.api.replica_service import ClusterAdminService, ReplicationService
@@ -250,11 +252,16 @@ class Server:
         )
         # Every method registered through the guard (guard.py): access, then the error table.
         registry: Any = GuardedRegistry(server, door=self.security.door)
-        api_pb2_grpc.add_APIServicer_to_server(LiftbridgeService(control, self.metrics), registry)
+        inflight = InFlight(
+            settings.max_inflight_bytes_per_connection, settings.max_inflight_bytes_per_principal
+        )  # one budget for both publishing services
+        api_pb2_grpc.add_APIServicer_to_server(
+            LiftbridgeService(control, self.metrics, inflight), registry
+        )
         cluster_pb2_grpc.add_ReplicationServicer_to_server(ReplicationService(control), registry)
         cluster_pb2_grpc.add_ClusterAdminServicer_to_server(ClusterAdminService(control), registry)
         tidelog_pb2_grpc.add_TidelogServicer_to_server(
-            TidelogService(control, self.metrics), registry
+            TidelogService(control, self.metrics, inflight), registry
         )
         for service in ("", "proto.API", "tidelog.v1.Tidelog"):
             self._health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
@@ -302,7 +309,9 @@ async def serve(
     on_ready: Callable[[Server], None] | None = None,
     console: ConsoleFactory | None = None,
 ) -> None:
-    """Run until SIGTERM or SIGINT."""
+    """Run until SIGTERM or SIGINT. The process's files are private to its user (umask 077):
+    tidelog creates its own 0600/0700 (``tidelog.durable``), and this covers RocksDB's too."""
+    os.umask(0o077)
     server = Server(settings, console=console)
     await server.start()
     stop = asyncio.Event()

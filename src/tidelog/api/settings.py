@@ -30,19 +30,29 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from tidelog.api.inflight import (
+    DEFAULT_INFLIGHT_BYTES_PER_CONNECTION,
+    DEFAULT_INFLIGHT_BYTES_PER_PRINCIPAL,
+)
 from tidelog.broker import (
     DEFAULT_CURSOR_PARTITIONS,
     DEFAULT_DATA_DIR,
     DEFAULT_FLUSH_INTERVAL_S,
     DEFAULT_FLUSH_POLICY,
     DEFAULT_MAINTENANCE_INTERVAL_S,
+    DEFAULT_MAX_CURSORS_PER_STREAM,
+    DEFAULT_MAX_GROUPS,
     DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MAX_PARTITIONS_PER_STREAM,
+    DEFAULT_MAX_STREAMS,
+    DEFAULT_MAX_VIEWS,
     DEFAULT_OPEN_FILES_MAX,
     DEFAULT_RETENTION_AGE_S,
     DEFAULT_SEGMENT_MAX_AGE_S,
     DEFAULT_SEGMENT_MAX_BYTES,
     DEFAULT_SUBSCRIBER_BUFFER_BYTES,
     MAX_MESSAGE_BYTES_LIMIT,
+    MAX_PARTITIONS,
     MIN_SEGMENT_BYTES,
     BrokerConfig,
     FlushPolicy,
@@ -209,6 +219,36 @@ class ServerSettings(BaseSettings):
         description="descriptors the open segment files may hold together (least recently used "
         "closed beyond it); keep it well under `ulimit -n`",
     )
+    max_inflight_bytes_per_connection: int = Field(
+        DEFAULT_INFLIGHT_BYTES_PER_CONNECTION,
+        ge=1 << 20,
+        description="publish request bytes one connection may have in flight: a unary publish "
+        "beyond it is refused RESOURCE_EXHAUSTED, a publish stream waits (docs/operations.md)",
+    )
+    max_inflight_bytes_per_principal: int = Field(
+        DEFAULT_INFLIGHT_BYTES_PER_PRINCIPAL,
+        ge=1 << 20,
+        description="publish request bytes one principal may have in flight over all its "
+        "connections (callers without credentials share one budget)",
+    )
+    max_streams: int = Field(
+        DEFAULT_MAX_STREAMS, ge=1, description="client streams this broker holds"
+    )
+    max_partitions_per_stream: int = Field(
+        DEFAULT_MAX_PARTITIONS_PER_STREAM,
+        ge=1,
+        le=MAX_PARTITIONS,
+        description="partitions a stream may be created with",
+    )
+    max_groups: int = Field(
+        DEFAULT_MAX_GROUPS, ge=1, description="consumer groups this broker coordinates"
+    )
+    max_views: int = Field(
+        DEFAULT_MAX_VIEWS, ge=0, description="materialised views of all streams together"
+    )
+    max_cursors_per_stream: int = Field(
+        DEFAULT_MAX_CURSORS_PER_STREAM, ge=1, description="cursor ids one stream may have"
+    )
     cursor_partitions: int = Field(
         DEFAULT_CURSOR_PARTITIONS,
         ge=1,
@@ -292,6 +332,11 @@ class ServerSettings(BaseSettings):
             cursor_partitions=self.cursor_partitions,
             subscriber_buffer_bytes=self.subscriber_buffer_bytes,
             open_files_max=self.open_files_max,
+            max_streams=self.max_streams,
+            max_partitions_per_stream=self.max_partitions_per_stream,
+            max_groups=self.max_groups,
+            max_views=self.max_views,
+            max_cursors_per_stream=self.max_cursors_per_stream,
             group_consumer_timeout_s=self.group_consumer_timeout_s,
             group_coordinator_timeout_s=self.group_coordinator_timeout_s,
             clustered=bool(self.cluster),

@@ -15,6 +15,7 @@ from tidelog.api.consume import consume
 from tidelog.api.describe_service import DescribeService
 from tidelog.api.draining import until_draining
 from tidelog.api.frames import END_REASONS, record_batch
+from tidelog.api.inflight import InFlight
 from tidelog.api.metrics import Metrics
 from tidelog.api.site_service import SiteService
 from tidelog.api.status import is_refusal, log_failure, status_of
@@ -40,9 +41,12 @@ class TidelogService(
     """tidelog's own calls translated onto the control; every call reaches it through the guard,
     which maps errors to statuses."""
 
-    def __init__(self, control: Control, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, control: Control, metrics: Metrics | None = None, inflight: InFlight | None = None
+    ) -> None:
         self.control = control
         self._latency = None if metrics is None else metrics.publish_latency.labels("tidelog.v1")
+        self._inflight = inflight or InFlight()
 
     async def _publish(self, request: v1.PublishBatchRequest) -> v1.PublishBatchResponse:
         started = time.perf_counter()
@@ -100,14 +104,22 @@ class TidelogService(
     async def PublishBatch(
         self, request: v1.PublishBatchRequest, context: Context
     ) -> v1.PublishBatchResponse:
-        return await self._publish(request)
+        async with self._inflight.admit(context, request):  # bytes in flight (inflight.py)
+            return await self._publish(request)
 
     async def PublishStream(
         self, request_iterator: AsyncIterator[v1.PublishBatchRequest], context: Context
     ) -> AsyncIterator[v1.PublishBatchResponse]:
-        # A drain ends the stream: UNAVAILABLE.
-        async for request in until_draining(self.control, request_iterator):
-            yield await self._answer(request)
+        # A drain ends the stream: UNAVAILABLE. Bytes in flight: read on once they fit.
+        pacer = self._inflight.pacer(context)
+        try:
+            async for request in until_draining(self.control, request_iterator):
+                await pacer.take(request)
+                answer = await self._answer(request)
+                pacer.done(1)
+                yield answer
+        finally:
+            pacer.close()
 
     async def _answer(self, request: v1.PublishBatchRequest) -> v1.PublishBatchResponse:
         """One ``PublishStream`` request's response: a refusal is answered in the response,

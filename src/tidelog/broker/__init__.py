@@ -29,8 +29,10 @@ promise:
   else escaping the broker is a bug.
 - **Defaults** of every layer are named once (``log/config.py``, ``broker/config.py``) and
   re-exported here, so the server's settings name them rather than repeat them.
-- **Resources** are bounded: open segment files by ``open_files_max`` (shared by every partition),
-  subscriber buffers by ``subscriber_buffer_bytes``.
+- **Resources** are bounded: open segment files and views' stores by ``open_files_max`` (shared
+  by every partition, ``descriptors.py``), subscriber buffers by ``subscriber_buffer_bytes``;
+  streams, partitions per stream, groups, views and cursors per stream by their ``max_*``
+  settings (``LimitReached`` beyond them, naming the setting).
 """
 
 from tidelog.broker.broker import Broker
@@ -44,8 +46,14 @@ from tidelog.broker.config import (
     DEFAULT_CURSOR_PARTITIONS,
     DEFAULT_DATA_DIR,
     DEFAULT_MAINTENANCE_INTERVAL_S,
+    DEFAULT_MAX_CURSORS_PER_STREAM,
+    DEFAULT_MAX_GROUPS,
+    DEFAULT_MAX_PARTITIONS_PER_STREAM,
+    DEFAULT_MAX_STREAMS,
+    DEFAULT_MAX_VIEWS,
     DEFAULT_OPEN_FILES_MAX,
     DEFAULT_SUBSCRIBER_BUFFER_BYTES,
+    MAX_PARTITIONS,
     BrokerConfig,
     StreamConfig,
     validate_stream_name,
@@ -61,6 +69,7 @@ from tidelog.broker.groups import (
     check_group_join,
     check_owner,
 )
+from tidelog.broker.limits import check_new_stream, client_streams
 from tidelog.broker.partition import HW_CHECKPOINT, Partition, ReplicaRole, saved_high_watermark
 from tidelog.broker.partition_view import ViewEntry, ViewKind, ViewSpec
 from tidelog.broker.producers import Published
@@ -104,7 +113,12 @@ __all__ = [
     "DEFAULT_FLUSH_INTERVAL_S",
     "DEFAULT_FLUSH_POLICY",
     "DEFAULT_MAINTENANCE_INTERVAL_S",
+    "DEFAULT_MAX_CURSORS_PER_STREAM",
+    "DEFAULT_MAX_GROUPS",
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_MAX_PARTITIONS_PER_STREAM",
+    "DEFAULT_MAX_STREAMS",
+    "DEFAULT_MAX_VIEWS",
     "DEFAULT_OPEN_FILES_MAX",
     "DEFAULT_RETENTION_AGE_S",
     "DEFAULT_SEGMENT_MAX_AGE_S",
@@ -112,6 +126,7 @@ __all__ = [
     "DEFAULT_SUBSCRIBER_BUFFER_BYTES",
     "HW_CHECKPOINT",
     "MAX_MESSAGE_BYTES_LIMIT",
+    "MAX_PARTITIONS",
     "MIN_SEGMENT_BYTES",
     "Broker",
     "BrokerConfig",
@@ -144,7 +159,9 @@ __all__ = [
     "ViewSpec",
     "assign_partitions",
     "check_group_join",
+    "check_new_stream",
     "check_owner",
+    "client_streams",
     "delivery_gate",
     "merge_view_ranges",
     "merge_view_windows",

@@ -15,8 +15,9 @@ Deleting a stream never touches the files of a later stream of the same name (``
 says how). A stream directory without its ``stream.json`` (a create cut short) is never loaded
 and is moved aside at start.
 
-Consumer groups are saved in ``<data_dir>/groups.json`` (``groups.py``) after every membership
-change and restored at start before any stream opens; an unreadable file stops the start.
+Consumer groups are saved in ``<data_dir>/groups.json`` (``groups.py``; off the loop, many
+changes per write, by ``group_writer.py``) after every membership change and restored at start
+before any stream opens; an unreadable file stops the start.
 
 Internal streams (``__`` names, e.g. ``__cursors``) are written, paused and made read-only only
 by the broker; the client-facing methods here refuse with ``PermissionDenied``.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -36,6 +38,7 @@ from tidelog.broker.cursors import CursorStore
 from tidelog.broker.data_dir import stored_broker_id
 from tidelog.broker.deletion import TOMBSTONES, StreamDeletion
 from tidelog.broker.groups import GROUPS_FILE, read_groups
+from tidelog.broker.limits import check_new_stream, check_new_view, client_streams
 from tidelog.broker.maintenance import Maintenance
 from tidelog.broker.partition import Partition, ReplicaRole
 from tidelog.broker.partition_view import ViewSpec
@@ -44,6 +47,7 @@ from tidelog.broker.reads import Reads
 from tidelog.broker.stream import METADATA_FILE, Stream
 from tidelog.broker.stream_views import StreamViews
 from tidelog.broker.subscription import arm_faults_from_environment
+from tidelog.durable import DIR_MODE, make_dirs
 from tidelog.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -101,13 +105,17 @@ class Broker(StreamDeletion, Reads, Maintenance):
     async def start(self) -> None:
         arm_faults_from_environment()  # tests' fault points (docs/operations.md); off otherwise
         self._loop = asyncio.get_running_loop()
-        (self.data_dir / "streams").mkdir(parents=True, exist_ok=True)
+        make_dirs(self.data_dir / "streams")
+        # Private whatever an older release or the umask left: nothing under it is reachable by
+        # other users then (durable.py makes every file 0600 and directory 0700).
+        os.chmod(self.data_dir, DIR_MODE)
         # Made now, so that deleting a stream on a full disk needs no new directory.
-        (self.data_dir / TOMBSTONES).mkdir(exist_ok=True)
+        make_dirs(self.data_dir / TOMBSTONES)
         self._data_dir_lock.acquire()
         self.broker_id = self.config.broker_id or stored_broker_id(self.data_dir)
         try:  # before any stream opens: an unreadable file stops the start with nothing open
             self.groups.restore(read_groups(self.data_dir / GROUPS_FILE))
+            self.group_writer.restart()
         except BaseException:
             self._data_dir_lock.release()
             raise
@@ -125,6 +133,7 @@ class Broker(StreamDeletion, Reads, Maintenance):
                 self._loop,
                 self.files,
                 self.config.clustered,
+                self.descriptors,
             )
             self._hold(stream)
             self.streams[stream.name] = stream
@@ -138,7 +147,12 @@ class Broker(StreamDeletion, Reads, Maintenance):
                 internal=True,
             )
         self._repair_internal(self.streams[CURSORS_STREAM])
-        self._cursors = CursorStore(self.streams[CURSORS_STREAM], self.resume)
+        self._cursors = CursorStore(
+            self.streams[CURSORS_STREAM],
+            self.resume,
+            check_target=self.check_readable,
+            max_per_stream=self.config.max_cursors_per_stream,
+        )
         await asyncio.to_thread(self._cursors.restore)
         self._maintenance = asyncio.create_task(self._maintain_forever(), name="maintenance")
         self.started_ns = time.time_ns()
@@ -194,6 +208,7 @@ class Broker(StreamDeletion, Reads, Maintenance):
                 await self._maintenance
         if self._cursors is not None:
             await self._cursors.save()
+        await self.group_writer.flush()
         for stream in list(self.streams.values()):
             try:
                 await stream.views.close()
@@ -239,7 +254,10 @@ class Broker(StreamDeletion, Reads, Maintenance):
         being deleted (``await wait_deleted(name)`` first to wait instead)."""
         self._check_open()
         validate_stream_name(name)
-        return self._create(name, config or StreamConfig(), internal=False)
+        config = config or StreamConfig()
+        if name not in self.streams:  # a taken name is StreamExists, whatever the caps
+            check_new_stream(self.config, name, config, client_streams(self.streams))
+        return self._create(name, config, internal=False)
 
     def internal_stream(self, name: str, config: StreamConfig) -> Stream:
         """The internal stream ``name`` (``__`` prefix), created with ``config`` if absent: for
@@ -275,6 +293,7 @@ class Broker(StreamDeletion, Reads, Maintenance):
                 self.loop,
                 files=self.files,
                 held=self.config.clustered,
+                budget=self.descriptors,
             )
             try:
                 stream.save()
@@ -388,6 +407,9 @@ class Broker(StreamDeletion, Reads, Maintenance):
         target = self.stream(stream)
         if stream.startswith("__"):
             raise InvalidArgument(f"stream {stream!r} is internal and takes no views")
+        if spec.name not in target.views.specs:
+            count = sum(len(s.views.specs) for s in self.streams.values())
+            check_new_view(self.config, stream, spec.name, count)
         if await target.views.declare(spec):
             await asyncio.to_thread(target.save)
 

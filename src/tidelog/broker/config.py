@@ -23,6 +23,19 @@ _INTERNAL_NAME: Final = re.compile(r"__[A-Za-z0-9][A-Za-z0-9._\-]{0,246}")
 MAX_PARTITIONS: Final = 1024
 DEFAULT_OPEN_FILES_MAX: Final = DEFAULT_MAX_DESCRIPTORS
 """Descriptors the open segment files of a broker may hold together (``open_files_max``)."""
+DEFAULT_MAX_STREAMS: Final = 10_000
+"""Client streams one broker holds (``max_streams``; internal streams are not counted)."""
+DEFAULT_MAX_PARTITIONS_PER_STREAM: Final = MAX_PARTITIONS
+"""Partitions one stream may have (``max_partitions_per_stream``; never above
+``MAX_PARTITIONS``)."""
+DEFAULT_MAX_GROUPS: Final = 10_000
+"""Consumer groups one broker coordinates (``max_groups``)."""
+DEFAULT_MAX_VIEWS: Final = 64
+"""Materialised views of every stream together (``max_views``)."""
+DEFAULT_MAX_CURSORS_PER_STREAM: Final = 10_000
+"""Cursor ids one stream may have (``max_cursors_per_stream``)."""
+MAX_CURSOR_ID_BYTES: Final = 1024
+"""The longest cursor id (UTF-8 bytes): every update stores it again in ``__cursors``."""
 DEFAULT_SUBSCRIBER_BUFFER_BYTES: Final = 256 << 10
 """Per-subscription byte budget: the most record bytes one subscription holds in hand."""
 DEFAULT_DATA_DIR: Final = "./tidelog-data"
@@ -175,6 +188,16 @@ class BrokerConfig:
     open_files_max: int = DEFAULT_OPEN_FILES_MAX
     """Descriptors the open segment files of all partitions may hold together; the least
     recently used segments' files are closed beyond it (``tidelog.log.filecache``)."""
+    max_streams: int = DEFAULT_MAX_STREAMS
+    """Client streams this broker holds; a create beyond it is refused (``LimitReached``)."""
+    max_partitions_per_stream: int = DEFAULT_MAX_PARTITIONS_PER_STREAM
+    """Partitions a client stream may be created with."""
+    max_groups: int = DEFAULT_MAX_GROUPS
+    """Consumer groups this broker coordinates; a join creating one more is refused."""
+    max_views: int = DEFAULT_MAX_VIEWS
+    """Views of all streams together; a declare beyond it is refused."""
+    max_cursors_per_stream: int = DEFAULT_MAX_CURSORS_PER_STREAM
+    """Cursor ids one stream may have; a new id beyond it is refused."""
     group_consumer_timeout_s: float = 15.0
     """A consumer-group member silent this long is removed."""
     group_coordinator_timeout_s: float = 15.0

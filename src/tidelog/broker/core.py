@@ -20,10 +20,18 @@ from pathlib import Path
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.cursors import CursorStore
 from tidelog.broker.data_dir import DataDirLock
+from tidelog.broker.descriptors import DescriptorBudget
+from tidelog.broker.group_writer import GroupWriter
 from tidelog.broker.groups import GROUPS_FILE, GroupCoordinator, write_groups
 from tidelog.broker.partition import Partition, ReplicaRole
 from tidelog.broker.stream import Stream
-from tidelog.errors import BrokerClosed, NotLeader, PermissionDenied, StreamNotFound
+from tidelog.errors import (
+    BrokerClosed,
+    NotLeader,
+    PartitionNotFound,
+    PermissionDenied,
+    StreamNotFound,
+)
 from tidelog.log.filecache import MOST_PER_SEGMENT, FileCache
 from tidelog.wire import INTERNAL_PREFIX
 
@@ -71,14 +79,21 @@ class BrokerCore:
             lambda name: len(self.stream(name).partitions),
             consumer_timeout_s=self.config.group_consumer_timeout_s,
             coordinator_timeout_s=self.config.group_coordinator_timeout_s,
-            save=functools.partial(write_groups, self.data_dir / GROUPS_FILE),
+            max_groups=self.config.max_groups,
         )
         """Consumer groups, saved in ``<data_dir>/groups.json`` and restored by :meth:`start`."""
+        self.group_writer = GroupWriter(
+            self.groups, functools.partial(write_groups, self.data_dir / GROUPS_FILE)
+        )
+        """Saves the groups off the loop; a join or leave awaits its ``saved()``."""
         self._closed = False
         self._data_dir_lock = DataDirLock(self.data_dir)
         self.started_ns = 0
-        self.files = FileCache(open_files_capacity(self.config.open_files_max))
+        capacity = open_files_capacity(self.config.open_files_max)
+        self.files = FileCache(capacity)
         """Open segment files of every partition, bounded (``open_files_max`` descriptors)."""
+        self.descriptors = DescriptorBudget(capacity, self.files)
+        """``open_files_max`` shared by the segment files and the views (``descriptors.py``)."""
         self._deleting: dict[str, asyncio.Future[None]] = {}
         """Names whose old stream is being deleted; resolved once the name is free."""
         self._cleanup: set[asyncio.Task[None]] = set()
@@ -127,6 +142,19 @@ class BrokerCore:
     def list_streams(self) -> list[Stream]:
         """Every stream, by name (internal ones included)."""
         return [self.streams[name] for name in sorted(self.streams)]
+
+    def check_readable(self, name: str, number: int) -> None:
+        """``StreamNotFound`` or ``PartitionNotFound`` unless partition ``number`` of ``name``
+        exists here or, in a cluster, on another broker (what a cursor may name)."""
+        found = self.streams.get(name)
+        if found is not None and 0 <= number < len(found.partitions):
+            return
+        elsewhere = self.hosted_elsewhere
+        if number >= 0 and elsewhere is not None and elsewhere(name, number) is not None:
+            return
+        if found is None:
+            raise StreamNotFound(name)
+        raise PartitionNotFound(name, number, len(found.partitions))
 
     def partition(self, stream: str, number: int) -> Partition:
         found = self.stream(stream)

@@ -14,6 +14,7 @@ import os
 import secrets
 from pathlib import Path
 
+from tidelog.durable import FILE_MODE, replace_file
 from tidelog.errors import LogLocked
 
 
@@ -26,7 +27,7 @@ class DataDirLock:
 
     def acquire(self) -> None:
         """One broker per data directory (each log also locks its own directory)."""
-        fd = os.open(self.data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.data_dir / ".lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -52,5 +53,5 @@ def stored_broker_id(data_dir: Path) -> str:
         stored = ""
     if not stored:
         stored = secrets.token_hex(8)
-        path.write_text(stored + "\n")
+        replace_file(path, (stored + "\n").encode(), sync=True)
     return stored

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tidelog.broker.core import BrokerCore, check_not_internal
 from tidelog.broker.stream import METADATA_FILE, Stream
+from tidelog.durable import make_dirs
 
 LOG = logging.getLogger("tidelog.broker")
 
@@ -97,7 +98,7 @@ class StreamDeletion(BrokerCore):
         rename is made durable when the directories can be synced; if they cannot, a crash may
         bring the stream back (the delete is then simply not done)."""
         tombstones = self.data_dir / TOMBSTONES
-        tombstones.mkdir(exist_ok=True)
+        make_dirs(tombstones)
         target = tombstones / f"{time.time_ns()}-{secrets.token_hex(4)}-{directory.name[:64]}"
         os.rename(directory, target)
         for parent in (directory.parent, tombstones):

@@ -37,10 +37,16 @@ subscribers. ``principal=None`` acts for the owner, whoever it is: the server's 
 those another broker of the cluster passes on for a member. Owners are saved as the document's
 optional ``owners`` (consumer id -> principal), which older versions ignore.
 
-Saving runs on the event loop (one small fsynced file); membership changes are rare next to
-heartbeats, which write nothing. In a cluster the groups live in etcd instead
-(``tidelog.cluster.groups``) and this object only mirrors them (:meth:`GroupCoordinator.mirror`):
-it keeps the heartbeats the coordinator sees and fences subscribers on partitions led here.
+
+Saving runs off the event loop: the broker attaches a writer (``group_writer.py``) that writes
+the latest document in a thread and coalesces every change made meanwhile into its next write,
+and a join or leave is answered once a write holding it is durable. Other members may see a
+change before it is saved; if the write fails, every change since the last durable write is
+undone and the joins and leaves waiting for it raise (``DiskFull`` & co.), as above. A
+coordinator given a ``save`` callable instead saves on the spot (tests, tools). In a cluster
+the groups live in etcd instead (``tidelog.cluster.groups``) and this object only mirrors them
+(:meth:`GroupCoordinator.mirror`): it keeps the heartbeats the coordinator sees and fences
+subscribers on partitions led here.
 """
 
 from __future__ import annotations
@@ -60,8 +66,10 @@ from tidelog.errors import (
     GroupNotFound,
     GroupStateUnreadable,
     InvalidArgument,
+    LimitReached,
     PermissionDenied,
     ResourceExhausted,
+    echo,
 )
 
 LOG = logging.getLogger("tidelog.broker")
@@ -112,6 +120,10 @@ class Group:
     """(stream, partition) -> (epoch of the subscriber, how to fence it)"""
 
 
+Checkpoint = list[tuple[Group, int, dict[str, GroupMember], dict[str, dict[str, list[int]]]]]
+"""The groups as they were (:meth:`GroupCoordinator.checkpoint`), to put back."""
+
+
 class GroupCoordinator:
     """Every group of this broker. ``save`` receives :meth:`document` after each membership
     change (None: nothing is saved); ``restore`` installs what was saved."""
@@ -124,6 +136,7 @@ class GroupCoordinator:
         coordinator_timeout_s: float = 15.0,
         clock: Callable[[], float] = time.monotonic,
         save: SaveGroups | None = None,
+        max_groups: int | None = None,
     ) -> None:
         self._partition_counts = partition_counts
         self.consumer_timeout_s = consumer_timeout_s
@@ -136,6 +149,10 @@ class GroupCoordinator:
         """The groups are decided elsewhere (a cluster's metadata, ``tidelog.cluster.groups``)
         and installed here: nothing is saved or expired by this object."""
         self.groups: dict[str, Group] = {}
+        self.changed: Callable[[], None] | None = None
+        """Called after each membership change: a writer saving off the loop
+        (``group_writer.py``), which then stands for ``save``."""
+        self.max_groups = max_groups
 
     # -- durability ------------------------------------------------------------------------------
 
@@ -151,6 +168,7 @@ class GroupCoordinator:
             )
         self.mirrored = True
         self._save = None
+        self.changed = None
         self.groups = {}
 
     def document(self) -> dict[str, Any]:
@@ -166,21 +184,33 @@ class GroupCoordinator:
             for member in group.members.values():
                 member.last_seen = now
 
+    def checkpoint(self) -> Checkpoint:
+        """What :meth:`revert` needs to put the groups back as they are now."""
+        return [(g, g.epoch, dict(g.members), g.assignments) for g in self.groups.values()]
+
+    def revert(self, checkpoint: Checkpoint) -> None:
+        """Put the groups back as they were at ``checkpoint``. The same Group objects go back:
+        fencing callbacks hold on to them."""
+        self.groups = {}
+        for group, epoch, members, assignments in checkpoint:
+            group.epoch, group.members, group.assignments = epoch, members, assignments
+            self.groups[group.group_id] = group
+
     @contextlib.contextmanager
     def _saved_change(self) -> Iterator[None]:
-        """Run a membership change, then save; if either fails, undo the change and raise."""
-        before = [(g, g.epoch, dict(g.members), g.assignments) for g in self.groups.values()]
+        """Run a membership change, then save (or, with a writer attached, tell it: it saves
+        off the loop, :mod:`tidelog.broker.group_writer`); if the change or a save here fails,
+        undo the change and raise."""
+        before = self.checkpoint()
         try:
             yield
             if self._save is not None:
                 self._save(self.document())
         except BaseException:
-            # The same Group objects go back: fencing callbacks hold on to them.
-            self.groups = {}
-            for group, epoch, members, assignments in before:
-                group.epoch, group.members, group.assignments = epoch, members, assignments
-                self.groups[group.group_id] = group
+            self.revert(before)
             raise
+        if self.changed is not None:
+            self.changed()
 
     def epoch(self, group_id: str) -> int | None:
         """The group's current epoch, or None when no such group exists."""
@@ -213,6 +243,13 @@ class GroupCoordinator:
                         consumer_id, known.streams, now, owner
                     )
             return known_group.epoch
+        full = self.max_groups is not None and len(self.groups) >= self.max_groups
+        if known_group is None and full:
+            raise LimitReached(
+                "max_groups",
+                f"consumer group {echo(group_id)} is not created: this broker coordinates "
+                f"{len(self.groups)} groups, the most it may",
+            )
         with self._saved_change():
             group = self.groups.setdefault(group_id, Group(group_id))
             group.members[consumer_id] = GroupMember(consumer_id, list(streams), now, owner)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from tidelog.durable import replace_json
+from tidelog.durable import make_dirs, replace_json
 from tidelog.errors import InvalidArgument, LogClosed, echo
 from tidelog.log import CommitLog
 from tidelog.store import RocksDBKeyValueStore, RocksDBWindowStore
@@ -52,6 +52,8 @@ STORED: Final = struct.Struct(">qq")  # offset, broker timestamp (ns), then the 
 _NAME: Final = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 CHECKPOINT_EVERY_RECORDS: Final = 100_000
 CHECKPOINT_EVERY_S: Final = 5.0
+STORE_MAX_OPEN_FILES: Final = 20
+"""RocksDB's ``max_open_files`` for a view's store: its minimum (``descriptors.py``)."""
 
 
 class ViewKind(enum.Enum):
@@ -143,7 +145,7 @@ class PartitionView:
         self._uncertain_until: int | None = None
         """While set: records at or below it may already be in a window index (crash replay)."""
         self._closed = False
-        directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(directory)
         checkpoint = self._read_checkpoint()
         if checkpoint is None:
             shutil.rmtree(directory / STORE_DIR, ignore_errors=True)
@@ -158,11 +160,15 @@ class PartitionView:
 
     def _open_store(self) -> None:
         path = str(self.directory / STORE_DIR)
+        # Few files each: every partition of every view holds a store open (descriptors.py).
         if self.spec.kind is ViewKind.TABLE:
-            self.table = RocksDBKeyValueStore(path)
+            self.table = RocksDBKeyValueStore(path, max_open_files=STORE_MAX_OPEN_FILES)
         else:
             self.windows = RocksDBWindowStore(
-                path, retention_ms=self.spec.retention_ms or None, retain_duplicates=True
+                path,
+                retention_ms=self.spec.retention_ms or None,
+                retain_duplicates=True,
+                max_open_files=STORE_MAX_OPEN_FILES,
             )
 
     # -- applying records ------------------------------------------------------------------------

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from tidelog.broker.config import StreamConfig
+from tidelog.broker.descriptors import DescriptorBudget
 from tidelog.broker.partition import Partition
 from tidelog.broker.partition_view import ViewSpec
 from tidelog.broker.stream_views import StreamViews
-from tidelog.durable import replace_json
+from tidelog.durable import make_dirs, replace_json
 from tidelog.errors import PartitionNotFound
 from tidelog.log import LogConfig
 from tidelog.log.filecache import DEFAULT_FILE_CACHE, FileCache
@@ -39,8 +40,10 @@ class Stream:
         flags: dict[str, dict[str, bool]] | None = None,
         files: FileCache = DEFAULT_FILE_CACHE,
         held: bool = False,
+        budget: DescriptorBudget | None = None,
     ) -> None:
-        """``held``: a stream of a broker of a cluster (``Partition``'s ``held``)."""
+        """``held``: a stream of a broker of a cluster (``Partition``'s ``held``). ``budget``:
+        where its views reserve descriptors (the broker's; None: unbounded)."""
         self.name = name
         self.config = config
         self.directory = directory
@@ -70,7 +73,7 @@ class Stream:
             raise
         self.resume_all = False
         """Set by a pause with ``resumeAll``: waking one partition wakes them all."""
-        self.views = StreamViews(name, directory, self.partitions)
+        self.views = StreamViews(name, directory, self.partitions, budget)
 
     @property
     def subject(self) -> str:
@@ -111,7 +114,7 @@ class Stream:
                 str(p.number): {"paused": p.paused, "readonly": p.readonly} for p in self.partitions
             },
         }
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.directory)
         replace_json(self.directory / METADATA_FILE, data, indent=2, sort_keys=True)
 
     @classmethod
@@ -122,6 +125,7 @@ class Stream:
         loop: asyncio.AbstractEventLoop,
         files: FileCache = DEFAULT_FILE_CACHE,
         held: bool = False,
+        budget: DescriptorBudget | None = None,
     ) -> Stream:
         data = json.loads((directory / METADATA_FILE).read_text())
         stream = cls(
@@ -134,6 +138,7 @@ class Stream:
             flags=data.get("partitions"),
             files=files,
             held=held,
+            budget=budget,
         )
         stream.resume_all = bool(data.get("resume_all", False))
         stream.views.open([ViewSpec.from_json(v) for v in data.get("views", [])])

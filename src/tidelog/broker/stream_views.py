@@ -23,9 +23,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final, TypeVar
 
+from tidelog.broker.descriptors import VIEW_STORE_DESCRIPTORS, DescriptorBudget
 from tidelog.broker.partition import Partition
 from tidelog.broker.partition_view import PartitionView, ViewEntry, ViewKind, ViewSpec
-from tidelog.errors import InvalidArgument, ViewExists, ViewNotFound
+from tidelog.errors import (
+    InvalidArgument,
+    LimitReached,
+    OutOfDescriptors,
+    ViewExists,
+    ViewNotFound,
+)
 
 LOG = logging.getLogger("tidelog.broker.views")
 
@@ -45,12 +52,22 @@ def view_query_limit(limit: int | None) -> int:
 class StreamViews:
     """The views of one stream; everything but the worker-thread calls runs on the loop."""
 
-    def __init__(self, stream: str, directory: Path, partitions: list[Partition]) -> None:
+    def __init__(
+        self,
+        stream: str,
+        directory: Path,
+        partitions: list[Partition],
+        budget: DescriptorBudget | None = None,
+    ) -> None:
+        """``budget``: where the views' stores reserve their descriptors (None: unbounded)."""
         self.stream = stream
         self.directory = directory / "views"
         self.partitions = partitions
         self.specs: dict[str, ViewSpec] = {}
+        self._budget = budget
         self._views: dict[str, list[PartitionView]] = {}
+        self._left_closed: dict[str, str] = {}
+        """Views declared but not opened at start (no room in the budget): name -> why."""
         self._tasks: dict[str, list[asyncio.Task[None]]] = {}
         self._closed = False
         self._changing = asyncio.Lock()
@@ -63,18 +80,44 @@ class StreamViews:
         """Open the stored views (blocking; at broker start). Leftover directories of views no
         longer declared (a drop interrupted by a crash) are removed."""
         for spec in specs:
-            self._views[spec.name] = self._open_view(spec)
             self.specs[spec.name] = spec
+            try:
+                self._views[spec.name] = self._open_view(spec)
+            except (LimitReached, OutOfDescriptors) as error:
+                self._left_closed[spec.name] = str(error)
+                LOG.warning("view %s of stream %s left closed: %s", spec.name, self.stream, error)
         if self.directory.exists():
             for leftover in self.directory.iterdir():
                 if leftover.name not in self.specs:
                     shutil.rmtree(leftover, ignore_errors=True)
 
+    def _cost(self, spec: ViewSpec) -> int:
+        return len(self.partitions) * VIEW_STORE_DESCRIPTORS[spec.kind]
+
     def _open_view(self, spec: ViewSpec) -> list[PartitionView]:
-        return [
-            PartitionView(spec, p.number, self.directory / spec.name / str(p.number))
-            for p in self.partitions
-        ]
+        """Reserve the view's descriptors, then open its stores (``LimitReached`` when they do
+        not fit; nothing stays reserved or open when an open fails)."""
+        cost = self._cost(spec)
+        if self._budget is not None:
+            what = f"view {spec.name!r} of stream {self.stream!r} ({len(self.partitions)} stores)"
+            self._budget.reserve_views(cost, what)
+        opened: list[PartitionView] = []
+        try:
+            for p in self.partitions:
+                opened.append(
+                    PartitionView(spec, p.number, self.directory / spec.name / str(p.number))
+                )
+        except BaseException:
+            for view in opened:
+                view.close()
+            if self._budget is not None:
+                self._budget.release_views(cost)
+            raise
+        return opened
+
+    def _release(self, views: list[PartitionView]) -> None:
+        if self._budget is not None and views:
+            self._budget.release_views(self._cost(views[0].spec))
 
     def start(self) -> None:
         """Start following the log for every open view (on the loop)."""
@@ -124,6 +167,9 @@ class StreamViews:
                 view.close()
 
         await asyncio.to_thread(close_all)
+        for opened in self._views.values():
+            self._release(opened)
+        self._views.clear()
 
     async def checkpoint(self) -> None:
         """Flush and checkpoint every view that moved (maintenance)."""
@@ -171,7 +217,8 @@ class StreamViews:
         if name not in self.specs:
             raise ViewNotFound(self.stream, name)
         await self._stop(name)
-        views = self._views.pop(name)
+        views = self._views.pop(name, [])
+        self._left_closed.pop(name, None)
         del self.specs[name]
 
         def remove() -> None:
@@ -180,6 +227,7 @@ class StreamViews:
             shutil.rmtree(self.directory / name, ignore_errors=True)
 
         await asyncio.to_thread(remove)
+        self._release(views)
         LOG.info("dropped view %s of stream %s", name, self.stream)
 
     async def status(self) -> list[tuple[ViewSpec, list[int], list[int]]]:
@@ -212,6 +260,12 @@ class StreamViews:
         spec = self.specs.get(name)
         if spec is None:
             raise ViewNotFound(self.stream, name)
+        if name in self._left_closed:
+            raise LimitReached(
+                "open_files_max",
+                f"view {name!r} of stream {self.stream!r} was left closed at start: "
+                f"{self._left_closed[name]}",
+            )
         if spec.kind is not kind:
             other = "WindowFetch" if spec.kind is ViewKind.WINDOW else "ViewGet or ViewRange"
             raise InvalidArgument(

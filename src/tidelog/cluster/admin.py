@@ -22,7 +22,15 @@ import time
 from collections.abc import Mapping
 from typing import Protocol
 
-from tidelog.broker import Broker, CursorStore, Stream, StreamConfig, ViewSpec
+from tidelog.broker import (
+    Broker,
+    CursorStore,
+    Stream,
+    StreamConfig,
+    ViewSpec,
+    check_new_stream,
+    client_streams,
+)
 from tidelog.cluster.metadata import ClusterView, Metadata, PartitionState, StreamRecord
 from tidelog.cluster.placement import colocated, place, reassign
 from tidelog.cluster.reconcile import Reconciler
@@ -98,6 +106,8 @@ class Admin:
         host = self._host
         assert host.metadata is not None
         view = await host.metadata.view()
+        if name not in view.streams and not name.startswith("__"):  # caps: broker/limits.py
+            check_new_stream(host.broker.config, name, config, client_streams(view.streams))
         if replication_factor == 0:
             replication_factor = 1
         if colocate:

@@ -119,12 +119,14 @@ class SingleBroker(LocalControl):
         self, group_id: str, consumer_id: str, streams: list[str], *, principal: str | None = None
     ) -> tuple[str, int]:
         epoch = self.broker.groups.join(group_id, consumer_id, streams, principal=principal)
+        await self.broker.group_writer.saved()  # written off the loop, with others' changes
         return self.advertised.broker_id, epoch
 
     async def leave_group(
         self, group_id: str, consumer_id: str, *, principal: str | None = None
     ) -> None:
         self.broker.groups.leave(group_id, consumer_id, principal=principal)
+        await self.broker.group_writer.saved()
 
     async def fetch_assignments(
         self, group_id: str, consumer_id: str, epoch: int, *, principal: str | None = None

@@ -72,7 +72,7 @@ class SegmentedLog:
         config = config or LogConfig()
         self._clock = clock
         self._flusher = flusher
-        self.directory.mkdir(parents=True, exist_ok=True)
+        durable.make_dirs(self.directory)
         self._lock_file = -1
         if lock_directory:
             self._lock_file = durable.open_fd(self.directory / ".lock", os.O_RDWR | os.O_CREAT)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from rocksdict import ColumnFamily, Options, Rdict, RdictIter, WriteBatch, WriteOptions
 
+from tidelog.errors import OutOfDescriptors
 from tidelog.store._base import Seek, Step, StoreBase, StoreIteratorBase
 from tidelog.store._composite import Composite, CompositeScan
 from tidelog.store.encoding import decode_composite, encode_composite
@@ -22,21 +23,47 @@ T = TypeVar("T")
 K = TypeVar("K")
 
 
-def _options() -> Options:
+MIN_OPEN_FILES: Final = 20
+"""RocksDB's smallest ``max_open_files`` (it raises a smaller one to this): ten of them are
+table files kept open, the rest its own files."""
+
+
+def _options(max_open_files: int | None = None) -> Options:
     options = Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
+    if max_open_files is not None:
+        options.set_max_open_files(max(max_open_files, MIN_OPEN_FILES))
     return options
 
 
-class RocksStoreBase(StoreBase):
-    """A RocksDB database at ``path`` with the default column family plus ``extra_families``."""
+def _open(path: str, options: Options, families: dict[str, Options]) -> Rdict:
+    try:
+        return Rdict(path, options, column_families=families or None)
+    except Exception as error:
+        # rocksdict raises a plain Exception carrying RocksDB's IOError text; EMFILE is the one
+        # failure a caller can act on (and the only way to tell it is the system's words).
+        if "Too many open files" in str(error):
+            raise OutOfDescriptors(path, reason=str(error)) from error
+        raise
 
-    def __init__(self, path: str | Path, extra_families: tuple[str, ...] = ()) -> None:
+
+class RocksStoreBase(StoreBase):
+    """A RocksDB database at ``path`` with the default column family plus ``extra_families``.
+    ``max_open_files``: the most files RocksDB keeps open (None: as many as it likes; at least
+    :data:`MIN_OPEN_FILES`); a process out of descriptors raises ``OutOfDescriptors``."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        extra_families: tuple[str, ...] = (),
+        *,
+        max_open_files: int | None = None,
+    ) -> None:
         super().__init__()
         self._path = str(path)
-        families = {name: _options() for name in extra_families}
-        self._db = Rdict(self._path, _options(), column_families=families or None)
+        families = {name: _options(max_open_files) for name in extra_families}
+        self._db = _open(self._path, _options(max_open_files), families)
         self._families = {name: self._db.get_column_family(name) for name in extra_families}
         self._handles: dict[str, ColumnFamily] = {
             name: self._db.get_column_family_handle(name) for name in extra_families

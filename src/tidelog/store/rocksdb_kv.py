@@ -27,8 +27,8 @@ class RocksDBKeyValueStore(RocksStoreBase):
     batch. Iterators read the snapshot taken when they open.
     """
 
-    def __init__(self, path: str | Path) -> None:
-        super().__init__(path)
+    def __init__(self, path: str | Path, *, max_open_files: int | None = None) -> None:
+        super().__init__(path, max_open_files=max_open_files)
 
     def get(self, key: bytes) -> bytes | None:
         self._check_open()

@@ -81,8 +81,9 @@ class RocksDBWindowStore(WindowQueries, RocksStoreBase):
         *,
         retention_ms: int | None = None,
         retain_duplicates: bool = False,
+        max_open_files: int | None = None,
     ) -> None:
-        super().__init__(path, (_BY_TIME, _META))
+        super().__init__(path, (_BY_TIME, _META), max_open_files=max_open_files)
         self._retention_ms = check_retention(retention_ms)
         self._retain_duplicates = retain_duplicates
         meta = self._families[_META]
