@@ -242,6 +242,7 @@ def test_a_forged_position_far_ahead_is_refused_and_the_source_goes_on(tmp_path:
         ]
         (status,) = client_a.site_status()
         assert status.acked < FAR
+    assert any("replicates without TLS" in line for line in b.stderr_lines), "warned at start"
 
 
 def test_resyncs_asked_while_one_is_under_way_start_none(tmp_path: Path) -> None:
