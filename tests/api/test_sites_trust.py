@@ -4,6 +4,7 @@ each test is an attack that worked before, and what stops it now."""
 from __future__ import annotations
 
 import http.server
+import queue
 import socket
 import threading
 import time
@@ -161,6 +162,28 @@ def test_replicate_is_accepted_only_from_the_declared_site_its_certificate_names
         kinds = [m.headers.get("__kind") for m in received(client, "orders", "a")]
     assert values == [b"real"]
     assert b"snapshot_start" not in kinds, "a forged snapshot told b's application to drop a's"
+
+
+def test_a_site_removed_while_its_stream_is_open_sends_no_more(
+    pki: Pki, two_sites: tuple[ServerProcess, ServerProcess]
+) -> None:
+    _a, b = two_sites
+    frames: queue.Queue[v1.ReplicationRequest | None] = queue.Queue()
+    frames.put(hello("a", "b"))
+    channel, stub = pki.stub(b.address, "a")
+    with channel:
+        replies = stub.Replicate(iter(frames.get, None), timeout=20)
+        progress = next(replies)
+        assert progress.HasField("progress")
+        with pki.client(b.address) as client:
+            client.remove_site("a")
+        frames.put(deltas(progress.progress.last_processed, (1 << 30) + 5, b"after removal"))
+        with pytest.raises(grpc.RpcError) as refused:
+            next(replies)
+        frames.put(None)
+    assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
+    with pki.client(b.address) as client:
+        assert b"after removal" not in [m.value for m in received(client, "orders", "a")]
 
 
 def test_a_site_redirected_to_an_address_whose_certificate_is_not_that_site_gets_nothing(

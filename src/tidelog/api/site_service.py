@@ -218,12 +218,8 @@ class SiteService(v1_grpc.TidelogServicer):
                     f"address declared for that site"
                 )
             source = hello.source_site
-            if self._host().secured and not site.declared(source):
-                raise PermissionDenied(
-                    f"site {source!r} is not declared on site {site.site_id!r}: a site accepts "
-                    f"replication only from the sites declared on it (tidelog site add, or "
-                    f"sites in its settings)"
-                )
+            secured = self._host().secured
+            _declared(site, source, secured)
             progress = site.sink.progress(source)
             yield v1.ReplicationReply(
                 progress=v1.SinkProgress(
@@ -236,6 +232,7 @@ class SiteService(v1_grpc.TidelogServicer):
             )
             opening = True  # the stream's first delta batch: where the sender starts
             async for request in request_iterator:
+                _declared(site, source, secured)  # a site removed meanwhile sends no more
                 frame = request.WhichOneof("frame")
                 if frame == "deltas":
                     acked = await site.sink.receive(source, _batch(request.deltas), opening=opening)
@@ -290,6 +287,16 @@ def _admit(host: SiteHost, source: str, context: Context) -> None:
         raise PermissionDenied(
             f"{name} may not replicate as site {source!r}: a replication stream is accepted "
             f"only from a certificate whose first subject alternative name is its source site"
+        )
+
+
+def _declared(site: LocalSite, source: str, secured: bool) -> None:
+    """With TLS, replication only from a site declared here (module docstring)."""
+    if secured and not site.declared(source):
+        raise PermissionDenied(
+            f"site {source!r} is not declared on site {site.site_id!r}: a site accepts "
+            f"replication only from the sites declared on it (tidelog site add, or sites in "
+            f"its settings)"
         )
 
 

@@ -267,7 +267,8 @@ class LocalSite:
         return await self.snapshots.write(site_id, snapshot, items, begin=begin, end=end)
 
     def declared(self, site_id: str) -> bool:
-        return any(site.site_id == site_id for site in self.registry.list())
+        """Whether ``site_id`` is a declared remote site."""
+        return self.registry.declared(site_id)
 
     def resync(self, site_id: str) -> bool:
         """Start a snapshot sync of ``site_id`` (NOT_FOUND when it is not declared); False when

@@ -229,6 +229,9 @@ class SiteRegistry:
             raise SiteNotFound(site_id)
         return site
 
+    def declared(self, site_id: str) -> bool:
+        return site_id in self._sites
+
     def list(self) -> list[Site]:
         return sorted(self._sites.values(), key=lambda s: s.site_id)
 
