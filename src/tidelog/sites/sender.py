@@ -22,8 +22,9 @@ time, gets a new request. Until a provider begins, the site waits in SNAPSHOT_SY
 status says so.
 
 The channel uses this server's TLS when it has TLS (``tls``: its own certificate as the client's,
-so the sink knows which site calls), and the site's certificate must name the site id as its
-first subject alternative name (the target name is the site id, not the host dialled): a site
+so the sink knows which site calls), and the site's certificate must name the site id (by
+convention its first subject alternative name: the target name is the site id, not the host
+dialled): a site
 redirected to another address (``tidelog site add`` after a remove) reaches only a server that
 holds that site's certificate, so the source's state never goes to whoever listens there. Until
 the sink answers the hello, every failure (a closed port, a TCP or HTTP server, a TLS or
@@ -136,8 +137,11 @@ class Sender(Learning, SnapshotSync, DeltaSync):
         async with aio_channel(self.site.address, self.site_tls(), []) as channel:
             call: Call = v1_grpc.TidelogStub(channel).Replicate()
             hello = v1.ReplicationHello(source_site=self.local_site, sink_site=self.site.site_id)
-            await call.write(v1.ReplicationRequest(hello=hello))
-            reply = await call.read()
+            # A listener that takes the connection and never answers (a raw TCP port) must
+            # not hold the sender, nor read differently from one that refuses it.
+            async with asyncio.timeout(self.ack_timeout_s):
+                await call.write(v1.ReplicationRequest(hello=hello))
+                reply = await call.read()
             if not isinstance(reply, v1.ReplicationReply) or not reply.HasField("progress"):
                 raise ConnectionError("the sink answered the hello without its progress")
             self._reached = True
