@@ -52,7 +52,7 @@ test: install peers java chromium
 demo: install java
 	$(BIN)/python scripts/demo.py
 
-# Three sites on loopback (ports 9301-9303), each declared on the others, until Ctrl-C.
+# Three sites on loopback (ports 9301-9303) over mutual TLS, each declared on the others, until Ctrl-C.
 sites: install
 	$(BIN)/python scripts/sites.py
 

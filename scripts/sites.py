@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
-"""``make sites``: three tidelog sites on loopback, replicating to each other, until Ctrl-C.
+"""``make sites``: three tidelog sites on loopback, replicating to each other over mutual TLS,
+until Ctrl-C.
 
-Starts ``tidelog serve`` three times - sites ``a``, ``b`` and ``c`` on ports 9301, 9302 and 9303
-(metrics off), data in ``./tidelog-sites/<site>`` - and declares every site on every other, so a
-payload transmitted on any of them can go to the two others. Prints how to try it, then waits;
-Ctrl-C (or SIGTERM) stops the three servers gracefully. The data stays for the next run.
+Writes, once, a test CA and a certificate for each site and for ``admin`` in
+``./tidelog-sites/tls`` (``tidelog.security.testca``: each certificate's first subject
+alternative name is its name, so a site's certificate names its site id), an ACL granting each
+site ``replicate`` on the sites and ``admin`` everything (a super-user), and each site's
+settings (its certificate, the CA, the ACL, the two other sites). Starts ``tidelog serve`` three
+times - sites ``a``, ``b`` and ``c`` on ports 9301, 9302 and 9303 (metrics off), data in
+``./tidelog-sites/<site>`` - so a payload transmitted on any of them can go to the two others.
+Prints how a client connects and how to try it, then waits; Ctrl-C (or SIGTERM) stops the three
+servers gracefully. The data and the certificates stay for the next run.
 
     python scripts/sites.py [--base-port 9301] [--data-dir tidelog-sites]
 """
@@ -19,20 +25,62 @@ import threading
 import time
 from pathlib import Path
 
-import tidelog
+from tidelog.security.testca import Issued, issue, make_ca
 
 SITES = ("a", "b", "c")
+ADMIN = "admin"
+ACL = """# make sites: each site may replicate to the others; admin may do everything.
+super_users = ["admin"]
+
+[[rule]]
+effect = "allow"
+principals = [{sites}]
+operations = ["replicate"]
+resources = ["site:*"]
+"""
 
 
-def start(site: str, port: int, data_dir: Path) -> subprocess.Popen[str]:
+def prepare(data_dir: Path, ports: dict[str, int]) -> dict[str, Path]:
+    """The CA, the certificates, the ACL and each site's settings (certificates made once);
+    site -> its settings file."""
+    tls = data_dir / "tls"
+    ca = Issued(tls / "ca.pem", tls / "ca.key")
+    if not ca.cert.exists():
+        ca = make_ca(tls)
+    certs = {}
+    for name in (*SITES, ADMIN):
+        certs[name] = Issued(tls / f"{name}.pem", tls / f"{name}.key")
+        if not certs[name].cert.exists():
+            certs[name] = issue(ca, tls, name)
+    acl = tls / "acl.toml"
+    acl.write_text(ACL.format(sites=", ".join(f'"{site}"' for site in SITES)))
+    configs = {}
+    for site in SITES:
+        others = "".join(
+            f'{other} = "127.0.0.1:{ports[other]}"\n' for other in SITES if other != site
+        )
+        configs[site] = data_dir / f"{site}.toml"
+        configs[site].write_text(
+            f'site_id = "{site}"\n'
+            f'tls_cert = "{certs[site].cert.resolve()}"\n'
+            f'tls_key = "{certs[site].key.resolve()}"\n'
+            f'tls_client_ca = "{ca.cert.resolve()}"\n'
+            f'tls_ca = "{ca.cert.resolve()}"\n'
+            f'acl_file = "{acl.resolve()}"\n'
+            f"[sites]\n{others}"
+        )
+    return configs
+
+
+def start(site: str, port: int, data_dir: Path, config: Path) -> subprocess.Popen[str]:
     process = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "tidelog.cli",
             "serve",
-            "--site-id",
-            site,
+            "--config",
+            str(config),
             "--host",
             "127.0.0.1",
             "--port",
@@ -71,18 +119,18 @@ def main() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
+        configs = prepare(args.data_dir, ports)
         for site in SITES:
-            processes.append(start(site, ports[site], args.data_dir))
-        for site in SITES:
-            with tidelog.Client(f"127.0.0.1:{ports[site]}") as client:
-                known = {s.site_id for s in client.list_sites()[1]}
-                for other in SITES:
-                    if other != site and other not in known:
-                        client.add_site(other, f"127.0.0.1:{ports[other]}")
-        print("three sites, each declared on the others:")
+            processes.append(start(site, ports[site], args.data_dir, configs[site]))
+        tls = args.data_dir / "tls"
+        print("three sites over mutual TLS, each declared on the others:")
         for site in SITES:
             print(f"  site {site}: 127.0.0.1:{ports[site]}  (data in {args.data_dir / site})")
         print(
+            "a client connects with the admin certificate (a super-user in the ACL):\n"
+            f"  export TIDELOG_TLS_CA={tls / 'ca.pem'} TIDELOG_TLS_CERT={tls / 'admin.pem'} "
+            f"TIDELOG_TLS_KEY={tls / 'admin.key'}\n"
+            "  (Python: tidelog.Client(address, settings=ClientSettings.from_env()))\n"
             f"try:  tidelog site transmit orders b,c hello --server 127.0.0.1:{ports['a']}\n"
             f"      tidelog site status --server 127.0.0.1:{ports['a']}\n"
             f"      tidelog tail __lrq_recv.orders.a --from earliest "

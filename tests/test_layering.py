@@ -51,7 +51,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     },
     "control": {"broker", "cluster", "sites", "errors", "wire", "_proto"},
     "broker": {"log", "store", "durable", "errors", "wire"},
-    "sites": {"broker", "durable", "errors", "wire", "_proto"},
+    # security: the TLS a sender calls other sites with (this server's own certificate)
+    "sites": {"broker", "durable", "errors", "wire", "_proto", "security"},
     "cluster": {"broker", "durable", "errors", "wire", "_proto"},
     "log": {"durable", "errors"},
     "store": {"errors"},

@@ -145,6 +145,35 @@ class PositionTrimmed(BrokerError):
         )
 
 
+class PositionJump(BrokerError):
+    """A source's delta batch reaches further past what this sink applied from it than the sink
+    can account for (``sites_position_window_records``): nothing of it is applied. A real source
+    whose site received nothing for that long answers with a snapshot sync; a forged batch (a
+    position far ahead, which would make the sink drop every real entry below it) goes no
+    further (multi-site replication)."""
+
+    def __init__(self, source: str, position: int, applied: int, window: int) -> None:
+        self.source = source
+        self.position = position
+        super().__init__(
+            f"a delta batch from site {echo(source)} reaches position {position}, more than "
+            f"{window} positions past what this sink applied from it ({applied}): refused, "
+            f"nothing applied (raise sites_position_window_records if a site can receive "
+            f'nothing for that long; docs/security.md, "Sites trust sites")'
+        )
+
+
+class TooManySites(BrokerError):
+    """AddSite past the cap on declared remote sites (``sites_max_declared``)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        super().__init__(
+            f"{cap} remote sites are declared, the cap (the server setting "
+            f"sites_max_declared): remove one, or raise the setting"
+        )
+
+
 class PartitionNotFound(BrokerError):
     """The stream exists but has no partition of that number."""
 

@@ -75,7 +75,7 @@ def answering(monkeypatch: pytest.MonkeyPatch, calls: list[FakeCall]) -> Iterato
     def replicate() -> Any:
         return next(used, calls[-1])
 
-    monkeypatch.setattr(grpc.aio, "insecure_channel", lambda address: _Channel())
+    monkeypatch.setattr(grpc.aio, "insecure_channel", lambda address, **_: _Channel())
     monkeypatch.setattr(
         v1_grpc, "TidelogStub", lambda channel: SimpleNamespace(Replicate=replicate)
     )

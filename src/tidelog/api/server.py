@@ -159,6 +159,9 @@ class Server:
                     retention,
                     ack_timeout_s=settings.sites_ack_timeout_s,
                     streams=streams,
+                    tls=self.security.peer_tls(),
+                    max_declared=settings.sites_max_declared,
+                    window_records=settings.sites_position_window_records,
                 )
 
             if settings.site_id and not settings.cluster:
@@ -186,6 +189,7 @@ class Server:
                         make_site,
                         settings.sites,
                         retention.stream_config(),
+                        secured=self.security.tls is not None,
                     )
                     self.metrics.add_sites(self.sites)
             self._add_services(server)
@@ -218,6 +222,13 @@ class Server:
         self._grpc = server
         for warning in self.security.exposure_warnings(settings.host):
             LOG.warning("%s", warning)
+        if self.sites is not None and self.security.tls is None:
+            LOG.warning(
+                "site %s replicates without TLS: any caller that reaches this port can send "
+                "entries and snapshots as any site (set tls_cert, tls_key and tls_client_ca; "
+                'docs/security.md, "Sites trust sites")',
+                settings.site_id,
+            )
         LOG.info(
             "tidelog listening on %s:%d%s (data in %s, metrics on %s)",
             settings.host,

@@ -107,6 +107,20 @@ class ServerSettings(BaseSettings):
         "(then after twice as long, twice); with no ack after that, the site gets a snapshot sync. "
         "Raise it for slow links",
     )
+    sites_max_declared: int = Field(
+        16,
+        ge=1,
+        le=64,
+        description="how many remote sites AddSite declares at most (RESOURCE_EXHAUSTED beyond; "
+        "sites in the settings count but are always declared); 64 is the format's limit",
+    )
+    sites_position_window_records: int = Field(
+        1 << 22,
+        ge=1,
+        description="how many of a source's records a delta batch may reach past what this sink "
+        "applied from it; a batch beyond is refused (a forged position far ahead), and a real "
+        "source answers with a snapshot sync",
+    )
     cluster: str = Field(
         "",
         description="etcd endpoint (http://HOST:PORT) of the cluster this broker joins; empty: a "

@@ -6,6 +6,14 @@ another broker is handed to the gateway (with the ``FORWARDED`` header, so it go
 and its answer, or its failure's status, passed back. A source site's replication stream is
 relayed both ways, so a remote site may be declared with the address of any broker of the
 cluster.
+
+Who may replicate (``docs/security.md``, "Sites trust sites"). When the server has TLS, a
+replication stream is accepted only from the site it claims to come from: the caller's principal
+(its certificate's first subject alternative name) must be the hello's source site, and that
+site must be declared here (settings ``sites`` or ``AddSite``), else PERMISSION_DENIED before
+anything is applied. On a cluster, a stream relayed to the gateway was checked by the broker
+that took it; the gateway accepts it from a caller with ``cluster`` on the cluster (a broker).
+Without TLS nothing says who calls: replication is unprotected, and the server warns at start.
 """
 
 from __future__ import annotations
@@ -21,9 +29,16 @@ import numpy.typing as npt
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
+from tidelog.access import Kind, Operation, caller, on
 from tidelog.api.status import handed_over
 from tidelog.control import Control, SiteHost, forwarded
-from tidelog.errors import FailedPrecondition, InvalidArgument, NotLeader, SiteMoving
+from tidelog.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotLeader,
+    PermissionDenied,
+    SiteMoving,
+)
 from tidelog.sites import Framed, LocalSite, RoutedColumns, Site, SnapshotFrame, from_wire
 from tidelog.wire import FORWARDED
 
@@ -185,6 +200,8 @@ class SiteService(v1_grpc.TidelogServicer):
             # The hello first: bytes that do not decode are the caller's error, whatever this
             # server is (INVALID_ARGUMENT, as for every method).
             first = await anext(request_iterator, None)
+            if first is not None and first.HasField("hello"):
+                _admit(self._host(), first.hello.source_site, context)
             stub = self._gateway(context)
             if stub is not None:
                 if first is not None:
@@ -201,6 +218,8 @@ class SiteService(v1_grpc.TidelogServicer):
                     f"address declared for that site"
                 )
             source = hello.source_site
+            secured = self._host().secured
+            _declared(site, source, secured)
             progress = site.sink.progress(source)
             yield v1.ReplicationReply(
                 progress=v1.SinkProgress(
@@ -213,6 +232,7 @@ class SiteService(v1_grpc.TidelogServicer):
             )
             opening = True  # the stream's first delta batch: where the sender starts
             async for request in request_iterator:
+                _declared(site, source, secured)  # a site removed meanwhile sends no more
                 frame = request.WhichOneof("frame")
                 if frame == "deltas":
                     acked = await site.sink.receive(source, _batch(request.deltas), opening=opening)
@@ -249,8 +269,35 @@ class SiteService(v1_grpc.TidelogServicer):
         async with self._errors(context):
             if (answer := await self._handed("ResyncSite", request, context)) is not None:
                 return answer  # type: ignore[no-any-return]
-            self._site().resync(request.site_id)
-            return v1.ResyncSiteResponse()
+            started = self._site().resync(request.site_id)
+            return v1.ResyncSiteResponse(already_running=not started)
+
+
+def _admit(host: SiteHost, source: str, context: Context) -> None:
+    """With TLS, a replication stream only from the site it claims to be (module docstring):
+    PERMISSION_DENIED otherwise."""
+    if not host.secured:
+        return
+    who = caller()
+    if host.relays and handed_over(context):
+        who.check(on(Operation.CLUSTER, Kind.CLUSTER))  # a broker that checked the source
+        return
+    if who.identity != source:
+        name = repr(who.identity) if who.identity else "an anonymous caller"
+        raise PermissionDenied(
+            f"{name} may not replicate as site {source!r}: a replication stream is accepted "
+            f"only from a certificate whose first subject alternative name is its source site"
+        )
+
+
+def _declared(site: LocalSite, source: str, secured: bool) -> None:
+    """With TLS, replication only from a site declared here (module docstring)."""
+    if secured and not site.declared(source):
+        raise PermissionDenied(
+            f"site {source!r} is not declared on site {site.site_id!r}: a site accepts "
+            f"replication only from the sites declared on it (tidelog site add, or sites in "
+            f"its settings)"
+        )
 
 
 async def _relay(

@@ -42,6 +42,7 @@ from tidelog.errors import (
     PartitionPaused,
     PartitionReadonly,
     PermissionDenied,
+    PositionJump,
     PositionTrimmed,
     ReadonlyEnd,
     ResourceExhausted,
@@ -58,6 +59,7 @@ from tidelog.errors import (
     SubjectNotFound,
     SyncFailed,
     TidelogError,
+    TooManySites,
     Unauthenticated,
     ViewExists,
     ViewNotFound,
@@ -76,6 +78,7 @@ STATUS: Final[tuple[tuple[type[Exception], grpc.StatusCode], ...]] = (
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (Fenced, grpc.StatusCode.FAILED_PRECONDITION),
     (PositionTrimmed, grpc.StatusCode.FAILED_PRECONDITION),
+    (PositionJump, grpc.StatusCode.OUT_OF_RANGE),  # the sender answers with a snapshot sync
     (PartitionNotFound, grpc.StatusCode.NOT_FOUND),
     (StreamDeleted, grpc.StatusCode.NOT_FOUND),
     (StreamExists, grpc.StatusCode.ALREADY_EXISTS),
@@ -103,6 +106,7 @@ STATUS: Final[tuple[tuple[type[Exception], grpc.StatusCode], ...]] = (
     (LogLocked, grpc.StatusCode.UNAVAILABLE),
     (SyncFailed, grpc.StatusCode.RESOURCE_EXHAUSTED),  # written, not yet durable: says so
     (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (TooManySites, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
 )

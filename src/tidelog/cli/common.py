@@ -56,7 +56,8 @@ INTERACTIVE_RETRY_S = 2.0
 
 
 def connect(server: str) -> Client:
-    return Client(server, settings=ClientSettings(retry_budget_s=INTERACTIVE_RETRY_S))
+    # TIDELOG_TLS_CA, TIDELOG_TLS_CERT, TIDELOG_TLS_KEY, TIDELOG_TOKEN (ClientSettings.from_env)
+    return Client(server, settings=ClientSettings.from_env(retry_budget_s=INTERACTIVE_RETRY_S))
 
 
 def printable(data: bytes | None) -> str | None:

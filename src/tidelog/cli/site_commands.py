@@ -101,7 +101,13 @@ def site_resync(site_id: str, server: ServerOption = DEFAULT_SERVER) -> None:
     """Start a snapshot sync of remote site SITE_ID: this site's snapshot provider sends its
     application's state, then deltas resume (watch it with `tidelog site status`)."""
     with guarded(server) as client:
-        client.resync_site(site_id)
+        started = client.resync_site(site_id)
+    if not started:
+        out.print(
+            f"a snapshot sync of site [bold]{site_id}[/bold] is asked for or under way "
+            f"already: none started (that one sends the state)"
+        )
+        return
     out.print(
         f"snapshot sync of site [bold]{site_id}[/bold] requested; it needs this site's "
         f"snapshot provider running (client.snapshot_provider)"

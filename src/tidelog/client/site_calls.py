@@ -156,15 +156,17 @@ class SiteCalls:
             self._transmit_packed = True  # the server reads packed calls: send those from now
         return list(response.positions)
 
-    async def resync_site(self, site_id: str) -> None:
+    async def resync_site(self, site_id: str) -> bool:
         """Start a snapshot sync of remote site ``site_id`` (this site's snapshot provider
-        sends its state, then deltas resume)."""
+        sends its state, then deltas resume). False when one was asked for or under way
+        already: the server started none (that one sends the state)."""
         request = v1.ResyncSiteRequest(site_id=site_id)
 
         async def attempt(timeout: float | None, number: int) -> v1.ResyncSiteResponse:
             return await self._v1.ResyncSite(request, timeout=timeout)
 
-        await self._retrying(attempt)
+        response = await self._retrying(attempt)
+        return not response.already_running
 
     async def transmit_snapshot(
         self,
@@ -221,5 +223,5 @@ class SyncSiteCalls:
     ) -> list[int]:
         return self._run(self._site_calls().transmit_many(client_name, list(items)))
 
-    def resync_site(self, site_id: str) -> None:
-        self._run(self._site_calls().resync_site(site_id))
+    def resync_site(self, site_id: str) -> bool:
+        return self._run(self._site_calls().resync_site(site_id))

@@ -38,11 +38,17 @@ SETTLE_S = 10.0
 class SiteHost:
     """A single broker's site: always here."""
 
+    relays = False
+    """Other brokers hand this site's calls over (``FORWARDED``): only a cluster's do."""
+
     def __init__(self, site: LocalSite, configured: Mapping[str, str] | None = None) -> None:
         """``configured``: the remote sites declared in the settings (declared at start)."""
         self.site_id = site.site_id
         self._site = site
         self._configured = dict(configured or {})
+        self.secured = site.tls.secure
+        """This server has TLS: a replication stream is accepted only from a declared site
+        whose certificate names it (``tidelog.api.site_service``)."""
 
     @property
     def local(self) -> LocalSite | None:
@@ -69,6 +75,8 @@ class SiteHost:
 class ClusterSite(SiteHost):
     """A cluster's site: run by this broker while it leads the delta queue."""
 
+    relays = True
+
     def __init__(
         self,
         site_id: str,
@@ -76,10 +84,14 @@ class ClusterSite(SiteHost):
         make_site: Callable[[StreamSource], LocalSite],
         configured: Mapping[str, str] | None = None,
         queue_config: StreamConfig | None = None,
+        *,
+        secured: bool = False,
     ) -> None:
         """``make_site``: builds the site on the given replicated streams; ``configured``: the
-        remote sites declared in the settings (declared at every open)."""
+        remote sites declared in the settings (declared at every open); ``secured``: this
+        server has TLS (:attr:`SiteHost.secured`)."""
         self.site_id = site_id
+        self.secured = secured
         self.cluster = cluster
         self._make_site = make_site
         self._configured = dict(configured or {})

@@ -24,6 +24,9 @@ import numpy as np
 import numpy.typing as npt
 
 from tidelog.broker import Broker, StreamConfig
+from tidelog.errors import TooManySites
+from tidelog.security import PLAINTEXT, ClientTls
+from tidelog.sites.envelope import MAX_SITES
 from tidelog.sites.registry import SITES_FILE, Site, SiteRegistry
 from tidelog.sites.send_queue import DELTA_QUEUE, QueueRetention, SendQueue, Transmission
 from tidelog.sites.sender import ACK_TIMEOUT_S, Sender
@@ -33,6 +36,7 @@ from tidelog.sites.snapshots import SNAPSHOT_QUEUE, Snapshots
 from tidelog.sites.status import SiteState, site_state
 from tidelog.sites.tag_index_file import TAG_INDEX_FILE
 from tidelog.sites.upkeep import QueueUpkeep
+from tidelog.sites.windows import RECORD_POSITIONS, WINDOW_RECORDS
 from tidelog.wire import RECEIVE_QUEUE_PREFIX, SNAPSHOT_REQUESTS
 
 LOG = logging.getLogger("tidelog.sites")
@@ -49,10 +53,18 @@ class LocalSite:
         upkeep_interval_s: float | None = None,
         ack_timeout_s: float = ACK_TIMEOUT_S,
         streams: StreamSource | None = None,
+        tls: ClientTls = PLAINTEXT,
+        max_declared: int = MAX_SITES,
+        window_records: int = WINDOW_RECORDS,
     ) -> None:
         """``upkeep_interval_s``: how often acknowledged entries are released (default: the
         broker's maintenance interval); ``streams``: a cluster's replicated internal streams
-        (None: a single broker's own, and the registry in a file)."""
+        (None: a single broker's own, and the registry in a file); ``tls``: how the senders
+        call other sites (this server's own certificate; ``sender.py``); ``max_declared``: the
+        cap on sites :meth:`add_site` declares; ``window_records``: how many of a source's
+        records a delta batch may reach past what the sink applied (``windows.py``)."""
+        self.tls = tls
+        self.max_declared = max_declared
         self._streams = streams
         self._state: StateStream | None = None
         replicated = streams is not None
@@ -65,7 +77,13 @@ class LocalSite:
         )
         self.snapshots = Snapshots(broker, self.registry, self.queue)
         # A cluster's sink reads nothing of this broker's files: its state comes at open.
-        self.sink = Sink(broker, site_id, streams=streams, state=Unopened() if replicated else None)
+        self.sink = Sink(
+            broker,
+            site_id,
+            streams=streams,
+            state=Unopened() if replicated else None,
+            max_jump=window_records * RECORD_POSITIONS,
+        )
         self._registry_lock = asyncio.Lock()
         self._closed = False
         self._opened = False
@@ -153,6 +171,7 @@ class LocalSite:
             self.site_id,
             ack_timeout_s=self.ack_timeout_s,
             change_site=self.change_site,
+            tls=self.tls,
         )
         self.senders[site.site_id] = sender
         sender.start()
@@ -182,7 +201,10 @@ class LocalSite:
         return site
 
     async def add_site(self, site_id: str, address: str) -> Site:
+        """Declare a remote site (``TooManySites`` past ``max_declared``)."""
         async with self._registry_lock:
+            if len(self.registry.list()) >= self.max_declared:
+                raise TooManySites(self.max_declared)
             since = await self.queue.settled_end()
             before = self.registry.document()
             site = self.registry.add(site_id, address, since)
@@ -244,7 +266,12 @@ class LocalSite:
         """A snapshot provider's call (``snapshots.py``); the position the snapshot covers."""
         return await self.snapshots.write(site_id, snapshot, items, begin=begin, end=end)
 
-    def resync(self, site_id: str) -> None:
-        """Start a snapshot sync of ``site_id`` (NOT_FOUND when it is not declared)."""
+    def declared(self, site_id: str) -> bool:
+        """Whether ``site_id`` is a declared remote site."""
+        return self.registry.declared(site_id)
+
+    def resync(self, site_id: str) -> bool:
+        """Start a snapshot sync of ``site_id`` (NOT_FOUND when it is not declared); False when
+        one is asked for or under way already (it is that one: ``Sender.request_resync``)."""
         self.registry.get(site_id)
-        self.senders[site_id].resync("a resync was requested (tidelog site resync)")
+        return self.senders[site_id].request_resync("a resync was requested (tidelog site resync)")

@@ -46,7 +46,9 @@ VERSIONS: Final = (1, 2)
 """1: what the versions before lifts read and write; 2: with fields they do not know."""
 _FIRST_FIELDS: Final = frozenset({"site_id", "address", "number", "since"})
 _SITE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
-_ADDRESS = re.compile(r"[^\s:]+:\d{1,5}")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_ADDRESS = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\]):\d{{1,5}}")
+"""``HOST:PORT``: a DNS name or an IPv4 address, or an IPv6 address in brackets."""
 
 
 def validate_site_id(site_id: str) -> str:
@@ -227,6 +229,9 @@ class SiteRegistry:
             raise SiteNotFound(site_id)
         return site
 
+    def declared(self, site_id: str) -> bool:
+        return site_id in self._sites
+
     def list(self) -> list[Site]:
         return sorted(self._sites.values(), key=lambda s: s.site_id)
 
@@ -262,8 +267,15 @@ class SiteRegistry:
 
 
 def _check_address(address: str) -> None:
-    if not _ADDRESS.fullmatch(address) or not 0 < int(address.rsplit(":", 1)[1]) < 65536:
-        raise InvalidArgument(f"invalid address {echo(address)}: give HOST:PORT")
+    if (
+        len(address) > 261
+        or not _ADDRESS.fullmatch(address)
+        or not 0 < int(address.rsplit(":", 1)[1]) < 65536
+    ):
+        raise InvalidArgument(
+            f"invalid address {echo(address)}: give HOST:PORT (a DNS name, an IPv4 address or "
+            f"[an IPv6 address], and a port 1-65535)"
+        )
 
 
 _DEFAULTS: dict[str, Any] = {

@@ -21,6 +21,15 @@ and then writes nothing for ``provider_timeout_s``, or a request no provider beg
 time, gets a new request. Until a provider begins, the site waits in SNAPSHOT_SYNC, and its
 status says so.
 
+The channel uses this server's TLS when it has TLS (``tls``: its own certificate as the client's,
+so the sink knows which site calls), and the site's certificate must name the site id (by
+convention its first subject alternative name: the target name is the site id, not the host
+dialled): a site
+redirected to another address (``tidelog site add`` after a remove) reaches only a server that
+holds that site's certificate, so the source's state never goes to whoever listens there. Until
+the sink answers the hello, every failure (a closed port, a TCP or HTTP server, a TLS or
+identity refusal) shows in the site's status as one "unreachable"; the log says which.
+
 Before negotiating, the sender checks the position the sink reports against what this source
 can have given it, and learns from it: a lift of the site's entries, a refusal, new snapshot ids
 (``sender_learning.py`` says when and why).
@@ -42,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from typing import Final
 
@@ -49,6 +59,7 @@ import grpc
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
+from tidelog.security import ClientTls, aio_channel
 from tidelog.sites.negotiation import NONE, Decision, Outcome, SinkProgress, negotiate
 from tidelog.sites.sender_core import ACK_TIMEOUT_S, AckBeyondEnd, SenderStatus, SiteChange
 from tidelog.sites.sender_deltas import DeltaSync
@@ -68,8 +79,18 @@ _NEGOTIATED: Final = {
 }
 
 
+def unreachable(address: str) -> str:
+    """The status of a site whose server did not answer the hello (the log says why)."""
+    return f"unreachable: no site answered at {address} (this server's log says why)"
+
+
 class Sender(Learning, SnapshotSync, DeltaSync):
     """A sender to one remote site: the session loop over its parts (the module docstring)."""
+
+    _reached = False
+    """The current stream got the sink's answer to its hello."""
+    _failure = ""
+    """The last failure's full reason (logged once)."""
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"sender {self.site.site_id}")
@@ -91,9 +112,12 @@ class Sender(Learning, SnapshotSync, DeltaSync):
                 raise
             except Exception as error:  # any failure: reconnect and negotiate again
                 reason = describe(error)
-                if reason != self.reason:  # once per new reason, not once per retry
+                if reason != self._failure:  # once per new reason, not once per retry
                     LOG.info("site %s: %s; reconnecting", self.site.site_id, reason)
-                self.reason = reason
+                self._failure = reason
+                # Before the sink's answer, any failure reads the same to a status caller: a
+                # site's address must not serve as a port scanner (closed, TCP, HTTP, gRPC).
+                self.reason = reason if self._reached else unreachable(self.site.address)
             if self.session.state is SyncState.LOG_ENTRY_SYNC:
                 pause = 0.1  # it was syncing: reconnect soon, the site is probably back
             if self.session.state is not SyncState.INITIALIZED:
@@ -101,14 +125,26 @@ class Sender(Learning, SnapshotSync, DeltaSync):
             await asyncio.sleep(pause)
             pause = min(pause * 2, self.max_pause_s)
 
+    def site_tls(self) -> ClientTls:
+        """This server's TLS for the site's channel: the site's certificate must name the site
+        id (its first subject alternative name, ``docs/security.md``), whatever the address."""
+        if not self.tls.secure:
+            return self.tls
+        return dataclasses.replace(self.tls, server_name=self.site.site_id)
+
     async def _connected(self) -> None:
-        async with grpc.aio.insecure_channel(self.site.address) as channel:
+        self._reached = False
+        async with aio_channel(self.site.address, self.site_tls(), []) as channel:
             call: Call = v1_grpc.TidelogStub(channel).Replicate()
             hello = v1.ReplicationHello(source_site=self.local_site, sink_site=self.site.site_id)
-            await call.write(v1.ReplicationRequest(hello=hello))
-            reply = await call.read()
+            # A listener that takes the connection and never answers (a raw TCP port) must
+            # not hold the sender, nor read differently from one that refuses it.
+            async with asyncio.timeout(self.ack_timeout_s):
+                await call.write(v1.ReplicationRequest(hello=hello))
+                reply = await call.read()
             if not isinstance(reply, v1.ReplicationReply) or not reply.HasField("progress"):
                 raise ConnectionError("the sink answered the hello without its progress")
+            self._reached = True
             self.session.handle(SyncEvent.START)
             cycle = self.session.cycle
             progress = SinkProgress(

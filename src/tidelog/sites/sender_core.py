@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from tidelog.security import PLAINTEXT, ClientTls
 from tidelog.sites.negotiation import NONE
 from tidelog.sites.registry import Site
 from tidelog.sites.routed import RoutedColumns
@@ -70,10 +71,14 @@ class SenderCore:
         provider_timeout_s: float = 60.0,
         max_resends: int = 2,
         change_site: SiteChange | None = None,
+        tls: ClientTls = PLAINTEXT,
     ) -> None:
         """``change_site``: how a change of the site's registry entry is made and kept (by
-        default here, in this queue's registry)."""
+        default here, in this queue's registry); ``tls``: how this server calls other sites
+        (its own certificate as the client's; the site's certificate must name the site id,
+        ``sender.py``)."""
         self.queue = queue
+        self.tls = tls
         self._change_site = change_site or self._change_here
         self.snapshots = snapshots
         self.provider_timeout_s = provider_timeout_s
@@ -128,6 +133,23 @@ class SenderCore:
         if found is None or (found.number, found.since) != (self.site.number, self.site.since):
             return self.site
         return found
+
+    @property
+    def resyncing(self) -> bool:
+        """A snapshot sync is asked for (and not applied yet) or under way."""
+        return self._resync_asked is not None or self.session.state in (
+            SyncState.SNAPSHOT_SYNC,
+            SyncState.WAIT_SNAPSHOT_APPLY,
+        )
+
+    def request_resync(self, reason: str) -> bool:
+        """An operator's resync (``tidelog site resync``): started unless one is asked for or
+        under way already (then this one is that one: the state is built and sent once).
+        Returns whether it started one."""
+        if self.resyncing:
+            return False
+        self.resync(reason)
+        return True
 
     def resync(self, reason: str = "a resync was requested") -> None:
         """Start a snapshot sync of the site: now if connected, else at the next negotiation."""

@@ -16,7 +16,9 @@ receive queues are therefore the sink's progress: at open, the last position app
 source is the highest ``__position`` among its receive queues' newest records, and everything
 before it was applied. An ack is sent only for what is synced. A failed append (a full disk)
 resets the source's window to what the queues hold, so the source's resend fills the gap and
-nothing is applied twice.
+nothing is applied twice. A batch that reaches further past what was applied than the window
+can account for is refused whole (``PositionJump``, ``windows.py``): one forged entry far
+ahead must not make the sink drop every real entry below it.
 
 Snapshots. A snapshot from a source replaces what the sink application holds from it: its start
 frame puts a ``snapshot_start`` record (``__kind`` header) in each of the source's receive queues,
@@ -49,12 +51,12 @@ from tidelog.broker import (
     Stream,
     StreamConfig,
 )
-from tidelog.errors import InvalidArgument, echo
+from tidelog.errors import InvalidArgument, PositionJump, echo
 from tidelog.sites.negotiation import NONE, SinkProgress
 from tidelog.sites.registry import validate_site_id
 from tidelog.sites.routed import RoutedColumns, RoutedEntry
 from tidelog.sites.site_state import SINK, SiteFiles, SiteState
-from tidelog.sites.windows import ApplyWindow, Framed
+from tidelog.sites.windows import RECORD_POSITIONS, WINDOW_RECORDS, ApplyWindow, Framed
 from tidelog.wire import KIND_HEADER, POSITION_HEADER, RECEIVE_QUEUE_PREFIX, SNAPSHOT_HEADER
 
 _POSITION = struct.Struct(">q")
@@ -123,11 +125,14 @@ class Sink:
         *,
         state: SiteState | None = None,
         streams: StreamSource | None = None,
+        max_jump: int = WINDOW_RECORDS * RECORD_POSITIONS,
     ) -> None:
         """``state``: where the snapshots' progress is kept (default: the broker's data
         directory); ``streams``: where the receive queues come from (default: the broker's
-        own internal streams)."""
+        own internal streams); ``max_jump``: how far past what it applied from a source a
+        batch may reach (``windows.py``)."""
         self.broker = broker
+        self.max_jump = max_jump
         self.local_site = validate_site_id(local_site)
         self._windows: dict[str, ApplyWindow[RoutedColumns]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -180,8 +185,11 @@ class Sink:
     def _window(self, source: str) -> ApplyWindow[RoutedColumns]:
         window = self._windows.get(source)
         if window is None:
-            window = self._windows[source] = ApplyWindow(self._recovered(source))
+            window = self._windows[source] = self._new_window(self._recovered(source))
         return window
+
+    def _new_window(self, last_applied: int) -> ApplyWindow[RoutedColumns]:
+        return ApplyWindow(last_applied, max_jump=self.max_jump)
 
     def _recovered(self, source: str) -> int:
         """The highest position held by ``source``'s receive queues (reads one record each),
@@ -217,6 +225,8 @@ class Sink:
         _check(source, self.local_site, columns)
         async with self._locks.setdefault(source, asyncio.Lock()):
             window = self._window(source)
+            if window.too_far(columns):
+                raise PositionJump(source, columns.current, window.last_applied, self.max_jump)
             if opening and window.open_at(columns.prev):
                 self._starts[source] = columns.prev
             try:
@@ -231,7 +241,9 @@ class Sink:
     def _reopened(self, source: str, capacity: int) -> ApplyWindow[RoutedColumns]:
         """A window at what the receive queues hold, or where the source's sender said it
         starts if they hold nothing from it yet."""
-        window: ApplyWindow[RoutedColumns] = ApplyWindow(self._recovered(source), capacity)
+        window: ApplyWindow[RoutedColumns] = ApplyWindow(
+            self._recovered(source), capacity, self.max_jump
+        )
         start = self._starts.get(source)
         if start is not None:
             window.open_at(start)
@@ -272,7 +284,7 @@ class Sink:
                 source, _Snapshots(transfer.snapshot, transfer.snapshot, transfer.covered)
             )
             del self._transfers[source]
-            self._windows[source] = ApplyWindow(transfer.covered)
+            self._windows[source] = self._new_window(transfer.covered)
             return transfer.snapshot
 
     async def _snapshot_entries(

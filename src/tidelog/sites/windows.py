@@ -23,6 +23,16 @@ window makes each batch follow the one before), so a sink that has applied nothi
 source takes that batch's ``prev`` as its starting point (:meth:`ApplyWindow.open_at`); a sink
 that has applied anything keeps its own position, which the sender negotiated from.
 
+How far a batch may reach. Positions grow with the source's queue, not with one site's
+entries, so a sink cannot know where a source's next entry for it lies; it knows what it
+applied (and acknowledged). A batch whose ``current`` lies more than ``max_jump`` positions past
+``max(last_applied, prev)`` is refused whole (:meth:`ApplyWindow.too_far`): one forged entry far
+ahead would otherwise move ``last_applied`` there, and every real entry below it would be
+dropped as a duplicate. A real source reaches that far only when the site received nothing while
+the source stored that many records for others; the refusal ends its stream and it answers with
+a snapshot sync, whose covered position moves the window (a snapshot is trusted for what its
+sender is: the source's identity, ``docs/security.md``).
+
 Sender (:class:`SendWindow`): at most ``capacity`` batches are in flight. A batch not acked
 within ``resend_after_s`` is sent again, and the wait doubles with each resend (up to
 ``max_resend_after_s``); after ``max_resends`` the window reports a timeout, which makes the
@@ -37,9 +47,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from tidelog.sites.negotiation import NONE
+
+RECORD_POSITIONS: Final = 1 << 16
+"""Positions per record of the source's queue (``envelope.py``: offset * 65,536 + index)."""
+WINDOW_RECORDS: Final = 1 << 22
+"""How many of the source's records a batch may reach past what the sink applied, by default
+(the server's ``sites_position_window_records``)."""
 
 T = TypeVar("T")
 
@@ -67,10 +83,17 @@ class Ready(Generic[T]):
 class ApplyWindow(Generic[T]):
     """Sink side, for one source site: which batches to apply, in order, exactly once."""
 
-    def __init__(self, last_applied: int = NONE, capacity: int = 40) -> None:
+    def __init__(
+        self,
+        last_applied: int = NONE,
+        capacity: int = 40,
+        max_jump: int = WINDOW_RECORDS * RECORD_POSITIONS,
+    ) -> None:
         self.last_applied = last_applied
         """Position of the last entry applied: what the sink acks."""
         self.capacity = capacity
+        self.max_jump = max_jump
+        """How far past ``max(last_applied, prev)`` a batch's ``current`` may lie."""
         self._early: dict[int, Framed[T]] = {}
         """Batches waiting for a gap before them to close, by ``prev``."""
         self.duplicates = 0
@@ -89,6 +112,12 @@ class ApplyWindow(Generic[T]):
             return False
         self.last_applied = prev
         return True
+
+    def too_far(self, batch: Framed[T]) -> bool:
+        """Whether ``batch`` reaches further than this window can account for (the module
+        docstring): its ``current`` more than ``max_jump`` past ``max(last_applied, prev)``. The
+        caller refuses such a batch whole, before :meth:`offer`."""
+        return batch.current - max(self.last_applied, batch.prev) > self.max_jump
 
     def offer(self, batch: Framed[T]) -> list[Ready[T]]:
         """The batches that can be applied now, in order (``batch`` and any early ones it

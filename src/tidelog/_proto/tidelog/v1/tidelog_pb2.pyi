@@ -815,12 +815,19 @@ Global___ResyncSiteRequest: _TypeAlias = ResyncSiteRequest  # noqa: Y015
 class ResyncSiteResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    ALREADY_RUNNING_FIELD_NUMBER: _builtins.int
+    already_running: _builtins.bool
+    """A snapshot sync of the site was asked for or under way already: this call started none
+    (it is that one; the state is built and sent once).
+    """
     def __init__(
         self,
+        *,
+        already_running: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["already_running", b"already_running"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
