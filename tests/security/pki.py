@@ -27,6 +27,12 @@ principals = ["group:writers"]
 operations = ["*"]
 resources = ["stream:alice.*", "subject:alice.*", "group:alice.*", "cursor:alice.*", "site:*",
              "cluster"]
+
+[[rule]]
+effect = "allow"
+principals = ["east"]
+operations = ["replicate"]
+resources = ["site:*"]
 """
 """alice may do everything on her resources (every site, the cluster); mallory nothing; admin
 everything (a super-user)."""
@@ -43,6 +49,8 @@ class Pki:
     """A certificate for "alice" signed by another CA."""
     expired: Issued
     """A certificate for "alice" from the right CA, valid only in the past."""
+    east: Issued
+    """The remote site "east": only its own certificate may replicate as it."""
 
 
 def make_pki(directory: Path) -> Pki:
@@ -56,6 +64,7 @@ def make_pki(directory: Path) -> Pki:
         admin=issue(ca, directory / "ca", "admin"),
         stranger=issue(other, directory / "other", "alice"),
         expired=issue(ca, directory / "ca", "old-alice", sans=("alice",), expired=True),
+        east=issue(ca, directory / "ca", "east"),
     )
 
 

@@ -408,15 +408,19 @@ ALLOWED = Target(
     new_site="west",
 )
 
-ORDERED = sorted(RPCS, key=lambda m: m.endswith(("DeleteStream", "SetStreamReadonly")))
-"""The allowed calls, those that would stop the others' (deleting or freezing alice's stream)
-last."""
+ORDERED = sorted(
+    RPCS, key=lambda m: m.endswith(("DeleteStream", "SetStreamReadonly", "RemoveSite"))
+)
+"""The allowed calls, those that would stop the others' (deleting or freezing alice's stream,
+removing the site "east" whose replication is tried) last."""
 
 
 @pytest.mark.parametrize("method", ORDERED)
 def test_a_granted_caller_is_served(servers: Servers, method: str) -> None:
     request = requests(ALLOWED)[method]
-    with secure_channel(servers.mtls.address, servers.pki.ca.cert, servers.pki.alice) as channel:
+    # A site's entries are taken only from that site's own certificate (docs/security.md).
+    who = servers.pki.east if method.endswith("/Replicate") else servers.pki.alice
+    with secure_channel(servers.mtls.address, servers.pki.ca.cert, who) as channel:
         error = refusal(channel, RPCS[method], request)
     if error is not None:
         assert error.code() not in (
