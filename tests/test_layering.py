@@ -52,7 +52,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "control": {"broker", "cluster", "sites", "errors", "wire", "_proto"},
     "broker": {"log", "store", "durable", "errors", "wire"},
     "sites": {"broker", "durable", "errors", "wire", "_proto"},
-    "cluster": {"broker", "durable", "errors", "wire", "_proto"},
+    # security: the TLS channels brokers call each other and etcd with (ClientTls, aio_channel)
+    "cluster": {"broker", "durable", "errors", "wire", "_proto", "security"},
     "log": {"durable", "errors"},
     "store": {"errors"},
     # talk to brokers only over gRPC, through the client
