@@ -26,6 +26,7 @@ from tests.cluster.clustertools import (
 )
 from tests.cluster.tlstools import make_pki, running_tls_cluster
 
+from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.tidelog.v1 import cluster_pb2 as cpb
 from tidelog._proto.tidelog.v1 import cluster_pb2_grpc
 from tidelog.process import EtcdTls, ServerProcess, running_etcd
@@ -173,6 +174,18 @@ def test_a_leader_kill_under_ack_all_over_tls_everywhere_loses_nothing(tmp_path:
             producer.join(30)
         assert producer.error is None, producer.error
         wait_for(lambda: len(cluster.partition("s").isr) == 3, 30)
+        # The calls a broker hands to another, each over mutual TLS in its own name: a publish
+        # to a broker that does not lead (forwarded to the leader), and the status fan-out.
+        leader = cluster.partition("s").leader
+        for broker_id in sorted(cluster.servers):
+            request = pb.PublishRequest(stream="s", value=broker_id.encode(), ackPolicy=pb.ALL)
+            assert cluster.api(broker_id).Publish(request, timeout=10).ack.offset >= 0
+            status = cluster_pb2_grpc.ClusterAdminStub(cluster.channel(broker_id)).ClusterStatus(
+                cpb.ClusterStatusRequest(stream="s"), timeout=10
+            )
+            (partition,) = status.partitions
+            assert partition.leader == leader and partition.high_watermark > 0, partition
+            assert all(f.log_end > 0 for f in partition.followers), partition
         stop_all(cluster)
         copies = copies_of(cluster, "s")
     first = next(iter(copies.values()))
@@ -182,6 +195,7 @@ def test_a_leader_kill_under_ack_all_over_tls_everywhere_loses_nothing(tmp_path:
     for sequence, offsets in producer.acked.items():
         values = producer.values[sequence]
         assert [position.get(v) for v in values] == list(offsets), f"batch {sequence} lost"
+    assert {b"b1", b"b2", b"b3"} <= set(position)
     print(f"{len(producer.acked)} batches acknowledged over TLS; leaders killed: {killed}")
 
 
