@@ -58,19 +58,15 @@ class TlsCluster(Cluster):
 
     def broker_env(self, broker_id: str) -> dict[str, str]:
         mine = self.pki.issued(broker_id)
-        env = {
+        return {
             **self.env,
             "TIDELOG_TLS_CERT": str(mine.cert),
             "TIDELOG_TLS_KEY": str(mine.key),
             "TIDELOG_TLS_CLIENT_CA": str(self.pki.ca.cert),
+            "TIDELOG_ETCD_CA": str(self.pki.ca.cert),
+            "TIDELOG_ETCD_CERT": str(mine.cert),
+            "TIDELOG_ETCD_KEY": str(mine.key),
         }
-        if self.etcd_tls:
-            env |= {
-                "TIDELOG_ETCD_CA": str(self.pki.ca.cert),
-                "TIDELOG_ETCD_CERT": str(mine.cert),
-                "TIDELOG_ETCD_KEY": str(mine.key),
-            }
-        return env
 
     def start(self, broker_id: str) -> ServerProcess:
         server = ServerProcess(
@@ -98,21 +94,18 @@ def running_tls_cluster(
     root: Path,
     brokers: int = 3,
     env: dict[str, str] | None = None,
-    *,
-    etcd_tls: bool = True,
 ) -> Iterator[TlsCluster]:
-    """etcd (over TLS with client certificates and its authentication on, unless ``etcd_tls``
-    is false) and ``brokers`` brokers with mutual TLS and an ACL: brokers and ``admin`` are
-    super-users, nobody else may do anything."""
+    """etcd over TLS with client certificates and its authentication on, and ``brokers``
+    brokers with mutual TLS and an ACL: brokers and ``admin`` are super-users, nobody else may
+    do anything."""
     pki = make_pki(root / "pki")
     ids = [f"b{n}" for n in range(1, brokers + 1)]
     acl = write_acl(root / "acl.toml", [*ids, "admin"])
-    etcd_files = EtcdTls(*_pair(pki.issued("etcd")), client_ca=pki.ca.cert) if etcd_tls else None
+    etcd_files = EtcdTls(*_pair(pki.issued("etcd")), client_ca=pki.ca.cert)
     with running_etcd(root / "etcd", tls=etcd_files) as url:
-        if etcd_tls:
-            enable_etcd_auth(url, pki.ca.cert, _pair(pki.issued("root")), ids, "/tidelog/default/")
+        enable_etcd_auth(url, pki.ca.cert, _pair(pki.issued("root")), ids, "/tidelog/default/")
         full_env = {**FAST, **(env or {}), "TIDELOG_ACL_FILE": str(acl)}
-        cluster = TlsCluster(root, url, full_env, pki, etcd_tls)
+        cluster = TlsCluster(root, url, full_env, pki)
         try:
             for broker_id in ids:
                 cluster.start(broker_id)
