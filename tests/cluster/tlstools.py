@@ -51,10 +51,9 @@ class TlsCluster(Cluster):
     """:class:`Cluster` whose brokers serve mutual TLS (each with its own certificate) and whose
     channels are the ``admin`` principal's."""
 
-    def __init__(self, root: Path, url: str, env: dict[str, str], pki: Pki, etcd_tls: bool) -> None:
+    def __init__(self, root: Path, url: str, env: dict[str, str], pki: Pki) -> None:
         super().__init__(root, url, env)
         self.pki = pki
-        self.etcd_tls = etcd_tls
 
     def broker_env(self, broker_id: str) -> dict[str, str]:
         mine = self.pki.issued(broker_id)
