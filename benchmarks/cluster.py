@@ -21,6 +21,12 @@ cluster recovers.
 - ``rejoin_s``: the killed broker is started again while a publisher publishes with ack ALL; the
   time from its ready line until it is back in every ISR of the stream (target: <= 10 s), with
   the process start beside it (``rejoin_start_s``).
+- ``publish_rf3_all_tls_msgs_per_s``: the RF 3 ack ALL publish on a cluster secured as
+  ``make cluster`` is (etcd over TLS with client certificates and its authentication on, brokers
+  with mutual TLS between them and with the client, under an ACL), against the same on a
+  plaintext cluster, alternately, ``--tls-rounds`` times each on fresh clusters (the rounds are
+  listed); ``tls_rf3_all_ratio`` is the best secured round over the best plaintext one (target:
+  >= 0.8). ``--tls-only`` runs only this comparison.
 - ``replica_catchup_mb_per_s``: a follower is stopped, ``--catchup-mb`` of records are
   published, the follower is started again; megabytes of records per second from its ready line
   until it is back in the ISR with the leader's log end (target: >= 100); the process start is
@@ -29,7 +35,7 @@ cluster recovers.
 Prints one JSON object with those keys, the targets and the load average before and after.
 
     python benchmarks/cluster.py [--messages 200000] [--size 100] [--batch 1000]
-        [--publishers 4] [--catchup-mb 500]
+        [--publishers 4] [--catchup-mb 500] [--tls-only] [--tls-rounds 2]
 """
 
 from __future__ import annotations
@@ -43,13 +49,15 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from tidelog.client import AsyncClient, Client, ClientSettings
 from tidelog.errors import TidelogError
-from tidelog.process import ServerProcess, running_etcd
+from tidelog.process import EtcdTls, ServerProcess, enable_etcd_auth, running_etcd
+from tidelog.security import PLAINTEXT, ClientTls, testca
 
 
 def loadavg() -> list[float]:
@@ -57,15 +65,28 @@ def loadavg() -> list[float]:
 
 
 class Brokers:
-    def __init__(self, root: Path, url: str, stack: ExitStack) -> None:
+    def __init__(
+        self,
+        root: Path,
+        url: str,
+        stack: ExitStack,
+        env: Callable[[str], dict[str, str]] = lambda _broker: {},
+    ) -> None:
         self.root = root
         self.url = url
         self.servers: dict[str, ServerProcess] = {}
         self.stack = stack
+        self.env = env
+        """A broker's own settings (its certificate), by broker id."""
 
     def start(self, broker_id: str) -> ServerProcess:
         server = ServerProcess(
-            self.root / broker_id, "--cluster", self.url, "--broker-id", broker_id
+            self.root / broker_id,
+            "--cluster",
+            self.url,
+            "--broker-id",
+            broker_id,
+            env=self.env(broker_id),
         ).start()
         self.servers[broker_id] = server
         self.stack.callback(server.kill)
@@ -78,9 +99,15 @@ class Brokers:
         raise RuntimeError("no broker is running")
 
 
-async def publish_rate(address: str, stream: str, args: argparse.Namespace, ack_all: bool) -> float:
+async def publish_rate(
+    address: str,
+    stream: str,
+    args: argparse.Namespace,
+    ack_all: bool,
+    tls: ClientTls = PLAINTEXT,
+) -> float:
     """Messages per second acknowledged, ``args.publishers`` publishers at once."""
-    settings = ClientSettings(ack_all=ack_all, retry_budget_s=30)
+    settings = ClientSettings(ack_all=ack_all, retry_budget_s=30, tls=tls)
     value = b"x" * args.size
     per_publisher = args.messages // args.publishers
     async with AsyncClient(address, settings=settings) as client:
@@ -101,8 +128,10 @@ async def publish_rate(address: str, stream: str, args: argparse.Namespace, ack_
     return (per_publisher // args.batch) * args.batch * args.publishers / elapsed
 
 
-def create(address: str, name: str, replicas: int, min_isr: int) -> None:
-    with Client(address) as client:
+def create(
+    address: str, name: str, replicas: int, min_isr: int, tls: ClientTls = PLAINTEXT
+) -> None:
+    with Client(address, settings=ClientSettings(tls=tls)) as client:
         client.create_stream(name, replication_factor=replicas, min_isr=min_isr)
 
 
@@ -251,6 +280,66 @@ def catchup(brokers: Brokers, stream: str, megabytes: int) -> dict[str, Any]:
     }
 
 
+def rf3_fresh(root: Path, args: argparse.Namespace, secured: bool) -> float:
+    """Messages per second of RF 3 ack ALL publishes on a fresh cluster under ``root``: plain,
+    or ``secured`` as ``make cluster`` is (module docstring), the client then presenting a
+    super-user's certificate over mutual TLS."""
+    pki = root.parent / "pki"
+    ca = testca.Issued(pki / "ca.pem", pki / "ca.key")
+    if not ca.cert.exists():
+        ca = testca.make_ca(pki)
+        for name in ("etcd", "root", "b1", "b2", "b3", "admin"):
+            testca.issue(ca, pki, name)
+    acl = pki / "acl.toml"
+    acl.write_text('super_users = ["b1", "b2", "b3", "admin"]\n')
+
+    def settings(broker: str) -> dict[str, str]:
+        cert, key = str(pki / f"{broker}.pem"), str(pki / f"{broker}.key")
+        if not secured:
+            return {}
+        return {
+            "TIDELOG_TLS_CERT": cert,
+            "TIDELOG_TLS_KEY": key,
+            "TIDELOG_TLS_CLIENT_CA": str(ca.cert),
+            "TIDELOG_ACL_FILE": str(acl),
+            "TIDELOG_ETCD_CA": str(ca.cert),
+            "TIDELOG_ETCD_CERT": cert,
+            "TIDELOG_ETCD_KEY": key,
+        }
+
+    etcd_tls = EtcdTls(pki / "etcd.pem", pki / "etcd.key", client_ca=ca.cert) if secured else None
+    client = ClientTls(ca=ca.cert, cert=pki / "admin.pem", key=pki / "admin.key")
+    if not secured:
+        client = PLAINTEXT
+    with ExitStack() as stack:
+        url = stack.enter_context(running_etcd(root / "etcd", tls=etcd_tls))
+        if secured:
+            etcd_root = (pki / "root.pem", pki / "root.key")
+            enable_etcd_auth(url, ca.cert, etcd_root, ["b1", "b2", "b3"], "/tidelog/")
+        brokers = Brokers(root, url, stack, env=settings)
+        for n in (1, 2, 3):
+            brokers.start(f"b{n}")
+        address = brokers.any_live()
+        create(address, "rf3", 3, 2, tls=client)
+        return asyncio.run(publish_rate(address, "rf3", args, ack_all=True, tls=client))
+
+
+def tls_comparison(root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """RF 3 ack ALL, plaintext then secured, ``args.tls_rounds`` times, each on a fresh cluster:
+    the best of each (the machine's other load only ever slows a round down) and their ratio."""
+    plain: list[float] = []
+    secured: list[float] = []
+    for round_ in range(args.tls_rounds):
+        plain.append(rf3_fresh(root / f"plain-{round_}", args, secured=False))
+        secured.append(rf3_fresh(root / f"tls-{round_}", args, secured=True))
+    return {
+        "publish_rf3_all_plain_msgs_per_s_rounds": [round(r) for r in plain],
+        "publish_rf3_all_tls_msgs_per_s_rounds": [round(r) for r in secured],
+        "publish_rf3_all_tls_msgs_per_s": round(max(secured)),
+        "tls_rf3_all_ratio": round(max(secured) / max(plain), 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
@@ -258,39 +347,23 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--publishers", type=int, default=4)
     parser.add_argument("--catchup-mb", type=int, default=500)
+    parser.add_argument(
+        "--tls-only", action="store_true", help="only RF 3 ack ALL, plaintext and over TLS"
+    )
+    parser.add_argument("--tls-rounds", type=int, default=2)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="tidelog-cluster-bench-"))
     result: dict[str, Any] = {"load_before": loadavg()}
     try:
-        with ExitStack() as stack:
-            url = stack.enter_context(running_etcd(root / "etcd"))
-            brokers = Brokers(root, url, stack)
-            for n in (1, 2, 3):
-                brokers.start(f"b{n}")
-            address = brokers.any_live()
-            create(address, "rf1", 1, 1)
-            create(address, "rf3", 3, 2)
-            rf1 = asyncio.run(publish_rate(address, "rf1", args, ack_all=False))
-            rf3 = asyncio.run(publish_rate(address, "rf3", args, ack_all=True))
-            result["publish_rf1_msgs_per_s"] = round(rf1)
-            result["publish_rf3_all_msgs_per_s"] = round(rf3)
-            result["rf3_all_over_rf1"] = round(rf3 / rf1, 3)
-            killed, took = failover(brokers, "rf3")
-            result["failover_s"] = round(took, 2)
-            brokers.start(killed)
-            killed, took = failover_plain(brokers, "rf3")
-            result["failover_plain_s"] = round(took, 2)
-            brokers.start(killed)
-            killed, took = failover_subscribe(brokers, "rf3")
-            result["failover_subscribe_s"] = round(took, 2)
-            result.update(rejoin(brokers, "rf3", killed))
-            create(brokers.any_live(), "catchup", 3, 1)
-            result.update(catchup(brokers, "catchup", args.catchup_mb))
+        if not args.tls_only:
+            main_run(root, args, result)
+        result.update(tls_comparison(root / "tls", args))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     result["load_after"] = loadavg()
     result["targets"] = {
         "rf3_all_over_rf1": ">= 0.5",
+        "tls_rf3_all_ratio": ">= 0.8",
         "failover_s": "<= 5",
         "failover_plain_s": "<= 5",
         "failover_subscribe_s": "<= 5",
@@ -299,6 +372,39 @@ def main() -> None:
     }
     result["settings"] = vars(args)
     print(json.dumps(result))
+
+
+def main_run(root: Path, args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """Everything but the TLS comparison, on one plaintext cluster (module docstring)."""
+    with ExitStack() as stack:
+        url = stack.enter_context(running_etcd(root / "etcd"))
+        brokers = Brokers(root, url, stack)
+        for n in (1, 2, 3):
+            brokers.start(f"b{n}")
+        address = brokers.any_live()
+        create(address, "rf1", 1, 1)
+        create(address, "rf3", 3, 2)
+        rf1 = asyncio.run(publish_rate(address, "rf1", args, ack_all=False))
+        rf3 = asyncio.run(publish_rate(address, "rf3", args, ack_all=True))
+        result["publish_rf1_msgs_per_s"] = round(rf1)
+        result["publish_rf3_all_msgs_per_s"] = round(rf3)
+        result["rf3_all_over_rf1"] = round(rf3 / rf1, 3)
+        more(brokers, args, result)
+
+
+def more(brokers: Brokers, args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """Failovers, a rejoin and a catch-up on the plaintext cluster (module docstring)."""
+    killed, took = failover(brokers, "rf3")
+    result["failover_s"] = round(took, 2)
+    brokers.start(killed)
+    killed, took = failover_plain(brokers, "rf3")
+    result["failover_plain_s"] = round(took, 2)
+    brokers.start(killed)
+    killed, took = failover_subscribe(brokers, "rf3")
+    result["failover_subscribe_s"] = round(took, 2)
+    result.update(rejoin(brokers, "rf3", killed))
+    create(brokers.any_live(), "catchup", 3, 1)
+    result.update(catchup(brokers, "catchup", args.catchup_mb))
 
 
 if __name__ == "__main__":

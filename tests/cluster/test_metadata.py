@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from tests.support.etcd import running_etcd
 
+from tidelog.cluster.etcd_client import endpoint
 from tidelog.cluster.metadata import (
     GroupRecord,
     Metadata,
     PartitionState,
     StreamRecord,
-    endpoint,
 )
 from tidelog.errors import MetadataUnavailable
 
@@ -148,8 +148,9 @@ def test_an_unreachable_etcd_is_a_clear_error(tmp_path: Path) -> None:
                 await meta.brokers()
 
     asyncio.run(main())
-    assert endpoint("127.0.0.1:2379") == ("127.0.0.1", 2379)
-    with pytest.raises(ValueError, match="http://HOST:PORT"):
+    assert endpoint("127.0.0.1:2379") == ("127.0.0.1", 2379, False)
+    assert endpoint("https://etcd:2380") == ("etcd", 2380, True)
+    with pytest.raises(ValueError, match="HOST:PORT"):
         endpoint("https://")
 
 

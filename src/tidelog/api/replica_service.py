@@ -1,6 +1,15 @@
 """``tidelog.v1.Replication``: what a partition's leader answers its followers; and
 ``tidelog.v1.ClusterAdmin``, the cluster's status and reassignments. Both are served by every
-server: a single broker's control answers that it is not in a cluster."""
+server: a single broker's control answers that it is not in a cluster.
+
+A follower's id is its identity, never what its request says. When the caller was identified
+(a client certificate under mutual TLS, whose first subject alternative name, rewritten by the
+principal rules, is a broker's id; or a token), the ``follower`` a fetch claims must be that
+identity: a caller allowed inter-broker calls (``cluster`` on the cluster) still cannot keep
+another broker in the ISR by fetching in its name. Without credentials (no TLS, or TLS without
+client certificates) the claim cannot be checked and is taken as it is (``docs/security.md``,
+"Brokers trust brokers").
+"""
 
 from __future__ import annotations
 
@@ -8,7 +17,9 @@ import grpc
 
 from tidelog._proto.tidelog.v1 import cluster_pb2 as cpb
 from tidelog._proto.tidelog.v1 import cluster_pb2_grpc
+from tidelog.access import ANONYMOUS, caller
 from tidelog.control import Control
+from tidelog.errors import PermissionDenied
 
 Context = grpc.aio.ServicerContext[object, object]
 
@@ -20,12 +31,24 @@ class ReplicationService(cluster_pb2_grpc.ReplicationServicer):
     async def ReplicaFetch(
         self, request: cpb.ReplicaFetchRequest, context: Context
     ) -> cpb.ReplicaFetchResponse:
+        claimed_broker(request.follower, "fetch as follower")
         return await self.control.replica_fetch(request)
 
     async def OffsetForLeaderEpoch(
         self, request: cpb.OffsetForLeaderEpochRequest, context: Context
     ) -> cpb.OffsetForLeaderEpochResponse:
         return self.control.epoch_end(request)
+
+
+def claimed_broker(claimed: str, doing: str) -> None:
+    """Refuse (``PERMISSION_DENIED``) a broker id claimed by an identified caller that is not
+    that broker (module docstring)."""
+    identity = caller().identity
+    if identity != ANONYMOUS and claimed != identity:
+        raise PermissionDenied(
+            f"{identity} may not {doing} {claimed!r}: a broker calls in its own name (its "
+            f"certificate's first subject alternative name is its broker id)"
+        )
 
 
 class ClusterAdminService(cluster_pb2_grpc.ClusterAdminServicer):

@@ -36,6 +36,7 @@ from tidelog.api.v1 import TidelogService
 from tidelog.broker import Broker
 from tidelog.cluster import ClusterNode, ClusterSettings
 from tidelog.control import Advertised, ClusterControl, ClusterSite, Control, SingleBroker, SiteHost
+from tidelog.security import ClientTls
 from tidelog.sites import QUEUE_SEGMENT_BYTES, LocalSite, QueueRetention, StreamSource
 from tidelog.wire import MAX_FRAME
 
@@ -180,6 +181,13 @@ class Server:
                         lease_ttl_s=settings.cluster_lease_ttl_s,
                         replica_lag_max_s=settings.replica_lag_max_s,
                         ack_timeout_s=settings.cluster_ack_timeout_s,
+                        peer_tls=self.security.peer_tls(),
+                        etcd_tls=ClientTls(
+                            ca=settings.etcd_ca,
+                            cert=settings.etcd_cert,
+                            key=settings.etcd_key,
+                            enabled=settings.cluster.startswith("https://"),
+                        ),
                     ),
                 )
                 if settings.site_id:

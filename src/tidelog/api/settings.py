@@ -123,12 +123,23 @@ class ServerSettings(BaseSettings):
     )
     cluster: str = Field(
         "",
-        description="etcd endpoint (http://HOST:PORT) of the cluster this broker joins; empty: a "
-        "single broker with no etcd (the default)",
+        description="etcd endpoint (http://HOST:PORT, or https://HOST:PORT for TLS) of the "
+        "cluster this broker joins; empty: a single broker with no etcd (the default)",
     )
     cluster_name: str = Field(
         "default", pattern=r"^[A-Za-z0-9_.-]+$", description="the cluster's name (its etcd prefix)"
     )
+    etcd_ca: Path | None = Field(
+        None,
+        description="PEM CA that signed etcd's certificate, with an https:// cluster URL "
+        "(default: the system's roots)",
+    )
+    etcd_cert: Path | None = Field(
+        None,
+        description="PEM client certificate this broker presents to etcd (with etcd_key; etcd's "
+        "--client-cert-auth); with etcd's authentication on, its common name is the etcd user",
+    )
+    etcd_key: Path | None = Field(None, description="PEM private key of etcd_cert")
     advertise: str = Field(
         "",
         description="HOST:PORT other brokers and clients reach this broker at, in a cluster "
@@ -302,6 +313,18 @@ class ServerSettings(BaseSettings):
             )
         if self.advertise and ":" not in self.advertise:
             raise ValueError(f"advertise is HOST:PORT, got {self.advertise!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _etcd_tls_needs_https(self) -> ServerSettings:
+        if (self.etcd_cert is None) != (self.etcd_key is None):
+            raise ValueError("etcd_cert and etcd_key go together: give both, or neither")
+        given = self.etcd_ca or self.etcd_cert
+        if given and not self.cluster.startswith("https://"):
+            raise ValueError(
+                "etcd_ca and etcd_cert are for an etcd reached over TLS: write the cluster URL "
+                "https://HOST:PORT"
+            )
         return self
 
     @model_validator(mode="after")

@@ -31,7 +31,7 @@ from tidelog.client import (
     Message,
 )
 from tidelog.client.aio import PUBLISH_CHUNK
-from tidelog.errors import GroupStateUnreadable, InvalidArgument, LogLocked
+from tidelog.errors import GroupStateUnreadable, InvalidArgument, LogLocked, MetadataUnavailable
 
 app = typer.Typer(
     help="tidelog: a durable, partitioned streaming log.",
@@ -149,7 +149,14 @@ def serve(
 
     try:
         asyncio.run(run(settings, on_ready=ready, console=console))
-    except (OSError, LogLocked, GroupStateUnreadable, InvalidArgument) as error:
+    # MetadataUnavailable: the cluster's etcd refused or cannot be reached (its message says why).
+    except (
+        OSError,
+        LogLocked,
+        GroupStateUnreadable,
+        InvalidArgument,
+        MetadataUnavailable,
+    ) as error:
         fail(f"cannot start: {error}")
 
 

@@ -51,12 +51,13 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 import aetcd
 from aetcd.utils import prefix_range_end
 
+from tidelog.cluster.etcd_client import etcd_client, unreachable
 from tidelog.errors import MetadataUnavailable
+from tidelog.security import PLAINTEXT, ClientTls
 
 LOG = logging.getLogger("tidelog.cluster")
 DEFAULT_TTL_S: Final = 10
@@ -94,14 +95,6 @@ class PartitionState:
             int(data["leader_epoch"]),
             tuple(data.get("target", ())),
         )
-
-
-def endpoint(url: str) -> tuple[str, int]:
-    """(host, port) of an etcd endpoint such as ``http://127.0.0.1:2379``."""
-    parts = urlsplit(url if "//" in url else f"http://{url}")
-    if parts.scheme not in ("http", "") or not parts.hostname:
-        raise ValueError(f"an etcd endpoint looks like http://HOST:PORT, got {url!r}")
-    return parts.hostname, parts.port or 2379
 
 
 class Membership:
@@ -158,9 +151,12 @@ class Metadata:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def connect(cls, url: str, cluster: str = "default") -> AsyncIterator[Metadata]:
-        host, port = endpoint(url)
-        client = aetcd.Client(host=host, port=port, timeout=5)
+    async def connect(
+        cls, url: str, cluster: str = "default", tls: ClientTls = PLAINTEXT
+    ) -> AsyncIterator[Metadata]:
+        """The metadata of ``cluster`` in the etcd at ``url``: over TLS with ``tls`` when the
+        URL is ``https://`` (``etcd_client.py``)."""
+        client = etcd_client(url, tls)
         try:
             with _unavailable(url):
                 await client.connect()
@@ -699,9 +695,12 @@ def _unavailable(url: str) -> Any:
     try:
         yield
     except (aetcd.ConnectionFailedError, aetcd.ConnectionTimeoutError) as error:
-        raise MetadataUnavailable(
-            f"etcd at {url} cannot be reached ({type(error).__name__}): check that it runs and "
-            f"the --cluster address"
-        ) from None
+        raise MetadataUnavailable(unreachable(url, str(error))) from None
     except aetcd.ClientError as error:
-        raise MetadataUnavailable(f"etcd at {url} failed: {error}") from None
+        hint = ""
+        if "permission denied" in str(error) or "user name not found" in str(error):
+            hint = (
+                " (with etcd's authentication on, the user is the common name of etcd_cert: "
+                "grant its role read and write on the cluster's prefix /tidelog/<cluster_name>/)"
+            )
+        raise MetadataUnavailable(f"etcd at {url} failed: {error}{hint}") from None

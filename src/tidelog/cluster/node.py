@@ -86,7 +86,7 @@ class ClusterNode:
         self.settings = settings
         self.broker_id = settings.broker_id
         self.view = ClusterView()
-        self.routing = Routing(self)
+        self.routing = Routing(self, settings.peer_tls)
         """Where each partition's leader is, and the channels to the other brokers."""
         self.groups = ClusterGroups(self)
         """Consumer groups in etcd; the broker's own coordinator becomes their mirror."""
@@ -131,7 +131,9 @@ class ClusterNode:
                 self.settings.replica_lag_max_s,
             )
         self.broker.hosted_elsewhere = self.routing._elsewhere
-        self._metadata_cm = Metadata.connect(self.settings.etcd, self.settings.cluster)
+        self._metadata_cm = Metadata.connect(
+            self.settings.etcd, self.settings.cluster, self.settings.etcd_tls
+        )
         self.metadata = await self._metadata_cm.__aenter__()
         try:
             await self._register()

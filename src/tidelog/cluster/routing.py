@@ -8,7 +8,8 @@ answer may be one poll old: a call routed on it is refused by a broker that no l
 Invariants. ``leads`` is true only while the cluster names this broker the leader *and* its
 replica has taken the leadership at that very leader epoch, and the broker is a member (a
 broker cut off from etcd leads nothing). There is one gRPC channel per address, kept until the
-node closes, shared by the follower fetches, the forwarded calls and the status queries.
+node closes, shared by the follower fetches, the forwarded calls and the status queries, and
+opened with the node's ``peer_tls``: TLS with this broker's certificate when the server has TLS.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import grpc
 from tidelog.cluster.metadata import ClusterView
 from tidelog.cluster.roles import PartitionRole
 from tidelog.errors import NotEnoughReplicas, NotLeader
+from tidelog.security import PLAINTEXT, ClientTls, aio_channel
 from tidelog.wire import MAX_FRAME, NOT_LEADER_KEY
 
 T = TypeVar("T")
@@ -60,8 +62,11 @@ class RoutingHost(Protocol):
 class Routing:
     """Where each partition's leader is, as this broker knows it, and channels to brokers."""
 
-    def __init__(self, host: RoutingHost) -> None:
+    def __init__(self, host: RoutingHost, tls: ClientTls = PLAINTEXT) -> None:
         self._host = host
+        self._tls = tls
+        """How every channel here is opened: TLS with this broker's certificate when the
+        server has TLS (the broker called checks who calls by it), else plaintext."""
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     @property
@@ -72,9 +77,10 @@ class Routing:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(
+            channel = aio_channel(
                 address,
-                options=[
+                self._tls,
+                [
                     ("grpc.max_receive_message_length", MAX_FRAME),
                     ("grpc.max_send_message_length", MAX_FRAME),
                 ],

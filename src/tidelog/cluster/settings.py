@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from tidelog.security import PLAINTEXT, ClientTls
+
 CURSOR_REPLICAS = 3
 """Replicas of ``__cursors`` in a cluster (fewer when the cluster has fewer live brokers when
 the first cursor is set)."""
@@ -33,7 +35,7 @@ DEFAULT_ACK_TIMEOUT_S: Final = 10.0
 @dataclass(frozen=True, slots=True)
 class ClusterSettings:
     etcd: str
-    """The etcd endpoint, http://HOST:PORT."""
+    """The etcd endpoint, http://HOST:PORT, or https://HOST:PORT for TLS (``etcd_tls``)."""
     broker_id: str
     advertise: str
     """HOST:PORT other brokers and clients reach this broker at."""
@@ -44,6 +46,13 @@ class ClusterSettings:
     ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S
     """Above ``replica_lag_max_s``: an ack ALL publish that waits for a follower that stopped
     gets through once the ISR has dropped it, rather than failing at that very moment."""
+    peer_tls: ClientTls = PLAINTEXT
+    """How this broker calls the others (follower fetches, forwarded calls, group and status
+    calls): with the server's TLS on, TLS with this broker's own certificate as the client's, so
+    the broker called knows who calls (``docs/security.md``, "Brokers trust brokers")."""
+    etcd_tls: ClientTls = PLAINTEXT
+    """How this broker reaches etcd: the CA etcd's certificate is checked against and this
+    broker's client certificate (etcd names its user after the certificate's common name)."""
 
     @property
     def fetch_wait_ms(self) -> int:
