@@ -88,6 +88,8 @@ class Target:
     new_view: str = "w"
     site: str = "east"
     new_site: str = "west"
+    follower: str = "b2"
+    """The broker a ReplicaFetch claims to be: served only in the caller's own name."""
 
 
 LOCAL_SITE = "home"
@@ -156,7 +158,7 @@ def requests(t: Target) -> dict[str, Any]:
         "/tidelog.v1.Tidelog/DescribeStream": v1.DescribeStreamRequest(stream=t.stream),
         "/tidelog.v1.Tidelog/ListGroups": v1.ListGroupsRequest(),
         "/tidelog.v1.Replication/ReplicaFetch": cluster_pb2.ReplicaFetchRequest(
-            stream=t.stream, follower="b2"
+            stream=t.stream, follower=t.follower
         ),
         "/tidelog.v1.Replication/OffsetForLeaderEpoch": cluster_pb2.OffsetForLeaderEpochRequest(
             stream=t.stream
@@ -406,6 +408,7 @@ ALLOWED = Target(
     new_view="w",
     site="east",
     new_site="west",
+    follower="alice",
 )
 
 ORDERED = sorted(
