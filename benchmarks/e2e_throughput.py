@@ -43,6 +43,14 @@ Phases, each on its own fresh stream of one partition:
   (``time.time_ns()``, little-endian i64) and a sequence number; latency = the subscriber's
   ``time.time_ns()`` after decoding the batch minus the send time. Percentiles are nearest-rank.
 
+- ``tls_publish_batch`` / ``tls_subscribe_batch`` (``--skip-tls`` leaves them out): after the
+  phases above, a second fresh ``tidelog serve`` requiring mutual TLS (``--tls-cert``,
+  ``--tls-key``, ``--tls-client-ca``; certificates from ``tidelog.security.testca`` in a
+  temporary directory, removed afterwards) and an ``AsyncClient`` presenting a client
+  certificate run the ``publish_batch`` and ``subscribe_batch`` phases again, same payloads,
+  same code. ``tls_publish_ratio`` and ``tls_catchup_ratio`` are their rates over the plaintext
+  ones of the same run (target >= 0.8 each).
+
 ``peers`` runs ``benchmarks/peers.py`` (``measure_redis``, ``measure_nats``) with the same
 payloads after tidelog's server is stopped; ``--skip-peers`` leaves its numbers ``null``.
 ``ratios`` compares them with the targets, each with a boolean ``met`` (``false`` when a side was
@@ -60,7 +68,7 @@ are slower: compare their numbers with unprofiled runs only.
     python benchmarks/e2e_throughput.py [--messages 1000000] [--size 100] [--skip-peers]
         [--publish-async-messages 200000] [--publish-async-window 1000] [--live-seconds 5]
         [--live-rate 10000] [--live-batch 10] [--flush-policy interval] [--timeout 300]
-        [--profile DIR] [--profile-native]
+        [--profile DIR] [--profile-native] [--skip-tls]
 """
 
 from __future__ import annotations
@@ -96,8 +104,10 @@ from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
+from tidelog.client import ClientSettings, ClientTls
 from tidelog.client.aio import AsyncClient
 from tidelog.client.codec import decode
+from tidelog.security.testca import issue, make_ca
 
 BENCH_DIR = Path(__file__).resolve().parent
 
@@ -126,6 +136,9 @@ PIPELINE_WINDOW = 4
 STREAM_ASYNC = "e2e-async"
 STREAM_ASYNC_GO = "e2e-async-go"
 STREAM_LIVE = "e2e-live"
+STREAM_TLS = "e2e-tls"
+TLS_TARGET = 0.8
+"""mTLS throughput over plaintext, for batched publish and for catch-up."""
 
 
 def _rate(count: int, seconds: float) -> float:
@@ -170,8 +183,10 @@ class TidelogServer:
     removes the directory, whatever happened in between.
     """
 
-    def __init__(self, flush_policy: str) -> None:
+    def __init__(self, flush_policy: str, *extra: str) -> None:
         self.flush_policy = flush_policy
+        self.extra = extra
+        """More ``tidelog serve`` flags (the TLS phases' certificates)."""
         self.directory: Path | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
@@ -203,7 +218,7 @@ class TidelogServer:
         argv = [
             sys.executable, "-m", "tidelog.cli", "serve",
             "--data-dir", str(data), "--host", "127.0.0.1", "--port", "0",
-            "--metrics-port", "0", "--flush-policy", self.flush_policy,
+            "--metrics-port", "0", "--flush-policy", self.flush_policy, *self.extra,
         ]  # fmt: skip
         self.proc = subprocess.Popen(
             argv,
@@ -848,6 +863,48 @@ async def _live_publisher(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def tls_phases(
+    args: argparse.Namespace, payloads: Sequence[bytes], details: dict[str, Any]
+) -> dict[str, Any]:
+    """``publish_batch`` then forward catch-up against a fresh server requiring mutual TLS,
+    through a client presenting its certificate; recorded as ``tls_publish_batch`` and
+    ``tls_subscribe_batch``. The certificates live in a temporary directory, removed after."""
+    timeout = args.timeout
+    results: dict[str, Any] = {}
+    pki = Path(tempfile.mkdtemp(prefix="e2e-pki-"))
+    try:
+        ca = make_ca(pki)
+        server_cert, client_cert = issue(ca, pki, "server"), issue(ca, pki, "bench")
+        flags = ("--tls-cert", str(server_cert.cert), "--tls-key", str(server_cert.key))
+        with TidelogServer(args.flush_policy, *flags, "--tls-client-ca", str(ca.cert)) as server:
+            details["tls_server"] = {"pid": server.pid, "mutual": True}
+            tls = ClientTls(ca=ca.cert, cert=client_cert.cert, key=client_cert.key)
+            settings = ClientSettings(tls=tls)
+            async with AsyncClient(server.address, settings=settings) as client:
+                await client.create_stream(STREAM_TLS)
+
+                def phase(name: str) -> Phase:
+                    return Phase(name, server, details, args.profile, args.profile_native)
+
+                async with asyncio.timeout(timeout + SAFETY):
+                    with phase("tls_publish_batch") as p:
+                        r = await publish_batch_phase(client, STREAM_TLS, payloads, timeout)
+                        p.record.update(r, method=f"publish_batch x{BATCH} over mutual TLS")
+                results["tls_publish_batch"] = r
+                async with asyncio.timeout(timeout + SAFETY):
+                    with phase("tls_subscribe_batch") as p:
+                        r = await subscribe_phase(
+                            client, STREAM_TLS, payloads, r["count"], timeout, reverse=False
+                        )
+                        p.record.update(r, method="subscribe_batches + decode over mutual TLS")
+                results["tls_subscribe_batch"] = r
+            server.stop()
+            details["tls_server"]["exit_code"] = server.exit_code
+    finally:
+        shutil.rmtree(pki, ignore_errors=True)
+    return results
+
+
 async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) -> dict[str, Any]:
     details: dict[str, Any] = {}
     results: dict[str, Any] = {}
@@ -948,14 +1005,18 @@ async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) ->
             results["live"] = r
         server.stop()
         details["server"]["exit_code"] = server.exit_code
-    for name in (
+    measured = [
         "publish_batch",
         "publish_pipelined",
         "subscribe_batch",
         "subscribe_reverse",
         "publish_async",
         "publish_async_go_style",
-    ):
+    ]
+    if not args.skip_tls:
+        results.update(await tls_phases(args, payloads, details))
+        measured += ["tls_publish_batch", "tls_subscribe_batch"]
+    for name in measured:
         rec = details[name]
         rec["msgs_per_s"] = _rate(rec["count"], rec["seconds"])
         rec["seconds"] = round(rec["seconds"], 3)
@@ -1066,6 +1127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--profile-native", action="store_true", help="py-spy --native (pauses while sampling)"
     )
+    parser.add_argument("--skip-tls", action="store_true", help="leave out the mutual-TLS phases")
     args = parser.parse_args(argv)
     if args.messages < 1 or args.size < 1:
         parser.error("--messages and --size must be positive")
@@ -1111,6 +1173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     forward = details["subscribe_batch"]["msgs_per_s"]
     reverse = details["subscribe_reverse"]["msgs_per_s"]
     live = results["live"]
+    tls_publish = None if args.skip_tls else details["tls_publish_batch"]["msgs_per_s"]
+    tls_catchup = None if args.skip_tls else details["tls_subscribe_batch"]["msgs_per_s"]
+    tls_publish_ratio = ratio(tls_publish, publish_batch, TLS_TARGET, ">=")
+    tls_catchup_ratio = ratio(tls_catchup, forward, TLS_TARGET, ">=")
 
     out: dict[str, Any] = {
         "publish_batch_msgs_per_s": publish_batch,
@@ -1121,6 +1187,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "subscribe_reverse_msgs_per_s": reverse,
         "live_latency_p50_ms": live["p50_ms"],
         "live_latency_p99_ms": live["p99_ms"],
+        "tls_publish_batch_msgs_per_s": tls_publish,
+        "tls_subscribe_batch_msgs_per_s": tls_catchup,
+        "tls_publish_ratio": tls_publish_ratio["value"],
+        "tls_catchup_ratio": tls_catchup_ratio["value"],
         "peers": {"redis": redis_out, "nats": nats_out},
         "ratios": {
             "publish_batch_vs_redis_c_client": ratio(
@@ -1140,6 +1210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ),
             "reverse_vs_forward_catch_up": ratio(reverse, forward, 0.9, ">="),
             "live_p99_ms": ratio(live["p99_ms"], None, 5, "<="),
+            "tls_publish_vs_plaintext": tls_publish_ratio,
+            "tls_catchup_vs_plaintext": tls_catchup_ratio,
         },
         "messages": args.messages,
         "message_bytes": args.size,
