@@ -43,8 +43,8 @@ Phases, each on its own fresh stream of one partition:
   (``time.time_ns()``, little-endian i64) and a sequence number; latency = the subscriber's
   ``time.time_ns()`` after decoding the batch minus the send time. Percentiles are nearest-rank.
 
-- ``tls_publish_batch`` / ``tls_subscribe_batch`` (``--skip-tls`` leaves them out): after the
-  phases above, a second fresh ``tidelog serve`` requiring mutual TLS (``--tls-cert``,
+- ``tls_publish_batch`` / ``tls_subscribe_batch`` (``--skip-tls`` leaves them out): right after
+  the catch-up phases, a second fresh ``tidelog serve`` requiring mutual TLS (``--tls-cert``,
   ``--tls-key``, ``--tls-client-ca``; certificates from ``tidelog.security.testca`` in a
   temporary directory, removed afterwards) and an ``AsyncClient`` presenting a client
   certificate run the ``publish_batch`` and ``subscribe_batch`` phases again, same payloads,
@@ -956,6 +956,11 @@ async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) ->
                         p.record.update(r, method="AsyncClient.subscribe_batches + decode")
                 results[name] = r
 
+            if not args.skip_tls:
+                # Right after the plaintext phases they are compared with, before the
+                # PublishAsync and live phases load the machine.
+                results.update(await tls_phases(args, payloads, details))
+
             async with asyncio.timeout(timeout + 2 * SAFETY):
                 with phase("publish_async") as p:
                     r = await publish_async_phase(
@@ -1014,7 +1019,6 @@ async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) ->
         "publish_async_go_style",
     ]
     if not args.skip_tls:
-        results.update(await tls_phases(args, payloads, details))
         measured += ["tls_publish_batch", "tls_subscribe_batch"]
     for name in measured:
         rec = details[name]
