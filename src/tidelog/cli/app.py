@@ -40,6 +40,9 @@ app = typer.Typer(
     help="tidelog: a durable, partitioned streaming log.",
     no_args_is_help=True,
     add_completion=False,
+    # A traceback with locals would print --token's value (typer's default; said here so it
+    # stays so).
+    pretty_exceptions_show_locals=False,
 )
 stream_app = typer.Typer(help="Create, list, inspect and delete streams.", no_args_is_help=True)
 cursor_app = typer.Typer(help="Read and write consumer cursors.", no_args_is_help=True)
