@@ -43,6 +43,16 @@ Phases, each on its own fresh stream of one partition:
   (``time.time_ns()``, little-endian i64) and a sequence number; latency = the subscriber's
   ``time.time_ns()`` after decoding the batch minus the send time. Percentiles are nearest-rank.
 
+- TLS (``--skip-tls`` leaves it out), right after the catch-up phases: a second fresh
+  ``tidelog serve`` requiring mutual TLS (``--tls-cert``, ``--tls-key``, ``--tls-client-ca``;
+  certificates from ``tidelog.security.testca`` in a temporary directory, removed afterwards)
+  and an ``AsyncClient`` presenting a client certificate. ``--tls-rounds`` rounds (default 3),
+  each on a fresh stream of both servers: ``publish_batch`` plaintext then over TLS, then forward
+  catch-up plaintext then over TLS, same payloads, same code. ``tls_publish_ratio`` and
+  ``tls_catchup_ratio`` are the medians of the rounds' TLS/plaintext ratios (target >= 0.8
+  each); pairing phases seconds apart keeps the shared machine's moving load out of them.
+  ``details.tls.rounds`` has every rate.
+
 ``peers`` runs ``benchmarks/peers.py`` (``measure_redis``, ``measure_nats``) with the same
 payloads after tidelog's server is stopped; ``--skip-peers`` leaves its numbers ``null``.
 ``ratios`` compares them with the targets, each with a boolean ``met`` (``false`` when a side was
@@ -60,7 +70,7 @@ are slower: compare their numbers with unprofiled runs only.
     python benchmarks/e2e_throughput.py [--messages 1000000] [--size 100] [--skip-peers]
         [--publish-async-messages 200000] [--publish-async-window 1000] [--live-seconds 5]
         [--live-rate 10000] [--live-batch 10] [--flush-policy interval] [--timeout 300]
-        [--profile DIR] [--profile-native]
+        [--profile DIR] [--profile-native] [--skip-tls] [--tls-rounds 3]
 """
 
 from __future__ import annotations
@@ -80,6 +90,7 @@ import queue
 import secrets
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -96,8 +107,10 @@ from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
+from tidelog.client import ClientSettings, ClientTls
 from tidelog.client.aio import AsyncClient
 from tidelog.client.codec import decode
+from tidelog.security.testca import issue, make_ca
 
 BENCH_DIR = Path(__file__).resolve().parent
 
@@ -126,6 +139,9 @@ PIPELINE_WINDOW = 4
 STREAM_ASYNC = "e2e-async"
 STREAM_ASYNC_GO = "e2e-async-go"
 STREAM_LIVE = "e2e-live"
+STREAM_TLS = "e2e-tls"
+TLS_TARGET = 0.8
+"""mTLS throughput over plaintext, for batched publish and for catch-up."""
 
 
 def _rate(count: int, seconds: float) -> float:
@@ -170,8 +186,10 @@ class TidelogServer:
     removes the directory, whatever happened in between.
     """
 
-    def __init__(self, flush_policy: str) -> None:
+    def __init__(self, flush_policy: str, *extra: str) -> None:
         self.flush_policy = flush_policy
+        self.extra = extra
+        """More ``tidelog serve`` flags (the TLS phases' certificates)."""
         self.directory: Path | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
@@ -203,7 +221,7 @@ class TidelogServer:
         argv = [
             sys.executable, "-m", "tidelog.cli", "serve",
             "--data-dir", str(data), "--host", "127.0.0.1", "--port", "0",
-            "--metrics-port", "0", "--flush-policy", self.flush_policy,
+            "--metrics-port", "0", "--flush-policy", self.flush_policy, *self.extra,
         ]  # fmt: skip
         self.proc = subprocess.Popen(
             argv,
@@ -848,6 +866,64 @@ async def _live_publisher(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def tls_phases(
+    args: argparse.Namespace,
+    payloads: Sequence[bytes],
+    plain: AsyncClient,
+    details: dict[str, Any],
+) -> None:
+    """Batched publish and forward catch-up, plaintext (``plain``, the first server) and over
+    mutual TLS (a second fresh server requiring client certificates, a client presenting one),
+    in ``--tls-rounds`` rounds that alternate the two, each round on fresh streams of both.
+    Pairing each TLS phase with a plaintext one seconds apart keeps the machine's load (shared,
+    it moves) out of their ratio; the reported ratios are the medians of the rounds' ratios.
+    The certificates live in a temporary directory, removed after. Fills ``details["tls"]``."""
+    timeout = args.timeout
+    rounds: list[dict[str, float]] = []
+    record: dict[str, Any] = {"rounds": rounds, "timed_out": False, "loadavg_before": _loadavg()}
+    details["tls"] = record
+    pki = Path(tempfile.mkdtemp(prefix="e2e-pki-"))
+    try:
+        ca = make_ca(pki)
+        server_cert, client_cert = issue(ca, pki, "server"), issue(ca, pki, "bench")
+        flags = ("--tls-cert", str(server_cert.cert), "--tls-key", str(server_cert.key))
+        with TidelogServer(args.flush_policy, *flags, "--tls-client-ca", str(ca.cert)) as server:
+            record["server_pid"] = server.pid
+            tls = ClientTls(ca=ca.cert, cert=client_cert.cert, key=client_cert.key)
+            async with AsyncClient(server.address, settings=ClientSettings(tls=tls)) as secured:
+                for number in range(args.tls_rounds):
+                    stream = f"{STREAM_TLS}-{number}"
+                    sides = (("plain", plain), ("tls", secured))
+                    rates: dict[str, float] = {}
+                    stored: dict[str, int] = {}
+                    for side, client in sides:
+                        await client.create_stream(stream)
+                        async with asyncio.timeout(timeout + SAFETY):
+                            r = await publish_batch_phase(client, stream, payloads, timeout)
+                        rates[f"{side}_publish"] = _rate(r["count"], r["seconds"])
+                        stored[side] = r["count"]
+                        record["timed_out"] |= r["timed_out"]
+                    for side, client in sides:
+                        async with asyncio.timeout(timeout + SAFETY):
+                            r = await subscribe_phase(
+                                client, stream, payloads, stored[side], timeout, reverse=False
+                            )
+                        rates[f"{side}_catchup"] = _rate(r["count"], r["seconds"])
+                        record["timed_out"] |= r["timed_out"]
+                    for _, client in sides:  # their disk space, for the rounds and phases after
+                        await client.delete_stream(stream)
+                    rounds.append(rates)
+            server.stop()
+            record["server_exit_code"] = server.exit_code
+    finally:
+        shutil.rmtree(pki, ignore_errors=True)
+    record["loadavg_after"] = _loadavg()
+    for kind in ("publish", "catchup"):
+        ratios = [r[f"tls_{kind}"] / r[f"plain_{kind}"] for r in rounds if r[f"plain_{kind}"]]
+        record[f"{kind}_ratio"] = round(statistics.median(ratios), 3) if ratios else None
+        record[f"tls_{kind}_msgs_per_s"] = statistics.median(r[f"tls_{kind}"] for r in rounds)
+
+
 async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) -> dict[str, Any]:
     details: dict[str, Any] = {}
     results: dict[str, Any] = {}
@@ -899,6 +975,9 @@ async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) ->
                         p.record.update(r, method="AsyncClient.subscribe_batches + decode")
                 results[name] = r
 
+            if not args.skip_tls:
+                await tls_phases(args, payloads, client, details)
+
             async with asyncio.timeout(timeout + 2 * SAFETY):
                 with phase("publish_async") as p:
                     r = await publish_async_phase(
@@ -948,14 +1027,15 @@ async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) ->
             results["live"] = r
         server.stop()
         details["server"]["exit_code"] = server.exit_code
-    for name in (
+    measured = [
         "publish_batch",
         "publish_pipelined",
         "subscribe_batch",
         "subscribe_reverse",
         "publish_async",
         "publish_async_go_style",
-    ):
+    ]
+    for name in measured:
         rec = details[name]
         rec["msgs_per_s"] = _rate(rec["count"], rec["seconds"])
         rec["seconds"] = round(rec["seconds"], 3)
@@ -963,6 +1043,8 @@ async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) ->
             timed_out_phases.append(name)
     if details["live"]["publisher"]["timed_out"]:
         timed_out_phases.append("live")
+    if details.get("tls", {}).get("timed_out"):
+        timed_out_phases.append("tls")
     details["publish_batch"]["messages"] = n
     details["timed_out_phases"] = timed_out_phases
     return {"results": results, "details": details}
@@ -1066,11 +1148,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--profile-native", action="store_true", help="py-spy --native (pauses while sampling)"
     )
+    parser.add_argument("--skip-tls", action="store_true", help="leave out the mutual-TLS phases")
+    parser.add_argument(
+        "--tls-rounds", type=int, default=3, help="paired plaintext/TLS rounds (default 3)"
+    )
     args = parser.parse_args(argv)
     if args.messages < 1 or args.size < 1:
         parser.error("--messages and --size must be positive")
     if args.publish_async_window < 1 or args.live_rate < 1 or args.live_batch < 1:
         parser.error("--publish-async-window, --live-rate and --live-batch must be positive")
+    if args.tls_rounds < 1:
+        parser.error("--tls-rounds must be positive")
     if args.live_seconds <= 0 or args.publish_async_messages < 1:
         parser.error("--live-seconds and --publish-async-messages must be positive")
     args.publish_async_messages = min(args.publish_async_messages, args.messages)
@@ -1111,6 +1199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     forward = details["subscribe_batch"]["msgs_per_s"]
     reverse = details["subscribe_reverse"]["msgs_per_s"]
     live = results["live"]
+    tls = details.get("tls", {})  # ratios already (medians of paired rounds): over 1
+    tls_publish_ratio = ratio(tls.get("publish_ratio"), 1.0, TLS_TARGET, ">=")
+    tls_catchup_ratio = ratio(tls.get("catchup_ratio"), 1.0, TLS_TARGET, ">=")
 
     out: dict[str, Any] = {
         "publish_batch_msgs_per_s": publish_batch,
@@ -1121,6 +1212,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "subscribe_reverse_msgs_per_s": reverse,
         "live_latency_p50_ms": live["p50_ms"],
         "live_latency_p99_ms": live["p99_ms"],
+        "tls_publish_batch_msgs_per_s": tls.get("tls_publish_msgs_per_s"),
+        "tls_subscribe_batch_msgs_per_s": tls.get("tls_catchup_msgs_per_s"),
+        "tls_publish_ratio": tls_publish_ratio["value"],
+        "tls_catchup_ratio": tls_catchup_ratio["value"],
         "peers": {"redis": redis_out, "nats": nats_out},
         "ratios": {
             "publish_batch_vs_redis_c_client": ratio(
@@ -1140,6 +1235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ),
             "reverse_vs_forward_catch_up": ratio(reverse, forward, 0.9, ">="),
             "live_p99_ms": ratio(live["p99_ms"], None, 5, "<="),
+            "tls_publish_vs_plaintext": tls_publish_ratio,
+            "tls_catchup_vs_plaintext": tls_catchup_ratio,
         },
         "messages": args.messages,
         "message_bytes": args.size,

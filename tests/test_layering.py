@@ -35,7 +35,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "security": {"access", "errors"},  # identities, tokens, the ACL, TLS material
     # the server side, top to bottom: fronts -> guard -> control -> broker / cluster / sites
     # the CLI: a client application, plus `tidelog serve` (the api, loaded late)
-    "cli": {"api", "client", "console", "errors", "wire", "tidelog"},
+    # (security: `tidelog token create` writes the tokens file, as the server reads it)
+    "cli": {"api", "client", "console", "errors", "wire", "tidelog", "security"},
     # the api's fronts use the control; its server (the composition root) builds the control
     # from the broker, the cluster's face and the sites' face
     "api": {

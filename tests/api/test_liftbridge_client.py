@@ -14,6 +14,9 @@ interpreter -- this very file run as a script, ``python test_liftbridge_client.p
 ADDRESS`` -- which drives gufo and prints what it observed as one JSON object; the tests assert
 on that. Where gufo hides a status code, the test checks it with tidelog's own ``proto.API`` stub
 (this process never imports gufo).
+
+gufo has no TLS option (its channel is ``grpc.aio.insecure_channel``); the mutual-TLS scenario
+replaces that one name in the child (``_gufo_over_tls``) and leaves the rest of gufo as it is.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterable, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 CHILD_TIMEOUT = 90.0
@@ -396,8 +401,35 @@ SCENARIOS: dict[str, Callable[[Any, str], Awaitable[Observed]]] = {
 }
 
 
+TLS_VARIABLES = ("GUFO_TLS_CA", "GUFO_TLS_CERT", "GUFO_TLS_KEY")
+"""PEM files a scenario's child connects with (mutual TLS), when the parent sets them."""
+
+
+def _gufo_over_tls(ca: str, cert: str, key: str) -> None:
+    """gufo 0.2.0 has no TLS parameter: ``GRPCChannel.connect`` calls ``grpc.aio.
+    insecure_channel``, imported into ``gufo.liftbridge.client``. Replacing that one name with a
+    secure channel of the same options leaves everything above the channel gufo's own."""
+    import grpc
+    import gufo.liftbridge.client as gufo_client
+
+    def read(path: str) -> bytes:
+        with open(path, "rb") as file:
+            return file.read()
+
+    credentials = grpc.ssl_channel_credentials(read(ca), read(key), read(cert))
+
+    def secure_channel(target: str, options: Any = None, **rest: Any) -> Any:
+        return grpc.aio.secure_channel(target, credentials, options=options, **rest)
+
+    gufo_client.insecure_channel = secure_channel
+
+
 async def _child(name: str, address: str) -> Observed:
     from gufo.liftbridge.client import LiftbridgeClient
+
+    tls = [os.environ.get(variable) for variable in TLS_VARIABLES]
+    if all(tls):
+        _gufo_over_tls(*tls)  # type: ignore[arg-type]
 
     options: dict[str, Any] = {"compression_method": "lzma"} if name == "bulk" else {}
     async with LiftbridgeClient([address], **options) as lb:
@@ -411,19 +443,22 @@ async def _child(name: str, address: str) -> Observed:
 if __name__ != "__main__":
     import grpc
     import pytest
-    from tests.support.server import ServerProcess
+    from tests.support.server import ServerProcess, served
 
     from tidelog._proto.liftbridge import api_pb2 as pb
     from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
+    from tidelog.security.testca import issue, make_ca
 
-    def gufo(server: ServerProcess, scenario: str) -> Observed:
-        """Run one gufo scenario against ``server`` in a child interpreter; what it observed."""
+    def gufo(server: ServerProcess, scenario: str, env: dict[str, str] | None = None) -> Observed:
+        """Run one gufo scenario against ``server`` in a child interpreter; what it observed.
+        ``env``: more environment variables for the child (``TLS_VARIABLES``)."""
         try:
             done = subprocess.run(
                 [sys.executable, __file__, scenario, server.address],
                 capture_output=True,
                 text=True,
                 timeout=CHILD_TIMEOUT,
+                env={**os.environ, **(env or {})},
             )
         except subprocess.TimeoutExpired as expired:  # run() has killed the child by PID
             pytest.fail(f"gufo scenario {scenario!r} hung:\n{expired.stderr}")
@@ -545,6 +580,26 @@ if __name__ != "__main__":
         assert stamps == sorted(stamps)
         assert 0 < seen["now"] - stamps[-1] < 600 * 10**9  # ns since the epoch
         assert seen["full"] == [9, 9]
+
+    def test_publish_and_subscribe_over_mutual_tls(tmp_path: Path) -> None:
+        """gufo against a server that requires client certificates: its channel made secure
+        (``_gufo_over_tls``; gufo itself has no TLS option), everything else unchanged."""
+        pki = tmp_path / "pki"
+        ca = make_ca(pki)
+        server_cert, client_cert = issue(ca, pki, "server"), issue(ca, pki, "gufo-app")
+        with served(
+            tmp_path / "data",
+            *("--tls-cert", str(server_cert.cert), "--tls-key", str(server_cert.key)),
+            *("--tls-client-ca", str(ca.cert)),
+        ) as secured:
+            files = (ca.cert, client_cert.cert, client_cert.key)
+            seen = gufo(
+                secured, "publish_subscribe", dict(zip(TLS_VARIABLES, map(str, files), strict=True))
+            )
+            assert [(m["offset"], m["value"]) for m in seen["messages"]] == [
+                (i, f"value-{i}") for i in range(10)
+            ]
+            assert seen["full"] == [9, 9]
 
     def test_subscribe_from_offset_latest_timestamp_and_new_only(server: ServerProcess) -> None:
         seen = gufo(server, "positions")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from tests.support.server import ServerProcess
 
-from tidelog.client import Unavailable
+from tidelog.client import ClientTls, Unavailable
 from tidelog.spark import remote
 
 
@@ -28,14 +28,16 @@ def test_a_writer_waits_for_a_restarting_broker_and_a_probe_does_not(tmp_path: P
     address = f"127.0.0.1:{port}"
     started = time.monotonic()
     with pytest.raises(Unavailable, match="no tidelog server answered"):
-        remote.connect([address])  # nothing listens: one probe (2 s budget), then the error
+        remote.connect(
+            [address], ClientTls()
+        )  # nothing listens: one probe (2 s budget), then the error
     assert time.monotonic() - started < 10
 
     server = ServerProcess(tmp_path / "data", "--port", str(port))
     later = threading.Timer(3.0, server.start)  # later than one probe gives up (2 s)
     later.start()
     try:
-        client = remote.connect([address], wait_s=60)
+        client = remote.connect([address], ClientTls(), wait_s=60)
         try:
             assert client.list_streams() is not None
         finally:

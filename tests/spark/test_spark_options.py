@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tidelog.client import DEFAULT_SERVER
+from tidelog.client import DEFAULT_SERVER, ClientTls
 from tidelog.errors import InvalidOption
 from tidelog.spark.options import (
     DEFAULT_MAX_OFFSETS_PER_PARTITION,
@@ -14,6 +16,7 @@ from tidelog.spark.options import (
     ReadOptions,
     parse,
 )
+from tidelog.spark.sink_options import parse_write_options
 
 
 def test_defaults() -> None:
@@ -116,3 +119,33 @@ def test_batch_only_options_are_refused_for_streaming(options: dict[str, str]) -
     with pytest.raises(InvalidOption, match="batch reads only"):
         parse(options).check_streaming()
     parse({}).check_streaming()
+
+
+def test_connection_options_make_one_client_tls() -> None:
+    options = parse(
+        {"stream": "s", "tlsCa": "ca.pem", "TLSCERT": "me.pem", "tlsKey": "me.key", "token": "t"}
+    )
+    assert options.tls == ClientTls(
+        ca=Path("ca.pem"), cert=Path("me.pem"), key=Path("me.key"), token="t"
+    )
+    assert "token=" not in repr(options)
+    assert parse({"stream": "s", "tls": "true", "token": "secret"}).tls.secure
+    assert parse({"stream": "s"}).tls == ClientTls()  # plaintext by default
+    write = parse_write_options({"stream": "s", "tlsCa": "ca.pem", "token": "secret"})
+    assert write.tls.token == "secret" and "secret" not in repr(write)
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"token": "secret"}, "option 'token' is sent only over TLS"),
+        ({"token": "secret", "tls": "false"}, "option 'token' is sent only over TLS"),
+        ({"tlsCert": "me.pem"}, "options 'tlsCert' and 'tlsKey' go together"),
+        ({"tlsKey": "me.key", "tlsCa": "ca.pem"}, "options 'tlsCert' and 'tlsKey' go together"),
+        ({"tls": "yes"}, "tls: expected 'true' or 'false'"),
+    ],
+)
+def test_connection_options_refused(given: dict[str, str], message: str) -> None:
+    with pytest.raises(InvalidOption, match=message) as refused:
+        parse({"stream": "s", **given})
+    assert "secret" not in str(refused.value)

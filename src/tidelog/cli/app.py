@@ -1,7 +1,9 @@
 """``tidelog``: serve, console, streams, publish, tail, cursors.
 
 People get rich tables and progress bars; scripts get ``--json`` (one object per line for
-``tail``). Every client command takes ``--server host:port`` (env ``TIDELOG_SERVER``). Errors
+``tail``). Every client command takes ``--server host:port`` (env ``TIDELOG_SERVER``) and the
+connection options ``--tls-ca``, ``--tls-cert``, ``--tls-key``, ``--tls`` and ``--token``
+(``cli/common.py``; env ``TIDELOG_TLS_CA``, ...). Errors
 from the server are printed as one line, with exit code 1; bad usage exits 2.
 """
 
@@ -20,14 +22,16 @@ from rich.table import Table
 
 from tidelog import __version__
 from tidelog.cli.cluster_commands import cluster_app
-from tidelog.cli.common import ServerOption, err, fail, guarded, out
+from tidelog.cli.common import PLAINTEXT, ServerOption, client_command, err, fail, guarded, out
 from tidelog.cli.site_commands import site_app
 from tidelog.cli.tail_command import tail
+from tidelog.cli.token_commands import token_app
 from tidelog.cli.view_commands import parse_view, query_app, view_app
 from tidelog.client import (
     DEFAULT_SERVER,
     Client,
     ClientSettings,
+    ClientTls,
     Message,
 )
 from tidelog.client.aio import PUBLISH_CHUNK
@@ -37,6 +41,9 @@ app = typer.Typer(
     help="tidelog: a durable, partitioned streaming log.",
     no_args_is_help=True,
     add_completion=False,
+    # A traceback with locals would print --token's value (typer's default; said here so it
+    # stays so).
+    pretty_exceptions_show_locals=False,
 )
 stream_app = typer.Typer(help="Create, list, inspect and delete streams.", no_args_is_help=True)
 cursor_app = typer.Typer(help="Read and write consumer cursors.", no_args_is_help=True)
@@ -106,8 +113,67 @@ def serve(
     log_level: Annotated[
         str | None, typer.Option(help="DEBUG, INFO, WARNING, ERROR [INFO]")
     ] = None,
+    tls_cert: Annotated[
+        str | None,
+        typer.Option(
+            metavar="<path>",
+            help="PEM certificate chain: TLS on the gRPC and HTTP ports (with --tls-key)",
+            rich_help_panel="Security",
+        ),
+    ] = None,
+    tls_key: Annotated[
+        str | None,
+        typer.Option(
+            metavar="<path>", help="PEM private key of --tls-cert", rich_help_panel="Security"
+        ),
+    ] = None,
+    tls_client_ca: Annotated[
+        str | None,
+        typer.Option(
+            metavar="<path>",
+            help="PEM CA of client certificates: every client must present one (mutual TLS)",
+            rich_help_panel="Security",
+        ),
+    ] = None,
+    tls_ca: Annotated[
+        str | None,
+        typer.Option(
+            metavar="<path>",
+            help="PEM CA of other brokers' and sites' certificates (default: --tls-client-ca)",
+            rich_help_panel="Security",
+        ),
+    ] = None,
+    tokens_file: Annotated[
+        str | None,
+        typer.Option(
+            metavar="<path>",
+            help="bearer-token hashes (`tidelog token create`); needs TLS",
+            rich_help_panel="Security",
+        ),
+    ] = None,
+    acl_file: Annotated[
+        str | None,
+        typer.Option(
+            metavar="<path>",
+            help="access-control list (docs/security.md): what is not allowed is denied",
+            rich_help_panel="Security",
+        ),
+    ] = None,
+    allow_anonymous: Annotated[
+        bool | None,
+        typer.Option(
+            "--allow-anonymous/--no-allow-anonymous",
+            help="with --acl-file or --tokens-file: admit callers without credentials (the "
+            "ACL decides what they may do) rather than refuse them; default: refuse",
+            show_default=False,
+            rich_help_panel="Security",
+        ),
+    ] = None,
 ) -> None:
-    """Run a tidelog server until SIGTERM or Ctrl-C (settings: flags > TIDELOG_* > --config)."""
+    """Run a tidelog server until SIGTERM or Ctrl-C (settings: flags > TIDELOG_* > --config).
+
+    Principal rules (principal_rules) are given in the --config file or TIDELOG_PRINCIPAL_RULES
+    (a JSON list): docs/security.md."""
     # The defaults in brackets are ServerSettings' (tests/api/test_settings_defaults.py holds them
     # equal); naming them here would load the server's modules for every client command. The
     # flags are text, checked by ServerSettings alone: a bad value is then one line naming the
@@ -132,6 +198,13 @@ def serve(
             flush_policy=flush_policy,
             log_format=log_format,
             log_level=log_level.upper() if log_level else None,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            tls_client_ca=tls_client_ca,
+            tls_ca=tls_ca,
+            tokens_file=tokens_file,
+            acl_file=acl_file,
+            allow_anonymous=allow_anonymous,
         )
     except (FileNotFoundError, ValueError) as error:  # InvalidSettings is a ValueError
         fail(str(error), 2)
@@ -214,6 +287,7 @@ def console_command(
 
 
 @stream_app.command("create")
+@client_command
 def stream_create(
     name: str,
     server: ServerOption = DEFAULT_SERVER,
@@ -246,10 +320,11 @@ def stream_create(
             help="declare a view: NAME (table), NAME:WINDOW_MS or NAME:WINDOW_MS:RETENTION_MS",
         ),
     ] = None,
+    credentials: ClientTls = PLAINTEXT,
 ) -> None:
     """Create a stream (with --view, also its materialised views)."""
     views = [parse_view(spec) for spec in view or []]
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         client.create_stream(
             name,
             partitions=partitions,
@@ -267,12 +342,14 @@ def stream_create(
 
 
 @stream_app.command("list")
+@client_command
 def stream_list(
     server: ServerOption = DEFAULT_SERVER,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per stream")] = False,
+    credentials: ClientTls = PLAINTEXT,
 ) -> None:
     """List streams with their partitions' newest offsets."""
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         streams = client.list_streams()
     if as_json:
         for s in streams:
@@ -310,13 +387,15 @@ def _stream_json(info: Any) -> dict[str, Any]:
 
 
 @stream_app.command("info")
+@client_command
 def stream_info(
     name: str,
     server: ServerOption = DEFAULT_SERVER,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    credentials: ClientTls = PLAINTEXT,
 ) -> None:
     """Show one stream's partitions."""
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         info = client.stream_info(name)
     if as_json:
         print(json.dumps(_stream_json(info)))
@@ -343,9 +422,12 @@ def stream_info(
 
 
 @stream_app.command("delete")
-def stream_delete(name: str, server: ServerOption = DEFAULT_SERVER) -> None:
+@client_command
+def stream_delete(
+    name: str, server: ServerOption = DEFAULT_SERVER, credentials: ClientTls = PLAINTEXT
+) -> None:
     """Delete a stream and all its messages."""
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         client.delete_stream(name)
     out.print(f"deleted stream [bold]{name}[/bold]")
 
@@ -364,6 +446,7 @@ def _headers(pairs: list[str]) -> dict[str, bytes]:
 
 
 @app.command()
+@client_command
 def publish(
     stream: str,
     value: Annotated[str | None, typer.Argument(help="the message (or use --file)")] = None,
@@ -375,13 +458,14 @@ def publish(
         Path | None, typer.Option("--file", "-f", help="one message per line; - = stdin")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print acks as JSON")] = False,
+    credentials: ClientTls = PLAINTEXT,
 ) -> None:
     """Publish one message, or every line of a file (with a progress bar)."""
     headers = _headers(header or [])
     key_bytes = key.encode() if key is not None else None
     if (value is None) == (file is None):
         fail("give either a VALUE or --file", 2)
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         if value is not None:
             ack = client.publish(
                 stream, value.encode(), key=key_bytes, headers=headers or None, partition=partition
@@ -462,15 +546,17 @@ app.command()(tail)  # tail_command.py: every partition merged, filtered on the 
 
 
 @cursor_app.command("get")
+@client_command
 def cursor_get(
     cursor_id: str,
     stream: str,
     server: ServerOption = DEFAULT_SERVER,
     partition: Annotated[int, typer.Option("--partition", "-p")] = 0,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    credentials: ClientTls = PLAINTEXT,
 ) -> None:
     """Print a cursor's offset (-1 when it was never set)."""
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         offset = client.fetch_cursor(cursor_id, stream, partition)
     if as_json:
         print(
@@ -483,15 +569,17 @@ def cursor_get(
 
 
 @cursor_app.command("set")
+@client_command
 def cursor_set(
     cursor_id: str,
     stream: str,
     offset: int,
     server: ServerOption = DEFAULT_SERVER,
     partition: Annotated[int, typer.Option("--partition", "-p")] = 0,
+    credentials: ClientTls = PLAINTEXT,
 ) -> None:
     """Store a cursor's offset."""
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         client.set_cursor(cursor_id, stream, partition, offset)
     out.print(f"cursor {cursor_id} on {stream}/{partition} = {offset}")
 
@@ -501,6 +589,7 @@ app.add_typer(view_app, name="view")
 app.add_typer(query_app, name="query")
 app.add_typer(site_app, name="site")
 app.add_typer(cluster_app, name="cluster")
+app.add_typer(token_app, name="token")
 
 
 def main() -> None:

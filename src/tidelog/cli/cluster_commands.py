@@ -12,8 +12,8 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 
-from tidelog.cli.common import ServerOption, fail, guarded, out
-from tidelog.client import DEFAULT_SERVER, PartitionReplicas
+from tidelog.cli.common import PLAINTEXT, ServerOption, client_command, fail, guarded, out
+from tidelog.client import DEFAULT_SERVER, ClientTls, PartitionReplicas
 
 cluster_app = typer.Typer(
     help="A cluster of brokers: status, and moving partitions between brokers.",
@@ -36,14 +36,16 @@ def _lags(p: PartitionReplicas) -> str:
 
 
 @cluster_app.command("status")
+@client_command
 def cluster_status(
     stream: Annotated[str, typer.Argument(help="only this stream")] = "",
     server: ServerOption = DEFAULT_SERVER,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object")] = False,
+    credentials: ClientTls = PLAINTEXT,
 ) -> None:
     """Brokers (and which is the controller), then each partition's leader, replicas, ISR,
     high watermark and each follower's lag in records behind the leader."""
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         status = client.cluster_status(stream)
     if as_json:
         print(json.dumps(dataclasses.asdict(status)))
@@ -75,6 +77,7 @@ def cluster_status(
 
 
 @cluster_app.command("reassign")
+@client_command
 def cluster_reassign(
     stream: str,
     partition: int,
@@ -87,11 +90,12 @@ def cluster_reassign(
         bool, typer.Option("--wait/--no-wait", help="show progress until the move is done")
     ] = True,
     timeout: Annotated[float, typer.Option(help="seconds to wait for the move [600]")] = 600.0,
+    credentials: ClientTls = PLAINTEXT,
 ) -> None:
     """Move STREAM's PARTITION to the brokers in --replicas: the new ones copy the log and join
     the ISR, then the others leave (a leader that leaves hands over first)."""
     wanted = [r.strip() for r in replicas.split(",") if r.strip()]
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         started = client.reassign(stream, partition, wanted)
         leaving = ",".join(r for r in started.replicas if r not in wanted) or "-"
         out.print(f"moving {stream}/{partition} from {leaving} to {','.join(wanted)}")

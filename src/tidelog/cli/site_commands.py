@@ -12,8 +12,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tidelog.cli.common import ServerOption, guarded, out
-from tidelog.client import DEFAULT_SERVER
+from tidelog.cli.common import PLAINTEXT, ServerOption, client_command, guarded, out
+from tidelog.client import DEFAULT_SERVER, ClientTls
 
 site_app = typer.Typer(
     help="Multi-site replication: declare remote sites, transmit payloads to them.",
@@ -22,28 +22,39 @@ site_app = typer.Typer(
 
 
 @site_app.command("add")
-def site_add(site_id: str, address: str, server: ServerOption = DEFAULT_SERVER) -> None:
+@client_command
+def site_add(
+    site_id: str,
+    address: str,
+    server: ServerOption = DEFAULT_SERVER,
+    credentials: ClientTls = PLAINTEXT,
+) -> None:
     """Declare remote site SITE_ID, whose tidelog server listens at ADDRESS (HOST:PORT)."""
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         site = client.add_site(site_id, address)
     out.print(f"added site [bold]{site.site_id}[/bold] at {site.address} (number {site.number})")
 
 
 @site_app.command("remove")
-def site_remove(site_id: str, server: ServerOption = DEFAULT_SERVER) -> None:
+@client_command
+def site_remove(
+    site_id: str, server: ServerOption = DEFAULT_SERVER, credentials: ClientTls = PLAINTEXT
+) -> None:
     """Forget a remote site: nothing more is sent to it."""
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         client.remove_site(site_id)
     out.print(f"removed site [bold]{site_id}[/bold]")
 
 
 @site_app.command("list")
+@client_command
 def site_list(
     server: ServerOption = DEFAULT_SERVER,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per site")] = False,
+    credentials: ClientTls = PLAINTEXT,
 ) -> None:
     """This site's id and the remote sites it replicates to."""
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         local, sites = client.list_sites()
     if as_json:
         for site in sites:
@@ -67,13 +78,15 @@ def site_list(
 
 
 @site_app.command("status")
+@client_command
 def site_status(
     server: ServerOption = DEFAULT_SERVER,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per site")] = False,
+    credentials: ClientTls = PLAINTEXT,
 ) -> None:
     """Each remote site's sync state, last acknowledged position and lag: caught up, behind,
     or stalled (entries outstanding and no acknowledgement for 10 s)."""
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         states = client.site_status()
     if as_json:
         for s in states:
@@ -97,10 +110,13 @@ def site_status(
 
 
 @site_app.command("resync")
-def site_resync(site_id: str, server: ServerOption = DEFAULT_SERVER) -> None:
+@client_command
+def site_resync(
+    site_id: str, server: ServerOption = DEFAULT_SERVER, credentials: ClientTls = PLAINTEXT
+) -> None:
     """Start a snapshot sync of remote site SITE_ID: this site's snapshot provider sends its
     application's state, then deltas resume (watch it with `tidelog site status`)."""
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         started = client.resync_site(site_id)
     if not started:
         out.print(
@@ -115,6 +131,7 @@ def site_resync(site_id: str, server: ServerOption = DEFAULT_SERVER) -> None:
 
 
 @site_app.command("transmit")
+@client_command
 def site_transmit(
     client_name: str,
     destinations: Annotated[str, typer.Argument(help="destination site ids, comma-separated")],
@@ -125,6 +142,7 @@ def site_transmit(
         Path | None, typer.Option(help="one payload per line of this file ('-': stdin)")
     ] = None,
     server: ServerOption = DEFAULT_SERVER,
+    credentials: ClientTls = PLAINTEXT,
 ) -> None:
     """Store payloads once for the given sites: VALUE, or each line of --file, in one call."""
     sites = [d for d in destinations.split(",") if d]
@@ -136,6 +154,6 @@ def site_transmit(
             payloads = [line.rstrip(b"\n") for line in source]
     else:
         payloads = []
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         positions = client.transmit_many(client_name, [(p, sites) for p in payloads])
     out.print(f"transmitted {len(positions)} payloads to {', '.join(sites)}")

@@ -28,8 +28,8 @@ from typing import Annotated, Any
 
 import typer
 
-from tidelog.cli.common import ServerOption, fail, guarded, printable
-from tidelog.client import DEFAULT_SERVER, Client, ReceivedMessage
+from tidelog.cli.common import PLAINTEXT, ServerOption, client_command, fail, guarded, printable
+from tidelog.client import DEFAULT_SERVER, Client, ClientTls, ReceivedMessage
 from tidelog.wire import POSITION_HEADER, RECEIVE_QUEUE_PREFIX, SNAPSHOT_HEADER
 from tidelog.wire.browse_token import BrowsePosition, encode_token
 
@@ -166,6 +166,7 @@ class Walk:
         return token
 
 
+@client_command
 def tail(
     stream: str,
     server: ServerOption = DEFAULT_SERVER,
@@ -195,6 +196,7 @@ def tail(
     until: Annotated[
         str | None, typer.Option("--until", help="only messages at or before this ISO 8601 time")
     ] = None,
+    credentials: ClientTls = PLAINTEXT,
 ) -> None:
     """Print a stream's messages, all partitions merged in timestamp order.
 
@@ -217,7 +219,7 @@ def tail(
         filters["since"] = parse_time(since, "--since ")
     if until is not None:
         filters["until"] = parse_time(until, "--until ")
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         if count == 0:
             return
         info = client.stream_info(stream)

@@ -18,8 +18,16 @@ from typing import Annotated, Final
 import typer
 from rich.table import Table
 
-from tidelog.cli.common import ServerOption, fail, guarded, out, printable
-from tidelog.client import DEFAULT_SERVER, View, ViewEntry
+from tidelog.cli.common import (
+    PLAINTEXT,
+    ServerOption,
+    client_command,
+    fail,
+    guarded,
+    out,
+    printable,
+)
+from tidelog.client import DEFAULT_SERVER, ClientTls, View, ViewEntry
 
 view_app = typer.Typer(help="Declare, drop and list materialised views.", no_args_is_help=True)
 query_app = typer.Typer(
@@ -109,6 +117,7 @@ def parse_view(spec: str) -> View:
 
 
 @view_app.command("declare")
+@client_command
 def view_declare(
     stream: str,
     name: str,
@@ -119,31 +128,40 @@ def view_declare(
     retention: Annotated[
         int, typer.Option(help="window views: drop windows older than this (ms); 0 keeps all")
     ] = 0,
+    credentials: ClientTls = PLAINTEXT,
 ) -> None:
     """Declare a view on a stream: a table (latest value per key), or with --window a window
     index. It is built from the stream's oldest message and follows every publish."""
     view = View.table(name) if window is None else View.window(name, window, retention)
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         client.declare_view(stream, view)
     out.print(f"declared {view.kind} view [bold]{name}[/bold] on {stream}")
 
 
 @view_app.command("drop")
-def view_drop(stream: str, name: str, server: ServerOption = DEFAULT_SERVER) -> None:
+@client_command
+def view_drop(
+    stream: str,
+    name: str,
+    server: ServerOption = DEFAULT_SERVER,
+    credentials: ClientTls = PLAINTEXT,
+) -> None:
     """Drop a view and its data (the stream is untouched)."""
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         client.drop_view(stream, name)
     out.print(f"dropped view [bold]{name}[/bold] of {stream}")
 
 
 @view_app.command("list")
+@client_command
 def view_list(
     stream: str,
     server: ServerOption = DEFAULT_SERVER,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    credentials: ClientTls = PLAINTEXT,
 ) -> None:
     """List a stream's views and how far each has applied the log."""
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         views = client.list_views(stream)
     if as_json:
         for status in views:
@@ -176,15 +194,17 @@ def view_list(
 
 
 @query_app.command("get")
+@client_command
 def query_get(
     stream: str,
     view: str,
     key: str,
     server: ServerOption = DEFAULT_SERVER,
     as_json: JsonOption = False,
+    credentials: ClientTls = PLAINTEXT,
 ) -> None:
     """The latest value of KEY in a table view (exit code 1 when absent)."""
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         found = client.view_get(stream, view, parse_key(key))
     if found is None:
         fail(f"key {key!r} is not in view {view!r} of {stream!r}")
@@ -192,6 +212,7 @@ def query_get(
 
 
 @query_app.command("range")
+@client_command
 def query_range(
     stream: str,
     view: str,
@@ -202,9 +223,10 @@ def query_range(
     limit: Annotated[int, typer.Option(min=1)] = 100,
     partition: Annotated[int | None, typer.Option("--partition", "-p")] = None,
     as_json: JsonOption = False,
+    credentials: ClientTls = PLAINTEXT,
 ) -> None:
     """A key range of a table view, ascending or (--reverse) descending."""
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         entries = client.view_range(
             stream,
             view,
@@ -218,6 +240,7 @@ def query_range(
 
 
 @query_app.command("window")
+@client_command
 def query_window(
     stream: str,
     view: str,
@@ -233,13 +256,14 @@ def query_window(
     backward: Annotated[bool, typer.Option(help="newest first")] = False,
     limit: Annotated[int, typer.Option(min=1)] = 100,
     as_json: JsonOption = False,
+    credentials: ClientTls = PLAINTEXT,
 ) -> None:
     """Values of KEY in a window view with timestamps in [--from, --to]; --last N gives the
     newest N (one backward fetch)."""
     now = int(time.time() * 1000)
     start = None if time_from is None else parse_time(time_from, now)
     end = None if time_to is None else parse_time(time_to, now)
-    with guarded(server) as client:
+    with guarded(server, credentials) as client:
         entries = client.window_fetch(
             stream,
             view,

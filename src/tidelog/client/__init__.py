@@ -33,11 +33,12 @@ from tidelog.client.models import (
     StreamInfo,
 )
 from tidelog.client.routing_listener import RoutedMessage
-from tidelog.client.settings import ClientSettings
+from tidelog.client.settings import ClientSettings, tls_from
 from tidelog.client.site_calls import SiteInfo, SiteStatus
 from tidelog.client.snapshot_provider import SnapshotRequest
 from tidelog.client.sync import Client
 from tidelog.client.view_calls import View, ViewEntry, ViewStatus
+from tidelog.security import ClientTls, TlsError
 
 __all__ = [
     "DEFAULT_SERVER",
@@ -48,6 +49,7 @@ __all__ = [
     "Client",
     "ClientError",
     "ClientSettings",
+    "ClientTls",
     "ClusterStatus",
     "DataLoss",
     "FailedPrecondition",
@@ -72,9 +74,11 @@ __all__ = [
     "StreamEmpty",
     "StreamInfo",
     "StreamSettings",
+    "TlsError",
     "Unavailable",
     "Unimplemented",
     "View",
     "ViewEntry",
     "ViewStatus",
+    "tls_from",
 ]

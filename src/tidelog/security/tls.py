@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ssl
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -185,7 +185,8 @@ class ClientTls:
     """CA that signed the server's certificate; with ``enabled`` and no CA, the system's roots."""
     cert: Path | None = None
     key: Path | None = None
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)
+    """Kept out of ``repr`` (logs, Spark's task descriptions, tracebacks): a token is a secret."""
     server_name: str | None = None
     """The name the server's certificate is checked for, when not the host dialled."""
     enabled: bool = False

@@ -7,6 +7,12 @@ Option names follow Spark's Kafka source where the meaning is the same (``starti
 ``endingOffsets``, ``startingTimestamp``, ``endingTimestamp``, ``maxOffsetsPerTrigger``,
 ``failOnDataLoss``, ``minPartitions``); ``docs/spark.md`` lists them all.
 
+Connection options, shared with the sink: ``tlsCa``, ``tlsCert``, ``tlsKey``, ``token`` and
+``tls`` (TLS with the system's CAs) become one :class:`~tidelog.client.ClientTls` (``tls``), which
+every planner and executor connection uses. A token without TLS is refused here, at ``load()``;
+the token never appears in ``repr`` (``ClientTls`` leaves it out), and Spark redacts an option
+named ``token`` wherever it shows options (``spark.redaction.regex``).
+
 Offsets in JSON use Kafka's sentinels: -2 is the earliest retained offset, -1 the latest (the
 high watermark + 1, i.e. nothing yet). Ending offsets and timestamps are exclusive.
 """
@@ -16,9 +22,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final
 
-from tidelog.client import DEFAULT_SERVER
+from tidelog.client import DEFAULT_SERVER, ClientTls
 from tidelog.errors import InvalidOption
 
 EARLIEST: Final = -2
@@ -48,6 +55,9 @@ class ReadOptions:
     streaming reader default differently (``starting_offsets``: earliest vs latest)."""
 
     servers: tuple[str, ...] = (DEFAULT_SERVER,)
+    tls: ClientTls = field(default_factory=ClientTls)
+    """How every connection is secured (options ``tlsCa``, ``tlsCert``, ``tlsKey``, ``token``,
+    ``tls``); plaintext by default."""
     stream: str | None = None
     partitions: tuple[int, ...] | None = None
     starting_offsets: OffsetSpec | None = None
@@ -91,6 +101,7 @@ def parse(options: Mapping[str, str]) -> ReadOptions:
         )
     parsed = ReadOptions(
         servers=_servers(given.get("servers")),
+        tls=_tls(given),
         stream=given.get("stream") or None,
         partitions=_partitions(given.get("partitions")),
         starting_offsets=starting,
@@ -143,6 +154,27 @@ def _servers(text: str | None) -> tuple[str, ...]:
             f"servers: expected host:port entries separated by commas, got {text!r}"
         )
     return servers
+
+
+def _tls(given: Mapping[str, str]) -> ClientTls:
+    """The connection options as one ClientTls. Paths are opened by each connection, on the
+    driver and on every executor: the files must be readable at the same paths on each."""
+
+    def path(name: str) -> Path | None:
+        text = given.get(name.lower(), "").strip()
+        return Path(text) if text else None
+
+    ca, cert, key = path("tlsCa"), path("tlsCert"), path("tlsKey")
+    enabled = _boolean(given, "tls", False)
+    token = given.get("token") or None
+    if (cert is None) != (key is None):
+        raise InvalidOption("options 'tlsCert' and 'tlsKey' go together: give both, or neither")
+    if token and not (enabled or ca or cert):
+        raise InvalidOption(
+            "option 'token' is sent only over TLS: give option 'tlsCa' (the CA of the server's "
+            "certificate), or tls=true to check the server against the system's CAs"
+        )
+    return ClientTls(ca=ca, cert=cert, key=key, token=token, enabled=enabled)
 
 
 def _partitions(text: str | None) -> tuple[int, ...] | None:

@@ -23,6 +23,7 @@ from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog.client import (
     Client,
     ClientSettings,
+    ClientTls,
     InvalidArgument,
     NotFound,
     StreamInfo,
@@ -40,17 +41,18 @@ FRAME_MESSAGES = 10_000
 """Records per frame asked of the server (it also caps frames at its byte limit)."""
 
 
-def connect(servers: Sequence[str], wait_s: float = 0.0) -> Client:
+def connect(servers: Sequence[str], tls: ClientTls, wait_s: float = 0.0) -> Client:
     """A client for the first of ``servers`` that answers (servers of one cluster are
-    interchangeable for reading); raises ``Unavailable`` naming all when none does, after
-    trying them all again for up to ``wait_s`` (a broker restarting)."""
+    interchangeable for reading), secured by ``tls``; raises ``Unavailable`` naming all when
+    none does, after trying them all again for up to ``wait_s`` (a broker restarting)."""
     deadline = time.monotonic() + wait_s
     while True:
         failures = []
         for server in servers:
             # A short retry budget: an unreachable server should cost the probe seconds, not
             # the client's default 10 s, before the next one is tried (Spark retries its tasks).
-            client = Client(server, settings=ClientSettings(retry_budget_s=PROBE_RETRY_S))
+            settings = ClientSettings(retry_budget_s=PROBE_RETRY_S, tls=tls)
+            client = Client(server, settings=settings)
             try:
                 client.list_streams()
             except Unavailable as error:

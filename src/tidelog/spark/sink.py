@@ -90,7 +90,9 @@ def plan(
     refuse_overwrite(overwrite)
     parsed = parse_write_options(options)
     columns = check_schema(schema)
-    client = remote.connect(parsed.servers, parsed.retry_timeout_s if streaming else 0.0)
+    client = remote.connect(
+        parsed.servers, parsed.tls, parsed.retry_timeout_s if streaming else 0.0
+    )
     try:
         info = remote.stream_info(client, parsed.stream)
     finally:
@@ -121,7 +123,7 @@ class Producer:
         while True:
             try:
                 if self._client is None:
-                    self._client = remote.connect(self.options.servers)
+                    self._client = remote.connect(self.options.servers, self.options.tls)
                 return self._client.publish_batch(
                     self.options.stream,
                     messages,

@@ -15,7 +15,7 @@ ignored, so the rows of ``spark.read.format("tidelog")`` (``stream``, ``offset``
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from pyspark.sql.types import (
@@ -30,6 +30,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from tidelog.client import ClientTls
 from tidelog.errors import InvalidOption, SparkSourceError
 from tidelog.spark.options import integer_option, parse
 
@@ -57,6 +58,8 @@ class OverwriteRefused(SparkSourceError, ValueError):
 class WriteOptions:
     servers: tuple[str, ...]
     stream: str
+    tls: ClientTls = field(default_factory=ClientTls)
+    """The connection options, as for reading (``tidelog.spark.options``)."""
     max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES
     max_chunk_records: int = DEFAULT_MAX_CHUNK_RECORDS
     retry_timeout_s: float = DEFAULT_RETRY_TIMEOUT_S
@@ -79,7 +82,7 @@ class InputColumns:
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     """Checked write options from Spark's option dict (keys in any case)."""
-    read = parse(options)  # the options both directions share: servers, stream
+    read = parse(options)  # the options both directions share: servers, TLS, stream
     if not read.stream:
         raise InvalidOption(
             "option 'stream' is required: .option('stream', '<output stream>') "
@@ -89,6 +92,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     return WriteOptions(
         servers=read.servers,
         stream=read.stream,
+        tls=read.tls,
         max_chunk_bytes=integer_option(
             given, "maxChunkBytes", minimum=1, maximum=MAX_CHUNK_BYTES_LIMIT
         )

@@ -4,8 +4,8 @@ Theory of operation. Spark runs a Python data source in several processes: ``loa
 the :class:`TidelogDataSource` (options are parsed and checked there) and pickles it; a planner
 process calls ``reader()`` (batch) or ``streamReader()`` and asks for ``partitions()``; executors
 call ``read()`` on unpickled copies and see only the :class:`ReadRange` they are given. So a
-range carries everything a read needs (servers, stream, partition, offsets, direction) and every
-``read()`` opens and closes its own broker connection.
+range carries everything a read needs (servers, TLS and credentials, stream, partition, offsets,
+direction) and every ``read()`` opens and closes its own broker connection.
 
 Planning turns options (and, for batch reads, pushed filters) into per-partition offset ranges
 ``[start, stop)`` against the broker's committed offsets, then splits large ranges into several
@@ -42,7 +42,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from tidelog.client import Client
+from tidelog.client import Client, ClientTls
 from tidelog.errors import InvalidOption, OffsetsLost
 from tidelog.spark import remote
 from tidelog.spark.options import EARLIEST, LATEST, ReadOptions, parse
@@ -72,6 +72,7 @@ class ReadRange(InputPartition):
     """One Spark task: offsets ``[start, stop)`` of one partition, and how to read them."""
 
     servers: tuple[str, ...]
+    tls: ClientTls
     stream: str
     partition: int
     start: int
@@ -88,7 +89,7 @@ def read_range(task: InputPartition) -> Iterator[pa.RecordBatch]:
     for a plan without ranges, reads nothing)."""
     if not isinstance(task, ReadRange):
         return
-    client = remote.connect(task.servers)
+    client = remote.connect(task.servers, task.tls)
     try:
         for frame in remote.read_range(
             client,
@@ -120,7 +121,7 @@ class TidelogDataSource(DataSource):
         """The fixed schema (Kafka's, with ``stream`` for ``topic``). Spark asks for it in
         ``load()``, so an unknown stream is reported there."""
         if self.read_options.stream:
-            client = remote.connect(self.read_options.servers)
+            client = remote.connect(self.read_options.servers, self.read_options.tls)
             try:
                 remote.stream_info(client, self.read_options.stream)
             finally:
@@ -197,7 +198,7 @@ class TidelogBatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         options = self.options
         stream = options.require_stream()
-        client = remote.connect(options.servers)
+        client = remote.connect(options.servers, options.tls)
         try:
             ranges = plan_batch(client, options, self.bounds)
         finally:
@@ -211,6 +212,7 @@ class TidelogBatchReader(DataSourceReader):
         return [
             ReadRange(
                 options.servers,
+                options.tls,
                 stream,
                 r.partition,
                 r.start,
@@ -331,7 +333,7 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _next_offsets(self) -> dict[int, int]:
         """The next offset (high watermark + 1) of every selected partition."""
-        client = remote.connect(self.options.servers)
+        client = remote.connect(self.options.servers, self.options.tls)
         try:
             info = remote.stream_info(client, self.stream)
         finally:
@@ -347,7 +349,7 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _resolve_start(self) -> dict[int, int]:
         options = self.options
-        client = remote.connect(options.servers)
+        client = remote.connect(options.servers, options.tls)
         try:
             info = remote.stream_info(client, self.stream)
             wanted = partitions_in(
@@ -404,6 +406,7 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [
             ReadRange(
                 options.servers,
+                options.tls,
                 self.stream,
                 r.partition,
                 r.start,
