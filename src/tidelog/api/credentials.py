@@ -114,6 +114,14 @@ class ServerSecurity:
                     "reload: the ACL kept as it was (nothing of the new file applies): %s", error
                 )
         LOG.info("reload: %s", ", ".join(done) if done else "nothing to reload")
+        if "tokens" in done or "ACL" in done:
+            ended = self.door.recheck()
+            if ended:
+                LOG.warning(
+                    "reload: ended %d open call(s) whose caller the new tokens or ACL no longer "
+                    "allow (each answered UNAUTHENTICATED or PERMISSION_DENIED)",
+                    ended,
+                )
         return done
 
     def exposure_warnings(self, host: str) -> list[str]:

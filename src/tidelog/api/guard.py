@@ -20,6 +20,7 @@ touches before it can be served.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -30,6 +31,7 @@ import grpc
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog.access import ANONYMOUS, Access, Caller, Guard, Kind, Operation, on, serving
+from tidelog.api.open_calls import OpenCall, OpenCalls
 from tidelog.api.status import log_failure, status_of
 from tidelog.errors import NotLeader, TidelogError
 from tidelog.security import Authenticator
@@ -168,18 +170,27 @@ OPEN_METHODS: Final = frozenset(m for m in RPC_ACCESS if m.startswith("/grpc.hea
 
 class Door:
     """Who a caller is (``authenticator``) and what it may do (``guard``): the two halves of
-    the check every call passes. Either may be replaced while calls run (a SIGHUP reload); a
-    call reads each once."""
+    the check every call passes. Either may be replaced while calls run (a SIGHUP reload); the
+    calls already open are then checked again (:meth:`recheck`, ``open_calls.py``), and each
+    frame of a request stream is checked against the policy of the moment it arrives."""
 
     def __init__(self, guard: Guard | None = None, authenticator: Authenticator | None = None):
         self.guard = guard or Guard()
         self.authenticator = authenticator or Authenticator()
+        self.open_calls = OpenCalls()
 
     def identify(self, context: Any) -> str:
         """The caller's identity from its connection (certificate) and metadata (token);
         :class:`~tidelog.errors.Unauthenticated` when it has none the server accepts."""
         auth = context.auth_context() or {}
         return self.authenticator.identify(auth, context.invocation_metadata())
+
+    def _identify_again(self, auth_context: Any, metadata: Any) -> str:
+        return self.authenticator.identify(auth_context, metadata)
+
+    def recheck(self) -> int:
+        """End the open calls the current authenticator and policy refuse; how many."""
+        return len(self.open_calls.recheck(self._identify_again, self.guard))
 
 
 async def _answer(context: grpc.aio.ServicerContext[Any, Any], error: Exception) -> None:
@@ -193,11 +204,13 @@ async def _answer(context: grpc.aio.ServicerContext[Any, Any], error: Exception)
 
 
 def _checked(
-    frames: AsyncIterator[Any], rule: Rule, guard: Guard, identity: str
+    frames: AsyncIterator[Any], rule: Rule, door: Door, call: OpenCall
 ) -> AsyncIterator[Any]:
     async def each() -> AsyncIterator[Any]:
         async for frame in frames:
-            guard.check(identity, rule(frame))
+            accesses = rule(frame)
+            door.guard.check(call.identity, accesses)  # the policy of this moment
+            call.touched(accesses)
             yield frame
 
     return each()
@@ -213,7 +226,8 @@ def guarded_behaviour(
 ) -> Callable[..., Any]:
     """``behaviour`` (an async servicer method, grpc's reader/writer form for a response stream
     or an async generator) behind the door: caller identified, access checked, errors answered
-    by the table. While it runs, :func:`tidelog.access.caller` names the caller."""
+    by the table. While it runs, :func:`tidelog.access.caller` names the caller, and the call is
+    among the door's open calls (a reload that revokes it ends it with the refusal)."""
     rule = RPC_ACCESS.get(method)
     if rule is None:
         raise LookupError(
@@ -222,40 +236,74 @@ def guarded_behaviour(
         )
     open_method = method in OPEN_METHODS
 
-    def admitted(request: Any, context: Any) -> Any:
-        identity = ANONYMOUS if open_method else door.identify(context)
-        guard = door.guard
-        serving(Caller(identity, guard))
+    def admitted(request: Any, context: Any, call: OpenCall) -> Any:
+        serving(Caller(call.identity, door.guard))
         if streamed_in:
-            return _checked(request, rule, guard, identity)
-        guard.check(identity, rule(request))
+            return _checked(request, rule, door, call)
+        accesses = rule(request)
+        door.guard.check(call.identity, accesses)
+        call.touched(accesses)
         return request
+
+    def opened(context: Any) -> OpenCall:
+        if open_method:
+            return OpenCall(ANONYMOUS, None, None, None)
+        auth, metadata = context.auth_context() or {}, context.invocation_metadata()
+        identity = door.authenticator.identify(auth, metadata)
+        return door.open_calls.open(identity, auth, metadata)
 
     if not inspect.iscoroutinefunction(behaviour) and not inspect.isasyncgenfunction(behaviour):
         return _sync(behaviour, rule, door, streamed_in=streamed_in, streamed_out=streamed_out)
 
+    async def revoked(context: Any, call: OpenCall | None) -> None:
+        """A recheck cancelled the call: answer with its refusal (else it was grpc's cancel)."""
+        if call is None or call.revoked is None:
+            raise asyncio.CancelledError
+        await _answer(context, call.revoked)
+
     if inspect.isasyncgenfunction(behaviour):
 
         async def written(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+            call = None
             try:
-                responses: AsyncIterator[object] = behaviour(admitted(request, context), context)
+                call = opened(context)
+                responses: AsyncIterator[object] = behaviour(
+                    admitted(request, context, call), context
+                )
                 async with contextlib.aclosing(responses):  # type: ignore[type-var]
                     async for response in responses:
                         await context.write(response)
+                if call.revoked is not None:  # the servicer took the cancel as an end
+                    await _answer(context, call.revoked)
             except grpc.aio.AbortError:
                 raise
+            except asyncio.CancelledError:
+                await revoked(context, call)
             except Exception as error:
                 await _answer(context, error)
+            finally:
+                if call is not None:
+                    door.open_calls.close(call)
 
         return written
 
     async def called(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        call = None
         try:
-            return await behaviour(admitted(request, context), context)
+            call = opened(context)
+            answer = await behaviour(admitted(request, context, call), context)
+            if call.revoked is not None:  # the servicer took the cancel as an end
+                await _answer(context, call.revoked)
+            return answer
         except grpc.aio.AbortError:
             raise
+        except asyncio.CancelledError:
+            await revoked(context, call)
         except Exception as error:
             await _answer(context, error)
+        finally:
+            if call is not None:
+                door.open_calls.close(call)
 
     return called
 
