@@ -194,3 +194,38 @@ def test_a_principal_named_like_a_group_or_everyone_is_only_itself() -> None:
     )
     assert literal.allows("*", on(Op.SUBSCRIBE, Kind.STREAM, "open"))
     assert not literal.allows("*", on(Op.PUBLISH, Kind.STREAM, "open"))
+
+
+def test_internal_streams_are_reached_only_by_patterns_that_name_them() -> None:
+    acl = parse_acl(
+        tomllib.loads(
+            """
+[[rule]]
+effect = "allow"
+principals = ["reports"]
+operations = ["subscribe"]
+resources = ["stream:*"]
+
+[[rule]]
+effect = "allow"
+principals = ["everything"]
+operations = ["*"]
+resources = ["*"]
+
+[[rule]]
+effect = "allow"
+principals = ["auditor"]
+operations = ["subscribe"]
+resources = ["stream:__cursors"]
+"""
+        )
+    )
+    # __cursors holds every cursor and group position, __lrq_* the sites' entries: "*" and
+    # "stream:*" grant ordinary streams only.
+    for who in ("reports", "everything"):
+        assert acl.allows(who, on(Op.SUBSCRIBE, Kind.STREAM, "orders"))
+        assert not acl.allows(who, on(Op.SUBSCRIBE, Kind.STREAM, "__cursors"))
+        assert not acl.allows(who, on(Op.SUBSCRIBE, Kind.STREAM, "__lrq_delta"))
+        assert not acl.allows(who, on(Op.DESCRIBE, Kind.STREAM, "__cursors"))
+    assert acl.allows("auditor", on(Op.SUBSCRIBE, Kind.STREAM, "__cursors"))
+    assert not acl.allows("auditor", on(Op.SUBSCRIBE, Kind.STREAM, "__lrq_delta"))

@@ -50,7 +50,15 @@ def test_rules_rewrite_the_name_the_first_matching_rule_wins() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "message"), [("no arrow", "is not 'PATTERN =>"), ("( => x", "missing )")]
+    ("text", "message"),
+    [
+        ("no arrow", "is not 'PATTERN =>"),
+        ("( => x", "missing )"),
+        # A replacement naming a group the pattern lacks failed on every matching call, as an
+        # INTERNAL error; it is refused when the rule is read.
+        (r"CN=(.*) => \2", "invalid group reference 2"),
+        (r"(?P<user>.*)@corp => \g<name>", "unknown group name 'name'"),
+    ],
 )
 def test_a_bad_rule_is_refused(text: str, message: str) -> None:
     with pytest.raises(RuleError) as refused:

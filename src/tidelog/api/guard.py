@@ -94,6 +94,18 @@ def _join(request: pb.JoinConsumerGroupRequest) -> Accesses:
     )
 
 
+def _subscribe(request: Any) -> Accesses:
+    # Resuming a paused partition undoes an `alter`; reading as a group's member is acting in
+    # the group (its subscriber fences the member's older one).
+    accesses = [on(Op.SUBSCRIBE, Kind.STREAM, request.stream)]
+    if request.resume:
+        accesses.append(on(Op.ALTER, Kind.STREAM, request.stream))
+    consumer = getattr(request, "consumer", None)
+    if consumer is not None and consumer.groupId:
+        accesses.append(on(Op.GROUP, Kind.GROUP, consumer.groupId))
+    return tuple(accesses)
+
+
 def _consume(frame: v1.ConsumeRequest) -> Accesses:
     # Only the first frame names a stream; permits and seeks stay on it.
     if frame.WhichOneof("kind") == "start":
@@ -116,7 +128,7 @@ RPC_ACCESS: Final[dict[str, Rule]] = {
     "/proto.API/DeleteStream": lambda r: (on(Op.DELETE, Kind.STREAM, r.name),),
     "/proto.API/PauseStream": lambda r: (on(Op.ALTER, Kind.STREAM, r.name),),
     "/proto.API/SetStreamReadonly": lambda r: (on(Op.ALTER, Kind.STREAM, r.name),),
-    "/proto.API/Subscribe": _stream(Op.SUBSCRIBE),
+    "/proto.API/Subscribe": _subscribe,
     "/proto.API/FetchMetadata": _metadata,
     "/proto.API/FetchPartitionMetadata": _stream(Op.DESCRIBE),
     "/proto.API/Publish": _stream(Op.PUBLISH),
@@ -131,7 +143,7 @@ RPC_ACCESS: Final[dict[str, Rule]] = {
     # -- tidelog.v1.Tidelog
     "/tidelog.v1.Tidelog/PublishBatch": _stream(Op.PUBLISH),
     "/tidelog.v1.Tidelog/PublishStream": _stream(Op.PUBLISH),  # per frame
-    "/tidelog.v1.Tidelog/SubscribeBatches": _stream(Op.SUBSCRIBE),
+    "/tidelog.v1.Tidelog/SubscribeBatches": _subscribe,
     "/tidelog.v1.Tidelog/Consume": _consume,  # per frame
     "/tidelog.v1.Tidelog/Browse": _stream(Op.SUBSCRIBE),
     "/tidelog.v1.Tidelog/DeclareView": _stream(Op.VIEW),

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 import grpc
 
 from tidelog._proto.liftbridge import api_pb2 as pb
-from tidelog.access import ANY, Kind, Operation, caller
+from tidelog.access import ANY, Kind, Operation, caller, on
 from tidelog.api.inflight import InFlight
 from tidelog.api.liftbridge_publish import PublishService
 from tidelog.api.metrics import Metrics
@@ -157,6 +157,12 @@ class LiftbridgeService(PublishService):
         self, request: pb.CreateStreamRequest, context: Context
     ) -> pb.CreateStreamResponse:
         min_isr = request.minIsr.value if request.HasField("minIsr") else 1
+        # A stream receives what is published to its subject (its name when none is given): when
+        # streams already listen there, joining them is reading their traffic, a grant of its own
+        # (the guard asked it already for a subject named apart from the stream).
+        subject = request.subject or request.name
+        if self.control.subject_shared(subject):
+            caller().check(on(Operation.SUBSCRIBE, Kind.SUBJECT, subject))
         await self.control.create_stream(
             request.name, stream_config(request), request.replicationFactor, min_isr
         )

@@ -249,6 +249,18 @@ class Broker(StreamDeletion, Reads, Maintenance):
             targets.append(members[turn % len(members)])
         return targets
 
+    def subject_shared(self, subject: str) -> bool:
+        """Whether a new stream on ``subject`` would receive publishes some client stream here
+        already receives: one on the same subject, or on ``subject`` + ``.n``, or on its base
+        when ``subject`` is ``S.n`` (:meth:`subject_targets`' routing). No side effect."""
+        for stream in self.list_streams():
+            if stream.name.startswith(INTERNAL_PREFIX):
+                continue
+            theirs = stream.subject
+            if theirs == subject or _numbered(theirs, subject) or _numbered(subject, theirs):
+                return True
+        return False
+
     def create_stream(self, name: str, config: StreamConfig | None = None) -> Stream:
         """Create ``name``; raises ``StreamDeleting`` while an older stream of that name is
         being deleted (``await wait_deleted(name)`` first to wait instead)."""
@@ -429,3 +441,10 @@ class Broker(StreamDeletion, Reads, Maintenance):
         self._check_open()
         assert self._cursors is not None, "Broker.start() has not run"
         return self._cursors
+
+
+def _numbered(base: str, subject: str) -> bool:
+    """Whether ``subject`` is ``base`` + ``.n`` (a publish to it reaches a partition of a stream
+    on ``base``)."""
+    head, dot, number = subject.rpartition(".")
+    return bool(dot) and head == base and number.isdigit()

@@ -157,6 +157,11 @@ class Control(Protocol):
         """The partitions here that a publish to ``subject`` goes to."""
         ...
 
+    def subject_shared(self, subject: str) -> bool:
+        """Whether a stream on ``subject`` would receive publishes that streams here already
+        receive (a stream joining others' traffic). No side effect."""
+        ...
+
     # -- metadata --------------------------------------------------------------------------------
 
     def brokers(self) -> list[BrokerInfo]:

@@ -78,6 +78,9 @@ class LocalControl:
     def subject_targets(self, subject: str) -> list[Partition]:
         return self.broker.subject_targets(subject)
 
+    def subject_shared(self, subject: str) -> bool:
+        return self.broker.subject_shared(subject)
+
     async def publish(
         self,
         stream: str,

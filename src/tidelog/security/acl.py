@@ -21,7 +21,10 @@ Decisions (:meth:`Acl.allows`), in order: a super-user may; a matching deny refu
 allow admits; nothing matching refuses. ``describe`` (seeing a resource in a listing, its
 metadata) is admitted by any allow on the resource and refused only by a deny of ``describe``.
 A request for every resource of a kind (``on(DESCRIBE, STREAM)`` with the name ``*``) matches only
-patterns that cover every name of that kind.
+patterns that cover every name of that kind. The broker's internal streams (``__cursors``, the
+sites' ``__lrq_*`` queues) are matched only by patterns that name them (``stream:__cursors``,
+``stream:__*``), never by ``*`` or ``stream:*``: they hold every cursor, every group's positions
+and the sites' entries, which other grants guard.
 
 Parsing is pure (:func:`parse_acl` takes the decoded TOML) and refuses anything it does not
 understand with :class:`AclError`, naming the rule and the field: a typo in an operation must not
@@ -40,6 +43,8 @@ from tidelog.access import ANONYMOUS, ANY, Access, Kind, Operation, Resource
 
 EVERYONE: Final = "*"
 GROUP_PREFIX: Final = "group:"
+INTERNAL_PREFIX: Final = "__"
+"""Names of the broker's internal streams (``tidelog.broker``'s ``INTERNAL_PREFIX``)."""
 ANONYMOUS_NAME: Final = "anonymous"
 """How rules name a caller without credentials (when the server admits them at all)."""
 
@@ -61,6 +66,11 @@ class Pattern:
             return False
         if resource.name == ANY:  # a question about every resource of a kind
             return self.prefix and self.name == ""
+        # The broker's own streams (cursors, the sites' queues) hold what other grants guard:
+        # only a pattern that names them reaches them, never "*" or "stream:*".
+        internal = resource.kind is Kind.STREAM and resource.name.startswith(INTERNAL_PREFIX)
+        if internal and not self.name.startswith(INTERNAL_PREFIX):
+            return False
         return resource.name.startswith(self.name) if self.prefix else resource.name == self.name
 
 

@@ -53,11 +53,31 @@ class PrincipalRule:
             pattern = re.compile(source)
         except re.error as error:
             raise RuleError(f"principal rule {text!r}: {error}") from None
-        return cls(pattern, replacement.strip())
+        replacement = replacement.strip()
+        try:  # a reference to a group the pattern lacks fails here, not on every call
+            _check_references(pattern, replacement)
+        except (re.error, IndexError) as error:
+            raise RuleError(f"principal rule {text!r}: {error}") from None
+        return cls(pattern, replacement)
 
     def apply(self, name: str) -> str | None:
         found = self.pattern.fullmatch(name)
         return found.expand(self.replacement) if found else None
+
+
+def _check_references(pattern: re.Pattern[str], replacement: str) -> None:
+    """Raise ``re.error``/``IndexError`` when ``replacement`` refers to a group ``pattern`` does
+    not have (expanding it on a match with every group present, empty)."""
+    groups = "".join(f"(?P<{name}>)" for name in pattern.groupindex)
+    numbered = pattern.groups - len(pattern.groupindex)
+    probe = re.compile(groups + "()" * numbered)
+    found = probe.fullmatch("")
+    assert found is not None
+    # The probe's groups are numbered in another order than the pattern's; only their count
+    # and names matter to what a replacement may refer to.
+    if pattern.groups != probe.groups:
+        raise re.error("internal: could not mirror the pattern's groups")
+    found.expand(replacement)
 
 
 def map_name(name: str, rules: Sequence[PrincipalRule]) -> str:
