@@ -95,3 +95,53 @@ def test_a_scrape_needs_credentials_and_shows_only_the_streams_its_principal_may
     assert 'stream="secret"' not in limited[1]
     assert full[0] == 200
     assert 'stream="secret"' in full[1] and 'stream="public.a"' in full[1]
+
+
+ANONYMOUS_ACL = """
+super_users = ["server"]
+
+[[rule]]
+effect = "allow"
+principals = ["anonymous"]
+operations = ["subscribe"]
+resources = ["stream:public*"]
+"""
+
+
+def test_with_anonymous_callers_admitted_a_bare_scrape_sees_what_anonymous_may(
+    tmp_path: Path,
+) -> None:
+    ca = make_ca(tmp_path / "pki")
+    server_cert = issue(ca, tmp_path / "pki", "server")
+    tokens = tmp_path / "tokens.toml"
+    admin = add_token(tokens, "server")
+    (tmp_path / "acl.toml").write_text(ANONYMOUS_ACL)
+    settings = load_settings(
+        data_dir=tmp_path / "data",
+        port=0,
+        metrics_port=free_port(),
+        console=False,
+        tls_cert=server_cert.cert,
+        tls_key=server_cert.key,
+        tokens_file=tokens,
+        acl_file=tmp_path / "acl.toml",
+        allow_anonymous=True,
+    )
+
+    async def bare_scrape() -> tuple[int, str]:
+        server = Server(settings)
+        await server.start()
+        try:
+            tls = ClientTls(ca=ca.cert, token=admin)
+            address = f"127.0.0.1:{server.port}"
+            async with AsyncClient(address, settings=ClientSettings(tls=tls)) as client:
+                for stream in ("public.a", "secret"):
+                    await client.create_stream(stream)
+            return await asyncio.to_thread(scrape, server.metrics_port, ca.cert, None)
+        finally:
+            await server.stop()
+
+    status, body = asyncio.run(bare_scrape())
+    assert status == 200
+    assert 'stream="public.a"' in body
+    assert 'stream="secret"' not in body

@@ -1,8 +1,8 @@
-"""``/metrics`` behind the server's credentials: with authentication required (an ACL or a
-tokens file), a scraper names itself as any client does (a bearer token over TLS, or the
-client certificate of a mutual-TLS port) and sees only the samples of streams and sites it may
-see; without credentials it gets 401. With no authentication configured (the default) the
-endpoint is Prometheus' own, unchanged.
+"""``/metrics`` behind the server's credentials: with an ACL or a tokens file, a scraper names
+itself as any client does (a bearer token over TLS, or the client certificate of a mutual-TLS
+port) and sees only the samples of streams and sites it may see; without credentials it gets
+401, or, when the server admits anonymous callers (``allow_anonymous``), what the ACL lets
+``anonymous`` see. With neither (the default) the endpoint is Prometheus' own, unchanged.
 
 Prometheus sends a token with ``authorization: {credentials: …}`` (or ``bearer_token_file``) and
 a client certificate with ``tls_config``; ``docs/security.md`` shows both.
@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest, make_asgi_app
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 
-from tidelog.access import Guard, Kind, Resource
+from tidelog.access import ALLOW_ALL, ANONYMOUS, Guard, Kind, Resource
 
 PEER_CERTIFICATE = "tidelog.peer_certificate"
 
@@ -74,10 +74,14 @@ class GuardedMetrics:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         gate = self.gate
-        if gate is None or not gate.login_required or scope.get("type") != "http":
+        open_to_all = gate is None or (gate.guard.policy is ALLOW_ALL and not gate.login_required)
+        if open_to_all or scope.get("type") != "http":
             await self._open(scope, receive, send)
             return
+        assert gate is not None
         identity, problem = self._identify(scope, gate)
+        if identity is None and not gate.login_required and not problem:
+            identity = ANONYMOUS  # allow_anonymous: what the ACL lets "anonymous" see
         if identity is None:
             await _answer(send, 401, problem, (b"www-authenticate", b'Bearer realm="tidelog"'))
             return
@@ -101,6 +105,8 @@ class GuardedMetrics:
             principal = gate.principal_of_peer(certificate)
             if principal:
                 return principal, b""
+        if not gate.login_required:
+            return None, b""
         return None, b"this server requires credentials: a bearer token or a client certificate\n"
 
 
