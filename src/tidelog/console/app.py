@@ -45,7 +45,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from tidelog.access import Access, Guard, Kind, Operation, Resource, on
+from tidelog.access import Access, Guard, Kind, Operation, Resource, cursor_access, on
 from tidelog.client import (
     AlreadyExists,
     AsyncClient,
@@ -141,6 +141,11 @@ class Console:
 
     def may_see(self, request: Request, kind: Kind, name: str) -> bool:
         return self.guard.may_see(principal_of(request), Resource(kind, name))
+
+    def may_see_cursor(self, request: Request, cursor_id: str) -> bool:
+        """Whether a listing shows the visitor this cursor: a group's positions by the group's
+        visibility, as the server's rule says (:func:`tidelog.access.cursor_access`)."""
+        return self.guard.may_see(principal_of(request), cursor_access(cursor_id).resource)
 
     @property
     def sampler(self) -> Sampler:
@@ -311,7 +316,7 @@ async def stream_page(request: Request) -> Response:
     cursors = [
         r
         for r in console.sampler.cursor_rows(streams)
-        if r.key.stream == name and console.may_see(request, Kind.CURSOR, r.key.cursor_id)
+        if r.key.stream == name and console.may_see_cursor(request, r.key.cursor_id)
     ]
     rates = console.sampler.rates(name)
     series = console.sampler.totals.get(name)
@@ -457,7 +462,7 @@ async def consumers_page(request: Request) -> Response:
     rows = [
         r
         for r in console.sampler.cursor_rows(streams)
-        if console.may_see(request, Kind.CURSOR, r.key.cursor_id)
+        if console.may_see_cursor(request, r.key.cursor_id)
         and console.may_see(request, Kind.STREAM, r.key.stream)
     ]
     cursor_ids = sorted({r.key.cursor_id for r in rows})
@@ -748,8 +753,9 @@ ACTION_ACCESS: dict[str, Callable[[dict[str, str]], tuple[Access, ...]]] = {
     "readonly": lambda f: (on(Op.ALTER, Kind.STREAM, f["stream"]),),
     "writable": lambda f: (on(Op.ALTER, Kind.STREAM, f["stream"]),),
     "delete": lambda f: (on(Op.DELETE, Kind.STREAM, f["stream"]),),
+    # the server's rule: a group's positions (`__group:<G>`) need `group` on G
     "set-cursor": lambda f: (
-        on(Op.CURSOR, Kind.CURSOR, f.get("cursor", "")),
+        cursor_access(f.get("cursor", "")),
         on(Op.DESCRIBE, Kind.STREAM, f["stream"]),
     ),
 }
