@@ -247,3 +247,26 @@ def test_a_server_without_tokens_says_so_on_the_login_page() -> None:
     assert page.status == 200 and "takes no tokens" in page.body
     form = urlencode({"csrf": csrf_of(page), "token": "tdl_alice"})
     assert browser.post("/login", form).status == 401
+
+
+# -- the size of a posted form ---------------------------------------------------------------------
+
+
+def test_a_form_over_the_limit_is_refused_without_reading_it() -> None:
+    """The login takes POSTs from visitors who have not signed in: a huge body must not be held
+    in the server's memory. A declared one is refused before any of it is read."""
+    browser = console(TokenGate())
+    megabyte = b"x" * (1 << 20)
+    answer, read = browser.post_chunks("/login", [megabyte] * 64, content_length=str(64 << 20))
+    assert answer.status == 413 and "64 KiB" in answer.body
+    assert read == 0
+
+
+def test_a_chunked_form_is_read_only_up_to_the_limit() -> None:
+    browser = console(TokenGate())
+    answer, read = browser.post_chunks("/login", [b"x" * 16384] * 256)
+    assert answer.status == 413
+    assert read <= 65536 // 16384 + 1
+    # under the limit the form is read (and then judged: here its CSRF token is missing)
+    answer, read = browser.post_chunks("/login", [b"token=", b"x" * 60000])
+    assert (answer.status, read) == (403, 2)

@@ -677,13 +677,40 @@ def same_origin(request: Request) -> bool:
     return urlsplit(origin).netloc == request.headers.get("host", "")
 
 
+FORM_LIMIT = 65536
+"""The most bytes of a posted form the console reads: its forms are a few fields. A larger
+body is refused (413) without being read, since the login takes POSTs from anyone."""
+
+
+async def bounded_body(request: Request, limit: int = FORM_LIMIT) -> bytes | None:
+    """The request's body, or None when it is over ``limit`` bytes: refused at once by its
+    ``Content-Length``, else (chunked) as soon as what arrived passes the limit — never held
+    whole in memory."""
+    declared = request.headers.get("content-length", "")
+    if declared.strip().isdigit() and int(declared) > limit:
+        return None
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
+
+
 async def posted_form(request: Request) -> dict[str, str] | Response:
     """The form of a POST from this console's own pages, its CSRF token checked and removed; a
-    refusal page (403) for any other."""
+    refusal page for any other (403), or for a body over :data:`FORM_LIMIT` (413)."""
     if not same_origin(request):
         return problem(request, 403, "Refused", "Actions are taken only from this console's pages.")
-    body = (await request.body())[:65536].decode("utf-8", "replace")
-    form = dict(parse_qsl(body, keep_blank_values=True))
+    body = await bounded_body(request)
+    if body is None:
+        return problem(
+            request,
+            413,
+            "Too large",
+            f"A form sent to the console has at most {FORM_LIMIT // 1024} KiB; this one has more.",
+        )
+    form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
     if not csrf_matches(session_of(request), form.pop("csrf", None)):
         return problem(
             request,
