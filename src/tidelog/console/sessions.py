@@ -1,7 +1,7 @@
 """The console's sessions: who a browser is, and the token its forms must carry.
 
 A session is found by a random id (32 bytes, URL-safe) that the browser holds in a cookie
-(``HttpOnly``, ``SameSite=Strict``, ``Secure`` under TLS); the store keeps only the id's SHA-256,
+(``HttpOnly``, ``SameSite=Lax``, ``Secure`` under TLS); the store keeps only the id's SHA-256,
 so the ids are compared as digests and a dump of the store names no usable cookie. Each session
 carries its own CSRF token (another 32 random bytes), which every form of the console sends back
 in a hidden field and every action checks (``secrets.compare_digest``).
