@@ -100,6 +100,21 @@ def on(operation: Operation, kind: Kind, name: str = ANY) -> Access:
     return Access(operation, Resource(kind, name or ANY))
 
 
+GROUP_CURSOR_PREFIX: Final = "__group:"
+"""A cursor named ``__group:<group id>`` holds that group's positions (docs/api.md)."""
+
+
+def cursor_access(cursor_id: str) -> Access:
+    """What reading or writing the cursor ``cursor_id`` needs, and whose it is: a group's
+    positions (:data:`GROUP_CURSOR_PREFIX`) are the group's, so ``group`` on the group (a grant
+    of every cursor does not move another group's positions); any other cursor, ``cursor`` on
+    it. Every front asks this one rule, for a call on the cursor and for showing it in a listing
+    (:meth:`Caller.may_see` of its resource)."""
+    if cursor_id.startswith(GROUP_CURSOR_PREFIX):
+        return on(Operation.GROUP, Kind.GROUP, cursor_id.removeprefix(GROUP_CURSOR_PREFIX))
+    return on(Operation.CURSOR, Kind.CURSOR, cursor_id)
+
+
 ANONYMOUS: Final = ""
 """The identity of a caller that presented no credentials."""
 

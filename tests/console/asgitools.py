@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +39,18 @@ class Browser:
         return self.request("POST", path, body.encode(), headers)
 
     def request(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> Answer:
-        answer = asyncio.run(self._call(method, path, body, headers))
+        return self.sent(method, path, [body], headers)[0]
+
+    def post_chunks(self, path: str, chunks: Iterable[bytes], **headers: str) -> tuple[Answer, int]:
+        """A POST whose body arrives in ``chunks`` (as a chunked upload does); with the number
+        of chunks the app read."""
+        headers.setdefault("content_type", "application/x-www-form-urlencoded")
+        return self.sent("POST", path, chunks, headers)
+
+    def sent(
+        self, method: str, path: str, chunks: Iterable[bytes], headers: dict[str, str]
+    ) -> tuple[Answer, int]:
+        answer, read = asyncio.run(self._call(method, path, chunks, headers))
         for cookie in answer.all("set-cookie"):
             name, _, rest = cookie.partition("=")
             value = rest.split(";", 1)[0]
@@ -46,9 +58,11 @@ class Browser:
                 self.cookies.pop(name, None)
             else:
                 self.cookies[name] = value
-        return answer
+        return answer, read
 
-    async def _call(self, method: str, path: str, body: bytes, extra: dict[str, str]) -> Answer:
+    async def _call(
+        self, method: str, path: str, chunks: Iterable[bytes], extra: dict[str, str]
+    ) -> tuple[Answer, int]:
         target, _, query = path.partition("?")
         headers = [(b"host", self.host.encode())]
         if self.cookies:
@@ -71,15 +85,18 @@ class Browser:
             "extensions": dict(self.extensions),
         }
         sent: list[dict[str, Any]] = []
-        requested = False
+        pending = iter(chunks)
+        upcoming: bytes | None = next(pending, b"")
+        read = 0
 
         async def receive() -> dict[str, Any]:
-            nonlocal requested
-            if not requested:
-                requested = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await asyncio.sleep(3600)
-            return {"type": "http.disconnect"}
+            nonlocal upcoming, read
+            if upcoming is None:
+                await asyncio.sleep(3600)
+                return {"type": "http.disconnect"}
+            chunk, upcoming = upcoming, next(pending, None)
+            read += 1
+            return {"type": "http.request", "body": chunk, "more_body": upcoming is not None}
 
         async def send(message: dict[str, Any]) -> None:
             sent.append(message)
@@ -87,8 +104,9 @@ class Browser:
         await self.app(scope, receive, send)
         start = next(m for m in sent if m["type"] == "http.response.start")
         content = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-        return Answer(
+        answer = Answer(
             start["status"],
             [(k.decode().lower(), v.decode()) for k, v in start.get("headers", [])],
             content.decode("utf-8", "replace"),
         )
+        return answer, read

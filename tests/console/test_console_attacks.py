@@ -285,12 +285,42 @@ def test_with_tokens_the_console_shows_nothing_before_signing_in(
     expect(tab.locator("h1")).to_contain_text("ledger")
     expect(tab.locator("#principal")).to_have_text("alice")
     session = next(c for c in tab.context.cookies() if c["name"] == "__Host-tidelog_console")
-    assert session["httpOnly"] and session["secure"] and session["sameSite"] == "Strict"
+    assert session["httpOnly"] and session["secure"] and session["sameSite"] == "Lax"
     tab.click("button:has-text('Sign out')")
     expect(tab).to_have_url(f"{console}/login")
     tab.goto(f"{console}/streams")
     expect(tab).to_have_url(f"{console}/login?next=%2Fstreams")
     assert json.dumps(tab.context.cookies()).count("tidelog_console") <= 1
+
+
+def test_another_sites_link_keeps_the_visitor_signed_in_and_its_form_signs_nobody_out(
+    secured_server: tuple[ServerProcess, int, dict[str, str]], attacker: AttackerSite, tab: Page
+) -> None:
+    """A console link in a chat or a dashboard is a top-level navigation from another site: it
+    must reach the page signed in. Another site's form post arrives without the cookie and must
+    not replace it."""
+    _, port, tokens = secured_server
+    console = f"https://127.0.0.1:{port}"
+    tab.goto(f"{console}/login")
+    tab.fill("input[name=token]", tokens["alice"])
+    tab.click("button:has-text('Sign in')")
+    expect(tab.locator("#principal")).to_have_text("alice")
+    attacker.pages["/chat"] = f'<a id="link" href="{console}/streams/ledger">the ledger</a>'
+    tab.goto(f"{attacker.url}/chat")
+    with tab.expect_navigation(url=f"{console}/streams/ledger"):
+        tab.click("#link")
+    expect(tab.locator("#principal")).to_have_text("alice")
+    attacker.pages["/sign-out"] = (
+        f'<form id="f" method="post" action="{console}/actions/pause">'
+        f'<input name="stream" value="ledger"></form>'
+        f'<script>document.getElementById("f").submit()</script>'
+    )
+    with tab.expect_navigation(url=f"{console}/actions/pause"):
+        tab.goto(f"{attacker.url}/sign-out")
+    expect(tab.locator(".problem h1")).to_have_text("Sign in first")
+    tab.goto(f"{console}/streams")
+    expect(tab).to_have_url(f"{console}/streams")
+    expect(tab.locator("#principal")).to_have_text("alice")
 
 
 def test_without_credentials_the_secured_consoles_port_refuses_plain_http(

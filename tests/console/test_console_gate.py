@@ -183,12 +183,44 @@ def test_a_wrong_token_is_refused_and_a_right_one_opens_a_new_session() -> None:
     right = browser.post("/login", urlencode({**form, "token": "tdl_alice"}))
     assert right.status == 303 and right.header("location") == "/cluster"
     cookie = right.header("set-cookie") or ""
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
+    assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Path=/" in cookie
     assert "Secure" not in cookie  # served without TLS here
     assert browser.cookies != before  # a new id: a planted one is worth nothing
     # now the guard is asked for alice (its policy refuses the cluster page: no broker call)
     page = browser.get("/cluster")
     assert page.status == 403 and "alice may not admin on the cluster" in page.body
+
+
+CROSS_SITE_LINK = {"sec_fetch_site": "cross-site", "sec_fetch_mode": "navigate"}
+
+
+def test_a_request_from_another_site_never_replaces_the_signed_in_cookie() -> None:
+    """Under SameSite=Lax a browser sends the cookie with a link followed from another site, but
+    not with another site's form post or embedded request: a new session's cookie sent with
+    those would sign the visitor out."""
+    browser = console(TokenGate())
+    login = browser.get("/login")
+    browser.post("/login", urlencode({"csrf": csrf_of(login), "token": "tdl_alice"}))
+    signed_in = dict(browser.cookies)
+    browser.cookies.clear()  # what such a request carries
+    post = browser.post(
+        "/actions/delete",
+        "stream=orders&confirmed=yes",
+        origin="http://evil.example",
+        sec_fetch_site="cross-site",
+        sec_fetch_mode="navigate",
+        sec_fetch_dest="document",
+    )
+    embedded = browser.get("/streams", sec_fetch_site="cross-site", sec_fetch_dest="image")
+    assert post.status == 401 and post.header("set-cookie") is None
+    assert embedded.status == 303 and embedded.header("set-cookie") is None
+    # a link from another site: the browser sent its cookie, which still names alice
+    browser.cookies.update(signed_in)
+    page = browser.get("/cluster", **CROSS_SITE_LINK)
+    assert page.status == 403 and "alice may not admin" in page.body
+    # a first visit by such a link opens a session as any first visit does
+    first = console(TokenGate()).get("/login", **CROSS_SITE_LINK)
+    assert first.status == 200 and first.header("set-cookie")
 
 
 def test_a_login_redirects_only_within_the_console() -> None:
@@ -247,3 +279,26 @@ def test_a_server_without_tokens_says_so_on_the_login_page() -> None:
     assert page.status == 200 and "takes no tokens" in page.body
     form = urlencode({"csrf": csrf_of(page), "token": "tdl_alice"})
     assert browser.post("/login", form).status == 401
+
+
+# -- the size of a posted form ---------------------------------------------------------------------
+
+
+def test_a_form_over_the_limit_is_refused_without_reading_it() -> None:
+    """The login takes POSTs from visitors who have not signed in: a huge body must not be held
+    in the server's memory. A declared one is refused before any of it is read."""
+    browser = console(TokenGate())
+    megabyte = b"x" * (1 << 20)
+    answer, read = browser.post_chunks("/login", [megabyte] * 64, content_length=str(64 << 20))
+    assert answer.status == 413 and "64 KiB" in answer.body
+    assert read == 0
+
+
+def test_a_chunked_form_is_read_only_up_to_the_limit() -> None:
+    browser = console(TokenGate())
+    answer, read = browser.post_chunks("/login", [b"x" * 16384] * 256)
+    assert answer.status == 413
+    assert read <= 65536 // 16384 + 1
+    # under the limit the form is read (and then judged: here its CSRF token is missing)
+    answer, read = browser.post_chunks("/login", [b"token=", b"x" * 60000])
+    assert (answer.status, read) == (403, 2)

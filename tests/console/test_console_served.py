@@ -51,6 +51,19 @@ effect = "allow"
 principals = ["bob"]
 operations = ["subscribe"]
 resources = ["stream:public*"]
+
+# carol may use every cursor and see every group but alice's: never alice's group's positions
+[[rule]]
+effect = "allow"
+principals = ["carol"]
+operations = ["cursor", "subscribe", "describe"]
+resources = ["cursor:*", "stream:*", "group:*"]
+
+[[rule]]
+effect = "deny"
+principals = ["carol"]
+operations = ["describe", "group"]
+resources = ["group:alice.pg"]
 """
 
 
@@ -80,7 +93,7 @@ class Pki:
             directory / "tokens.toml",
             directory / "acl.toml",
         )
-        for principal in ("alice", "bob"):
+        for principal in ("alice", "bob", "carol"):
             pki.issued[principal] = add_token(pki.tokens, principal)
         pki.acl.write_text(ACL)
         return pki
@@ -219,6 +232,53 @@ def test_a_signed_in_principal_sees_and_does_only_what_the_acl_lets_it(tmp_path:
             assert "/login" in url
             status, _, page = await off_loop(alice.sign_in, pki.issued["alice"])
             assert status == 200 and "public-news" in shown_streams(page)
+
+    asyncio.run(scenario())
+
+
+def test_a_groups_positions_are_the_groups_in_the_consoles_actions_and_listings(
+    tmp_path: Path,
+) -> None:
+    """The console asks the server's rule for a cursor: ``__group:alice.pg`` holds the group's
+    positions, so carol's grant of every cursor neither moves them (the console calls the
+    broker as the server, a super-user) nor shows them to her."""
+    pki = Pki.make(tmp_path)
+
+    async def scenario() -> None:
+        async with serving(tmp_path, **secured(pki)) as server:
+            alice_tls = ClientTls(ca=pki.ca.cert, token=pki.issued["alice"])
+            async with AsyncClient(
+                f"127.0.0.1:{server.port}", settings=ClientSettings(tls=alice_tls)
+            ) as client:
+                await client.create_stream("orders")
+                for _ in range(5):
+                    await client.publish("orders", b"x")
+                await client.set_cursor("__group:alice.pg", "orders", 0, 3)
+                await client.set_cursor("carol.c", "orders", 0, 2)
+                context = ssl.create_default_context(cafile=str(pki.ca.cert))
+                carol = Visitor(f"https://127.0.0.1:{server.metrics_port}", context)
+                status, _, page = await off_loop(carol.sign_in, pki.issued["carol"])
+                assert status == 200, page
+                for path in ("/consumers", "/streams/orders"):
+                    status, _, page = await off_loop(carol.open, path)
+                    assert status == 200, page
+                    assert "carol.c" in page and "alice.pg" not in page, path
+                form = {
+                    "csrf": csrf_of(page),
+                    "cursor": "__group:alice.pg",
+                    "stream": "orders",
+                    "partition": "0",
+                    "offset": "0",
+                    "confirmed": "yes",
+                }
+                status, _, answer = await off_loop(carol.open, "/actions/set-cursor", form)
+                assert status == 403 and "carol may not group on group" in answer, answer
+                assert await client.fetch_cursor("__group:alice.pg", "orders", 0) == 3
+                # her own cursors she moves
+                mine = {**form, "cursor": "carol.c"}
+                status, _, answer = await off_loop(carol.open, "/actions/set-cursor", mine)
+                assert status == 200, answer
+                assert await client.fetch_cursor("carol.c", "orders", 0) == 0
 
     asyncio.run(scenario())
 

@@ -80,3 +80,11 @@ def test_the_csrf_token_must_be_the_sessions_own() -> None:
 def test_a_store_needs_room_and_time(capacity: int, lifetime: float) -> None:
     with pytest.raises(ValueError):
         Sessions(capacity=capacity, lifetime_s=lifetime)
+
+
+def test_a_sessions_repr_names_none_of_its_secrets() -> None:
+    session = Sessions(clock=Clock()).open("alice", Via.TOKEN, "tdl_secret-token")
+    shown = repr(session)
+    assert "alice" in shown
+    for secret in (session.id, session.csrf, "tdl_secret-token"):
+        assert secret not in shown

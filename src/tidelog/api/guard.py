@@ -30,7 +30,17 @@ import grpc
 
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
-from tidelog.access import ANONYMOUS, Access, Caller, Guard, Kind, Operation, on, serving
+from tidelog.access import (
+    ANONYMOUS,
+    Access,
+    Caller,
+    Guard,
+    Kind,
+    Operation,
+    cursor_access,
+    on,
+    serving,
+)
 from tidelog.api.open_calls import OpenCall, OpenCalls
 from tidelog.api.status import log_failure, status_of
 from tidelog.errors import NotLeader, TidelogError
@@ -68,19 +78,8 @@ def _metadata(request: pb.FetchMetadataRequest) -> Accesses:
     )
 
 
-GROUP_CURSOR_PREFIX: Final = "__group:"
-"""A cursor named ``__group:<group id>`` holds that group's positions (docs/api.md)."""
-
-
 def _cursor(request: pb.SetCursorRequest | pb.FetchCursorRequest) -> Accesses:
-    # A group's positions are the group's: reading or writing them is a group operation, so a
-    # grant of `cursor` alone (on every cursor, say) does not move another group's positions.
-    cursor: str = request.cursorId
-    if cursor.startswith(GROUP_CURSOR_PREFIX):
-        target = on(Op.GROUP, Kind.GROUP, cursor.removeprefix(GROUP_CURSOR_PREFIX))
-    else:
-        target = on(Op.CURSOR, Kind.CURSOR, cursor)
-    return (target, on(Op.DESCRIBE, Kind.STREAM, request.stream))
+    return (cursor_access(request.cursorId), on(Op.DESCRIBE, Kind.STREAM, request.stream))
 
 
 def _group(request: Any) -> Accesses:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ipaddress
 import logging
 import socket
 import ssl
@@ -51,6 +52,45 @@ ASGIApp = Callable[..., Any]
 PEER_CERTIFICATE: Final = metrics_http.PEER_CERTIFICATE
 """The scope extension holding the connection's verified client certificate (the console's
 ``tidelog.console.gate.PEER_CERTIFICATE``; the api does not import the console)."""
+
+
+GRPC_OTHER_SAN: Final = "other types of SAN"
+"""What gRPC's auth context lists in place of a subject alternative name that is neither DNS,
+email, URI nor IP (a directory name, an otherName, a registered id): gRPC core's own words."""
+
+_GRPC_SAN_KINDS: Final = ("DNS", "email", "URI", "IP Address")
+"""The subject alternative names gRPC's auth context writes out, in ``getpeercert()``'s names."""
+
+_GRPC_SAN_TYPES: Final[dict[type[x509.GeneralName], str]] = {
+    x509.DNSName: "DNS",
+    x509.RFC822Name: "email",
+    x509.UniformResourceIdentifier: "URI",
+    x509.IPAddress: "IP Address",
+}
+"""The same kinds as cryptography's types."""
+
+
+def grpc_san(kind: str, value: object) -> str:
+    """A subject alternative name as gRPC's auth context lists it (in the certificate's order):
+    :data:`GRPC_OTHER_SAN` for a kind it does not write out, an IP address as ``inet_ntop``
+    writes it (``getpeercert()`` writes an IPv6 one in eight uncompressed groups). The HTTP ports
+    hand the authenticator the list gRPC would, so a certificate names one principal on both."""
+    if kind not in _GRPC_SAN_KINDS:
+        return GRPC_OTHER_SAN
+    if kind != "IP Address":
+        return str(value)
+    try:
+        address = ipaddress.ip_address(str(value).strip())
+    except ValueError:
+        return str(value)
+    if isinstance(address, ipaddress.IPv6Address):
+        # inet_ntop writes an IPv4 address carried in IPv6 (::ffff:a.b.c.d, ::a.b.c.d) dotted
+        if address.ipv4_mapped is not None:
+            return f"::ffff:{address.ipv4_mapped}"
+        packed = address.packed
+        if packed[:12] == bytes(12) and packed[12:14] != bytes(2):
+            return f"::{ipaddress.IPv4Address(packed[12:])}"
+    return str(address)
 
 
 @dataclass(frozen=True)
@@ -94,7 +134,7 @@ class ServerGate:
     def principal_of_peer(self, certificate: Mapping[str, Any]) -> str | None:
         """The principal the gRPC port would name for this verified certificate (in
         ``ssl.SSLSocket.getpeercert()``'s form)."""
-        sans = [str(value) for _kind, value in certificate.get("subjectAltName", ())]
+        sans = [grpc_san(kind, value) for kind, value in certificate.get("subjectAltName", ())]
         names = [
             str(value)
             for rdn in certificate.get("subject", ())
@@ -125,7 +165,10 @@ class ServerGate:
         certificate = x509.load_pem_x509_certificate(path.read_bytes())
         try:
             extension = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
-            sans = [str(getattr(name, "value", name)) for name in extension.value]
+            sans = [
+                grpc_san(_GRPC_SAN_TYPES.get(type(name), ""), getattr(name, "value", None))
+                for name in extension.value
+            ]
         except x509.ExtensionNotFound:
             sans = []
         names = certificate.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)

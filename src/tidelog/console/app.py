@@ -45,7 +45,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from tidelog.access import Access, Guard, Kind, Operation, Resource, on
+from tidelog.access import Access, Guard, Kind, Operation, Resource, cursor_access, on
 from tidelog.client import (
     AlreadyExists,
     AsyncClient,
@@ -141,6 +141,11 @@ class Console:
 
     def may_see(self, request: Request, kind: Kind, name: str) -> bool:
         return self.guard.may_see(principal_of(request), Resource(kind, name))
+
+    def may_see_cursor(self, request: Request, cursor_id: str) -> bool:
+        """Whether a listing shows the visitor this cursor: a group's positions by the group's
+        visibility, as the server's rule says (:func:`tidelog.access.cursor_access`)."""
+        return self.guard.may_see(principal_of(request), cursor_access(cursor_id).resource)
 
     @property
     def sampler(self) -> Sampler:
@@ -311,7 +316,7 @@ async def stream_page(request: Request) -> Response:
     cursors = [
         r
         for r in console.sampler.cursor_rows(streams)
-        if r.key.stream == name and console.may_see(request, Kind.CURSOR, r.key.cursor_id)
+        if r.key.stream == name and console.may_see_cursor(request, r.key.cursor_id)
     ]
     rates = console.sampler.rates(name)
     series = console.sampler.totals.get(name)
@@ -457,7 +462,7 @@ async def consumers_page(request: Request) -> Response:
     rows = [
         r
         for r in console.sampler.cursor_rows(streams)
-        if console.may_see(request, Kind.CURSOR, r.key.cursor_id)
+        if console.may_see_cursor(request, r.key.cursor_id)
         and console.may_see(request, Kind.STREAM, r.key.stream)
     ]
     cursor_ids = sorted({r.key.cursor_id for r in rows})
@@ -672,13 +677,40 @@ def same_origin(request: Request) -> bool:
     return urlsplit(origin).netloc == request.headers.get("host", "")
 
 
+FORM_LIMIT = 65536
+"""The most bytes of a posted form the console reads: its forms are a few fields. A larger
+body is refused (413) without being read, since the login takes POSTs from anyone."""
+
+
+async def bounded_body(request: Request, limit: int = FORM_LIMIT) -> bytes | None:
+    """The request's body, or None when it is over ``limit`` bytes: refused at once by its
+    ``Content-Length``, else (chunked) as soon as what arrived passes the limit — never held
+    whole in memory."""
+    declared = request.headers.get("content-length", "")
+    if declared.strip().isdigit() and int(declared) > limit:
+        return None
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
+
+
 async def posted_form(request: Request) -> dict[str, str] | Response:
     """The form of a POST from this console's own pages, its CSRF token checked and removed; a
-    refusal page (403) for any other."""
+    refusal page for any other (403), or for a body over :data:`FORM_LIMIT` (413)."""
     if not same_origin(request):
         return problem(request, 403, "Refused", "Actions are taken only from this console's pages.")
-    body = (await request.body())[:65536].decode("utf-8", "replace")
-    form = dict(parse_qsl(body, keep_blank_values=True))
+    body = await bounded_body(request)
+    if body is None:
+        return problem(
+            request,
+            413,
+            "Too large",
+            f"A form sent to the console has at most {FORM_LIMIT // 1024} KiB; this one has more.",
+        )
+    form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
     if not csrf_matches(session_of(request), form.pop("csrf", None)):
         return problem(
             request,
@@ -748,8 +780,9 @@ ACTION_ACCESS: dict[str, Callable[[dict[str, str]], tuple[Access, ...]]] = {
     "readonly": lambda f: (on(Op.ALTER, Kind.STREAM, f["stream"]),),
     "writable": lambda f: (on(Op.ALTER, Kind.STREAM, f["stream"]),),
     "delete": lambda f: (on(Op.DELETE, Kind.STREAM, f["stream"]),),
+    # the server's rule: a group's positions (`__group:<G>`) need `group` on G
     "set-cursor": lambda f: (
-        on(Op.CURSOR, Kind.CURSOR, f.get("cursor", "")),
+        cursor_access(f.get("cursor", "")),
         on(Op.DESCRIBE, Kind.STREAM, f["stream"]),
     ),
 }

@@ -10,6 +10,9 @@ In order, for each HTTP request (:class:`GateMiddleware`):
    enough only while the server asks no credentials (:attr:`Gate.login_required` false: no
    tokens_file, no acl_file). A visitor nobody knows is sent to ``/login``; only the login page
    and the assets are served to it;
+   A session opened for a request that would not have carried the cookie (a cross-site one
+   other than a top-level GET navigation, :func:`carries_the_cookie`) serves that request only:
+   its cookie would replace the visitor's;
 3. every response carries the headers of :data:`SECURITY_HEADERS` (no framing, no inline script,
    no sniffing, no referrer to other sites) and, except the assets, ``Cache-Control: no-store``.
 
@@ -252,7 +255,11 @@ class Keeper:
     def cookie_for(self, session: Session | None) -> str:
         """The ``Set-Cookie`` value for ``session``; None: the cookie cleared."""
         value = session.id if session is not None else ""
-        cookie = f"{self.cookie}={value}; Path=/; HttpOnly; SameSite=Strict"
+        # Lax, not Strict: a link to the console followed from another site (chat, a dashboard)
+        # must carry the cookie, else the visit opens a new session whose cookie replaces the
+        # signed-in one. Actions stay another site's to forge only with the CSRF token (and
+        # past the Origin check); a cross-site POST still arrives without the cookie.
+        cookie = f"{self.cookie}={value}; Path=/; HttpOnly; SameSite=Lax"
         if session is None:
             cookie += "; Max-Age=0"
         return cookie + ("; Secure" if self.gate.secure else "")
@@ -293,7 +300,7 @@ class GateMiddleware:
         if not asset:  # assets load in parallel with the first page: no session of their own
             session, opened = self.keeper.identify(request)
             scope.setdefault("state", {})["session"] = session
-            if opened:
+            if opened and carries_the_cookie(request):
                 send = _with_cookie(send, self.keeper.cookie_for(session))
         unknown = session is None or session.principal is None
         if unknown and not asset and not path.startswith(OPEN_PREFIXES):
@@ -308,6 +315,22 @@ class GateMiddleware:
         return self.refuse(
             request, 401, "Sign in first", "This console acts only for a signed-in user."
         )
+
+
+def carries_the_cookie(request: Request) -> bool:
+    """Whether the browser would have sent the (``SameSite=Lax``) session cookie with this request
+    had it one: every request but a cross-site one (``Sec-Fetch-Site``), and of those only a
+    top-level navigation by GET. Any other arrives without it even when the browser is signed in,
+    so a new session's cookie is not sent with its answer: it would replace the signed-in one (a
+    page of another site posting a form would sign the visitor out)."""
+    headers = request.headers
+    if headers.get("sec-fetch-site") != "cross-site":
+        return True
+    return (
+        request.method in ("GET", "HEAD")
+        and headers.get("sec-fetch-mode") == "navigate"
+        and headers.get("sec-fetch-dest", "document") == "document"
+    )
 
 
 def _with_headers(send: Send, *, no_store: bool) -> Send:

@@ -1,7 +1,7 @@
 """The console's sessions: who a browser is, and the token its forms must carry.
 
 A session is found by a random id (32 bytes, URL-safe) that the browser holds in a cookie
-(``HttpOnly``, ``SameSite=Strict``, ``Secure`` under TLS); the store keeps only the id's SHA-256,
+(``HttpOnly``, ``SameSite=Lax``, ``Secure`` under TLS); the store keeps only the id's SHA-256,
 so the ids are compared as digests and a dump of the store names no usable cookie. Each session
 carries its own CSRF token (another 32 random bytes), which every form of the console sends back
 in a hidden field and every action checks (``secrets.compare_digest``).
@@ -18,7 +18,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 DEFAULT_CAPACITY = 1000
@@ -38,15 +38,18 @@ class Via(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Session:
-    id: str
+    """One visitor's session. Its id, CSRF token and bearer token are secrets: left out of its
+    ``repr`` (a log line or a traceback's locals must not print them)."""
+
+    id: str = field(repr=False)
     """the cookie's value; the store keeps only its digest"""
     principal: str | None
     """who acts; None: not identified yet (only the login page and the assets are served)"""
     via: Via
-    csrf: str
+    csrf: str = field(repr=False)
     """what each of this session's forms carries back"""
     expires_at: float
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)
     """the token signed in with (kept in memory only), checked again on each request so that a
     token revoked by a reload ends its sessions"""
 
