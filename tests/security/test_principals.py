@@ -100,3 +100,15 @@ def test_without_credentials_anonymous_unless_required() -> None:
     with pytest.raises(Unauthenticated, match="requires credentials"):
         Authenticator(required=True).identify(TLS, ())
     assert Authenticator(required=True).identify(certified(b"alice"), ()) == "alice"
+
+
+def test_a_san_grpc_cannot_write_out_is_never_the_name() -> None:
+    # grpc lists a DirName or otherName SAN as the same placeholder for every certificate.
+    context = {
+        "transport_security_type": [b"ssl"],
+        "x509_subject_alternative_name": [b"other types of SAN", b"bob.example"],
+        "x509_common_name": [b"bob"],
+    }
+    assert certificate_name(context) == "bob.example"
+    only_other = {**context, "x509_subject_alternative_name": [b"other types of SAN"]}
+    assert certificate_name(only_other) == "bob"

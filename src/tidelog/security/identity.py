@@ -28,6 +28,9 @@ from tidelog.errors import Unauthenticated
 from tidelog.security.tokens import TokenStore
 
 AUTHORIZATION: Final = "authorization"
+OTHER_SAN: Final = "other types of SAN"
+"""What grpc lists for a subject alternative name that is not DNS, email, URI or IP (a DirName,
+an otherName such as a UPN): never a name, else every such certificate would share it."""
 BEARER: Final = "bearer "
 
 
@@ -90,12 +93,12 @@ def map_name(name: str, rules: Sequence[PrincipalRule]) -> str:
 
 
 def certificate_name(auth_context: Mapping[str, Iterable[bytes]]) -> str | None:
-    """The verified client certificate's first subject alternative name, else its common name;
-    None without a verified certificate."""
+    """The verified client certificate's first subject alternative name of a kind grpc writes
+    out (DNS, email, URI, IP), else its common name; None without a verified certificate."""
     for key in ("x509_subject_alternative_name", "x509_common_name"):
         for value in auth_context.get(key, ()):
             text = value.decode(errors="replace").strip()
-            if text:
+            if text and text != OTHER_SAN:
                 return text
     return None
 
