@@ -216,6 +216,33 @@ def make_dirs(path: Path) -> None:
         os.chmod(directory, DIR_MODE)  # a umask such as 0o277 would have taken owner bits
 
 
+def make_private(path: Path) -> str | None:
+    """Take the group and other bits off the existing directory ``path`` when the server's user
+    owns it (chmod needs ownership); ``None`` when it is private now, else why it is not and what
+    that exposes, for a warning. A directory tidelog does not own (a Kubernetes volume owned by
+    root with an ``fsGroup``, a shared group-writable directory) is the operator's to set up:
+    it is left as it is, never a reason to refuse to start. Only the entries directly in it are
+    concerned: everything tidelog makes beneath it is 0700 or 0600 already."""
+    status = path.stat()
+    mode = status.st_mode & 0o7777
+    if not mode & 0o077:
+        return None
+    if status.st_uid == os.geteuid():
+        try:
+            os.chmod(path, mode & ~0o077)
+            return None
+        except PermissionError:
+            reason = "chmod was refused"
+    else:
+        reason = f"it belongs to uid {status.st_uid}, not this server's uid {os.geteuid()}"
+    exposes = (
+        "anyone with write access to it can delete or replace the broker's files in it"
+        if mode & 0o022
+        else "the names of the files in it can be listed by others, not their contents"
+    )
+    return f"{path} is mode {mode:o}, not private ({reason}): {exposes}"
+
+
 def open_fd(path: Path, flags: int, mode: int = FILE_MODE) -> int:
     """``os.open`` with out-of-space and out-of-descriptors failures mapped."""
     try:

@@ -147,8 +147,9 @@ class PositionTrimmed(BrokerError):
 
 class PositionJump(BrokerError):
     """A source's delta batch reaches further past what this sink applied from it than the sink
-    can account for (``sites_position_window_records``): nothing of it is applied. A real source
-    whose site received nothing for that long answers with a snapshot sync; a forged batch (a
+    can account for (``sites_position_window_records``): nothing of it is applied. A real sender
+    steps below the bound (``sites/sender_deltas.py``); one that did not (its setting larger
+    than this sink's) answers with a snapshot sync; a forged batch (a
     position far ahead, which would make the sink drop every real entry below it) goes no
     further (multi-site replication)."""
 
@@ -158,8 +159,8 @@ class PositionJump(BrokerError):
         super().__init__(
             f"a delta batch from site {echo(source)} reaches position {position}, more than "
             f"{window} positions past what this sink applied from it ({applied}): refused, "
-            f"nothing applied (raise sites_position_window_records if a site can receive "
-            f'nothing for that long; docs/security.md, "Sites trust sites")'
+            f"nothing applied (keep sites_position_window_records the same on every site; "
+            f'docs/security.md, "Sites trust sites")'
         )
 
 

@@ -6,12 +6,14 @@ In process tidelog's own files are so under an umask of 0; ``tidelog serve`` set
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import pytest
 from tests.broker.brokertools import broker_config, running
 from tests.support.server import served
 
@@ -81,3 +83,58 @@ def test_a_served_data_directory_is_private_views_included(tmp_path: Path) -> No
         assert server.stop() == 0
     assert any(p.name == "CURRENT" for p, _ in modes(data)), "a RocksDB store was written"
     assert not wrong(data), wrong(data)
+
+
+def start_and_stop(data: Path) -> None:
+    async def body() -> None:
+        async with running(broker_config(data)) as broker:
+            broker.create_stream("s")
+
+    asyncio.run(body())
+
+
+def test_a_data_directory_owned_by_another_user_is_left_as_it_is_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Kubernetes volume owned by root with an fsGroup: not ours to chmod, so not changed
+    (and the start does not fail on it); the warning names the mode and what it exposes."""
+    data = tmp_path / "data"
+    data.mkdir()
+    os.chmod(data, 0o2775)
+    owner = data.stat().st_uid
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)
+    with caplog.at_level(logging.WARNING, logger="tidelog"):
+        start_and_stop(data)
+    assert stat.S_IMODE(data.stat().st_mode) == 0o2775
+    assert "mode 2775" in caplog.text and "delete or replace" in caplog.text
+    assert not wrong(data / "streams"), wrong(data / "streams")
+
+
+def test_a_refused_chmod_of_the_data_directory_is_a_warning_not_a_failed_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    os.chmod(data, 0o750)
+    chmod = os.chmod
+
+    def refused(path: object, mode: int, **kwargs: object) -> None:
+        if Path(str(path)) == data:
+            raise PermissionError(1, "Operation not permitted", str(path))
+        chmod(path, mode, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "chmod", refused)
+    with caplog.at_level(logging.WARNING, logger="tidelog"):
+        start_and_stop(data)
+    assert "mode 750" in caplog.text and "chmod was refused" in caplog.text
+    assert "listed by others" in caplog.text
+
+
+def test_an_owned_data_directory_left_open_by_an_older_release_is_made_private(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    os.chmod(data, 0o755)
+    start_and_stop(data)
+    assert stat.S_IMODE(data.stat().st_mode) == 0o700

@@ -289,7 +289,7 @@ def test_add_site_is_capped_and_checks_its_address(tmp_path: Path) -> None:
     config = tmp_path / "a.toml"
     config.write_text('site_id = "a"\nsites_max_declared = 3\n')
     with served(tmp_path / "a", "--config", str(config)) as a, tidelog.Client(a.address) as client:
-        for bad in ("evil/x:80", "h_x:1", "host:0", "[::1:80"):
+        for bad in ("evil/x:80", "h..x:1", "host:0", "[::1:80"):
             with pytest.raises(ClientError) as refused:
                 client.add_site("x", bad)
             assert refused.value.code is grpc.StatusCode.INVALID_ARGUMENT

@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.broker.brokertools import broker_config, running
 
 from tidelog.broker import StreamConfig
 from tidelog.broker.config import MAX_CURSOR_ID_BYTES
-from tidelog.errors import InvalidArgument, LimitReached, PartitionNotFound, StreamNotFound
+from tidelog.errors import (
+    DiskFull,
+    InvalidArgument,
+    LimitReached,
+    PartitionNotFound,
+    StreamNotFound,
+)
 from tidelog.wire import CURSORS_STREAM
 
 
@@ -66,3 +73,41 @@ def test_a_stream_has_at_most_max_cursors_per_stream_ids_also_after_a_restart(
 
     asyncio.run(fill())
     asyncio.run(after_restart())
+
+
+def test_concurrent_first_sets_of_an_id_count_it_once_whichever_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two first sets of one new id at once, the first failing (a full disk): the second one
+    stored the id, so it stays counted; and an id whose every set failed is not counted."""
+
+    async def body() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            broker.create_stream("s", StreamConfig(partitions=2))
+            calls = 0
+            for partition in broker.cursors.stream.partitions:
+                publish = partition.publish
+
+                async def failing_first(*args: Any, _publish: Any = publish, **kw: Any) -> Any:
+                    nonlocal calls
+                    calls += 1
+                    mine = calls
+                    await asyncio.sleep(0.01)  # both sets are in flight
+                    if mine == 1:
+                        raise DiskFull("the first set's write")
+                    return await _publish(*args, **kw)
+
+                monkeypatch.setattr(partition, "publish", failing_first)
+            first = asyncio.create_task(broker.cursors.set("c", "s", 0, 1))
+            second = asyncio.create_task(broker.cursors.set("c", "s", 1, 2))
+            with pytest.raises(DiskFull):
+                await first
+            await second
+            assert await broker.cursors.fetch("c", "s", 1) == 2
+            assert broker.cursors.cursor_ids("s") == 1, "stored, so counted"
+            calls = 0  # the next first set fails alone: not counted
+            with pytest.raises(DiskFull):
+                await broker.cursors.set("d", "s", 0, 1)
+            assert broker.cursors.cursor_ids("s") == 1
+
+    asyncio.run(body())

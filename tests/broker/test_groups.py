@@ -81,19 +81,51 @@ def test_joins_are_checked() -> None:
 def test_a_newer_subscriber_fences_the_older_and_an_older_is_refused(tmp_path: Path) -> None:
     async def body() -> None:
         async with running(broker_config(tmp_path)) as broker:
-            broker.create_stream("s", StreamConfig(partitions=1))
+            broker.create_stream("s", StreamConfig(partitions=2))
             await broker.publish("s", 0, [b"x"])
-            epoch = broker.groups.join("g", "c1", ["s"])
+            await broker.publish("s", 1, [b"x"])
+            epoch = broker.groups.join("g", "c1", ["s"])  # c1 alone: both partitions
             request = SubscribeRequest(start=StartPosition.EARLIEST)
-            first = broker.subscribe("s", 0, request, group=("g", "c1", epoch))
-            batches = first.batches()
-            assert len(await anext(batches)) == 1
+            firsts = [broker.subscribe("s", p, request, group=("g", "c1", epoch)) for p in (0, 1)]
             newer = broker.groups.join("g", "c2", ["s"])
-            second = broker.subscribe("s", 0, request, group=("g", "c2", newer))
+            (moved,) = broker.groups.fetch_assignments("g", "c2", newer)[1]["s"]
+            batches = firsts[moved].batches()
+            assert len(await anext(batches)) == 1
+            # c2, assigned the partition at the newer epoch, takes it from c1.
+            second = broker.subscribe("s", moved, request, group=("g", "c2", newer))
             with pytest.raises(Fenced):
                 await asyncio.wait_for(anext(batches), 5)
             with pytest.raises(FailedPrecondition):
-                broker.subscribe("s", 0, request, group=("g", "c1", epoch))  # stale epoch
+                broker.subscribe("s", moved, request, group=("g", "c1", epoch))  # stale epoch
             await second.batches().aclose()
+            await firsts[1 - moved].batches().aclose()
+
+    asyncio.run(body())
+
+
+def test_a_group_subscriber_of_a_partition_not_assigned_to_it_is_refused_and_fences_nobody(
+    tmp_path: Path,
+) -> None:
+    async def body() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            broker.create_stream("s", StreamConfig(partitions=2))
+            await broker.publish("s", 0, [b"x"])
+            await broker.publish("s", 1, [b"y"])
+            broker.groups.join("g", "c1", ["s"])
+            epoch = broker.groups.join("g", "c2", ["s"])
+            owners = {
+                c: broker.groups.fetch_assignments("g", c, epoch)[1]["s"] for c in ("c1", "c2")
+            }
+            mine, theirs = owners["c1"][0], owners["c2"][0]
+            request = SubscribeRequest(start=StartPosition.EARLIEST)
+            owner = broker.subscribe("s", theirs, request, group=("g", "c2", epoch))
+            batches = owner.batches()
+            assert len(await anext(batches)) == 1
+            with pytest.raises(FailedPrecondition, match=f"partition {theirs} of 's' is not"):
+                broker.subscribe("s", theirs, request, group=("g", "c1", epoch))
+            assert mine != theirs
+            await broker.publish("s", theirs, [b"z"])
+            assert len(await asyncio.wait_for(anext(batches), 5)) == 1, "c2 is not fenced"
+            await batches.aclose()
 
     asyncio.run(body())

@@ -9,6 +9,7 @@ fourth failed with INTERNAL, and that directory could not start under 8,192 desc
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import grpc
@@ -79,3 +80,35 @@ def test_a_restart_under_a_low_descriptor_limit_leaves_the_views_that_do_not_fit
         assert server.stop() == 0
     finally:
         server.kill()
+
+
+def test_views_declared_before_open_at_start_past_the_views_half_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An upgrade (or a lower open_files_max) must not close views that served before: at start
+    they take from the segment files' share; only new declares keep to the half."""
+    data = tmp_path / "data"
+
+    async def write() -> None:
+        async with running(broker_config(data, open_files_max=1000)) as broker:
+            for name, partitions in (("small", 4), ("wide", 48)):
+                broker.create_stream(name, StreamConfig(partitions=partitions))
+                await broker.declare_view(name, ViewSpec("latest", ViewKind.TABLE))
+            await broker.publish("wide", 7, [NewRecord(b"v", key=b"k")])
+
+    async def restart() -> None:
+        # 52 stores (416 descriptors) against 300 for views: over the half, under 450.
+        async with running(broker_config(data, open_files_max=600)) as broker:
+            assert broker.descriptors.views == 52 * TABLE
+            assert broker.files.capacity == 600 - 52 * TABLE
+            wide = broker.views("wide")
+            assert not wide._left_closed and "latest" in wide._views
+            with pytest.raises(LimitReached, match="open_files_max"):
+                await broker.declare_view("small", ViewSpec("new", ViewKind.TABLE))
+
+    asyncio.run(write())
+    with caplog.at_level(logging.WARNING, logger="tidelog"):
+        asyncio.run(restart())
+    warnings = [r.getMessage() for r in caplog.records if "segment files' share" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "open_files_max = 600" in warnings[0] and f"({2 * 52 * TABLE}" in warnings[0]

@@ -201,3 +201,17 @@ def test_a_client_error_is_the_core_error_of_its_concept(
     assert isinstance(error, getattr(core_errors, core))
     assert isinstance(error, client_errors.ClientError)
     assert str(error) == detail and error.code == code
+
+
+def test_a_refusal_for_bytes_in_flight_is_a_limit_reached_not_a_message_too_large() -> None:
+    """The server's LimitReached (``tidelog.errors``) names its setting: the client says so, so
+    that a caller can tell "publish again later" from "this message can never be stored"."""
+    detail = str(core_errors.LimitReached("max_inflight_bytes_per_principal", "publish refused"))
+    error = client_errors.error_for(grpc.StatusCode.RESOURCE_EXHAUSTED, detail)
+    assert isinstance(error, client_errors.LimitReached)
+    assert isinstance(error, core_errors.LimitReached)
+    assert not isinstance(error, client_errors.MessageTooLarge)
+    assert error.setting == "max_inflight_bytes_per_principal"
+    assert str(error) == detail and error.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    too_large = client_errors.error_for(grpc.StatusCode.RESOURCE_EXHAUSTED, "message of 9 bytes")
+    assert type(too_large) is client_errors.MessageTooLarge

@@ -149,8 +149,19 @@ def test_silent_members_expire_and_stale_epochs_are_fenced(tmp_path: Path) -> No
         joined = join(cluster, "b2", "c2")
         leader = cluster.partition("s", 0).leader
         via = other_than(cluster, leader)
-        # c2 subscribes at the leader with the epoch it got from another broker.
-        current = subscribe(cluster, leader, "c2", joined.epoch)
+        owner = next(
+            c
+            for c in ("c1", "c2")
+            if assignments(cluster, joined.coordinator, c, joined.epoch) == [0]
+        )
+        # The member assigned partition 0 subscribes at the leader with the epoch it got from
+        # another broker; the other, assigned partition 1, is refused there (it would fence it).
+        current = subscribe(cluster, leader, owner, joined.epoch)
+        other = subscribe(cluster, leader, "c2" if owner == "c1" else "c1", joined.epoch)
+        with pytest.raises(grpc.RpcError) as refused:
+            next(other)
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "is not assigned to consumer" in (refused.value.details() or "")
         stale = subscribe(cluster, leader, "c1", joined.epoch - 1)
         with pytest.raises(grpc.RpcError) as refused:
             next(stale)

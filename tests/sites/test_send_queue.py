@@ -149,6 +149,11 @@ def test_the_registry_refuses_what_it_cannot_route(tmp_path: Path) -> None:
     ):
         with pytest.raises(InvalidArgument, match=match):
             registry.add(site_id, address, 0)
+    # Docker Compose service names hold underscores.
+    registry.add("d", "tidelog_site_d:9301", 0)
+    registry.add("e", "_svc.site-e.example:9302", 0)
+    with pytest.raises(InvalidArgument, match="HOST:PORT"):
+        registry.add("f", "under_score..host:1", 0)
     assert SiteRegistry("a", tmp_path / SITES_FILE).list() == registry.list()
     (tmp_path / SITES_FILE).write_text("{not json")
     with pytest.raises(InvalidArgument, match="cannot read the site registry"):

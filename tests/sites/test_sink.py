@@ -165,7 +165,6 @@ def test_a_failed_first_append_reopens_where_the_sender_started(tmp_path: Path) 
     [
         ("a", Framed(NONE, 5, (RoutedEntry(5, "c", b""), RoutedEntry(4, "c", b""))), "in order"),
         ("a", Framed(NONE, 9, (RoutedEntry(5, "c", b""),)), "must end with the entry at 9"),
-        ("a", Framed(NONE, 5, ()), "must end"),
         ("a", Framed(NONE, 5, (RoutedEntry(5, "no.dots", b""),)), "invalid site id"),
         ("b", B1, "this site"),
     ],

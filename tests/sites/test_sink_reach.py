@@ -12,6 +12,8 @@ from tests.sites.test_sink import batch, received
 
 from tidelog.errors import PositionJump
 from tidelog.sites.negotiation import NONE
+from tidelog.sites.routed import RoutedColumns, RoutedEntry
+from tidelog.sites.sender_deltas import next_frame
 from tidelog.sites.sink import Sink
 from tidelog.sites.windows import RECORD_POSITIONS, WINDOW_RECORDS, ApplyWindow, Framed
 
@@ -56,5 +58,56 @@ def test_a_forged_jump_is_refused_whole_and_later_batches_apply(tmp_path: Path) 
             assert sink.last_processed("a") == 3
             assert await sink.receive("a", batch(3, (7, "orders", b"o7"))) == 7
             assert received(broker, "orders", "a") == [(3, b"o3"), (7, b"o7")]
+
+    asyncio.run(main())
+
+
+def columns(*positions: int) -> RoutedColumns:
+    return RoutedColumns.from_entries([RoutedEntry(p, "orders", b"x") for p in positions])
+
+
+@pytest.mark.parametrize(
+    ("cursor", "positions", "expected"),
+    [
+        (0, (5, 9), (0, 9, [5, 9])),  # all within the step
+        (0, (5, 100, 101), (0, 100, [5, 100])),  # cut at the step
+        (0, (101, 102), (0, 100, [])),  # the first lies further: a step without entries
+        (100, (101, 102), (100, 102, [101, 102])),
+        (NONE, (99,), (NONE, 99, [99])),
+    ],
+)
+def test_a_sender_batch_reaches_at_most_its_step(
+    cursor: int, positions: tuple[int, ...], expected: tuple[int, int, list[int]]
+) -> None:
+    framed = next_frame(cursor, columns(*positions), 100)
+    assert (framed.prev, framed.current, list(framed.entries.positions)) == expected
+
+
+def test_a_rarely_receiving_site_never_trips_the_window_of_its_sink() -> None:
+    """Positions grow with every record the source stores for other sites: a site's entries
+    lie far apart, and its sender steps over the gaps instead of jumping (R2)."""
+    window: ApplyWindow[RoutedColumns] = ApplyWindow(NONE, max_jump=JUMP)
+    pending = [3, 1000, 1005, 7000]
+    cursor, applied = NONE, []
+    for _ in range(1000):  # bounded: about 140 steps reach the last entry
+        if not pending:
+            break
+        framed = next_frame(cursor, columns(*pending), JUMP // 2)
+        assert not window.too_far(framed), framed
+        for ready in window.offer(framed):
+            applied += [int(p) for p in ready.batch.entries.positions]
+        pending = [p for p in pending if p > framed.current]
+        cursor = framed.current
+    assert applied == [3, 1000, 1005, 7000]
+
+
+def test_a_sink_takes_a_step_without_entries_and_the_entries_after_it(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with running(broker_config(tmp_path)) as broker:
+            sink = Sink(broker, "b", max_jump=JUMP)
+            assert await sink.receive("a", batch(NONE, (3, "orders", b"o3"))) == 3
+            assert await sink.receive("a", Framed(3, 3 + JUMP, ())) == 3 + JUMP
+            assert await sink.receive("a", batch(3 + JUMP, (150, "orders", b"o150"))) == 150
+            assert received(broker, "orders", "a") == [(3, b"o3"), (150, b"o150")]
 
     asyncio.run(main())

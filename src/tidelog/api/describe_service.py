@@ -87,10 +87,12 @@ class DescribeService(v1_grpc.TidelogServicer):
                 v1.GroupDescription(
                     group_id=group_id,
                     epoch=group.epoch,
+                    # Only the streams the caller may see: a group it may see does not show
+                    # it the names (or partitions) of streams it may not.
                     members=[
                         v1.GroupMember(
                             consumer_id=m.consumer_id,
-                            streams=m.streams,
+                            streams=[s for s in m.streams if who.may_see(Kind.STREAM, s)],
                             idle_s=max(now - m.last_seen, 0.0),
                         )
                         for m in sorted(group.members.values(), key=lambda m: m.consumer_id)
@@ -99,6 +101,7 @@ class DescribeService(v1_grpc.TidelogServicer):
                         v1.GroupAssignment(consumer_id=c, stream=s, partitions=parts)
                         for c, by_stream in sorted(group.assignments.items())
                         for s, parts in sorted(by_stream.items())
+                        if who.may_see(Kind.STREAM, s)
                     ],
                 )
             )

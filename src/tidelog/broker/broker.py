@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -47,7 +46,7 @@ from tidelog.broker.reads import Reads
 from tidelog.broker.stream import METADATA_FILE, Stream
 from tidelog.broker.stream_views import StreamViews
 from tidelog.broker.subscription import arm_faults_from_environment
-from tidelog.durable import DIR_MODE, make_dirs
+from tidelog.durable import make_dirs, make_private
 from tidelog.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -106,9 +105,11 @@ class Broker(StreamDeletion, Reads, Maintenance):
         arm_faults_from_environment()  # tests' fault points (docs/operations.md); off otherwise
         self._loop = asyncio.get_running_loop()
         make_dirs(self.data_dir / "streams")
-        # Private whatever an older release or the umask left: nothing under it is reachable by
-        # other users then (durable.py makes every file 0600 and directory 0700).
-        os.chmod(self.data_dir, DIR_MODE)
+        # Private whatever an older release or the umask left, when it is ours to change (files
+        # and directories beneath it are 0600 and 0700 anyway: durable.py).
+        exposed = make_private(self.data_dir)
+        if exposed is not None:
+            LOG.warning("%s; set its mode to 700 if only this server should use it", exposed)
         # Made now, so that deleting a stream on a full disk needs no new directory.
         make_dirs(self.data_dir / TOMBSTONES)
         self._data_dir_lock.acquire()

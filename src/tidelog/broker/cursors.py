@@ -69,6 +69,10 @@ class CursorStore:
         self._in_flight = 0
         self._ids: dict[str, set[str]] = {}
         """Stream -> the cursor ids it has (``max_per_stream`` bounds each set)."""
+        self._unstored: dict[tuple[str, str], int] = {}
+        """(stream, id) counted in ``_ids`` while no set of it has stored anything yet -> the
+        sets of it in flight. The id leaves ``_ids`` when the last of them fails, and this map
+        when one stores: so two first sets at once count it once, whichever fails."""
 
     def _count_ids(self) -> None:
         ids: dict[str, set[str]] = {}
@@ -134,11 +138,16 @@ class CursorStore:
             raise InvalidArgument("cursor stream must not be empty")
 
     def _count_new(self, cursor_id: str, stream: str) -> bool:
-        """Count ``cursor_id`` for ``stream``; True when it is new there. ``LimitReached`` when
-        the stream has all the ids it may have."""
+        """Count ``cursor_id`` for ``stream``; True when no set of it has stored anything yet
+        (the caller settles it with :meth:`_settle`). ``LimitReached`` when the stream has all
+        the ids it may have."""
         ids = self._ids.setdefault(stream, set())
         if cursor_id in ids:
-            return False
+            pending = self._unstored.get((stream, cursor_id))
+            if pending is None:
+                return False
+            self._unstored[(stream, cursor_id)] = pending + 1
+            return True
         if len(ids) >= self.max_per_stream:
             raise LimitReached(
                 "max_cursors_per_stream",
@@ -146,7 +155,22 @@ class CursorStore:
                 f"an id, or raise the limit",
             )
         ids.add(cursor_id)
+        self._unstored[(stream, cursor_id)] = 1
         return True
+
+    def _settle(self, cursor_id: str, stream: str, *, stored: bool) -> None:
+        """One set of an id :meth:`_count_new` counted as unstored ended."""
+        key = (stream, cursor_id)
+        pending = self._unstored.get(key)
+        if pending is None:  # another set of it stored it
+            return
+        if stored:
+            del self._unstored[key]
+        elif pending > 1:
+            self._unstored[key] = pending - 1
+        else:
+            del self._unstored[key]
+            self._ids.get(stream, set()).discard(cursor_id)
 
     async def set(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
         self._check(cursor_id, stream)
@@ -166,8 +190,11 @@ class CursorStore:
             self._indexes[number].apply(stored.offsets.start, key, value)
         except BaseException:
             if new:
-                self._ids[stream].discard(cursor_id)
+                self._settle(cursor_id, stream, stored=False)
             raise
+        else:
+            if new:
+                self._settle(cursor_id, stream, stored=True)
         finally:
             self._in_flight -= 1
 

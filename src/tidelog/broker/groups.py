@@ -347,7 +347,9 @@ class GroupCoordinator:
 
         An older epoch than the partition's current group subscriber is refused; a newer or
         equal one fences (ends) that subscriber. An epoch the group has not reached is refused
-        too: it would fence every later subscriber of the partition, its owner's included.
+        too: it would fence every later subscriber of the partition, its owner's included. So
+        is a partition the group does not assign to ``consumer_id`` at this epoch: it would
+        fence the member it is assigned to.
         """
         group = self._group(group_id)
         self._member(group_id, consumer_id, principal)
@@ -359,6 +361,12 @@ class GroupCoordinator:
             raise FailedPrecondition(
                 f"group {group_id!r} is at epoch {group.epoch}, not {epoch}: fetch its "
                 f"assignments and subscribe with the epoch they give"
+            )
+        if partition not in group.assignments.get(consumer_id, {}).get(stream, ()):
+            raise FailedPrecondition(
+                f"partition {partition} of {stream!r} is not assigned to consumer "
+                f"{consumer_id!r} of group {group_id!r} at epoch {epoch}: subscribe to the "
+                f"partitions its assignments give"
             )
         current = group.subscribers.get((stream, partition))
         if current is not None:

@@ -82,7 +82,7 @@ class StreamViews:
         for spec in specs:
             self.specs[spec.name] = spec
             try:
-                self._views[spec.name] = self._open_view(spec)
+                self._views[spec.name] = self._open_view(spec, declared=True)
             except (LimitReached, OutOfDescriptors) as error:
                 self._left_closed[spec.name] = str(error)
                 LOG.warning("view %s of stream %s left closed: %s", spec.name, self.stream, error)
@@ -94,13 +94,14 @@ class StreamViews:
     def _cost(self, spec: ViewSpec) -> int:
         return len(self.partitions) * VIEW_STORE_DESCRIPTORS[spec.kind]
 
-    def _open_view(self, spec: ViewSpec) -> list[PartitionView]:
+    def _open_view(self, spec: ViewSpec, *, declared: bool = False) -> list[PartitionView]:
         """Reserve the view's descriptors, then open its stores (``LimitReached`` when they do
-        not fit; nothing stays reserved or open when an open fails)."""
+        not fit; nothing stays reserved or open when an open fails). ``declared``: a view
+        declared before, opened at start (it may go past the views' half: ``descriptors.py``)."""
         cost = self._cost(spec)
         if self._budget is not None:
             what = f"view {spec.name!r} of stream {self.stream!r} ({len(self.partitions)} stores)"
-            self._budget.reserve_views(cost, what)
+            self._budget.reserve_views(cost, what, declared=declared)
         opened: list[PartitionView] = []
         try:
             for p in self.partitions:

@@ -8,8 +8,9 @@ an empty stream, a failed precondition, a paused or read-only partition, an inco
 offset), the client's type is a subclass of that class too, so ``except
 tidelog.errors.InvalidArgument`` catches it in-process and over the wire alike. A client error
 carries the server's message only, not the broker's fields (``stream``, ``partition``...).
-``MessageTooLarge`` stands for every RESOURCE_EXHAUSTED answer (a full disk too), so it is not
-the log's ``MessageTooLarge``.
+``MessageTooLarge`` stands for every RESOURCE_EXHAUSTED answer (a full disk too) but a limit the
+operator configured (``LimitReached``, bytes of publishes in flight among them) and an empty
+stream (``StreamEmpty``), so it is not the log's ``MessageTooLarge``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,16 @@ class InvalidArgument(ClientError, errors.InvalidArgument):
 
 class MessageTooLarge(ClientError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class LimitReached(ClientError, errors.LimitReached):
+    """The request would go past a limit the operator configured, named in ``setting`` (streams,
+    views, cursors, bytes of publishes in flight...): nothing of it was done. A publish refused
+    for bytes in flight (``max_inflight_bytes_per_connection``/``_per_principal``) may be sent
+    again once earlier publishes are answered; it is not a message too large."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    setting = ""
 
 
 class StreamEmpty(ClientError, errors.StreamEmpty):
@@ -129,6 +140,11 @@ def error_for(code: grpc.StatusCode, details: str) -> ClientError:
     kind = _BY_CODE.get(code, ClientError)
     if kind is MessageTooLarge and "stream is empty" in details:
         kind = StreamEmpty
+    setting = _limit_setting(details) if kind is MessageTooLarge else None
+    if setting is not None:  # a LimitReached of the server (``tidelog.errors``) names its setting
+        limit = LimitReached(details, code)
+        limit.setting = setting
+        return limit
     if kind is FailedPrecondition:
         for marker, sub in _PRECONDITIONS:
             if marker in details:
@@ -139,3 +155,15 @@ def error_for(code: grpc.StatusCode, details: str) -> ClientError:
     if code == grpc.StatusCode.UNAVAILABLE and "failed to connect" in details.lower():
         details = f"cannot reach the tidelog server: {details}"
     return kind(details, code)
+
+
+_LIMIT = "(limit: "
+
+
+def _limit_setting(details: str) -> str | None:
+    """The setting a server's ``LimitReached`` message names, or None when it is none."""
+    start = details.find(_LIMIT)
+    if start < 0:
+        return None
+    name = details[start + len(_LIMIT) :].split(";", 1)[0].split(")", 1)[0].strip()
+    return name if name.isidentifier() else None

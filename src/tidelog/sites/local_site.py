@@ -172,6 +172,7 @@ class LocalSite:
             ack_timeout_s=self.ack_timeout_s,
             change_site=self.change_site,
             tls=self.tls,
+            step=self.sink.max_jump // 2,
         )
         self.senders[site.site_id] = sender
         sender.start()

@@ -46,9 +46,11 @@ VERSIONS: Final = (1, 2)
 """1: what the versions before lifts read and write; 2: with fields they do not know."""
 _FIRST_FIELDS: Final = frozenset({"site_id", "address", "number", "since"})
 _SITE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
 _ADDRESS = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\]):\d{{1,5}}")
-"""``HOST:PORT``: a DNS name or an IPv4 address, or an IPv6 address in brackets."""
+"""``HOST:PORT``: a host name or an IPv4 address, or an IPv6 address in brackets. Host names
+may hold ``_``: not a DNS host name's character, but Docker Compose service names and SRV-style
+names have it, and resolvers answer for them."""
 
 
 def validate_site_id(site_id: str) -> str:

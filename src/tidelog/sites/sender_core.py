@@ -25,7 +25,7 @@ from tidelog.sites.send_queue import SendQueue
 from tidelog.sites.sender_link import Link
 from tidelog.sites.snapshots import Snapshots
 from tidelog.sites.sync_states import SenderSession, SyncEvent, SyncState
-from tidelog.sites.windows import SendWindow
+from tidelog.sites.windows import SENDER_STEP, SendWindow
 
 FIRST: Final = asyncio.FIRST_COMPLETED
 ACK_TIMEOUT_S: Final = 10.0
@@ -72,11 +72,13 @@ class SenderCore:
         max_resends: int = 2,
         change_site: SiteChange | None = None,
         tls: ClientTls = PLAINTEXT,
+        step: int = SENDER_STEP,
     ) -> None:
-        """``change_site``: how a change of the site's registry entry is made and kept (by
-        default here, in this queue's registry); ``tls``: how this server calls other sites
-        (its own certificate as the client's; the site's certificate must name the site id,
-        ``sender.py``)."""
+        """``step``: how far past its ``prev`` a batch may reach (``sender_deltas.py``; below
+        the sink's ``max_jump``); ``change_site``: how a change of the site's registry entry is
+        made and kept (by default here, in this queue's registry); ``tls``: how this server
+        calls other sites (its own certificate as the client's; the site's certificate must
+        name the site id, ``sender.py``)."""
         self.queue = queue
         self.tls = tls
         self._change_site = change_site or self._change_here
@@ -88,6 +90,7 @@ class SenderCore:
         self.site = site
         self.local_site = local_site
         self.batch_entries = batch_entries
+        self.step = step
         self.window_batches = window
         self.ack_timeout_s = ack_timeout_s
         self.max_pause_s = max_pause_s

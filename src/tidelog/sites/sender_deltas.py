@@ -9,9 +9,18 @@ the one before; the first's is where the sink said it is); a batch counts as giv
 loop leaves delta sync for a snapshot sync when retention removed entries not yet sent or a
 batch stays unacked through ``max_resends`` resends; and the send window exists only while the
 loop runs.
+
+Steps. No batch reaches more than ``step`` positions past its ``prev`` (half the sink's
+``max_jump`` by default, ``windows.py``): positions grow with every record the source stores
+for any site, so a site that receives rarely would otherwise get a batch whose gap the sink
+refuses as a forged jump. When the site's next entry lies further, the sender first sends
+batches without entries, ``(cursor, cursor + step]``, which move the sink's window over
+positions that hold nothing for the site (:func:`next_frame`).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog.sites.routed import RoutedColumns
@@ -19,6 +28,17 @@ from tidelog.sites.sender_core import SenderCore
 from tidelog.sites.sender_link import Link
 from tidelog.sites.sync_states import SyncEvent, SyncState
 from tidelog.sites.windows import AckTimeout, Framed, SendWindow
+
+
+def next_frame(cursor: int, entries: RoutedColumns, step: int) -> Framed[RoutedColumns]:
+    """The next batch after ``cursor``, given the site's next ``entries`` after it (in order, at
+    least one): as many of them as lie within ``step`` of ``cursor``, or, when the first lies
+    further, a step without entries to ``cursor + step`` (nothing for the site lies there)."""
+    limit = cursor + step
+    if int(entries.positions[0]) > limit:
+        return Framed(cursor, limit, RoutedColumns.empty())
+    within = int(np.searchsorted(entries.positions, limit, side="right"))
+    return Framed(cursor, int(entries.positions[within - 1]), entries.take(0, within))
 
 
 class DeltaSync(SenderCore):
@@ -50,7 +70,7 @@ class DeltaSync(SenderCore):
                     entries = self.queue.read_for(self.site.number, cursor, self.batch_entries)
                     if not entries:
                         break
-                    framed = Framed(cursor, int(entries.positions[-1]), entries)
+                    framed = next_frame(cursor, entries, self.step)
                     window.sent(framed)
                     self._shipped = max(self._shipped, framed.current)
                     await link.call.write(v1.ReplicationRequest(deltas=link.wire(framed)))

@@ -28,10 +28,14 @@ entries, so a sink cannot know where a source's next entry for it lies; it knows
 applied (and acknowledged). A batch whose ``current`` lies more than ``max_jump`` positions past
 ``max(last_applied, prev)`` is refused whole (:meth:`ApplyWindow.too_far`): one forged entry far
 ahead would otherwise move ``last_applied`` there, and every real entry below it would be
-dropped as a duplicate. A real source reaches that far only when the site received nothing while
-the source stored that many records for others; the refusal ends its stream and it answers with
-a snapshot sync, whose covered position moves the window (a snapshot is trusted for what its
-sender is: the source's identity, ``docs/security.md``).
+dropped as a duplicate. A real sender never reaches that far: it steps (``sender_deltas.py``),
+sending batches without entries ``(prev, prev + step]`` over positions that hold nothing for the
+site, with ``step`` below ``max_jump``, so a site that receives rarely while others receive a lot
+never trips the bound. A source that did (a ``step`` configured above this sink's bound) is
+refused, and answers with a snapshot sync, whose covered position moves the window (a snapshot
+is trusted for what its sender is: the source's identity, ``docs/security.md``). The bound is
+the same with and without TLS: with TLS only the source itself can send as the source, so it
+checks that source's sanity; without, it stops a one-batch forgery only (a forger can step too).
 
 Sender (:class:`SendWindow`): at most ``capacity`` batches are in flight. A batch not acked
 within ``resend_after_s`` is sent again, and the wait doubles with each resend (up to
@@ -56,6 +60,10 @@ RECORD_POSITIONS: Final = 1 << 16
 WINDOW_RECORDS: Final = 1 << 22
 """How many of the source's records a batch may reach past what the sink applied, by default
 (the server's ``sites_position_window_records``)."""
+
+SENDER_STEP: Final = WINDOW_RECORDS * RECORD_POSITIONS // 2
+"""How far past its ``prev`` a sender's batch reaches at most, by default (half the sink's
+default reach: ``LocalSite`` uses half of its own ``sites_position_window_records``)."""
 
 T = TypeVar("T")
 
