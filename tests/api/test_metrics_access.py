@@ -1,6 +1,7 @@
 """``/metrics`` with the server's credentials: anonymous scrapes refused when the server requires
-credentials, a token over HTTPS naming the scraper, and only the samples of streams it may see.
-Without security the endpoint stays Prometheus' own (test_http_port.py)."""
+credentials, a token over HTTPS naming the scraper, and only the samples of streams it may see;
+with anonymous callers admitted, a bare scrape sees what ``anonymous`` may. Without security the
+endpoint stays Prometheus' own (test_http_port.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import ssl
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from tidelog.api.server import Server
 from tidelog.api.settings import load_settings
@@ -23,10 +25,12 @@ super_users = ["server"]
 
 [[rule]]
 effect = "allow"
-principals = ["scraper"]
+principals = ["scraper", "anonymous"]
 operations = ["subscribe"]
 resources = ["stream:public*"]
 """
+
+Scrape = tuple[int, str]
 
 
 def free_port() -> int:
@@ -35,7 +39,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def scrape(port: int, ca: Path, token: str | None) -> tuple[int, str]:
+def scrape(port: int, ca: Path, token: str | None) -> Scrape:
     context = ssl.create_default_context(cafile=str(ca))
     request = urllib.request.Request(f"https://127.0.0.1:{port}/metrics")
     if token is not None:
@@ -47,28 +51,33 @@ def scrape(port: int, ca: Path, token: str | None) -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
-def test_a_scrape_needs_credentials_and_shows_only_the_streams_its_principal_may_see(
-    tmp_path: Path,
-) -> None:
+def scrapes(tmp_path: Path, *tokens_of: str | None, **settings: Any) -> list[Scrape]:
+    """Serve with TLS, tokens and :data:`ACL`, create streams public.a and secret, and scrape as
+    each of ``tokens_of`` (a principal whose token is made, "unknown" for a token the server
+    does not know, None for no credentials)."""
     ca = make_ca(tmp_path / "pki")
     server_cert = issue(ca, tmp_path / "pki", "server")
-    tokens = tmp_path / "tokens.toml"
-    scraper = add_token(tokens, "scraper")
-    admin = add_token(tokens, "server")
+    tokens_file = tmp_path / "tokens.toml"
+    admin = add_token(tokens_file, "server")
+    tokens = [
+        None if who is None else "tdl_unknown" if who == "unknown" else add_token(tokens_file, who)
+        for who in tokens_of
+    ]
     (tmp_path / "acl.toml").write_text(ACL)
-    settings = load_settings(
+    served = load_settings(
         data_dir=tmp_path / "data",
         port=0,
         metrics_port=free_port(),
         console=False,
         tls_cert=server_cert.cert,
         tls_key=server_cert.key,
-        tokens_file=tokens,
+        tokens_file=tokens_file,
         acl_file=tmp_path / "acl.toml",
+        **settings,
     )
 
-    async def with_scrapes() -> tuple[tuple[int, str], ...]:
-        server = Server(settings)
+    async def scenario() -> list[Scrape]:
+        server = Server(served)
         await server.start()
         try:
             address = f"127.0.0.1:{server.port}"
@@ -78,16 +87,21 @@ def test_a_scrape_needs_credentials_and_shows_only_the_streams_its_principal_may
                     await client.create_stream(stream)
                     await client.publish(stream, b"x")
             port = server.metrics_port  # scraped from threads while the server serves
-            return await asyncio.gather(
-                asyncio.to_thread(scrape, port, ca.cert, None),
-                asyncio.to_thread(scrape, port, ca.cert, "tdl_not-a-token"),
-                asyncio.to_thread(scrape, port, ca.cert, scraper),
-                asyncio.to_thread(scrape, port, ca.cert, admin),
+            return list(
+                await asyncio.gather(
+                    *(asyncio.to_thread(scrape, port, ca.cert, token) for token in tokens)
+                )
             )
         finally:
             await server.stop()
 
-    (anonymous, unknown, limited, full) = asyncio.run(with_scrapes())
+    return asyncio.run(scenario())
+
+
+def test_a_scrape_needs_credentials_and_shows_only_the_streams_its_principal_may_see(
+    tmp_path: Path,
+) -> None:
+    anonymous, unknown, limited, full = scrapes(tmp_path, None, "unknown", "scraper", "server")
     assert anonymous[0] == 401 and "requires credentials" in anonymous[1]
     assert unknown[0] == 401 and "unknown token" in unknown[1]
     assert limited[0] == 200
@@ -97,51 +111,10 @@ def test_a_scrape_needs_credentials_and_shows_only_the_streams_its_principal_may
     assert 'stream="secret"' in full[1] and 'stream="public.a"' in full[1]
 
 
-ANONYMOUS_ACL = """
-super_users = ["server"]
-
-[[rule]]
-effect = "allow"
-principals = ["anonymous"]
-operations = ["subscribe"]
-resources = ["stream:public*"]
-"""
-
-
 def test_with_anonymous_callers_admitted_a_bare_scrape_sees_what_anonymous_may(
     tmp_path: Path,
 ) -> None:
-    ca = make_ca(tmp_path / "pki")
-    server_cert = issue(ca, tmp_path / "pki", "server")
-    tokens = tmp_path / "tokens.toml"
-    admin = add_token(tokens, "server")
-    (tmp_path / "acl.toml").write_text(ANONYMOUS_ACL)
-    settings = load_settings(
-        data_dir=tmp_path / "data",
-        port=0,
-        metrics_port=free_port(),
-        console=False,
-        tls_cert=server_cert.cert,
-        tls_key=server_cert.key,
-        tokens_file=tokens,
-        acl_file=tmp_path / "acl.toml",
-        allow_anonymous=True,
-    )
-
-    async def bare_scrape() -> tuple[int, str]:
-        server = Server(settings)
-        await server.start()
-        try:
-            tls = ClientTls(ca=ca.cert, token=admin)
-            address = f"127.0.0.1:{server.port}"
-            async with AsyncClient(address, settings=ClientSettings(tls=tls)) as client:
-                for stream in ("public.a", "secret"):
-                    await client.create_stream(stream)
-            return await asyncio.to_thread(scrape, server.metrics_port, ca.cert, None)
-        finally:
-            await server.stop()
-
-    status, body = asyncio.run(bare_scrape())
+    [(status, body)] = scrapes(tmp_path, None, allow_anonymous=True)
     assert status == 200
     assert 'stream="public.a"' in body
     assert 'stream="secret"' not in body
