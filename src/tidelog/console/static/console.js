@@ -55,9 +55,16 @@
   // zone and a 12-hour clock).
   function utc(seconds) { return uPlot.tzDate(new Date(seconds * 1e3), "Etc/UTC"); }
   function pad(n) { return (n < 10 ? "0" : "") + n; }
-  function clock(seconds) {
+  function clock(seconds, decimals) {
     var d = new Date(seconds * 1e3);
-    return pad(d.getUTCHours()) + ":" + pad(d.getUTCMinutes()) + ":" + pad(d.getUTCSeconds());
+    var text = pad(d.getUTCHours()) + ":" + pad(d.getUTCMinutes()) + ":" + pad(d.getUTCSeconds());
+    if (decimals) text += (seconds % 1).toFixed(decimals).slice(1);
+    return text;
+  }
+  function ticks(u, splits) {  // tenths or hundredths of a second when the ticks are that close
+    var step = splits.length > 1 ? splits[1] - splits[0] : 1;
+    var decimals = step >= 1 ? 0 : step >= 0.1 ? 1 : 2;
+    return splits.map(function (s) { return clock(s, decimals); });
   }
   function when(seconds) {
     return new Date(seconds * 1e3).toISOString().slice(0, 10) + " " + clock(seconds) + " UTC";
@@ -90,7 +97,7 @@
       return;
     }
     new uPlot({ width: Math.min(el.clientWidth || 800, 900), height: 220, series: series, tzDate: utc,
-                axes: [{ values: function (u, splits) { return splits.map(clock); } }, { size: 60 }], scales: { y: { range: function (u, lo, hi) { return [0, Math.max(hi, 1)]; } } } },
+                axes: [{ values: ticks }, { size: 60 }], scales: { y: { range: function (u, lo, hi) { return [0, Math.max(hi, 1)]; } } } },
               [xs].concat(columns), el);
   }
 
