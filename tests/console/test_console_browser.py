@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 from tests.console.browsertools import Console, free_port, shot
 from tests.support.server import ServerProcess, served
 
@@ -152,15 +153,19 @@ def test_a_filter_narrows_the_list(server: tuple[ServerProcess, str], page: Page
     _, url = server
     page.goto(f"{url}/streams/orders/messages")
     page.fill("input[name=key]", "k1")
-    page.fill("input[name=header]", "type=odd")
+    page.locator("input[name=header]").first.fill("type=odd")
     page.click("button:has-text('Show')")
+    # only the fields filled in travel in the URL
+    expect(page).to_have_url(re.compile(r"[?&]key=k1(&|$)"))
+    assert "key_prefix=" not in page.url and "contains=" not in page.url
+    assert page.url.count("header=") == 1
     expect(page.locator("#rows tr").first).to_contain_text("k1")
     shown = rows(page)
     expected = [n for n in range(MESSAGES - 1, -1, -1) if n % 4 == 1]
     assert [json.loads(r[5])["n"] for r in shown] == expected
     assert all(r[3] == "k1" and "type=odd" in r[4] for r in shown)
     page.fill("input[name=key]", "")
-    page.fill("input[name=header]", "")
+    page.locator("input[name=header]").first.fill("")
     page.fill("input[name=contains]", "widget-17")
     page.click("button:has-text('Show')")
     expect(page.locator("#rows tr")).to_have_count(1)
@@ -353,3 +358,72 @@ def test_a_search_that_hits_its_budget_says_how_far_it_got(
     page.goto(f"{url}/streams/many/messages?key=absent")
     expect(page.locator("#budget")).to_contain_text("stopped after scanning")
     expect(page.locator("#budget a")).to_contain_text("Continue searching older")
+
+
+# -- what the pages show ---------------------------------------------------------------------------
+
+
+def test_a_huge_key_or_header_value_does_not_widen_the_page(
+    server: tuple[ServerProcess, str], page: Page
+) -> None:
+    process, url = server
+    with Client(process.address) as client:
+        client.create_stream("wide")
+        client.publish("wide", b"v", key=b"k" * 100_000, headers={"trace": b"h" * 100_000})
+    width = "document.documentElement.scrollWidth"
+    page.goto(f"{url}/streams/wide/messages")
+    expect(page.locator("#rows tr")).to_have_count(1)
+    assert page.evaluate(width) <= 1280
+    page.locator("#rows a[title='see the whole key']").click()
+    expect(page.locator("#key")).to_be_visible()
+    assert page.evaluate(width) <= 1280
+    assert len(page.locator("#key").inner_text()) == 100_000  # whole, wrapped and scrolled
+
+
+def test_a_text_key_that_reads_like_hex_is_found_apart_from_the_binary_one(
+    server: tuple[ServerProcess, str], page: Page
+) -> None:
+    process, url = server
+    with Client(process.address) as client:
+        client.create_stream("keys")
+        client.publish("keys", b"binary", key=bytes.fromhex("deadbeef"))
+        client.publish("keys", b"text", key=b"0xdeadbeef")
+    page.goto(f"{url}/streams/keys/messages")
+    keys = page.locator("#rows td.key")
+    expect(keys).to_have_text(["0xdeadbeef", "hex:deadbeef"])
+    keys.first.locator("a").click()  # the text key: its filter finds it, and only it
+    expect(page.locator("#rows tr")).to_have_count(1)
+    expect(page.locator("#rows tr")).to_contain_text("text")
+    page.goto(f"{url}/streams/keys/messages")
+    page.locator("#rows td.key").nth(1).locator("a").click()
+    expect(page.locator("#rows tr")).to_have_count(1)
+    expect(page.locator("#rows tr")).to_contain_text("binary")
+    page.goto(f"{url}/streams/keys/messages?key=0xdeadbeef")  # an old link: hex, as before
+    expect(page.locator("#rows tr")).to_have_count(1)
+    expect(page.locator("#rows tr")).to_contain_text("binary")
+
+
+def test_charts_read_in_utc_on_a_24_hour_clock(
+    server: tuple[ServerProcess, str], browser: Browser
+) -> None:
+    """A browser in Los Angeles sees the rate chart's times in UTC, as the tables show them."""
+    process, url = server
+    context = browser.new_context(
+        viewport={"width": 1280, "height": 800}, timezone_id="America/Los_Angeles"
+    )
+    try:
+        page = context.new_page()
+        with Client(process.address) as client:
+            client.create_stream("charted")
+            for _ in range(3):  # the stream page samples at each visit: three points
+                client.publish("charted", b"x")
+                page.goto(f"{url}/streams/charted")
+                time.sleep(0.3)
+        page.wait_for_selector(".chart .uplot")
+        page.locator(".chart .u-over").hover()
+        shown = page.locator(".u-legend .u-series").first.locator(".u-value").inner_text()
+        match = re.fullmatch(r"\d{4}-\d\d-\d\d (\d\d):\d\d:\d\d UTC", shown)
+        assert match, shown
+        assert int(match.group(1)) in {time.gmtime().tm_hour, (time.gmtime().tm_hour - 1) % 24}
+    finally:
+        context.close()

@@ -53,5 +53,14 @@ def test_the_cluster_page_shows_brokers_leaders_and_the_isr(cluster: Cluster, pa
         row = page.locator("#partitions tbody tr", has_text="audit")
         expect(row).to_contain_text("below minIsr 2")
         expect(row.locator(".tag.bad", has_text=follower)).to_have_count(1)
+
+        # once its lease ends, the killed broker stays in the brokers' table, down
+        def shown_down() -> bool:
+            page.reload()
+            return "down" in brokers.filter(has_text=follower).inner_text()
+
+        wait_for(shown_down, 30, "the killed broker shown down")
+        expect(brokers).to_have_count(3)
+        expect(brokers.filter(has_text=follower)).to_contain_text("down")
     finally:
         console.kill()

@@ -72,3 +72,29 @@ def test_an_upper_bound_ends_with_the_precision_written() -> None:
     assert zoned.astimezone(UTC) == datetime(2026, 11, 25, 11, 55, 16, 599999, UTC)
     since = MessageQuery.parse({"since": "2026-11-25T11:55:16.329"}).browse_filters()["since"]
     assert since == datetime(2026, 11, 25, 11, 55, 16, 329000, UTC)  # a lower bound: as written
+
+
+def test_hex_and_text_are_written_apart_and_old_hex_links_keep_their_meaning() -> None:
+    def key(text: str) -> bytes:
+        return MessageQuery.parse({"key": text}).browse_filters()["key"]
+
+    assert key("hex:deadbeef") == b"\xde\xad\xbe\xef"
+    assert key("0xdeadbeef") == b"\xde\xad\xbe\xef"  # as in older links
+    assert key("text:0xdeadbeef") == b"0xdeadbeef"
+    assert key("text:hex:00") == b"hex:00"
+    assert key("plain") == b"plain"
+    with pytest.raises(BadQuery, match="text:hex:zz"):
+        key("hex:zz")
+    headers = MessageQuery.parse({"header": "a=0x01"}).browse_filters()["headers"]
+    assert headers == {"a": b"0x01"}  # a header value was never hex by 0x: only hex:
+    assert MessageQuery.parse({"header": "a=hex:01"}).browse_filters()["headers"] == {"a": b"\x01"}
+
+
+def test_several_headers_all_hold_and_travel_in_links() -> None:
+    from starlette.datastructures import QueryParams
+
+    query = MessageQuery.parse(QueryParams("header=a%3D1&header=b%3D2&header=&key="))
+    assert query.browse_filters()["headers"] == {"a": b"1", "b": b"2"}
+    assert query.params() == "header=a%3D1&header=b%3D2"
+    with pytest.raises(BadQuery, match="twice"):
+        MessageQuery.parse(QueryParams("header=a%3D1&header=a%3D2"))

@@ -38,7 +38,7 @@ def test_a_preview_is_one_line_and_says_when_it_was_cut() -> None:
 
 def test_printable_keys_and_times() -> None:
     assert render.printable(b"key") == "key"
-    assert render.printable(b"\xff\x01") == "0xff01"
+    assert render.printable(b"\xff\x01") == "hex:ff01"
     assert render.format_ns(1_795_600_000_123_456_789) == "2026-11-25 09:46:40.123"
     assert render.format_bytes(100_000) == "97.7 KiB"
     assert render.format_bytes(10) == "10 B"
@@ -69,3 +69,28 @@ def test_a_sparkline_scales_to_its_box() -> None:
     ]
     assert [x for x, _ in points] == [0.0, 50.0, 100.0]
     assert points[0][1] == 21.0 and points[1][1] == 1.0  # zero at the bottom, the top at the top
+
+
+def test_a_filter_form_finds_exactly_the_bytes_shown() -> None:
+    assert render.filter_form(b"user-7") == "user-7"
+    assert render.filter_form(b"\xff\xfe") == "hex:fffe"
+    assert render.filter_form(b"0xdead") == "text:0xdead"  # a text key that reads like hex
+    assert render.filter_form(b"hex:00") == "text:hex:00"
+    assert render.filter_form(b"text:a") == "text:text:a"
+    assert (
+        render.is_binary(b"\xff") and not render.is_binary(b"0xff") and not render.is_binary(None)
+    )
+    assert render.cell(b"k" * 100, limit=80) == ("k" * 80, True)
+    assert render.cell(b"\xff", limit=80) == ("hex:ff", False)
+
+
+def test_csv_cells_that_a_spreadsheet_would_run_get_a_leading_quote() -> None:
+    risky = ["=1+2", "+1", "-5", "@SUM(A1)", "\tx", "\rx"]
+    messages = [message(v.encode(), key=v.encode(), offset=i) for i, v in enumerate(risky)]
+    messages.append(message(b"plain", key=b"a-b", offset=9))
+    rows = list(csv.DictReader(io.StringIO(render.export_csv("=s", messages), newline="")))
+    assert [r["value"] for r in rows] == ["'" + v for v in risky] + ["plain"]
+    assert [r["key"] for r in rows] == ["'" + v for v in risky] + ["a-b"]
+    assert {r["stream"] for r in rows} == {"'=s"}
+    lines = [json.loads(line) for line in render.export_jsonl("s", messages).splitlines()]
+    assert [line["value"] for line in lines[:-1]] == risky  # JSON lines keeps them as they are

@@ -23,8 +23,10 @@ import contextlib
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -57,6 +59,7 @@ from tidelog.client import (
     Unavailable,
 )
 from tidelog.console import render
+from tidelog.console.brokers import BrokerMemory
 from tidelog.console.gate import (
     LOGIN_PATH,
     Gate,
@@ -79,11 +82,13 @@ from tidelog.console.messages import (
     read_page,
     tail,
 )
-from tidelog.console.query import BadQuery, MessageQuery, parse_bytes, parse_time
+from tidelog.console.query import BadQuery, MessageQuery, int_field, parse_bytes, parse_time
 from tidelog.console.sampler import (
     DEFAULT_SAMPLE_INTERVAL_S,
     DEFAULT_STALL_AFTER_S,
     Sampler,
+    group_lag,
+    newest_offsets,
     stream_total,
 )
 from tidelog.console.sessions import Via, csrf_matches
@@ -94,6 +99,10 @@ HERE = Path(__file__).parent
 
 CONSOLE_CLIENT_SETTINGS = ClientSettings(retry_budget_s=3.0, connect_timeout_s=3.0)
 """A page answers within seconds when the server is down: a short retry budget."""
+CLUSTER_MODE_TTL_S = 60.0
+"""How long the console trusts its answer to "is the server part of a cluster?"."""
+VIEW_MAX_COUNT = 1000
+"""The most values a window view's page asks for."""
 
 
 @dataclass
@@ -120,6 +129,24 @@ class Console:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.closing = asyncio.Event()
         """Set when the port is about to stop: live tails end so the shutdown need not wait."""
+        self.brokers = BrokerMemory()
+        """the brokers the cluster page has seen (a killed one stays, shown down)"""
+        self._cluster_mode: tuple[float, bool] | None = None
+
+    async def in_cluster(self) -> bool:
+        """Whether the server is a broker of a cluster (asked at most every
+        :data:`CLUSTER_MODE_TTL_S`): a single broker's pages show no leadership."""
+        now = time.monotonic()
+        if self._cluster_mode is None or now - self._cluster_mode[0] > CLUSTER_MODE_TTL_S:
+            try:
+                await self.client.cluster_status(stream="\0", timeout=3.0)
+                clustered = True
+            except FailedPrecondition:
+                clustered = False
+            except ClientError:  # cannot tell now: show no leadership, ask again next time
+                return False
+            self._cluster_mode = (now, clustered)
+        return self._cluster_mode[1]
 
     def request_close(self) -> None:
         """End the live tails; callable from any thread (the server's, before it stops the
@@ -184,6 +211,10 @@ def _environment() -> Environment:
     )
     env.filters["ns"] = render.format_ns
     env.filters["printable"] = render.printable
+    env.filters["filter_form"] = render.filter_form
+    env.tests["binary"] = render.is_binary
+    env.globals["cell"] = render.cell
+    env.globals["site_advice"] = render.site_advice
     env.filters["bytes"] = render.format_bytes
     env.filters["duration"] = render.format_duration
     env.globals["preview"] = render.preview
@@ -250,7 +281,14 @@ async def on_client_error(request: Request, error: Exception) -> Response:
 
 async def on_http(request: Request, error: Exception) -> Response:
     assert isinstance(error, HTTPException)
-    return problem(request, error.status_code, "Not found", str(error.detail))
+    title = HTTPStatus(error.status_code).phrase.capitalize()
+    detail = str(error.detail)
+    if error.status_code == 405:
+        detail = (
+            f"{request.url.path} is a page to open, not a form to send: it does not take a "
+            f"{request.method} request."
+        )
+    return problem(request, error.status_code, title, detail)
 
 
 async def on_bug(request: Request, error: Exception) -> Response:
@@ -292,6 +330,7 @@ async def streams_page(request: Request) -> Response:
     rows = [
         {
             "info": info,
+            "subject": info.subject if info.subject != info.name else "",
             "total": stream_total(info),
             "rates": console.sampler.rates(info.name),
             "paused": sum(p.paused for p in info.partitions),
@@ -304,7 +343,8 @@ async def streams_page(request: Request) -> Response:
     for d in details:
         if isinstance(d, BaseException) and not isinstance(d, NotFound):
             raise d
-    return page(request, "streams.html", {"rows": rows, "internal": internal})
+    subjects = any(row["subject"] for row in rows)
+    return page(request, "streams.html", {"rows": rows, "internal": internal, "subjects": subjects})
 
 
 async def stream_page(request: Request) -> Response:
@@ -334,6 +374,7 @@ async def stream_page(request: Request) -> Response:
             "rates": rates,
             "chart": json.dumps(chart),
             "cursors": cursors,
+            "clustered": await console.in_cluster(),
         },
     )
 
@@ -472,12 +513,15 @@ async def consumers_page(request: Request) -> Response:
         for g in await console.client.list_groups()
         if console.may_see(request, Kind.GROUP, g.group_id)
     ]
+    newest = newest_offsets(streams)
+    lags = {g.group_id: group_lag(g, console.sampler.cursors, newest) for g in groups}
     return page(
         request,
         "consumers.html",
         {
             "rows": rows,
             "groups": groups,
+            "lags": lags,
             "cursor_ids": cursor_ids,
             "charts": json.dumps(charts),
             "stalled": ConsumerState.STALLED,
@@ -520,7 +564,7 @@ async def view_page(request: Request) -> Response:
             entry = await console.client.view_get(stream, name, key)
             entries = [entry] if entry is not None else []
         else:
-            count = int(params.get("count") or 10)
+            count = int_field(params.get("count") or "10", "count", 1, VIEW_MAX_COUNT)
             since = parse_time(params["since"], "since") if params.get("since") else None
             until = parse_time(params["until"], "until") if params.get("until") else None
             entries = await console.client.last_values(stream, name, key, count, since, until)
@@ -560,6 +604,8 @@ async def cluster_page(request: Request) -> Response:
     rows = [
         {
             "p": p,
+            "committed": p.high_watermark if p.high_watermark >= 0 else None,
+            "written": p.log_end - 1 if p.log_end >= 0 else None,
             "under": len(p.isr) < p.min_isr,
             "replicas": [
                 {
@@ -575,7 +621,8 @@ async def cluster_page(request: Request) -> Response:
         for p in sorted(status.partitions, key=lambda p: (p.stream, p.partition))
         if not p.stream.startswith("__") or request.query_params.get("internal")
     ]
-    return page(request, "cluster.html", {"status": status, "rows": rows})
+    brokers = console.brokers.rows(status, time.time())
+    return page(request, "cluster.html", {"status": status, "rows": rows, "brokers": brokers})
 
 
 # -- admin actions -------------------------------------------------------------------------------

@@ -2,18 +2,23 @@
 
 Every filter is data handed to the server's ``Browse`` (key equals or starts with, a header
 equals, the value contains, a time range); nothing a person types is ever evaluated as code.
-Times are ISO 8601; one without a zone is UTC (what the pages show). A key, prefix or
-``contains`` written ``0x…`` is hex bytes, anything else is UTF-8 text.
+Times are ISO 8601; one without a zone is UTC (what the pages show). Bytes are written as
+the pages show them (:func:`parse_bytes`): ``hex:…`` is hex bytes, ``text:…`` is the text after
+the prefix (so a text key ``0xbeef`` is found as ``text:0xbeef``), anything else is UTF-8 text;
+a key, prefix or ``contains`` written ``0x…`` is hex too, as in older links. Several headers
+may be given (``header=a=1&header=b=2``): all must hold.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
+
+from tidelog.console.render import HEX_PREFIX, LEGACY_HEX_PREFIX, TEXT_PREFIX
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -57,13 +62,19 @@ def _precision(written: str) -> timedelta:
     return timedelta(seconds=1) if whole.count(":") >= 2 else timedelta(minutes=1)
 
 
-def parse_bytes(text: str, field: str) -> bytes:
-    if text.startswith("0x"):
-        try:
-            return bytes.fromhex(text[2:])
-        except ValueError:
-            raise BadQuery(f"{field}: {text!r} starts with 0x but is not hex") from None
-    return text.encode()
+def parse_bytes(text: str, field: str, *, legacy_hex: bool = True) -> bytes:
+    """Bytes as a filter writes them: ``hex:…`` (and, with ``legacy_hex``, ``0x…``) is hex,
+    ``text:…`` the text after the prefix, anything else UTF-8 text."""
+    for prefix in (HEX_PREFIX, LEGACY_HEX_PREFIX) if legacy_hex else (HEX_PREFIX,):
+        if text.startswith(prefix):
+            try:
+                return bytes.fromhex(text[len(prefix) :])
+            except ValueError:
+                raise BadQuery(
+                    f"{field}: {text!r} starts with {prefix} but is not hex; to find that text, "
+                    f"write it {TEXT_PREFIX}{text}"
+                ) from None
+    return text.removeprefix(TEXT_PREFIX).encode()
 
 
 def _int(value: str, field: str, low: int, high: int | None = None) -> int:
@@ -75,6 +86,11 @@ def _int(value: str, field: str, low: int, high: int | None = None) -> int:
         bound = f"between {low} and {high}" if high is not None else f"at least {low}"
         raise BadQuery(f"{field}: {number} is out of range; give a number {bound}")
     return number
+
+
+int_field = _int
+"""A whole number from a form, between ``low`` and ``high``; else :class:`BadQuery` naming the
+field (other pages' fields use it too)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,20 +111,24 @@ class MessageQuery:
     """jump to this offset of ``partition`` (one partition)"""
     key: str = ""
     key_prefix: str = ""
-    header: str = ""
-    """``name=value``"""
+    header: tuple[str, ...] = ()
+    """``name=value`` each (the URL repeats ``header``); all must hold"""
     contains: str = ""
     since: str = ""
     until: str = ""
 
     @classmethod
     def parse(cls, params: Mapping[str, str]) -> MessageQuery:
-        """The query from a URL's parameters; unknown parameters are ignored, bad ones raise
-        :class:`BadQuery`."""
-        names = {f.name for f in fields(cls)}
+        """The query from a URL's parameters (a multi-dict's repeated ``header`` each count);
+        unknown parameters and empty ones are ignored, bad ones raise :class:`BadQuery`."""
+        names = {f.name for f in fields(cls)} - {"header"}
         values: dict[str, Any] = {
             k: v.strip() for k, v in params.items() if k in names and v.strip()
         }
+        getlist = getattr(params, "getlist", None)
+        headers: Sequence[str] = getlist("header") if getlist else [params.get("header", "")]
+        if any(h.strip() for h in headers):
+            values["header"] = tuple(h.strip() for h in headers if h.strip())
         if "limit" in values:
             values["limit"] = _int(values["limit"], "limit", 1, MAX_LIMIT)
         query = cls(**values)
@@ -148,10 +168,14 @@ class MessageQuery:
         if self.key_prefix:
             args["key_prefix"] = parse_bytes(self.key_prefix, "key prefix")
         if self.header:
-            name, sep, value = self.header.partition("=")
-            if not sep or not name.strip():
-                raise BadQuery(f"header: {self.header!r} is not name=value")
-            args["headers"] = {name.strip(): value.encode()}
+            args["headers"] = {}
+            for header in self.header:
+                name, sep, value = header.partition("=")
+                if not sep or not name.strip():
+                    raise BadQuery(f"header: {header!r} is not name=value")
+                if name.strip() in args["headers"]:
+                    raise BadQuery(f"header: {name.strip()!r} is given twice; give it once")
+                args["headers"][name.strip()] = parse_bytes(value, "header", legacy_hex=False)
         if self.contains:
             args["contains"] = parse_bytes(self.contains, "contains")
         if self.since:
@@ -172,7 +196,8 @@ class MessageQuery:
                 f.name: getattr(query, f.name)
                 for f in fields(query)
                 if getattr(query, f.name) != getattr(default, f.name)
-            }
+            },
+            doseq=True,
         )
 
     def filter_params(self) -> str:

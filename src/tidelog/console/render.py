@@ -2,8 +2,15 @@
 
 A value is shown three ways: as UTF-8 text, as JSON pretty-printed (when it parses), and as a
 hex dump. Lists show a short preview; anything longer than a page can hold is cut at a stated
-number of bytes, with a link to see it all. Exports (JSON lines, CSV) carry a value as text when
-it is valid UTF-8 and as base64 otherwise, never mangled.
+number of bytes, with a link to see it all. Keys and header values are cut the same way in a
+table (:data:`CELL_CHARS`), so one huge key cannot widen a page. Exports (JSON lines, CSV) carry
+a value as text when it is valid UTF-8 and as base64 otherwise, never mangled; a CSV cell that a
+spreadsheet would run as a formula gets a leading ``'`` (:func:`csv_cell`).
+
+Bytes that are not UTF-8 are written ``hex:…`` (:func:`printable`, :data:`HEX_PREFIX`), the
+form the filters read back (``tidelog.console.query.parse_bytes``); :func:`filter_form` gives,
+for any bytes, the text that filters on exactly them (``text:…`` for a text that would
+otherwise read as hex).
 """
 
 from __future__ import annotations
@@ -21,6 +28,15 @@ PREVIEW_CHARS = 160
 DETAIL_BYTES = 64 * 1024
 """A message page shows at most this many bytes of a value unless asked for all of it."""
 HEX_ROW = 16
+CELL_CHARS = 80
+"""A key or header value in a table shows at most this many characters (the message page shows
+it whole, wrapped)."""
+HEX_PREFIX = "hex:"
+"""How bytes that are not UTF-8 are shown, and written in a filter."""
+TEXT_PREFIX = "text:"
+"""Written before a text filter that would otherwise read as hex (``text:0xbeef``)."""
+LEGACY_HEX_PREFIX = "0x"
+"""The older way to write hex in a filter, still read so that old links keep their meaning."""
 
 
 class Shown(Protocol):
@@ -85,11 +101,37 @@ def preview(data: bytes | None, limit: int = PREVIEW_CHARS) -> tuple[str, bool]:
 
 
 def printable(data: bytes | None) -> str:
-    """A key or header value for a table cell: text, or ``0x…`` hex when not UTF-8."""
+    """A key or header value for a page: text, or ``hex:…`` when not UTF-8 (pages mark the hex
+    form apart, :func:`is_binary`, so a text key that happens to read ``hex:…`` is not taken
+    for it)."""
     if data is None:
         return ""
     text = as_text(data)
-    return text if text is not None else "0x" + data.hex()
+    return text if text is not None else HEX_PREFIX + data.hex()
+
+
+def is_binary(data: bytes | None) -> bool:
+    """Whether ``data`` is shown in hex (it is not UTF-8)."""
+    return data is not None and as_text(data) is None
+
+
+def filter_form(data: bytes) -> str:
+    """What to write in a key (or prefix, contains) filter to match exactly ``data``: ``hex:…``
+    for bytes that are not UTF-8, ``text:…`` for a text that starts like a hex or text form,
+    the text itself otherwise."""
+    text = as_text(data)
+    if text is None:
+        return HEX_PREFIX + data.hex()
+    if text.startswith((HEX_PREFIX, TEXT_PREFIX, LEGACY_HEX_PREFIX)):
+        return TEXT_PREFIX + text
+    return text
+
+
+def cell(data: bytes | None, limit: int = CELL_CHARS) -> tuple[str, bool]:
+    """A key or header value for a table cell: :func:`printable`, cut to ``limit`` characters,
+    and whether it was cut."""
+    shown = printable(data)
+    return shown[:limit], len(shown) > limit
 
 
 def format_ns(timestamp_ns: int) -> str:
@@ -162,24 +204,35 @@ CSV_COLUMNS: Sequence[str] = (
 )
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""What a spreadsheet may run as a formula at the start of a cell (OWASP, "CSV Injection")."""
+
+
+def csv_cell(text: str) -> str:
+    """``text`` for a CSV cell: with a leading ``'`` when it starts like a formula, so a
+    spreadsheet shows it as text instead of running it (the JSON lines export keeps it as is)."""
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
 def export_csv(stream: str, messages: Iterable[Shown]) -> str:
     """A header row, then one row per message; ``value`` holds UTF-8 text, ``value_base64`` the
-    value when it is not UTF-8; ``headers`` is a JSON object; a non-UTF-8 key is ``0x…`` hex."""
+    value when it is not UTF-8; ``headers`` is a JSON object; a non-UTF-8 key is ``hex:…``. Every
+    text cell passes :func:`csv_cell`."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = csv.writer(out, lineterminator="\r\n")  # RFC 4180: a \r in a cell is quoted too
     writer.writerow(CSV_COLUMNS)
     for m in messages:
         text = as_text(m.value)
         writer.writerow(
             (
-                stream,
+                csv_cell(stream),
                 m.partition,
                 m.offset,
                 m.timestamp,
                 format_ns(m.timestamp),
-                printable(m.key),
+                csv_cell(printable(m.key)),
                 json.dumps({k: printable(v) for k, v in m.headers.items()}, ensure_ascii=False),
-                text if text is not None else "",
+                csv_cell(text) if text is not None else "",
                 "" if text is not None else base64.b64encode(m.value).decode(),
             )
         )
@@ -200,3 +253,31 @@ def sparkline_points(values: Sequence[float], width: int = 120, height: int = 24
         f"{i * step:.1f},{height - (max(v, 0.0) / top) * (height - 2) - 1:.1f}"
         for i, v in enumerate(values)
     )
+
+
+# -- remote sites --------------------------------------------------------------------------------
+
+SITE_ADVICE: Mapping[str, str] = {
+    "unreachable": "No site answered at {address}. Check that its server runs with --site-id "
+    "and that this address and port reach it from here (firewall, DNS).",
+    "UNAVAILABLE": "The site at {address} stopped answering. It may be restarting or cut off; "
+    "this server reconnects by itself.",
+    "DEADLINE_EXCEEDED": "The site at {address} answered too slowly. Check its load and the "
+    "network between the sites; this server retries by itself.",
+    "UNAUTHENTICATED": "The site at {address} did not accept this server's credentials. Check the "
+    "site's tls_client_ca and this server's certificate (docs/replication.md).",
+    "PERMISSION_DENIED": "The site at {address} refused this server. Its ACL must grant this "
+    "server's principal the site permission (docs/replication.md).",
+    "UNIMPLEMENTED": "The server at {address} is not a tidelog site (or is too old). Check the "
+    "address, and start that server with --site-id.",
+}
+"""The failures a sender reports (``tidelog.sites.sender_link.describe`` writes ``CODE:
+details``; ``unreachable: …`` before the site answered), as what a person can do about them."""
+
+
+def site_advice(reason: str, address: str) -> str | None:
+    """A sentence a person can act on for a site's ``reason``, or None when the reason is not a
+    failure (a negotiation's reason, already plain words)."""
+    code = reason.partition(":")[0].strip()
+    advice = SITE_ADVICE.get(code)
+    return advice.format(address=address) if advice is not None else None

@@ -9,6 +9,10 @@ costs what was set since the last one. At most :data:`MAX_CURSORS` cursors are t
 Lag is the partition's newest offset minus the cursor's offset, never below zero: clients differ
 on whether a cursor holds the last offset processed or the next one, so a caught-up consumer's
 cursor is the newest offset or one past it, and both show a lag of 0.
+
+A consumer group's positions are the cursor ``__group:<group id>`` (one per stream and
+partition); a group's lag (:func:`group_lag`) sums, per member, the lag of the partitions
+assigned to it, and names the member furthest behind.
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from tidelog.client import AsyncClient, ClientError, StreamEmpty, StreamInfo
+from tidelog.access import GROUP_CURSOR_PREFIX
+from tidelog.client import AsyncClient, ClientError, GroupInfo, StreamEmpty, StreamInfo
 from tidelog.client.models import Start
 from tidelog.console.history import ConsumerState, SeriesStore, consumer_state
 from tidelog.wire import CURSORS_STREAM
@@ -60,6 +65,57 @@ def parse_cursor_key(raw: bytes | None) -> CursorKey | None:
 
 def lag_of(newest_offset: int, cursor_offset: int) -> int:
     return max(newest_offset - cursor_offset, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberLag:
+    consumer_id: str
+    lag: int
+    """summed over its assigned partitions that have a committed position"""
+    unknown: int
+    """assigned partitions with no committed position yet (or gone), not in ``lag``"""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLag:
+    total: int
+    """the sum of its members' lag"""
+    worst: MemberLag | None
+    """the member with the most lag (None: no member)"""
+    unknown: int
+    members: tuple[MemberLag, ...]
+
+
+def group_lag(
+    group: GroupInfo,
+    positions: Mapping[CursorKey, int],
+    newest: Mapping[tuple[str, int], int],
+) -> GroupLag:
+    """``group``'s lag: per member, the sum over its assigned partitions of the partition's
+    newest offset minus the group's committed position there (:func:`lag_of`); a partition
+    with no position, or gone, is counted in ``unknown`` instead."""
+    cursor_id = GROUP_CURSOR_PREFIX + group.group_id
+    members = []
+    for member in group.members:
+        lag = unknown = 0
+        for stream, partitions in group.assignments.get(member.consumer_id, {}).items():
+            for partition in partitions:
+                at = positions.get(CursorKey(cursor_id, stream, partition))
+                end = newest.get((stream, partition))
+                if at is None or end is None:
+                    unknown += 1
+                else:
+                    lag += lag_of(end, at)
+        members.append(MemberLag(member.consumer_id, lag, unknown))
+    worst = max(members, key=lambda m: (m.lag, m.unknown), default=None)
+    return GroupLag(
+        sum(m.lag for m in members), worst, sum(m.unknown for m in members), tuple(members)
+    )
+
+
+def newest_offsets(streams: list[StreamInfo]) -> dict[tuple[str, int], int]:
+    """(stream, partition) -> its newest offset."""
+    return {(s.name, p.partition): p.newest_offset for s in streams for p in s.partitions}
 
 
 def stream_total(info: StreamInfo) -> int:

@@ -51,12 +51,31 @@
     });
   }
 
+  // Charts read in UTC on a 24-hour clock, as the tables do (uPlot defaults to the browser's
+  // zone and a 12-hour clock).
+  function utc(seconds) { return uPlot.tzDate(new Date(seconds * 1e3), "Etc/UTC"); }
+  function pad(n) { return (n < 10 ? "0" : "") + n; }
+  function clock(seconds, decimals) {
+    var d = new Date(seconds * 1e3);
+    var text = pad(d.getUTCHours()) + ":" + pad(d.getUTCMinutes()) + ":" + pad(d.getUTCSeconds());
+    if (decimals) text += (seconds % 1).toFixed(decimals).slice(1);
+    return text;
+  }
+  function ticks(u, splits) {  // tenths or hundredths of a second when the ticks are that close
+    var step = splits.length > 1 ? splits[1] - splits[0] : 1;
+    var decimals = step >= 1 ? 0 : step >= 0.1 ? 1 : 2;
+    return splits.map(function (s) { return clock(s, decimals); });
+  }
+  function when(seconds) {
+    return new Date(seconds * 1e3).toISOString().slice(0, 10) + " " + clock(seconds) + " UTC";
+  }
+
   function drawChart(el) {
     if (typeof uPlot === "undefined" || el.dataset.drawn) return;
     var data = JSON.parse(el.textContent);
     el.textContent = "";
     el.dataset.drawn = "1";
-    var xs, series = [{}], columns;
+    var xs, series = [{ label: "time (UTC)", value: function (u, v) { return v == null ? "" : when(v); } }], columns;
     if (el.dataset.chart === "rate") {
       xs = data.t;
       columns = [data.rate];
@@ -77,8 +96,8 @@
       el.innerHTML = '<p class="muted">Collecting samples; reload in a few seconds.</p>';
       return;
     }
-    new uPlot({ width: Math.min(el.clientWidth || 800, 900), height: 220, series: series,
-                axes: [{}, { size: 60 }], scales: { y: { range: function (u, lo, hi) { return [0, Math.max(hi, 1)]; } } } },
+    new uPlot({ width: Math.min(el.clientWidth || 800, 900), height: 220, series: series, tzDate: utc,
+                axes: [{ values: ticks }, { size: 60 }], scales: { y: { range: function (u, lo, hi) { return [0, Math.max(hi, 1)]; } } } },
               [xs].concat(columns), el);
   }
 
@@ -92,10 +111,25 @@
     });
   }
 
+  // The filter form sends only the fields filled in: an empty one would only lengthen the URL.
+  // Disabled fields are not sent (by the browser, nor by htmx); they come back at once.
+  function setupFilters(root) {
+    var form = root.querySelector("form#filters");
+    if (!form) return;
+    form.addEventListener("submit", function () {
+      var emptied = [];
+      form.querySelectorAll("input[name]").forEach(function (input) {
+        if (input.value.trim() === "") { input.disabled = true; emptied.push(input); }
+      });
+      setTimeout(function () { emptied.forEach(function (i) { i.disabled = false; }); }, 0);
+    }, true);
+  }
+
   function setup(root) {
     setupTail(root);
     setupTabs(root);
     setupBack(root);
+    setupFilters(root);
     root.querySelectorAll(".chart[data-chart]").forEach(drawChart);
   }
 
