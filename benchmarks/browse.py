@@ -15,7 +15,11 @@ the data (nothing cached in its memory) and everything is timed through the clie
   partition's last 50, merge them by timestamp, take the newest 50 (one run: it is long);
 - ``search_msgs_per_s``: a key search over the newest 1,000,000 messages of ``large``
   (``browse(key=..., max_scan=1_000_000)``; the key matches 10 messages of every 1,000,000, so
-  the scan runs to its budget), messages scanned on the server per second of the call.
+  the scan runs to its budget), messages scanned on the server per second of the call;
+- ``tail_idle_cpu_percent``: a fresh server (its console on) with a live tail open on the
+  messages page of a stream, then a ``publish_batch`` of 1,000 (one timestamp for all): the
+  server's CPU (user + system, ``/proc``) over the next 10 s, in percent of one core, while the
+  tail has nothing new (``tail_events`` counts the events it sent: about one per 0.5 s poll).
 
 Prints one JSON object with these keys, the ratios and the sizes run.
 
@@ -27,12 +31,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import heapq
+import http.client
 import json
 import os
 import platform
 import shutil
+import socket
 import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -124,6 +131,69 @@ def search(client: Client, stream: str) -> tuple[float, int, int]:
     return seconds, page.scanned, len(page.messages)
 
 
+TAIL_IDLE_S = 10.0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tail_idle_cpu(root: Path) -> tuple[float, int]:
+    """(server CPU % of one core over TAIL_IDLE_S with a tail open after a batch of 1,000,
+    events the tail sent in that time)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        http_port = int(probe.getsockname()[1])
+    server = ServerProcess(
+        root / "tail-data", "--log-level", "WARNING", "--metrics-port", str(http_port)
+    ).start()
+    events = 0
+    stop = threading.Event()
+    try:
+        with Client(server.address) as client:
+            client.create_stream("tailed", partitions=3)
+            client.publish("tailed", b"first", partition=0)
+            top = client.browse("tailed", limit=1).messages[0]
+            connection = http.client.HTTPConnection("127.0.0.1", http_port, timeout=30)
+            where = f"{top.timestamp}:{top.partition}:{top.offset}"
+            connection.request(
+                "GET",
+                f"/streams/tailed/tail?after={where}",
+                headers={"Host": f"127.0.0.1:{http_port}"},
+            )
+            response = connection.getresponse()
+            assert response.status == 200, response.read()[:300]
+
+            def read() -> None:
+                nonlocal events
+                while not stop.is_set():
+                    try:
+                        line = response.readline()
+                    except (OSError, ValueError, AttributeError):  # closed under it: the end
+                        return
+                    if not line:
+                        return
+                    if line.startswith((b"id:", b": idle")):
+                        events += 1
+
+            reader = threading.Thread(target=read, daemon=True)
+            reader.start()
+            client.publish_batch("tailed", [b"m%d" % i for i in range(1000)], partition=1)
+            time.sleep(1.0)  # the tail reads the batch
+            events = 0
+            before = cpu_seconds(server.pid)
+            time.sleep(TAIL_IDLE_S)
+            used = cpu_seconds(server.pid) - before
+            counted = events
+            stop.set()
+            connection.close()
+    finally:
+        server.stop()
+    return used / TAIL_IDLE_S * 100, counted
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -158,6 +228,9 @@ def main() -> None:
             search_s, scanned, found = search(client, "large")
     finally:
         server.stop()
+    try:
+        tail_cpu, tail_events = tail_idle_cpu(root)
+    finally:
         if args.keep_data is None:
             shutil.rmtree(root, ignore_errors=True)
     result: dict[str, Any] = {
@@ -165,6 +238,7 @@ def main() -> None:
         "newest50_large_ms": round(large, 3),
         "forward_baseline_ms": round(forward_ms, 1),
         "search_msgs_per_s": round(scanned / search_s),
+        "tail_idle_cpu_percent": round(tail_cpu, 1),
         "large_vs_small": round(large / small, 2),
         "forward_vs_newest50": round(forward_ms / large, 1),
         "newest50_small_cold_ms": round(small_cold, 3),
@@ -172,6 +246,7 @@ def main() -> None:
         "search_scanned": scanned,
         "search_found": found,
         "search_s": round(search_s, 3),
+        "tail_events": tail_events,
         "sizes": sizes,
         "partitions": PARTITIONS,
         "fill": "in-process SegmentedLog.append, batches of 10,000 per partition",
@@ -180,6 +255,7 @@ def main() -> None:
             "large_vs_small": "<= 2",
             "forward_vs_newest50": ">= 100",
             "search_msgs_per_s": ">= 1000000",
+            "tail_idle_cpu_percent": "<= 5",
         },
         "machine": {
             "cpus": os.cpu_count(),

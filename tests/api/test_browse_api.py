@@ -163,3 +163,20 @@ def test_internal_streams_are_browsed_like_any_other(client: Client) -> None:
     client.set_cursor("c1", "mixed", 0, 5)
     page = client.browse("__cursors", limit=10)
     assert page.messages and all(m.stream == "__cursors" for m in page.messages)
+
+
+def test_an_anchor_starts_at_a_message_of_a_batch_sharing_one_timestamp(client: Client) -> None:
+    client.create_stream("batched", partitions=2)
+    for partition in (0, 1):
+        client.publish_batch(
+            "batched", [b"p%d-%d" % (partition, i) for i in range(300)], partition=partition
+        )
+    everything = _order(client.browse("batched", limit=1000, newest_first=False))
+    assert len({t for t, _, _ in everything}) <= 2  # one timestamp per batch
+    middle = everything[450]
+    after = client.browse("batched", limit=5, newest_first=False, anchor=middle)
+    assert _order(after) == everything[451:456]
+    at = client.browse("batched", limit=5, anchor=middle, include_anchor=True)
+    assert _order(at) == everything[446:451][::-1]
+    with pytest.raises(InvalidArgument, match="partition and offset are >= 0"):
+        client.browse("batched", anchor=(0, -1, 0))

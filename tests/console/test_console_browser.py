@@ -355,9 +355,20 @@ def test_a_search_that_hits_its_budget_says_how_far_it_got(
     with Client(process.address) as client:
         client.create_stream("many")
         client.publish_batch("many", [b"%d" % i for i in range(120_000)])
+    page.clock.install(time=0)  # the search waits here until the clock runs: it can be stopped
+    page.clock.pause_at(1_000)
     page.goto(f"{url}/streams/many/messages?key=absent")
-    expect(page.locator("#budget")).to_contain_text("stopped after scanning")
+    expect(page.locator("#budget")).to_contain_text("has scanned 100,000 messages, back to")
     expect(page.locator("#budget a")).to_contain_text("Continue searching older")
+    expect(page.locator("#search-going")).to_contain_text("up to 10,000,000 messages")
+    page.click("#stop-search")
+    page.clock.run_for(5_000)
+    expect(page.locator("#search-going")).to_have_text("Stopped.")
+    assert "token=" not in page.url
+    page.goto(f"{url}/streams/many/messages?key=absent")  # not stopped: it goes on by itself
+    page.clock.run_for(5_000)
+    expect(page.locator("#empty")).to_have_text("No message matches these filters.")
+    expect(page.locator(".pager")).to_contain_text("scanned 120,000")
 
 
 # -- what the pages show ---------------------------------------------------------------------------

@@ -7,7 +7,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tidelog.console.query import DEFAULT_MAX_SCAN, BadQuery, MessageQuery
+from tidelog.console.query import (
+    CONTINUED_MAX_SCAN,
+    DEFAULT_MAX_SCAN,
+    BadQuery,
+    MessageQuery,
+)
 
 
 def test_filters_become_browse_arguments_with_a_scan_budget() -> None:
@@ -46,6 +51,7 @@ def test_filters_become_browse_arguments_with_a_scan_budget() -> None:
         ({"offset": "5"}, "exactly one partition"),
         ({"offset": "-1", "partition": "0"}, "offset"),
         ({"partition": "a"}, "partition"),
+        ({"searched": "-3"}, "searched"),
     ],
 )
 def test_a_bad_field_is_named(params: dict[str, str], says: str) -> None:
@@ -98,3 +104,12 @@ def test_several_headers_all_hold_and_travel_in_links() -> None:
     assert query.params() == "header=a%3D1&header=b%3D2"
     with pytest.raises(BadQuery, match="twice"):
         MessageQuery.parse(QueryParams("header=a%3D1&header=a%3D2"))
+
+
+def test_the_steps_of_a_search_going_on_by_itself_scan_more_and_are_not_kept_by_a_tail() -> None:
+    first = MessageQuery.parse({"key": "k1"})
+    step = MessageQuery.parse({"key": "k1", "token": "abc", "searched": "100000"})
+    assert first.browse_filters()["max_scan"] == DEFAULT_MAX_SCAN
+    assert step.browse_filters()["max_scan"] == CONTINUED_MAX_SCAN
+    assert step.searched_before == 100_000
+    assert step.filter_params() == "key=k1"

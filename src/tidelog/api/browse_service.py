@@ -17,6 +17,7 @@ from tidelog.broker import (
     DEFAULT_BROWSE_LIMIT,
     DEFAULT_BROWSE_MAX_SCAN,
     DEFAULT_BROWSE_MAX_SCAN_SECONDS,
+    BrowseAnchor,
     BrowseFilter,
     BrowseResult,
 )
@@ -36,6 +37,18 @@ def filter_of(message: v1.BrowseFilter) -> BrowseFilter:
         since_ns=message.since_ns if message.HasField("since_ns") else None,
         until_ns=message.until_ns if message.HasField("until_ns") else None,
     )
+
+
+def anchor_of(request: v1.BrowseRequest) -> BrowseAnchor | None:
+    if not request.HasField("anchor"):
+        return None
+    anchor = request.anchor
+    if anchor.partition < 0 or anchor.offset < 0:
+        raise InvalidArgument(
+            "a browse anchor names a message: its partition and offset are >= 0, got "
+            f"partition {anchor.partition}, offset {anchor.offset}"
+        )
+    return BrowseAnchor(anchor.timestamp_ns, anchor.partition, anchor.offset, anchor.include)
 
 
 def page_of(result: BrowseResult) -> v1.BrowseResponse:
@@ -81,6 +94,7 @@ class BrowseService(v1_grpc.TidelogServicer):
             newest_first=not request.oldest_first,
             limit=request.limit or DEFAULT_BROWSE_LIMIT,
             start_ns=request.start_ns if request.HasField("start_ns") else None,
+            anchor=anchor_of(request),
             token=request.token or None,
             keep=filter_of(request.filter),
             max_scan=request.max_scan or DEFAULT_BROWSE_MAX_SCAN,

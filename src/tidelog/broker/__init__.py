@@ -36,7 +36,7 @@ promise:
 """
 
 from tidelog.broker.broker import Broker
-from tidelog.broker.browse import BrowseResult
+from tidelog.broker.browse import BrowseAnchor, BrowseResult
 from tidelog.broker.browse_filter import BrowseFilter
 from tidelog.broker.config import (
     DEFAULT_BROWSE_LIMIT,
@@ -130,6 +130,7 @@ __all__ = [
     "MIN_SEGMENT_BYTES",
     "Broker",
     "BrokerConfig",
+    "BrowseAnchor",
     "BrowseFilter",
     "BrowseResult",
     "CursorStore",

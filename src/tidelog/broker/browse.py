@@ -17,6 +17,12 @@ page is full or the scan budget runs out. The partition that set the frontier is
 round finishes at least one batch. Per record there is no Python work but for the records that
 make the page.
 
+Where a page starts: the newest or oldest record, a time (``start_ns``), an *anchor* — a point
+``(t, p, o)`` of the merged order, as a row shows it — or a token. An anchor becomes one offset
+per partition through its time index (:func:`anchored_offset`); ``t`` alone could not do it, for
+many records share a timestamp (a ``publish_batch`` gives one to a whole request), and a
+continuation from a time either repeats or skips the records of that timestamp.
+
 Where the page ends is described by each partition's next offset (``tidelog.wire.browse_token``),
 so pages concatenated are exactly the merged order, whatever their sizes and filters. At the live
 end an oldest-first read stops at what is committed and still returns a token: the next page
@@ -56,16 +62,62 @@ READ_BYTES_TOTAL = 16 << 20
 LEAST_READ_BYTES = 64 << 10
 
 
+LAST_TIMESTAMP = 2**63 - 1
+"""The greatest timestamp: an anchor there, oldest first, starts at the live end."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrowseAnchor:
+    """A point of the merged order: a message's timestamp, partition and offset. A page from it
+    begins just past it in the page's direction, or at it with ``include``."""
+
+    timestamp_ns: int
+    partition: int
+    offset: int
+    include: bool = False
+
+
+def anchored_offset(
+    log: CommitLog, number: int, anchor: BrowseAnchor, newest_first: bool
+) -> int | None:
+    """Where partition ``number`` starts a page from ``anchor``: oldest first, its first
+    committed offset sorting after the anchor (at it, with ``include``), the offset after the
+    newest committed one when there is none yet (the live end); newest first, its last offset
+    sorting before the anchor (at it, with ``include``), None when there is none.
+
+    Sorting is by (timestamp, partition, offset): a lower partition than the anchor's sorts after
+    it from the next timestamp on, a higher one from the same timestamp on, and the anchor's own
+    partition from the next offset on (mirrored newest first)."""
+    t, p = anchor.timestamp_ns, anchor.partition
+    if newest_first:
+        if number == p:
+            top = anchor.offset if anchor.include else anchor.offset - 1
+            return top if top >= max(log.oldest_offset, 0) else None
+        if number < p:
+            return log.offset_at_or_before_timestamp(t)
+        return log.offset_at_or_before_timestamp(t - 1) if t > -LAST_TIMESTAMP else None
+    end = log.high_watermark + 1  # read before the index: a record committed later lies past it
+    if number == p:
+        return min(anchor.offset if anchor.include else anchor.offset + 1, end)
+    if number < p:
+        found = log.offset_at_or_after_timestamp(t + 1) if t < LAST_TIMESTAMP else None
+    else:
+        found = log.offset_at_or_after_timestamp(t)
+    return end if found is None else found
+
+
 @dataclass(frozen=True, slots=True)
 class BrowseQuery:
     """One page to read. ``start_ns`` (no token): newest first, records at or before it; oldest
-    first, at or after it (None: from the newest / the oldest record). ``position`` continues a
-    previous page and overrides ``start_ns``."""
+    first, at or after it (None: from the newest / the oldest record). ``anchor`` (no token)
+    starts at a point of the merged order instead (:func:`anchored_offset`). ``position``
+    continues a previous page and overrides both."""
 
     partitions: tuple[int, ...]
     newest_first: bool = True
     limit: int = DEFAULT_BROWSE_LIMIT
     start_ns: int | None = None
+    anchor: BrowseAnchor | None = None
     position: BrowsePosition | None = None
     filter: BrowseFilter = field(default_factory=BrowseFilter)
     max_scan: int = DEFAULT_BROWSE_MAX_SCAN
@@ -175,9 +227,13 @@ class _Cursor:
         return offset if offset >= 0 or not newest_first else None
 
 
-def _reader(log: CommitLog, query: BrowseQuery, offset: int | None, fresh: bool) -> Reader | None:
+def _reader(
+    log: CommitLog, number: int, query: BrowseQuery, offset: int | None, fresh: bool
+) -> Reader | None:
     """The partition's reader from ``offset`` (a token's) or, when ``fresh``, from the start."""
     since, until = query.filter.since_ns, query.filter.until_ns
+    if fresh and query.anchor is not None:
+        return _anchored_reader(log, number, query, query.anchor)
     if query.newest_first:
         if fresh:
             tops = [t for t in (query.start_ns, until) if t is not None]
@@ -198,6 +254,26 @@ def _reader(log: CommitLog, query: BrowseQuery, offset: int | None, fresh: bool)
     return log.forward_reader(offset, stop_timestamp=until)
 
 
+def _anchored_reader(
+    log: CommitLog, number: int, query: BrowseQuery, anchor: BrowseAnchor
+) -> Reader | None:
+    """The partition's reader from ``anchor``, within the filter's time range."""
+    since, until = query.filter.since_ns, query.filter.until_ns
+    offset = anchored_offset(log, number, anchor, query.newest_first)
+    if query.newest_first:
+        if until is not None and offset is not None:
+            last = log.offset_at_or_before_timestamp(until)
+            offset = None if last is None else min(offset, last)
+        if offset is None:
+            return None
+        return log.reverse_reader(offset, stop_timestamp=since)
+    assert offset is not None
+    if since is not None:
+        first = log.offset_at_or_after_timestamp(since)
+        offset = max(offset, log.high_watermark + 1 if first is None else first)
+    return log.forward_reader(offset, stop_timestamp=until)
+
+
 def browse(
     stream: str,
     logs: dict[int, CommitLog],
@@ -213,11 +289,11 @@ def browse(
     cursors: list[_Cursor] = []
     for number in sorted(logs):
         if query.position is None:
-            reader = _reader(logs[number], query, None, fresh=True)
+            reader = _reader(logs[number], number, query, None, fresh=True)
         elif starts.get(number) is None:
             reader = None
         else:
-            reader = _reader(logs[number], query, starts[number], fresh=False)
+            reader = _reader(logs[number], number, query, starts[number], fresh=False)
         cursors.append(_Cursor(number, reader, sign, share))
 
     taken: list[tuple[int, Record]] = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from tidelog.broker.browse import BrowseQuery, BrowseResult
+from tidelog.broker.browse import BrowseAnchor, BrowseQuery, BrowseResult
 from tidelog.broker.browse import browse as read_page
 from tidelog.broker.browse_filter import BrowseFilter
 from tidelog.broker.config import (
@@ -100,15 +100,17 @@ class Reads(BrokerCore):
         newest_first: bool = True,
         limit: int = DEFAULT_BROWSE_LIMIT,
         start_ns: int | None = None,
+        anchor: BrowseAnchor | None = None,
         token: str | None = None,
         keep: BrowseFilter | None = None,
         max_scan: int = DEFAULT_BROWSE_MAX_SCAN,
         max_scan_seconds: float = DEFAULT_BROWSE_MAX_SCAN_SECONDS,
     ) -> BrowseResult:
         """One page of ``stream`` merged across ``partitions`` (all when empty) in timestamp
-        order (``browse.py``), from ``start_ns``, or from a previous page's ``token`` (which
-        overrides it); only records passing ``keep``. Paused partitions are resumed (a read
-        opens them, as a resuming subscribe does). Every argument is checked here."""
+        order (``browse.py``), from ``start_ns``, from ``anchor`` (a point of the merged order; it
+        overrides ``start_ns``), or from a previous page's ``token`` (which overrides both); only
+        records passing ``keep``. Paused partitions are resumed (a read opens them, as a resuming
+        subscribe does). Every argument is checked here."""
         target = self.stream(stream)
         if not 1 <= limit <= MAX_BROWSE_LIMIT:
             raise InvalidArgument(f"browse limit must be 1..{MAX_BROWSE_LIMIT}, got {limit}")
@@ -143,6 +145,7 @@ class Reads(BrokerCore):
             newest_first=newest_first,
             limit=limit,
             start_ns=start_ns,
+            anchor=anchor,
             position=position,
             filter=keep or BrowseFilter(),
             max_scan=max_scan,

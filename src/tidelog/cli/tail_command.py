@@ -103,15 +103,6 @@ def human(m: ReceivedMessage, merged: bool) -> str:
     return f"{m.offset}\t{when}{where}{key}{headers}\t{printable(m.value)}"
 
 
-def _order(m: ReceivedMessage) -> tuple[int, int, int]:
-    return m.timestamp, m.partition, m.offset
-
-
-def _floor(timestamp_ns: int) -> datetime:
-    """The latest datetime at or before ``timestamp_ns`` (a datetime holds microseconds)."""
-    return _EPOCH + timedelta(microseconds=timestamp_ns // 1000)
-
-
 @dataclass
 class Walk:
     """One tail's calls to ``browse``: the stream, partitions and filters every page shares."""
@@ -153,11 +144,12 @@ class Walk:
         return got[::-1]
 
     def after(self, last: ReceivedMessage) -> Iterator[tuple[list[ReceivedMessage], str | None]]:
-        """Oldest-first pages of what follows ``last`` in merged order (up to what is there)."""
-        for messages, token in self.pages(
-            newest_first=False, start=_floor(last.timestamp), token=None
-        ):
-            yield [m for m in messages if _order(m) > _order(last)], token
+        """Oldest-first pages of what follows ``last`` in merged order (up to what is there),
+        anchored at its position: the messages sharing its timestamp are told apart."""
+        page = self.page(limit=PAGE, newest_first=False, anchor=last.merge_key)
+        yield list(page.messages), page.next_token
+        if page.next_token is not None and (page.messages or page.budget_exhausted):
+            yield from self.pages(newest_first=False, start=None, token=page.next_token)
 
     def live_end(self) -> str | None:
         """A token at the live end: what comes after now."""

@@ -108,6 +108,8 @@ def browse_request(
     start: datetime | None,
     token: str | None,
     partitions: Sequence[int] | None,
+    anchor: tuple[int, int, int] | None = None,
+    include_anchor: bool = False,
     key: bytes | str | None,
     key_prefix: bytes | str | None,
     headers: Mapping[str, bytes | str] | None,
@@ -149,6 +151,16 @@ def browse_request(
     )
     if start is not None and not token:
         request.start_ns = _ns(start)
+    if anchor is not None and not token:
+        timestamp_ns, partition, offset = anchor
+        request.anchor.CopyFrom(
+            v1.BrowseAnchor(
+                timestamp_ns=timestamp_ns,
+                partition=partition,
+                offset=offset,
+                include=include_anchor,
+            )
+        )
     return request
 
 

@@ -41,6 +41,12 @@ class ReceivedMessage(NamedTuple):
     def time(self) -> datetime:
         return datetime.fromtimestamp(self.timestamp / 1e9).astimezone()
 
+    @property
+    def merge_key(self) -> tuple[int, int, int]:
+        """(timestamp, partition, offset): where ``browse`` sorts it; an ``anchor`` to browse
+        from."""
+        return (self.timestamp, self.partition, self.offset)
+
 
 @dataclass(frozen=True, slots=True)
 class BrowsePage:

@@ -205,6 +205,8 @@ class SubscribeCalls:
         start: datetime | None = None,
         token: str | None = None,
         partitions: Sequence[int] | None = None,
+        anchor: tuple[int, int, int] | None = None,
+        include_anchor: bool = False,
         key: bytes | str | None = None,
         key_prefix: bytes | str | None = None,
         headers: Mapping[str, bytes | str] | None = None,
@@ -220,7 +222,11 @@ class SubscribeCalls:
 
         ``start``: newest first, messages at or before it; oldest first, at or after it (None:
         from the newest / the oldest). ``token``: a previous page's ``next_token``, to continue
-        after it in the same direction with the same filters (it overrides ``start``). Filters,
+        after it in the same direction with the same filters (it overrides ``start`` and
+        ``anchor``). ``anchor``: a message's ``(timestamp ns, partition, offset)``, to start just
+        past it in the page's direction (older newest first, newer oldest first), or at it with
+        ``include_anchor`` (it overrides ``start``): unlike a time, it tells apart the messages
+        sharing a timestamp. ``ReceivedMessage.merge_key`` is one. Filters,
         all of which must hold: ``key`` equals, ``key_prefix``, every ``headers`` name=value,
         the value ``contains`` (text as UTF-8), ``since <= timestamp <= until``. A search stops
         after ``max_scan`` messages or ``max_scan_seconds`` (server defaults 1,000,000 and 5 s)
@@ -233,6 +239,8 @@ class SubscribeCalls:
             start=start,
             token=token,
             partitions=partitions,
+            anchor=anchor,
+            include_anchor=include_anchor,
             key=key,
             key_prefix=key_prefix,
             headers=headers,

@@ -74,6 +74,7 @@ from tidelog.console.messages import (
     TAIL_POLL_S,
     NoSuchOffset,
     Page,
+    Position,
     format_position,
     message_at,
     parse_position,
@@ -82,7 +83,14 @@ from tidelog.console.messages import (
     read_page,
     tail,
 )
-from tidelog.console.query import BadQuery, MessageQuery, int_field, parse_bytes, parse_time
+from tidelog.console.query import (
+    SEARCH_BOUND,
+    BadQuery,
+    MessageQuery,
+    int_field,
+    parse_bytes,
+    parse_time,
+)
 from tidelog.console.sampler import (
     DEFAULT_SAMPLE_INTERVAL_S,
     DEFAULT_STALL_AFTER_S,
@@ -385,12 +393,15 @@ async def messages_page(request: Request) -> Response:
     info = await console.client.stream_info(name)
     query = MessageQuery.parse(request.query_params)
     newer_than = parse_position(request.query_params.get("above", ""))
-    if newer_than is not None:
-        newer = await read_newer(console.client, name, query, newer_than)
-        result = Page(newer, None, 0, False, None)
-    else:
-        result = await read_page(console.client, name, query)
+    result = await _page_of(console, name, query, newer_than)
     live = query.newest_first and not (query.token or query.at or query.offset) and not newer_than
+    searched = query.searched_before + result.scanned
+    go_on = (
+        result.budget_exhausted
+        and result.older_token
+        and not result.messages
+        and searched < SEARCH_BOUND
+    )
     return page(
         request,
         "messages.html",
@@ -399,11 +410,28 @@ async def messages_page(request: Request) -> Response:
             "query": query,
             "page": result,
             "live": live,
+            "above": format_position(newer_than) if newer_than else "",
+            "searched": searched,
+            "search_bound": SEARCH_BOUND,
+            "go_on": query.params(token=result.older_token, offset="", searched=str(searched))
+            if go_on
+            else "",
             "top": format_position(position(result.messages[0])) if result.messages else "",
             "bottom": format_position(position(result.messages[-1])) if result.messages else "",
             "focus": format_position(result.focus) if result.focus else "",
         },
     )
+
+
+async def _page_of(
+    console: Console, name: str, query: MessageQuery, newer_than: Position | None
+) -> Page:
+    """The page of the messages page (and of its export): ``newer_than`` a row (the "Newer"
+    page), or as ``query`` says."""
+    if newer_than is None:
+        return await read_page(console.client, name, query)
+    newer = await read_newer(console.client, name, query, newer_than)
+    return Page(newer, None, 0, False, None)
 
 
 async def message_page(request: Request) -> Response:
@@ -440,7 +468,8 @@ async def export(request: Request) -> Response:
     if kind not in ("jsonl", "csv"):
         raise HTTPException(404, f"no export as {kind!r}; use .jsonl or .csv")
     query = MessageQuery.parse(request.query_params)
-    result = await read_page(console.client, name, query)
+    newer_than = parse_position(request.query_params.get("above", ""))
+    result = await _page_of(console, name, query, newer_than)
     if kind == "jsonl":
         body = render.export_jsonl(name, result.messages)
         media = "application/x-ndjson"
@@ -456,45 +485,54 @@ async def export(request: Request) -> Response:
 
 
 async def tail_events(request: Request) -> Response:
-    """Server-sent events: each event's data is the HTML rows of messages newer than ``after``,
-    its id the newest row's position, so a browser that reconnects (``Last-Event-ID``) goes on
-    from the last row it received, neither repeating nor skipping any."""
+    """Server-sent events: each event's data is the HTML rows of messages that arrived, its id
+    the tail's cursor (the server's token), so a browser that reconnects (``Last-Event-ID``, or
+    ``cursor`` in the URL when the page opens a new stream) goes on from the last rows it
+    received, neither repeating nor skipping any. It starts just past the row ``after``, or at
+    the live end without one. While the server cannot be reached, ``trouble`` events say so and
+    the tail tries again."""
     console = _console(request)
     name = request.path_params["stream"]
     query = MessageQuery.parse(request.query_params)
     await console.client.stream_info(name)  # an unknown stream fails here, before streaming
-    after = (
-        parse_position(request.headers.get("last-event-id", ""))
-        or parse_position(request.query_params.get("after", ""))
-        or (0, -1, -1)
+    given = request.headers.get("last-event-id", "") or request.query_params.get("cursor", "")
+    start: Position | str | None = (
+        given.strip() or parse_position(request.query_params.get("after", "")) or None
     )
     row = templates.get_template("_rows.html")
 
     async def events() -> AsyncIterator[str]:
         yield "retry: 2000\n\n"
-        batches = tail(
-            console.client, name, query, after, console.config.tail_poll_s, console.closing
+        steps = tail(
+            console.client, name, query, start, console.config.tail_poll_s, console.closing
         )
         try:
-            async for batch in batches:
+            async for step in steps:
                 if await request.is_disconnected():
                     return
-                if batch:
-                    html = row.render(stream=name, messages=batch, query=query, fresh=True)
+                cursor = f"id: {step.cursor}\n" if step.cursor else ""
+                if step.trouble is not None:
+                    yield f"{cursor}event: trouble\ndata: {_one_line(step.trouble)}\n\n"
+                elif step.messages:
+                    html = row.render(stream=name, messages=step.messages, query=query, fresh=True)
                     data = "".join(f"data: {line}\n" for line in html.splitlines() if line.strip())
-                    yield f"id: {format_position(position(batch[0]))}\n{data}\n"
+                    yield f"{cursor}{data}\n"
                 else:
-                    yield ": idle\n\n"
+                    yield f"{cursor}event: idle\ndata: \n\n"
         except ClientError as error:
-            yield f"event: failure\ndata: {error}\n\n"
+            yield f"event: failure\ndata: {_one_line(str(error))}\n\n"
         finally:
-            await batches.aclose()  # type: ignore[attr-defined]
+            await steps.aclose()  # type: ignore[attr-defined]
 
     return StreamingResponse(
         events(),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 async def consumers_page(request: Request) -> Response:

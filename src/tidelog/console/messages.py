@@ -1,15 +1,21 @@
 """Pages of a stream's messages for the console, all read with the server's ``Browse``.
 
 The server merges the partitions in timestamp order (ties by partition, then offset), newest or
-oldest first, applies the filters and hands back a continuation token. On top of it:
+oldest first, applies the filters and hands back a continuation token. Every continuation from a
+row is by its *position* (timestamp, partition, offset; ``Browse``'s anchor), never by its time
+alone: a ``publish_batch`` gives one timestamp to a whole request, and a time cannot tell its
+messages apart. On top of ``Browse``:
 
 - **older** (newest first) or **later** (oldest first) is the token of the page shown;
-- **newer** (the messages just above the top row) is an oldest-first browse from the top row's
-  time, dropping what sorts at or below the top row, reversed to show newest first;
+- **newer** (the messages just above the top row) is an oldest-first browse anchored just past
+  the top row, reversed to show newest first;
 - **jump to an offset** reads that one message of its partition for its time, then browses newest
-  first from that time (the message is the first row at or below its time);
-- **live tail** polls the same oldest-first browse from the newest row seen, every
-  :data:`TAIL_POLL_S`, so its filters are evaluated on the server as the page's are.
+  first anchored at it, itself included: it is the first row;
+- **live tail** starts oldest first just past the newest row shown (or at the live end when none
+  is), then follows the server's token: each poll goes on from where the last one ended, so a
+  full poll always moves on and an empty one waits :data:`TAIL_POLL_S`. The token is each event's
+  id, so a reconnecting browser goes on from the last rows it received; while the server cannot
+  be reached the tail says so and tries again every :data:`TAIL_RETRY_S`.
 """
 
 from __future__ import annotations
@@ -18,30 +24,25 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from tidelog.client import AsyncClient, ReceivedMessage, StreamEmpty
+from tidelog.client import AsyncClient, ReceivedMessage, StreamEmpty, Unavailable
 from tidelog.console.query import MessageQuery, parse_time
-
-TAIL_POLL_S = 0.5
-TAIL_BATCH = 200
-NEWER_SLACK = 64
-"""A newer page asks for this many more than it shows: messages sharing the top row's
-timestamp come back too and are dropped."""
 
 Position = tuple[int, int, int]
 """(timestamp ns, partition, offset): the merge order of messages."""
 
+TAIL_POLL_S = 0.5
+TAIL_RETRY_S = 1.0
+"""How long a tail waits before asking again a server it could not reach."""
+TAIL_BATCH = 200
+LIVE_END: Position = (2**63 - 1, 2**31 - 1, 2**63 - 1)
+"""An anchor past every message: oldest first from it is the live end."""
+
 
 def position(m: ReceivedMessage) -> Position:
     return (m.timestamp, m.partition, m.offset)
-
-
-def time_of(timestamp_ns: int, *, round_up: bool = False) -> datetime:
-    """A datetime (microseconds) for a ns timestamp: rounded down, or up with ``round_up``."""
-    micros = -(-timestamp_ns // 1000) if round_up else timestamp_ns // 1000
-    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +89,7 @@ async def read_page(client: AsyncClient, stream: str, query: MessageQuery) -> Pa
     filters = query.browse_filters()
     start: datetime | None = None
     focus: Position | None = None
-    if query.offset:
+    if query.offset and not query.token:
         partition = (query.partitions() or [0])[0]
         target = await message_at(client, stream, partition, int(query.offset))
         if target is None:
@@ -96,7 +97,6 @@ async def read_page(client: AsyncClient, stream: str, query: MessageQuery) -> Pa
                 f"partition {partition} of {stream!r} holds no message at offset {query.offset}"
             )
         focus = position(target)
-        start = time_of(target.timestamp, round_up=True)
     elif query.at:
         start = parse_time(query.at, "at", end=query.newest_first)
     page = await client.browse(
@@ -104,6 +104,8 @@ async def read_page(client: AsyncClient, stream: str, query: MessageQuery) -> Pa
         limit=query.limit,
         newest_first=query.newest_first,
         start=None if query.token else start,
+        anchor=focus,
+        include_anchor=True,
         token=query.token or None,
         **filters,
     )
@@ -123,42 +125,65 @@ async def read_newer(
     """Up to ``query.limit`` messages sorting just above ``top``, newest first."""
     page = await client.browse(
         stream,
-        limit=min(query.limit + NEWER_SLACK, 1000),
+        limit=query.limit,
         newest_first=False,
-        start=time_of(top[0]),
+        anchor=top,
         **query.browse_filters(),
     )
-    above = [m for m in page.messages if position(m) > top][: query.limit]
-    return above[::-1]
+    return list(page.messages[::-1])
+
+
+@dataclass(frozen=True, slots=True)
+class TailStep:
+    """One poll of a live tail."""
+
+    messages: list[ReceivedMessage]
+    """new messages, newest first (empty: nothing new, or the server is out of reach)"""
+    cursor: str | None
+    """the token the next poll goes on from (None until the first poll answered)"""
+    trouble: str | None = None
+    """why the poll failed, when the server could not be reached (the tail tries again)"""
 
 
 async def tail(
     client: AsyncClient,
     stream: str,
     query: MessageQuery,
-    after: Position,
+    start: Position | str | None,
     poll_s: float,
     stop: asyncio.Event,
-) -> AsyncIterator[list[ReceivedMessage]]:
-    """Batches of messages newer than ``after`` as they arrive, each newest first; an empty
-    batch every poll with nothing new (the caller's chance to notice a closed page). Ends when
-    ``stop`` is set (the console is shutting down)."""
+) -> AsyncIterator[TailStep]:
+    """The messages that follow ``start`` as they arrive: after a row's position, from a cursor
+    (a token of an earlier step), or from the live end (None). A step per poll; an empty one
+    when nothing is new (the caller's chance to notice a closed page). Ends when ``stop`` is set
+    (the console is shutting down) or nothing can come any more (past ``until``)."""
     filters: dict[str, Any] = query.browse_filters()
+    cursor = start if isinstance(start, str) else None
+    anchor = LIVE_END if start is None else start if not isinstance(start, str) else None
     while not stop.is_set():
-        page = await client.browse(
-            stream,
-            limit=TAIL_BATCH,
-            newest_first=False,
-            start=time_of(after[0]),
-            **filters,
-        )
-        new = [m for m in page.messages if position(m) > after]
-        if new:
-            after = position(new[-1])
-        yield new[::-1]
-        if len(page.messages) < TAIL_BATCH:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), poll_s)
+        wait = poll_s
+        try:
+            page = await client.browse(
+                stream,
+                limit=TAIL_BATCH,
+                newest_first=False,
+                token=cursor,
+                anchor=None if cursor else anchor,
+                **filters,
+            )
+        except Unavailable as error:
+            yield TailStep([], cursor, str(error))
+            wait = TAIL_RETRY_S
+        else:
+            if page.next_token is None:
+                yield TailStep(list(page.messages[::-1]), cursor)
+                return
+            cursor = page.next_token
+            yield TailStep(list(page.messages[::-1]), cursor)
+            if len(page.messages) == TAIL_BATCH or page.budget_exhausted:
+                continue  # more is waiting: the token has moved past what this poll read
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), wait)
 
 
 def parse_position(text: str) -> Position | None:

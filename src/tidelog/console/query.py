@@ -25,6 +25,12 @@ MAX_LIMIT = 500
 DEFAULT_MAX_SCAN = 100_000
 """Messages a filtered page may scan on the server before it reports how far back it got."""
 DEFAULT_MAX_SCAN_SECONDS = 2.0
+CONTINUED_MAX_SCAN = 1_000_000
+"""What each step of a search that goes on by itself may scan (its first page scans less, to
+answer at once)."""
+CONTINUED_MAX_SCAN_SECONDS = 1.5
+SEARCH_BOUND = 10_000_000
+"""A search goes on by itself until it has scanned this many messages (the page says so)."""
 
 
 class BadQuery(ValueError):
@@ -116,6 +122,8 @@ class MessageQuery:
     contains: str = ""
     since: str = ""
     until: str = ""
+    searched: str = ""
+    """messages the earlier steps of a search going on by itself scanned (set on its steps)"""
 
     @classmethod
     def parse(cls, params: Mapping[str, str]) -> MessageQuery:
@@ -142,6 +150,8 @@ class MessageQuery:
                 raise BadQuery("offset: choose exactly one partition to jump to an offset in")
         if query.at:
             parse_time(query.at, "at")
+        if query.searched:
+            _int(query.searched, "searched", 0)
         return query
 
     @property
@@ -182,10 +192,17 @@ class MessageQuery:
             args["since"] = parse_time(self.since, "since")
         if self.until:
             args["until"] = parse_time(self.until, "until", end=True)
-        if self.filtered:
+        if self.filtered and self.searched:
+            args["max_scan"] = CONTINUED_MAX_SCAN
+            args["max_scan_seconds"] = CONTINUED_MAX_SCAN_SECONDS
+        elif self.filtered:
             args["max_scan"] = DEFAULT_MAX_SCAN
             args["max_scan_seconds"] = DEFAULT_MAX_SCAN_SECONDS
         return args
+
+    @property
+    def searched_before(self) -> int:
+        return int(self.searched or 0)
 
     def params(self, **changes: Any) -> str:
         """This query with ``changes`` as a URL query string (defaults left out)."""
@@ -202,4 +219,4 @@ class MessageQuery:
 
     def filter_params(self) -> str:
         """Only the filters (no position): what a live tail or a fresh first page keeps."""
-        return self.params(token="", at="", offset="", order="newest")
+        return self.params(token="", at="", offset="", order="newest", searched="")

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from tidelog._proto.tidelog.v1 import cluster_pb2 as cpb
     from tidelog.broker import (
+        BrowseAnchor,
         BrowseFilter,
         BrowseResult,
         CursorStore,
@@ -265,6 +266,7 @@ class Control(Protocol):
         newest_first: bool,
         limit: int,
         start_ns: int | None,
+        anchor: BrowseAnchor | None,
         token: str | None,
         keep: BrowseFilter | None,
         max_scan: int,

@@ -13,6 +13,7 @@ import grpc
 
 from tidelog.broker import (
     Broker,
+    BrowseAnchor,
     BrowseFilter,
     BrowseResult,
     Group,
@@ -161,6 +162,7 @@ class LocalControl:
         newest_first: bool,
         limit: int,
         start_ns: int | None,
+        anchor: BrowseAnchor | None,
         token: str | None,
         keep: BrowseFilter | None,
         max_scan: int,
@@ -172,6 +174,7 @@ class LocalControl:
             newest_first=newest_first,
             limit=limit,
             start_ns=start_ns,
+            anchor=anchor,
             token=token,
             keep=keep,
             max_scan=max_scan,

@@ -3,10 +3,57 @@
 (function () {
   "use strict";
   var source = null;
+  var retry = null;
+  var searching = null;
   var MAX_ROWS = 1000;
+  var RETRY_MS = 2000;
 
   function stopTail() {
     if (source) { source.close(); source = null; }
+    if (retry) { clearTimeout(retry); retry = null; }
+  }
+
+  function stopSearch() {
+    if (searching) { clearTimeout(searching); searching = null; }
+  }
+
+  // The live tail. Each event's id is the tail's cursor (where the server goes on from), so a
+  // tail that reconnects, by the browser's own retry or by a new stream opened here when the
+  // console answered with an error page, neither repeats nor skips a row.
+  function openTail(button, status, cursor) {
+    var src = button.dataset.src + (cursor ? "&cursor=" + encodeURIComponent(cursor) : "");
+    var last = cursor;
+    var following = function () { status.textContent = "following new messages…"; };
+    source = new EventSource(src);
+    source.onmessage = function (event) {
+      last = event.lastEventId || last;
+      following();
+      var rows = document.getElementById("rows");
+      var empty = document.getElementById("empty");
+      if (empty) empty.remove();
+      rows.insertAdjacentHTML("afterbegin", event.data);
+      while (rows.rows.length > MAX_ROWS) rows.deleteRow(rows.rows.length - 1);
+    };
+    source.addEventListener("idle", function (event) {
+      last = event.lastEventId || last;
+      following();
+    });
+    source.addEventListener("trouble", function () {
+      status.textContent = "reconnecting… (the server cannot be reached; the tail goes on from where it was once it can)";
+    });
+    source.addEventListener("failure", function (event) {
+      stopTail();
+      status.textContent = "tail stopped: " + event.data;
+      button.textContent = "▶ Live tail";
+    });
+    source.onerror = function () {
+      status.textContent = "reconnecting…";
+      if (source && source.readyState === EventSource.CLOSED) {
+        source = null;
+        retry = setTimeout(function () { retry = null; openTail(button, status, last); }, RETRY_MS);
+      }
+    };
+    source.onopen = following;
   }
 
   function setupTail(root) {
@@ -14,29 +61,33 @@
     if (!button) return;
     var status = root.querySelector("#tail-status");
     button.addEventListener("click", function () {
-      if (source) {
+      if (source || retry) {
         stopTail();
         button.textContent = "▶ Live tail";
         status.textContent = "";
         return;
       }
-      source = new EventSource(button.dataset.src);
       button.textContent = "■ Stop tail";
       status.textContent = "following new messages…";
-      source.onmessage = function (event) {
-        var rows = document.getElementById("rows");
-        var empty = document.getElementById("empty");
-        if (empty) empty.remove();
-        rows.insertAdjacentHTML("afterbegin", event.data);
-        while (rows.rows.length > MAX_ROWS) rows.deleteRow(rows.rows.length - 1);
-      };
-      source.addEventListener("failure", function (event) {
-        status.textContent = "tail stopped: " + event.data;
-        stopTail();
-        button.textContent = "▶ Live tail";
-      });
-      source.onerror = function () { status.textContent = "reconnecting…"; };
-      source.onopen = function () { status.textContent = "following new messages…"; };
+      openTail(button, status, "");
+    });
+  }
+
+  // A search that ran out of its budget with nothing found goes on by itself (the server said
+  // where from, and how far it may go) until the user stops it.
+  function setupSearch(root) {
+    stopSearch();
+    var notice = root.querySelector("#budget[data-go-on]");
+    if (!notice) return;
+    searching = setTimeout(function () {
+      searching = null;
+      window.location.replace(notice.dataset.goOn);
+    }, 200);
+    var stop = notice.querySelector("#stop-search");
+    stop.addEventListener("click", function () {
+      stopSearch();
+      notice.removeAttribute("data-go-on");
+      document.getElementById("search-going").textContent = "Stopped.";
     });
   }
 
@@ -127,6 +178,7 @@
 
   function setup(root) {
     setupTail(root);
+    setupSearch(root);
     setupTabs(root);
     setupBack(root);
     setupFilters(root);
@@ -134,6 +186,6 @@
   }
 
   document.addEventListener("DOMContentLoaded", function () { setup(document); });
-  document.addEventListener("htmx:beforeSwap", stopTail);
+  document.addEventListener("htmx:beforeSwap", function () { stopTail(); stopSearch(); });
   document.addEventListener("htmx:afterSettle", function () { setup(document); });
 })();

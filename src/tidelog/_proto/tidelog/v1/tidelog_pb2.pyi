@@ -1724,6 +1724,7 @@ class BrowseRequest(_message.Message):
     FILTER_FIELD_NUMBER: _builtins.int
     MAX_SCAN_FIELD_NUMBER: _builtins.int
     MAX_SCAN_SECONDS_FIELD_NUMBER: _builtins.int
+    ANCHOR_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     limit: _builtins.int
     """At most this many messages; 0 = the server's default (50); at most 10,000."""
@@ -1746,6 +1747,16 @@ class BrowseRequest(_message.Message):
 
     @_builtins.property
     def filter(self) -> Global___BrowseFilter: ...
+    @_builtins.property
+    def anchor(self) -> Global___BrowseAnchor:
+        """Without a token: start at this point of the merged order (a message's timestamp, partition
+        and offset, as a page shows it) instead of start_ns, which it overrides. The page begins just
+        past it in the page's direction (oldest first: the next newer message; newest first: the
+        next older), or at it with include. Many messages may share a timestamp (a publish_batch
+        gives one to a whole request): the anchor tells them apart, a time cannot. An anchor past
+        every message (timestamp_ns 2^63-1) oldest first starts at the live end.
+        """
+
     def __init__(
         self,
         *,
@@ -1758,16 +1769,48 @@ class BrowseRequest(_message.Message):
         filter: Global___BrowseFilter | None = ...,
         max_scan: _builtins.int = ...,
         max_scan_seconds: _builtins.float = ...,
+        anchor: Global___BrowseAnchor | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_start_ns", b"_start_ns", "filter", b"filter", "start_ns", b"start_ns"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_start_ns", b"_start_ns", "anchor", b"anchor", "filter", b"filter", "start_ns", b"start_ns"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_start_ns", b"_start_ns", "filter", b"filter", "limit", b"limit", "max_scan", b"max_scan", "max_scan_seconds", b"max_scan_seconds", "oldest_first", b"oldest_first", "partitions", b"partitions", "start_ns", b"start_ns", "stream", b"stream", "token", b"token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_start_ns", b"_start_ns", "anchor", b"anchor", "filter", b"filter", "limit", b"limit", "max_scan", b"max_scan", "max_scan_seconds", b"max_scan_seconds", "oldest_first", b"oldest_first", "partitions", b"partitions", "start_ns", b"start_ns", "stream", b"stream", "token", b"token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__start_ns: _TypeAlias = _typing.Literal["start_ns"]  # noqa: Y015
     _WhichOneofArgType__start_ns: _TypeAlias = _typing.Literal["_start_ns", b"_start_ns"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__start_ns) -> _WhichOneofReturnType__start_ns | None: ...
 
 Global___BrowseRequest: _TypeAlias = BrowseRequest  # noqa: Y015
+
+@_typing.final
+class BrowseAnchor(_message.Message):
+    """A point of Browse's merged order: messages sort by (timestamp_ns, partition, offset)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TIMESTAMP_NS_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    INCLUDE_FIELD_NUMBER: _builtins.int
+    timestamp_ns: _builtins.int
+    partition: _builtins.int
+    offset: _builtins.int
+    include: _builtins.bool
+    """The page includes the message at the anchor (a jump to it); otherwise it starts just past."""
+    def __init__(
+        self,
+        *,
+        timestamp_ns: _builtins.int = ...,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        include: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include", b"include", "offset", b"offset", "partition", b"partition", "timestamp_ns", b"timestamp_ns"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BrowseAnchor: _TypeAlias = BrowseAnchor  # noqa: Y015
 
 @_typing.final
 class BrowseResponse(_message.Message):
