@@ -75,6 +75,7 @@ from tidelog.console.messages import (
     NoSuchOffset,
     Page,
     Position,
+    TailStep,
     format_position,
     message_at,
     parse_position,
@@ -490,7 +491,9 @@ async def tail_events(request: Request) -> Response:
     ``cursor`` in the URL when the page opens a new stream) goes on from the last rows it
     received, neither repeating nor skipping any. It starts just past the row ``after``, or at
     the live end without one. While the server cannot be reached, ``trouble`` events say so and
-    the tail tries again."""
+    the tail tries again. A tail that cannot go on (past ``until``) sends its last rows without
+    an id, then an ``end`` event (the page closes its stream); asked again from a cursor that
+    is already finished, it answers 204, on which a browser's EventSource stops reconnecting."""
     console = _console(request)
     name = request.path_params["stream"]
     query = MessageQuery.parse(request.query_params)
@@ -500,25 +503,43 @@ async def tail_events(request: Request) -> Response:
         given.strip() or parse_position(request.query_params.get("after", "")) or None
     )
     row = templates.get_template("_rows.html")
+    steps = tail(console.client, name, query, start, console.config.tail_poll_s, console.closing)
+    first: TailStep | ClientError | None
+    try:
+        first = await anext(steps)
+    except StopAsyncIteration:  # the console is closing
+        first = None
+    except ClientError as error:
+        first = error
+    if first is None or (isinstance(first, TailStep) and first.ended and not first.messages):
+        await steps.aclose()  # type: ignore[attr-defined]
+        return Response(status_code=204)
+
+    def event(step: TailStep) -> str:
+        cursor = f"id: {step.cursor}\n" if step.cursor and not step.ended else ""
+        if step.trouble is not None:
+            return f"{cursor}event: trouble\ndata: {_one_line(step.trouble)}\n\n"
+        if step.messages:
+            html = row.render(stream=name, messages=step.messages, query=query, fresh=True)
+            data = "".join(f"data: {line}\n" for line in html.splitlines() if line.strip())
+            rows = f"{cursor}{data}\n"
+        else:
+            rows = "" if step.ended else f"{cursor}event: idle\ndata: \n\n"
+        return rows + ("event: end\ndata: \n\n" if step.ended else "")
 
     async def events() -> AsyncIterator[str]:
         yield "retry: 2000\n\n"
-        steps = tail(
-            console.client, name, query, start, console.config.tail_poll_s, console.closing
-        )
         try:
+            if isinstance(first, ClientError):
+                raise first
+            assert first is not None
+            yield event(first)
+            if first.ended:
+                return
             async for step in steps:
                 if await request.is_disconnected():
                     return
-                cursor = f"id: {step.cursor}\n" if step.cursor else ""
-                if step.trouble is not None:
-                    yield f"{cursor}event: trouble\ndata: {_one_line(step.trouble)}\n\n"
-                elif step.messages:
-                    html = row.render(stream=name, messages=step.messages, query=query, fresh=True)
-                    data = "".join(f"data: {line}\n" for line in html.splitlines() if line.strip())
-                    yield f"{cursor}{data}\n"
-                else:
-                    yield f"{cursor}event: idle\ndata: \n\n"
+                yield event(step)
         except ClientError as error:
             yield f"event: failure\ndata: {_one_line(str(error))}\n\n"
         finally:

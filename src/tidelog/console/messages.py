@@ -143,6 +143,10 @@ class TailStep:
     """the token the next poll goes on from (None until the first poll answered)"""
     trouble: str | None = None
     """why the poll failed, when the server could not be reached (the tail tries again)"""
+    ended: bool = False
+    """the last step: nothing can come any more (past ``until``); ``cursor`` is then the token
+    this step was read from, which must not be handed out to go on from (it would read these
+    messages again)"""
 
 
 async def tail(
@@ -176,7 +180,7 @@ async def tail(
             wait = TAIL_RETRY_S
         else:
             if page.next_token is None:
-                yield TailStep(list(page.messages[::-1]), cursor)
+                yield TailStep(list(page.messages[::-1]), cursor, ended=True)
                 return
             cursor = page.next_token
             yield TailStep(list(page.messages[::-1]), cursor)

@@ -41,6 +41,11 @@
     source.addEventListener("trouble", function () {
       status.textContent = "reconnecting… (the server cannot be reached; the tail goes on from where it was once it can)";
     });
+    source.addEventListener("end", function () {  // past `until`: nothing can come any more
+      stopTail();
+      status.textContent = "tail ended: no message can come after the time range's end (until).";
+      button.textContent = "▶ Live tail";
+    });
     source.addEventListener("failure", function (event) {
       stopTail();
       status.textContent = "tail stopped: " + event.data;

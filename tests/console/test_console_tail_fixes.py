@@ -1,0 +1,23 @@
+"""The live tail's and the messages page's edges, request by request against the in-memory broker
+of ``test_console_display.py``: a tail that ends says so once (no stale id to reconnect with, a
+204 when asked again from a finished cursor), positions and times out of range are a 400 naming
+the field, a client's cursor must look like the server's tokens."""
+
+from __future__ import annotations
+
+from tests.console.test_console_display import FakeBroker, console, message
+
+
+def test_a_tail_past_until_ends_once_without_a_stale_id() -> None:
+    broker = FakeBroker(messages=[message(7, b"k")])
+    answer = console(broker).get("/streams/orders/tail?until=2026-01-01&cursor=t1")
+    assert answer.status == 200
+    assert "id: t1" not in answer.body  # a reconnect from it would send these rows again
+    assert answer.body.rstrip().endswith("event: end\ndata:")
+    assert answer.body.count("<tr") == 1
+
+
+def test_a_tail_asked_again_from_a_finished_cursor_answers_204() -> None:
+    broker = FakeBroker()
+    answer = console(broker).get("/streams/orders/tail?cursor=t1", last_event_id="t1")
+    assert answer.status == 204 and answer.body == ""
