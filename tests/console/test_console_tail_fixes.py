@@ -5,7 +5,11 @@ the field, a client's cursor must look like the server's tokens."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.console.test_console_display import FakeBroker, console, message
+
+from tidelog.client import BrowsePage
 
 
 def test_a_tail_past_until_ends_once_without_a_stale_id() -> None:
@@ -21,3 +25,22 @@ def test_a_tail_asked_again_from_a_finished_cursor_answers_204() -> None:
     broker = FakeBroker()
     answer = console(broker).get("/streams/orders/tail?cursor=t1", last_event_id="t1")
     assert answer.status == 204 and answer.body == ""
+
+
+class Exhausted(FakeBroker):
+    """Every browse scans its budget and finds nothing, with a token to go on from."""
+
+    async def browse(self, stream: str, **args: Any) -> BrowsePage:
+        self.browsed.append(args)
+        return BrowsePage((), "t9", 100_000, True, None)
+
+
+def test_a_search_goes_on_by_itself_only_from_a_page_that_is_not_live() -> None:
+    client = console(Exhausted())
+    live = client.get("/streams/orders/messages?key=absent")
+    assert live.status == 200 and 'id="tail"' in live.body
+    assert "data-go-on" not in live.body  # it would leave the page, and a tail started there
+    assert 'id="continue-search"' in live.body and "goes on by itself" in live.body
+    older = client.get("/streams/orders/messages?key=absent&token=t8&searched=5")
+    assert "data-go-on=" in older.body and 'id="stop-search"' in older.body
+

@@ -397,8 +397,9 @@ async def messages_page(request: Request) -> Response:
     result = await _page_of(console, name, query, newer_than)
     live = query.newest_first and not (query.token or query.at or query.offset) and not newer_than
     searched = query.searched_before + result.scanned
-    go_on = (
-        result.budget_exhausted
+    go_on = (  # never from a live page: a search leaving it would tear down its tail
+        not live
+        and result.budget_exhausted
         and result.older_token
         and not result.messages
         and searched < SEARCH_BOUND

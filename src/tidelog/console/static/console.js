@@ -72,6 +72,7 @@
         status.textContent = "";
         return;
       }
+      stopSearch();  // a search going on would leave the page, and the tail with it
       button.textContent = "■ Stop tail";
       status.textContent = "following new messages…";
       openTail(button, status, "");
