@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.console.test_console_display import FakeBroker, console, message
+import pytest
+from tests.console.test_console_display import FakeBroker, console, message, text_of
 
 from tidelog.client import BrowsePage
 
@@ -44,3 +45,33 @@ def test_a_search_goes_on_by_itself_only_from_a_page_that_is_not_live() -> None:
     older = client.get("/streams/orders/messages?key=absent&token=t8&searched=5")
     assert "data-go-on=" in older.body and 'id="stop-search"' in older.body
 
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("/streams/orders/messages?above=1:1099511627776:0", "above"),
+        ("/streams/orders/messages?above=18446744073709551616:0:0", "above"),
+        ("/streams/orders/messages?above=1:2", "above"),
+        ("/streams/orders/export.csv?above=1:0:9223372036854775808", "above"),
+        ("/streams/orders/tail?after=1:1099511627776:0", "after"),
+        ("/streams/orders/messages?partition=1099511627776", "partition"),
+        ("/streams/orders/messages?partition=0&offset=9223372036854775808", "offset"),
+        ("/streams/orders/messages?until=3000-01-01", "until"),
+        ("/streams/orders/messages?since=9999-12-31", "since"),
+        ("/streams/orders/tail?until=3000-01-01", "until"),
+    ],
+)
+def test_a_position_or_time_out_of_range_is_a_400_naming_the_field(path: str, field: str) -> None:
+    broker = FakeBroker()
+    answer = console(broker).get(path)
+    assert answer.status == 400, answer.body[:300]
+    assert f"{field}:" in text_of(answer) and "Something went wrong" not in answer.body
+    assert broker.browsed == []
+
+
+def test_a_position_and_a_time_in_range_are_taken() -> None:
+    broker = FakeBroker()
+    client = console(broker)
+    assert client.get("/streams/orders/messages?above=5:1:9").status == 200
+    assert broker.browsed[-1]["anchor"] == (5, 1, 9)
+    assert client.get("/streams/orders/messages?until=2262-04-10").status == 200

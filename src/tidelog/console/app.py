@@ -393,7 +393,7 @@ async def messages_page(request: Request) -> Response:
     name = request.path_params["stream"]
     info = await console.client.stream_info(name)
     query = MessageQuery.parse(request.query_params)
-    newer_than = parse_position(request.query_params.get("above", ""))
+    newer_than = parse_position(request.query_params.get("above", ""), "above")
     result = await _page_of(console, name, query, newer_than)
     live = query.newest_first and not (query.token or query.at or query.offset) and not newer_than
     searched = query.searched_before + result.scanned
@@ -470,7 +470,7 @@ async def export(request: Request) -> Response:
     if kind not in ("jsonl", "csv"):
         raise HTTPException(404, f"no export as {kind!r}; use .jsonl or .csv")
     query = MessageQuery.parse(request.query_params)
-    newer_than = parse_position(request.query_params.get("above", ""))
+    newer_than = parse_position(request.query_params.get("above", ""), "above")
     result = await _page_of(console, name, query, newer_than)
     if kind == "jsonl":
         body = render.export_jsonl(name, result.messages)
@@ -501,7 +501,7 @@ async def tail_events(request: Request) -> Response:
     await console.client.stream_info(name)  # an unknown stream fails here, before streaming
     given = request.headers.get("last-event-id", "") or request.query_params.get("cursor", "")
     start: Position | str | None = (
-        given.strip() or parse_position(request.query_params.get("after", "")) or None
+        given.strip() or parse_position(request.query_params.get("after", ""), "after") or None
     )
     row = templates.get_template("_rows.html")
     steps = tail(console.client, name, query, start, console.config.tail_poll_s, console.closing)

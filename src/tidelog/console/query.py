@@ -33,6 +33,14 @@ SEARCH_BOUND = 10_000_000
 """A search goes on by itself until it has scanned this many messages (the page says so)."""
 
 
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2262, 4, 11, tzinfo=UTC)
+"""The times a filter may name: a message's timestamp is nanoseconds since 1970 in an int64,
+which ends on 2262-04-11."""
+MAX_PARTITION = 2**31 - 1
+MAX_OFFSET = 2**63 - 1
+
+
 class BadQuery(ValueError):
     """A field of the query cannot be understood; the message names it and says what fits."""
 
@@ -51,8 +59,13 @@ def parse_time(text: str, field: str, *, end: bool = False) -> datetime:
             f"zone, 2026-11-25T12:42:07+01:00"
         ) from None
     moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    if not EARLIEST <= moment <= LATEST:
+        raise BadQuery(
+            f"{field}: {text!r} is out of range; give a time between {EARLIEST:%Y-%m-%d} and "
+            f"{LATEST:%Y-%m-%d} (what a timestamp in nanoseconds can hold)"
+        )
     if end:
-        moment += _precision(written) - timedelta(microseconds=1)
+        moment = min(moment + _precision(written) - timedelta(microseconds=1), LATEST)
     return moment
 
 
@@ -145,7 +158,7 @@ class MessageQuery:
         query.browse_filters()  # every field checked now, not when a link is followed
         query.partitions()
         if query.offset:
-            _int(query.offset, "offset", 0)
+            _int(query.offset, "offset", 0, MAX_OFFSET)
             if len(query.partitions() or ()) != 1:
                 raise BadQuery("offset: choose exactly one partition to jump to an offset in")
         if query.at:
@@ -165,7 +178,11 @@ class MessageQuery:
     def partitions(self) -> list[int] | None:
         if not self.partition:
             return None
-        return [_int(p.strip(), "partition", 0) for p in self.partition.split(",") if p.strip()]
+        return [
+            _int(p.strip(), "partition", 0, MAX_PARTITION)
+            for p in self.partition.split(",")
+            if p.strip()
+        ]
 
     def browse_filters(self) -> dict[str, Any]:
         """The filter arguments of ``Client.browse`` (partitions, key, prefix, header, contains,
