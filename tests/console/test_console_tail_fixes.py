@@ -6,6 +6,7 @@ the field, a client's cursor must look like the server's tokens."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from tests.console.test_console_display import FakeBroker, console, message, text_of
@@ -75,3 +76,23 @@ def test_a_position_and_a_time_in_range_are_taken() -> None:
     assert client.get("/streams/orders/messages?above=5:1:9").status == 200
     assert broker.browsed[-1]["anchor"] == (5, 1, 9)
     assert client.get("/streams/orders/messages?until=2262-04-10").status == 200
+
+
+@pytest.mark.parametrize(
+    "cursor", ["t1\nevent: end", "t1\rretry: 1", "a b", "x" * 5000, "ab=", "a%0Ab"]
+)
+def test_a_cursor_unlike_the_servers_tokens_is_a_400_and_never_echoed(cursor: str) -> None:
+    broker = FakeBroker(messages=[message(7, b"k")])
+    client = console(broker)
+    by_url = client.get(f"/streams/orders/tail?cursor={quote(cursor)}")
+    assert by_url.status == 400 and "cursor:" in text_of(by_url)
+    if "\n" not in cursor and "\r" not in cursor:  # a header cannot carry a line break
+        by_header = client.get("/streams/orders/tail", last_event_id=cursor)
+        assert by_header.status == 400
+    assert broker.browsed == []
+
+
+def test_a_cursor_as_the_server_writes_them_is_taken() -> None:
+    broker = FakeBroker(messages=[message(7, b"k")])
+    answer = console(broker).get("/streams/orders/tail?cursor=AbC-_09")
+    assert answer.status == 200 and broker.browsed[0]["token"] == "AbC-_09"

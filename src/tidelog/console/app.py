@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -110,6 +111,8 @@ CONSOLE_CLIENT_SETTINGS = ClientSettings(retry_budget_s=3.0, connect_timeout_s=3
 """A page answers within seconds when the server is down: a short retry budget."""
 CLUSTER_MODE_TTL_S = 60.0
 """How long the console trusts its answer to "is the server part of a cluster?"."""
+CURSOR_SHAPE = re.compile(r"[A-Za-z0-9_-]{1,4096}")
+"""A tail's cursor as the server's continuation tokens are written (base64url, no padding)."""
 VIEW_MAX_COUNT = 1000
 """The most values a window view's page asks for."""
 
@@ -500,6 +503,9 @@ async def tail_events(request: Request) -> Response:
     query = MessageQuery.parse(request.query_params)
     await console.client.stream_info(name)  # an unknown stream fails here, before streaming
     given = request.headers.get("last-event-id", "") or request.query_params.get("cursor", "")
+    if given.strip() and not CURSOR_SHAPE.fullmatch(given.strip()):
+        # it is echoed as the stream's `id:` line: only what the server's tokens look like
+        raise BadQuery("cursor: not a cursor this console handed out; reload the page")
     start: Position | str | None = (
         given.strip() or parse_position(request.query_params.get("after", ""), "after") or None
     )
