@@ -96,3 +96,8 @@ def test_a_cursor_as_the_server_writes_them_is_taken() -> None:
     broker = FakeBroker(messages=[message(7, b"k")])
     answer = console(broker).get("/streams/orders/tail?cursor=AbC-_09")
     assert answer.status == 200 and broker.browsed[0]["token"] == "AbC-_09"
+
+
+def test_a_new_tail_with_nothing_to_come_says_it_ended() -> None:
+    answer = console(FakeBroker()).get("/streams/orders/tail?until=2000-01-01")
+    assert answer.status == 200 and "event: end" in answer.body  # a 204 would be retried

@@ -518,7 +518,8 @@ async def tail_events(request: Request) -> Response:
         first = None
     except ClientError as error:
         first = error
-    if first is None or (isinstance(first, TailStep) and first.ended and not first.messages):
+    finished = isinstance(first, TailStep) and first.ended and not first.messages
+    if first is None or (finished and isinstance(start, str)):  # a reconnect: nothing to say
         await steps.aclose()  # type: ignore[attr-defined]
         return Response(status_code=204)
 
