@@ -7,6 +7,9 @@
   var searching = null;
   var MAX_ROWS = 1000;
   var RETRY_MS = 2000;
+  var RETRY_MAX_MS = 30000;
+  var MAX_FAILURES = 6;  // in a row, no event between: about a minute and a half of trying
+  var failures = 0;
 
   function stopTail() {
     if (source) { source.close(); source = null; }
@@ -18,12 +21,15 @@
   }
 
   // The live tail. Each event's id is the tail's cursor (where the server goes on from), so a
-  // tail that reconnects, by the browser's own retry or by a new stream opened here when the
-  // console answered with an error page, neither repeats nor skips a row.
+  // tail that reconnects, by a new stream opened here when the console's stream broke or it
+  // answered with an error page, neither repeats nor skips a row. Failures in a row (no event
+  // between) wait twice as long each time; after MAX_FAILURES the tail stops and says why
+  // (an error page does not mend itself: a session that expired, an access withdrawn, a
+  // stream deleted).
   function openTail(button, status, cursor) {
     var src = button.dataset.src + (cursor ? "&cursor=" + encodeURIComponent(cursor) : "");
     var last = cursor;
-    var following = function () { status.textContent = "following new messages…"; };
+    var following = function () { failures = 0; status.textContent = "following new messages…"; };
     source = new EventSource(src);
     source.onmessage = function (event) {
       last = event.lastEventId || last;
@@ -39,6 +45,7 @@
       following();
     });
     source.addEventListener("trouble", function () {
+      failures = 0;  // the console answers: it is the server behind it that is out of reach
       status.textContent = "reconnecting… (the server cannot be reached; the tail goes on from where it was once it can)";
     });
     source.addEventListener("end", function () {  // past `until`: nothing can come any more
@@ -52,13 +59,23 @@
       button.textContent = "▶ Live tail";
     });
     source.onerror = function () {
-      status.textContent = "reconnecting…";
-      if (source && source.readyState === EventSource.CLOSED) {
-        source = null;
-        retry = setTimeout(function () { retry = null; openTail(button, status, last); }, RETRY_MS);
+      if (source) { source.close(); source = null; }  // retried here, with a growing wait
+      failures += 1;
+      if (failures >= MAX_FAILURES) {
+        stopTail();
+        failures = 0;
+        status.textContent = "tail stopped: the console did not answer it " + MAX_FAILURES +
+          " times in a row (it may be down, your session may have expired, or the stream is " +
+          "gone). Reload the page, and sign in again if asked.";
+        button.textContent = "▶ Live tail";
+        return;
       }
+      var wait = Math.min(RETRY_MS * Math.pow(2, failures - 1), RETRY_MAX_MS);
+      status.textContent = "reconnecting… (try " + (failures + 1) + " of " + MAX_FAILURES +
+        " in " + Math.round(wait / 1000) + " s)";
+      retry = setTimeout(function () { retry = null; openTail(button, status, last); }, wait);
     };
-    source.onopen = following;
+    source.onopen = function () { status.textContent = "following new messages…"; };
   }
 
   function setupTail(root) {
@@ -73,6 +90,7 @@
         return;
       }
       stopSearch();  // a search going on would leave the page, and the tail with it
+      failures = 0;
       button.textContent = "■ Stop tail";
       status.textContent = "following new messages…";
       openTail(button, status, "");
