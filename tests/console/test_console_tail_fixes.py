@@ -5,13 +5,15 @@ the field, a client's cursor must look like the server's tokens."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import quote
 
 import pytest
-from tests.console.test_console_display import FakeBroker, console, message, text_of
+from tests.console.test_console_display import T0, FakeBroker, console, message, table, text_of
 
-from tidelog.client import BrowsePage
+from tidelog.client import BrowsePage, GroupInfo, GroupMemberInfo, PartitionInfo, StreamInfo
+from tidelog.console.sampler import CursorKey
 
 
 def test_a_tail_past_until_ends_once_without_a_stale_id() -> None:
@@ -101,3 +103,28 @@ def test_a_cursor_as_the_server_writes_them_is_taken() -> None:
 def test_a_new_tail_with_nothing_to_come_says_it_ended() -> None:
     answer = console(FakeBroker()).get("/streams/orders/tail?until=2000-01-01")
     assert answer.status == 200 and "event: end" in answer.body  # a 204 would be retried
+
+
+def test_a_groups_lag_leaves_out_the_streams_the_visitor_may_not_see() -> None:
+    def stream(name: str, newest: int) -> StreamInfo:
+        return StreamInfo(name, name, T0, (PartitionInfo(0, newest, newest, False, False, ""),))
+
+    group = GroupInfo(
+        "billing",
+        1,
+        (GroupMemberInfo("c1", ("orders", "secret"), 1.0),),
+        {"c1": {"orders": (0,), "secret": (0,)}},
+    )
+    broker = FakeBroker(streams=[stream("orders", 100), stream("secret", 5000)], groups=[group])
+    client = console(broker)
+    shown = client.app.state.console
+    shown.may_see = lambda request, kind, name: name != "secret"
+    shown.sampler.cursors.update(
+        {
+            CursorKey("__group:billing", "orders", 0): 90,  # lag 10
+            CursorKey("__group:billing", "secret", 0): 1000,  # lag 4000, not to be counted
+        }
+    )
+    groups = table(client.get("/consumers"), "groups")
+    assert re.search(r'class="n group-lag"[^>]*>10\s*<', groups), groups
+    assert "unknown" not in groups and "secret" not in groups

@@ -581,7 +581,14 @@ async def consumers_page(request: Request) -> Response:
         if console.may_see(request, Kind.GROUP, g.group_id)
     ]
     newest = newest_offsets(streams)
-    lags = {g.group_id: group_lag(g, console.sampler.cursors, newest) for g in groups}
+
+    def shown(stream: str) -> bool:  # as the cursor rows: only streams the visitor may see
+        return console.may_see(request, Kind.STREAM, stream)
+
+    lags = {g.group_id: group_lag(g, console.sampler.cursors, newest, shown) for g in groups}
+    named = {s for g in groups for m in g.members for s in m.streams}
+    named |= {s for g in groups for a in g.assignments.values() for s in a}
+    visible = {s for s in named if shown(s)}
     return page(
         request,
         "consumers.html",
@@ -589,6 +596,7 @@ async def consumers_page(request: Request) -> Response:
             "rows": rows,
             "groups": groups,
             "lags": lags,
+            "visible": visible,
             "cursor_ids": cursor_ids,
             "charts": json.dumps(charts),
             "stalled": ConsumerState.STALLED,
