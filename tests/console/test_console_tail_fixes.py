@@ -9,10 +9,12 @@ import re
 from typing import Any
 from urllib.parse import quote
 
+import grpc
 import pytest
 from tests.console.test_console_display import T0, FakeBroker, console, message, table, text_of
 
 from tidelog.client import BrowsePage, GroupInfo, GroupMemberInfo, PartitionInfo, StreamInfo
+from tidelog.client.errors import error_for
 from tidelog.console.sampler import CursorKey
 
 
@@ -128,3 +130,27 @@ def test_a_groups_lag_leaves_out_the_streams_the_visitor_may_not_see() -> None:
     groups = table(client.get("/consumers"), "groups")
     assert re.search(r'class="n group-lag"[^>]*>10\s*<', groups), groups
     assert "unknown" not in groups and "secret" not in groups
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.UNAVAILABLE,
+    ],
+)
+def test_a_server_that_cannot_say_if_it_is_clustered_is_asked_once_per_ttl(
+    code: grpc.StatusCode,
+) -> None:
+    asked: list[str] = []
+
+    class Refusing(FakeBroker):
+        async def cluster_status(self, stream: str = "", timeout: float = 10.0) -> Any:
+            asked.append(stream)
+            raise error_for(code, "no")
+
+    client = console(Refusing())
+    for _ in range(3):
+        assert client.get("/streams/orders").status == 200
+    assert len(asked) == 1  # each ask may wait 3 s: not on every page

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+import grpc
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -113,6 +114,14 @@ CLUSTER_MODE_TTL_S = 60.0
 """How long the console trusts its answer to "is the server part of a cluster?"."""
 CURSOR_SHAPE = re.compile(r"[A-Za-z0-9_-]{1,4096}")
 """A tail's cursor as the server's continuation tokens are written (base64url, no padding)."""
+NOT_CLUSTERED_FOR_NOW = frozenset(
+    {
+        grpc.StatusCode.PERMISSION_DENIED,  # the console's principal may not ask
+        grpc.StatusCode.UNIMPLEMENTED,  # a server without the call
+        grpc.StatusCode.UNAVAILABLE,  # down or timed out: the page would wait again each load
+    }
+)
+"""Answers to "is the server part of a cluster?" taken as "no" until the TTL runs out."""
 VIEW_MAX_COUNT = 1000
 """The most values a window view's page asks for."""
 
@@ -155,8 +164,10 @@ class Console:
                 clustered = True
             except FailedPrecondition:
                 clustered = False
-            except ClientError:  # cannot tell now: show no leadership, ask again next time
-                return False
+            except ClientError as error:
+                if error.code not in NOT_CLUSTERED_FOR_NOW:
+                    return False  # cannot tell now: show no leadership, ask again next time
+                clustered = False  # asked again after the TTL, not on every page (3 s each)
             self._cluster_mode = (now, clustered)
         return self._cluster_mode[1]
 
