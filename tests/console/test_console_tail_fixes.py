@@ -15,6 +15,7 @@ from tests.console.test_console_display import T0, FakeBroker, console, message,
 
 from tidelog.client import BrowsePage, GroupInfo, GroupMemberInfo, PartitionInfo, StreamInfo
 from tidelog.client.errors import error_for
+from tidelog.console.query import SEARCH_STEPS
 from tidelog.console.sampler import CursorKey
 
 
@@ -154,3 +155,14 @@ def test_a_server_that_cannot_say_if_it_is_clustered_is_asked_once_per_ttl(
     for _ in range(3):
         assert client.get("/streams/orders").status == 200
     assert len(asked) == 1  # each ask may wait 3 s: not on every page
+
+
+def test_a_search_stops_going_on_by_itself_after_its_steps() -> None:
+    client = console(Exhausted())
+    base = "/streams/orders/messages?key=absent&token=t8&searched=5"
+    going = client.get(f"{base}&steps={SEARCH_STEPS - 1}")
+    assert f"steps={SEARCH_STEPS}" in going.body.split("data-go-on=", 1)[1].split('"')[1]
+    last = client.get(f"{base}&steps={SEARCH_STEPS}")
+    assert "data-go-on" not in last.body and 'id="continue-search"' in last.body
+    resumed = re.search(r'id="continue-search" href="([^"]+)"', last.body)
+    assert resumed and "steps=" not in resumed.group(1)  # a click allows as many again

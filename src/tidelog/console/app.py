@@ -88,6 +88,7 @@ from tidelog.console.messages import (
 )
 from tidelog.console.query import (
     SEARCH_BOUND,
+    SEARCH_STEPS,
     BadQuery,
     MessageQuery,
     int_field,
@@ -417,6 +418,7 @@ async def messages_page(request: Request) -> Response:
         and result.older_token
         and not result.messages
         and searched < SEARCH_BOUND
+        and query.steps_taken < SEARCH_STEPS
     )
     return page(
         request,
@@ -429,7 +431,13 @@ async def messages_page(request: Request) -> Response:
             "above": format_position(newer_than) if newer_than else "",
             "searched": searched,
             "search_bound": SEARCH_BOUND,
-            "go_on": query.params(token=result.older_token, offset="", searched=str(searched))
+            "search_steps": SEARCH_STEPS,
+            "go_on": query.params(
+                token=result.older_token,
+                offset="",
+                searched=str(searched),
+                steps=str(query.steps_taken + 1),
+            )
             if go_on
             else "",
             "top": format_position(position(result.messages[0])) if result.messages else "",

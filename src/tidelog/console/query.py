@@ -31,6 +31,8 @@ answer at once)."""
 CONTINUED_MAX_SCAN_SECONDS = 1.5
 SEARCH_BOUND = 10_000_000
 """A search goes on by itself until it has scanned this many messages (the page says so)."""
+SEARCH_STEPS = 30
+"""...or until it has taken this many steps (a step cut by its time budget scans little)."""
 
 
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
@@ -137,6 +139,8 @@ class MessageQuery:
     until: str = ""
     searched: str = ""
     """messages the earlier steps of a search going on by itself scanned (set on its steps)"""
+    steps: str = ""
+    """the steps a search has taken by itself, this one included (set on its steps)"""
 
     @classmethod
     def parse(cls, params: Mapping[str, str]) -> MessageQuery:
@@ -165,6 +169,8 @@ class MessageQuery:
             parse_time(query.at, "at")
         if query.searched:
             _int(query.searched, "searched", 0)
+        if query.steps:
+            _int(query.steps, "steps", 0)
         return query
 
     @property
@@ -221,6 +227,10 @@ class MessageQuery:
     def searched_before(self) -> int:
         return int(self.searched or 0)
 
+    @property
+    def steps_taken(self) -> int:
+        return int(self.steps or 0)
+
     def params(self, **changes: Any) -> str:
         """This query with ``changes`` as a URL query string (defaults left out)."""
         query = replace(self, **changes)
@@ -236,4 +246,4 @@ class MessageQuery:
 
     def filter_params(self) -> str:
         """Only the filters (no position): what a live tail or a fresh first page keeps."""
-        return self.params(token="", at="", offset="", order="newest", searched="")
+        return self.params(token="", at="", offset="", order="newest", searched="", steps="")

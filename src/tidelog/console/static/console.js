@@ -16,8 +16,11 @@
     if (retry) { clearTimeout(retry); retry = null; }
   }
 
+  var unhidden = null;  // a search step waiting for its tab to be shown again
+
   function stopSearch() {
     if (searching) { clearTimeout(searching); searching = null; }
+    if (unhidden) { document.removeEventListener("visibilitychange", unhidden); unhidden = null; }
   }
 
   // The live tail. Each event's id is the tail's cursor (where the server goes on from), so a
@@ -98,15 +101,26 @@
   }
 
   // A search that ran out of its budget with nothing found goes on by itself (the server said
-  // where from, and how far it may go) until the user stops it.
+  // where from, and how far it may go) until the user stops it; not while its tab is hidden
+  // (each step scans up to a million messages on the server for a page nobody looks at).
   function setupSearch(root) {
     stopSearch();
     var notice = root.querySelector("#budget[data-go-on]");
     if (!notice) return;
-    searching = setTimeout(function () {
+    var goOn = function () {
       searching = null;
+      if (document.hidden) {
+        unhidden = function () {
+          if (document.hidden) return;
+          stopSearch();
+          goOn();
+        };
+        document.addEventListener("visibilitychange", unhidden);
+        return;
+      }
       window.location.replace(notice.dataset.goOn);
-    }, 200);
+    };
+    searching = setTimeout(goOn, 200);
     var stop = notice.querySelector("#stop-search");
     stop.addEventListener("click", function () {
       stopSearch();
