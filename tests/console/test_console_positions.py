@@ -7,8 +7,11 @@ timestamp each (``publish_batch``), where a continuation by time repeats, skips 
 - the tail of an empty filtered page starts at the live end (no old message shown as new);
 - a jump to an offset inside a batch shows that row first, highlighted;
 - "Newer" after "Older" inside a batch shows the rows above, and its export holds exactly them;
-- a search for a rare key far back goes on by itself until it finds it;
-- a tail whose server went away says so and goes on when it is back (a standalone console).
+- a search for a rare key far back, once continued from the live page, goes on by itself until
+  it finds it;
+- a tail whose server went away says so and goes on when it is back (a standalone console);
+- a tail the console keeps refusing backs off and stops, saying what to do;
+- a tail past ``until`` shows its rows once and says it ended (no reconnect).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The live tail's and the messages page's edges, request by request against the in-memory broker
 of ``test_console_display.py``: a tail that ends says so once (no stale id to reconnect with, a
-204 when asked again from a finished cursor), positions and times out of range are a 400 naming
-the field, a client's cursor must look like the server's tokens."""
+204 when asked again from a finished cursor), a search goes on by itself only away from the live
+page and for a bounded number of steps, positions and times out of range are a 400 naming the
+field, a client's cursor must look like the server's tokens, a group's lag leaves out hidden
+streams, and an unclustered answer of any kind is kept for the TTL."""
 
 from __future__ import annotations
 
