@@ -360,14 +360,37 @@ def test_a_search_that_hits_its_budget_says_how_far_it_got(
     page.goto(f"{url}/streams/many/messages?key=absent")
     expect(page.locator("#budget")).to_contain_text("has scanned 100,000 messages, back to")
     expect(page.locator("#budget a")).to_contain_text("Continue searching older")
+    expect(page.locator("#search-going")).to_have_count(0)  # the live page does not go on
+    expect(page.locator("#budget")).to_contain_text("it then goes on by itself")
+    jumped = f"{url}/streams/many/messages?key=absent&at=2100-01-01"  # not live: it goes on
+    page.goto(jumped)
     expect(page.locator("#search-going")).to_contain_text("up to 10,000,000 messages")
     page.click("#stop-search")
     page.clock.run_for(5_000)
     expect(page.locator("#search-going")).to_have_text("Stopped.")
     assert "token=" not in page.url
-    page.goto(f"{url}/streams/many/messages?key=absent")  # not stopped: it goes on by itself
+    page.goto(jumped)  # not stopped: it goes on by itself
     page.clock.run_for(5_000)
     expect(page.locator("#empty")).to_have_text("No message matches these filters.")
+    expect(page.locator(".pager")).to_contain_text("scanned 120,000")
+
+
+def test_a_search_waits_while_its_tab_is_hidden(
+    server: tuple[ServerProcess, str], page: Page
+) -> None:
+    process, url = server
+    with Client(process.address) as client:
+        client.create_stream("unseen")
+        client.publish_batch("unseen", [b"%d" % i for i in range(120_000)])
+    page.add_init_script(  # the tab is hidden (as a tab in the background is)
+        "window.hiddenTab = true; Object.defineProperty(document, 'hidden', "
+        "{configurable: true, get: function () { return window.hiddenTab; }});"
+    )
+    page.goto(f"{url}/streams/unseen/messages?key=absent&at=2100-01-01")
+    expect(page.locator("#search-going")).to_contain_text("pausing while this tab is hidden")
+    page.wait_for_timeout(1_500)  # real time: the step was due after 0.2 s
+    assert "token=" not in page.url
+    page.evaluate("window.hiddenTab = false; document.dispatchEvent(new Event('visibilitychange'))")
     expect(page.locator(".pager")).to_contain_text("scanned 120,000")
 
 

@@ -7,8 +7,11 @@ timestamp each (``publish_batch``), where a continuation by time repeats, skips 
 - the tail of an empty filtered page starts at the live end (no old message shown as new);
 - a jump to an offset inside a batch shows that row first, highlighted;
 - "Newer" after "Older" inside a batch shows the rows above, and its export holds exactly them;
-- a search for a rare key far back goes on by itself until it finds it;
-- a tail whose server went away says so and goes on when it is back (a standalone console).
+- a search for a rare key far back, once continued from the live page, goes on by itself until
+  it finds it;
+- a tail whose server went away says so and goes on when it is back (a standalone console);
+- a tail the console keeps refusing backs off and stops, saying what to do;
+- a tail past ``until`` shows its rows once and says it ended (no reconnect).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 from tests.console.browsertools import Console, free_port
 from tests.support.server import ServerProcess, served
 
@@ -170,6 +173,7 @@ def test_a_search_goes_on_by_itself_until_it_finds_a_rare_key_far_back(
             for _ in range(3):
                 client.publish_batch("haystack", [b"h"] * 50_000, partition=partition)
     page.goto(f"{url}/streams/haystack/messages?key=rare")
+    page.click("#continue-search")  # a live page only offers it (going on would end a tail)
     expect(page.locator("#rows tr").first).to_contain_text("found me", timeout=20_000)
     expect(page.locator("#rows tr")).to_have_count(1)
     expect(page.locator(".pager")).to_contain_text("scanned 300,001")
@@ -203,6 +207,47 @@ def test_the_tail_says_it_reconnects_and_goes_on_when_the_server_is_back(
         if console is not None:
             console.kill()
         process.kill()
+
+
+def test_a_tail_the_console_keeps_refusing_backs_off_and_stops_saying_what_to_do(
+    server: tuple[ServerProcess, str], page: Page
+) -> None:
+    """An error page (here a 403, as for an access withdrawn) does not mend itself: the tail
+    waits longer after each refusal and gives up after a few, instead of every 2 s forever."""
+    _, url = server
+    page.clock.install(time=0)
+    page.goto(f"{url}/streams/batched/messages")
+    refused: list[float] = []
+
+    def refuse(route: Route) -> None:
+        refused.append(time.monotonic())
+        route.fulfill(status=403, content_type="text/html", body="<p>Refused</p>")
+
+    page.route("**/tail?**", refuse)
+    page.click("#tail")
+    expect(page.locator("#tail-status")).to_contain_text("reconnecting")
+    for _ in range(20):  # 20 times 15 s of the page's clock: 150 tries at one every 2 s
+        page.clock.run_for(15_000)
+    expect(page.locator("#tail-status")).to_contain_text("tail stopped")
+    expect(page.locator("#tail-status")).to_contain_text("Reload the page")
+    expect(page.locator("#tail")).to_have_text("▶ Live tail")
+    assert len(refused) == 6
+
+
+def test_a_tail_past_until_shows_its_rows_once_and_says_it_ended(
+    server: tuple[ServerProcess, str], page: Page
+) -> None:
+    _, url = server
+    page.clock.install(time=0)
+    page.goto(f"{url}/streams/batched/messages?until=2000-01-01&limit=5")
+    opened: list[str] = []
+    page.on("request", lambda r: opened.append(r.url) if "/tail?" in r.url else None)
+    page.click("#tail")
+    expect(page.locator("#tail-status")).to_contain_text("tail ended")
+    for _ in range(10):
+        page.clock.run_for(10_000)
+    assert len(opened) == 1
+    expect(page.locator("#tail")).to_have_text("▶ Live tail")
 
 
 def _wait_free(port: int) -> None:

@@ -94,3 +94,20 @@ def test_csv_cells_that_a_spreadsheet_would_run_get_a_leading_quote() -> None:
     assert {r["stream"] for r in rows} == {"'=s"}
     lines = [json.loads(line) for line in render.export_jsonl("s", messages).splitlines()]
     assert [line["value"] for line in lines[:-1]] == risky  # JSON lines keeps them as they are
+
+
+def test_exports_tell_a_text_that_reads_like_hex_from_the_bytes_it_names() -> None:
+    as_text = ReceivedMessage(1, 1, b"hex:00ff", b"v", {"h": b"hex:00ff"}, 0, "s")
+    as_bytes = ReceivedMessage(2, 1, b"\x00\xff", b"v", {"h": b"\x00\xff"}, 0, "s")
+    rows = list(csv.DictReader(io.StringIO(render.export_csv("s", [as_text, as_bytes]))))
+    assert [r["key"] for r in rows] == ["text:hex:00ff", "hex:00ff"]
+    assert [json.loads(r["headers"])["h"] for r in rows] == ["text:hex:00ff", "hex:00ff"]
+    lines = [json.loads(x) for x in render.export_jsonl("s", [as_text, as_bytes]).splitlines()]
+    assert [line["headers"]["h"] for line in lines] == ["text:hex:00ff", "hex:00ff"]
+    assert lines[0]["key"] == "hex:00ff" and "key" not in lines[1]  # apart by field already
+
+
+def test_a_base64_value_that_starts_like_a_formula_gets_a_leading_quote() -> None:
+    value = base64.b64decode("+/8=")  # not UTF-8; its base64 starts with "+"
+    rows = list(csv.DictReader(io.StringIO(render.export_csv("s", [message(value)]))))
+    assert rows[0]["value_base64"] == "'+/8="

@@ -89,4 +89,4 @@ def test_out_of_reach_it_says_so_and_goes_on_from_its_cursor() -> None:
 def test_it_ends_when_nothing_can_come_any_more() -> None:
     client = Scripted([page(2, None)])
     steps, _ = asyncio.run(run(client, "t1", 5))
-    assert len(steps) == 1 and len(steps[0].messages) == 2
+    assert len(steps) == 1 and len(steps[0].messages) == 2 and steps[0].ended

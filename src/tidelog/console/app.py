@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+import grpc
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -75,6 +77,7 @@ from tidelog.console.messages import (
     NoSuchOffset,
     Page,
     Position,
+    TailStep,
     format_position,
     message_at,
     parse_position,
@@ -85,6 +88,7 @@ from tidelog.console.messages import (
 )
 from tidelog.console.query import (
     SEARCH_BOUND,
+    SEARCH_STEPS,
     BadQuery,
     MessageQuery,
     int_field,
@@ -109,6 +113,16 @@ CONSOLE_CLIENT_SETTINGS = ClientSettings(retry_budget_s=3.0, connect_timeout_s=3
 """A page answers within seconds when the server is down: a short retry budget."""
 CLUSTER_MODE_TTL_S = 60.0
 """How long the console trusts its answer to "is the server part of a cluster?"."""
+CURSOR_SHAPE = re.compile(r"[A-Za-z0-9_-]{1,4096}")
+"""A tail's cursor as the server's continuation tokens are written (base64url, no padding)."""
+NOT_CLUSTERED_FOR_NOW = frozenset(
+    {
+        grpc.StatusCode.PERMISSION_DENIED,  # the console's principal may not ask
+        grpc.StatusCode.UNIMPLEMENTED,  # a server without the call
+        grpc.StatusCode.UNAVAILABLE,  # down or timed out: the page would wait again each load
+    }
+)
+"""Answers to "is the server part of a cluster?" taken as "no" until the TTL runs out."""
 VIEW_MAX_COUNT = 1000
 """The most values a window view's page asks for."""
 
@@ -151,8 +165,10 @@ class Console:
                 clustered = True
             except FailedPrecondition:
                 clustered = False
-            except ClientError:  # cannot tell now: show no leadership, ask again next time
-                return False
+            except ClientError as error:
+                if error.code not in NOT_CLUSTERED_FOR_NOW:
+                    return False  # cannot tell now: show no leadership, ask again next time
+                clustered = False  # asked again after the TTL, not on every page (3 s each)
             self._cluster_mode = (now, clustered)
         return self._cluster_mode[1]
 
@@ -392,15 +408,17 @@ async def messages_page(request: Request) -> Response:
     name = request.path_params["stream"]
     info = await console.client.stream_info(name)
     query = MessageQuery.parse(request.query_params)
-    newer_than = parse_position(request.query_params.get("above", ""))
+    newer_than = parse_position(request.query_params.get("above", ""), "above")
     result = await _page_of(console, name, query, newer_than)
     live = query.newest_first and not (query.token or query.at or query.offset) and not newer_than
     searched = query.searched_before + result.scanned
-    go_on = (
-        result.budget_exhausted
+    go_on = (  # never from a live page: a search leaving it would tear down its tail
+        not live
+        and result.budget_exhausted
         and result.older_token
         and not result.messages
         and searched < SEARCH_BOUND
+        and query.steps_taken < SEARCH_STEPS
     )
     return page(
         request,
@@ -413,7 +431,13 @@ async def messages_page(request: Request) -> Response:
             "above": format_position(newer_than) if newer_than else "",
             "searched": searched,
             "search_bound": SEARCH_BOUND,
-            "go_on": query.params(token=result.older_token, offset="", searched=str(searched))
+            "search_steps": SEARCH_STEPS,
+            "go_on": query.params(
+                token=result.older_token,
+                offset="",
+                searched=str(searched),
+                steps=str(query.steps_taken + 1),
+            )
             if go_on
             else "",
             "top": format_position(position(result.messages[0])) if result.messages else "",
@@ -468,7 +492,7 @@ async def export(request: Request) -> Response:
     if kind not in ("jsonl", "csv"):
         raise HTTPException(404, f"no export as {kind!r}; use .jsonl or .csv")
     query = MessageQuery.parse(request.query_params)
-    newer_than = parse_position(request.query_params.get("above", ""))
+    newer_than = parse_position(request.query_params.get("above", ""), "above")
     result = await _page_of(console, name, query, newer_than)
     if kind == "jsonl":
         body = render.export_jsonl(name, result.messages)
@@ -490,35 +514,59 @@ async def tail_events(request: Request) -> Response:
     ``cursor`` in the URL when the page opens a new stream) goes on from the last rows it
     received, neither repeating nor skipping any. It starts just past the row ``after``, or at
     the live end without one. While the server cannot be reached, ``trouble`` events say so and
-    the tail tries again."""
+    the tail tries again. A tail that cannot go on (past ``until``) sends its last rows without
+    an id, then an ``end`` event (the page closes its stream); asked again from a cursor that
+    is already finished, it answers 204, on which a browser's EventSource stops reconnecting."""
     console = _console(request)
     name = request.path_params["stream"]
     query = MessageQuery.parse(request.query_params)
     await console.client.stream_info(name)  # an unknown stream fails here, before streaming
     given = request.headers.get("last-event-id", "") or request.query_params.get("cursor", "")
+    if given.strip() and not CURSOR_SHAPE.fullmatch(given.strip()):
+        # it is echoed as the stream's `id:` line: only what the server's tokens look like
+        raise BadQuery("cursor: not a cursor this console handed out; reload the page")
     start: Position | str | None = (
-        given.strip() or parse_position(request.query_params.get("after", "")) or None
+        given.strip() or parse_position(request.query_params.get("after", ""), "after") or None
     )
     row = templates.get_template("_rows.html")
+    steps = tail(console.client, name, query, start, console.config.tail_poll_s, console.closing)
+    first: TailStep | ClientError | None
+    try:
+        first = await anext(steps)
+    except StopAsyncIteration:  # the console is closing
+        first = None
+    except ClientError as error:
+        first = error
+    finished = isinstance(first, TailStep) and first.ended and not first.messages
+    if first is None or (finished and isinstance(start, str)):  # a reconnect: nothing to say
+        await steps.aclose()  # type: ignore[attr-defined]
+        return Response(status_code=204)
+
+    def event(step: TailStep) -> str:
+        cursor = f"id: {step.cursor}\n" if step.cursor and not step.ended else ""
+        if step.trouble is not None:
+            return f"{cursor}event: trouble\ndata: {_one_line(step.trouble)}\n\n"
+        if step.messages:
+            html = row.render(stream=name, messages=step.messages, query=query, fresh=True)
+            data = "".join(f"data: {line}\n" for line in html.splitlines() if line.strip())
+            rows = f"{cursor}{data}\n"
+        else:
+            rows = "" if step.ended else f"{cursor}event: idle\ndata: \n\n"
+        return rows + ("event: end\ndata: \n\n" if step.ended else "")
 
     async def events() -> AsyncIterator[str]:
         yield "retry: 2000\n\n"
-        steps = tail(
-            console.client, name, query, start, console.config.tail_poll_s, console.closing
-        )
         try:
+            if isinstance(first, ClientError):
+                raise first
+            assert first is not None
+            yield event(first)
+            if first.ended:
+                return
             async for step in steps:
                 if await request.is_disconnected():
                     return
-                cursor = f"id: {step.cursor}\n" if step.cursor else ""
-                if step.trouble is not None:
-                    yield f"{cursor}event: trouble\ndata: {_one_line(step.trouble)}\n\n"
-                elif step.messages:
-                    html = row.render(stream=name, messages=step.messages, query=query, fresh=True)
-                    data = "".join(f"data: {line}\n" for line in html.splitlines() if line.strip())
-                    yield f"{cursor}{data}\n"
-                else:
-                    yield f"{cursor}event: idle\ndata: \n\n"
+                yield event(step)
         except ClientError as error:
             yield f"event: failure\ndata: {_one_line(str(error))}\n\n"
         finally:
@@ -552,7 +600,14 @@ async def consumers_page(request: Request) -> Response:
         if console.may_see(request, Kind.GROUP, g.group_id)
     ]
     newest = newest_offsets(streams)
-    lags = {g.group_id: group_lag(g, console.sampler.cursors, newest) for g in groups}
+
+    def shown(stream: str) -> bool:  # as the cursor rows: only streams the visitor may see
+        return console.may_see(request, Kind.STREAM, stream)
+
+    lags = {g.group_id: group_lag(g, console.sampler.cursors, newest, shown) for g in groups}
+    named = {s for g in groups for m in g.members for s in m.streams}
+    named |= {s for g in groups for a in g.assignments.values() for s in a}
+    visible = {s for s in named if shown(s)}
     return page(
         request,
         "consumers.html",
@@ -560,6 +615,7 @@ async def consumers_page(request: Request) -> Response:
             "rows": rows,
             "groups": groups,
             "lags": lags,
+            "visible": visible,
             "cursor_ids": cursor_ids,
             "charts": json.dumps(charts),
             "stalled": ConsumerState.STALLED,

@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from tidelog.client import AsyncClient, ReceivedMessage, StreamEmpty, Unavailable
-from tidelog.console.query import MessageQuery, parse_time
+from tidelog.console.query import BadQuery, MessageQuery, parse_time
 
 Position = tuple[int, int, int]
 """(timestamp ns, partition, offset): the merge order of messages."""
@@ -143,6 +143,10 @@ class TailStep:
     """the token the next poll goes on from (None until the first poll answered)"""
     trouble: str | None = None
     """why the poll failed, when the server could not be reached (the tail tries again)"""
+    ended: bool = False
+    """the last step: nothing can come any more (past ``until``); ``cursor`` is then the token
+    this step was read from, which must not be handed out to go on from (it would read these
+    messages again)"""
 
 
 async def tail(
@@ -176,7 +180,7 @@ async def tail(
             wait = TAIL_RETRY_S
         else:
             if page.next_token is None:
-                yield TailStep(list(page.messages[::-1]), cursor)
+                yield TailStep(list(page.messages[::-1]), cursor, ended=True)
                 return
             cursor = page.next_token
             yield TailStep(list(page.messages[::-1]), cursor)
@@ -186,13 +190,33 @@ async def tail(
             await asyncio.wait_for(stop.wait(), wait)
 
 
-def parse_position(text: str) -> Position | None:
-    """``ts:partition:offset`` as a position, or None."""
-    try:
-        ts, partition, offset = (int(x) for x in text.split(":"))
-    except ValueError:
+POSITION_BOUNDS = (
+    ("timestamp", 0, 2**63 - 1),
+    ("partition", 0, 2**31 - 1),
+    ("offset", 0, 2**63 - 1),
+)
+"""What each number of a position may be (the wire's int64 time, int32 partition, int64 offset)."""
+
+
+def parse_position(text: str, field: str) -> Position | None:
+    """``ts:partition:offset`` (as a page writes a row's position) as a position; None when
+    ``text`` is empty. Anything else, or a number out of :data:`POSITION_BOUNDS`, is a
+    :class:`BadQuery` naming ``field``."""
+    if not text.strip():
         return None
-    return (ts, partition, offset)
+    parts = text.strip().split(":")
+    try:
+        numbers = [int(x) for x in parts]
+    except ValueError:
+        numbers = []
+    if len(numbers) != 3:
+        raise BadQuery(f"{field}: {text!r} is not a position; write it timestamp:partition:offset")
+    for number, (name, low, high) in zip(numbers, POSITION_BOUNDS, strict=True):
+        if not low <= number <= high:
+            raise BadQuery(
+                f"{field}: the {name} of {text!r} is out of range; it lies between {low} and {high}"
+            )
+    return (numbers[0], numbers[1], numbers[2])
 
 
 def format_position(p: Position) -> str:

@@ -31,6 +31,16 @@ answer at once)."""
 CONTINUED_MAX_SCAN_SECONDS = 1.5
 SEARCH_BOUND = 10_000_000
 """A search goes on by itself until it has scanned this many messages (the page says so)."""
+SEARCH_STEPS = 30
+"""...or until it has taken this many steps (a step cut by its time budget scans little)."""
+
+
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2262, 4, 11, tzinfo=UTC)
+"""The times a filter may name: a message's timestamp is nanoseconds since 1970 in an int64,
+which ends on 2262-04-11."""
+MAX_PARTITION = 2**31 - 1
+MAX_OFFSET = 2**63 - 1
 
 
 class BadQuery(ValueError):
@@ -51,8 +61,13 @@ def parse_time(text: str, field: str, *, end: bool = False) -> datetime:
             f"zone, 2026-11-25T12:42:07+01:00"
         ) from None
     moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    if not EARLIEST <= moment <= LATEST:
+        raise BadQuery(
+            f"{field}: {text!r} is out of range; give a time between {EARLIEST:%Y-%m-%d} and "
+            f"{LATEST:%Y-%m-%d} (what a timestamp in nanoseconds can hold)"
+        )
     if end:
-        moment += _precision(written) - timedelta(microseconds=1)
+        moment = min(moment + _precision(written) - timedelta(microseconds=1), LATEST)
     return moment
 
 
@@ -124,6 +139,8 @@ class MessageQuery:
     until: str = ""
     searched: str = ""
     """messages the earlier steps of a search going on by itself scanned (set on its steps)"""
+    steps: str = ""
+    """the steps a search has taken by itself, this one included (set on its steps)"""
 
     @classmethod
     def parse(cls, params: Mapping[str, str]) -> MessageQuery:
@@ -145,13 +162,15 @@ class MessageQuery:
         query.browse_filters()  # every field checked now, not when a link is followed
         query.partitions()
         if query.offset:
-            _int(query.offset, "offset", 0)
+            _int(query.offset, "offset", 0, MAX_OFFSET)
             if len(query.partitions() or ()) != 1:
                 raise BadQuery("offset: choose exactly one partition to jump to an offset in")
         if query.at:
             parse_time(query.at, "at")
         if query.searched:
             _int(query.searched, "searched", 0)
+        if query.steps:
+            _int(query.steps, "steps", 0)
         return query
 
     @property
@@ -165,7 +184,11 @@ class MessageQuery:
     def partitions(self) -> list[int] | None:
         if not self.partition:
             return None
-        return [_int(p.strip(), "partition", 0) for p in self.partition.split(",") if p.strip()]
+        return [
+            _int(p.strip(), "partition", 0, MAX_PARTITION)
+            for p in self.partition.split(",")
+            if p.strip()
+        ]
 
     def browse_filters(self) -> dict[str, Any]:
         """The filter arguments of ``Client.browse`` (partitions, key, prefix, header, contains,
@@ -204,6 +227,10 @@ class MessageQuery:
     def searched_before(self) -> int:
         return int(self.searched or 0)
 
+    @property
+    def steps_taken(self) -> int:
+        return int(self.steps or 0)
+
     def params(self, **changes: Any) -> str:
         """This query with ``changes`` as a URL query string (defaults left out)."""
         query = replace(self, **changes)
@@ -219,4 +246,4 @@ class MessageQuery:
 
     def filter_params(self) -> str:
         """Only the filters (no position): what a live tail or a fresh first page keeps."""
-        return self.params(token="", at="", offset="", order="newest", searched="")
+        return self.params(token="", at="", offset="", order="newest", searched="", steps="")

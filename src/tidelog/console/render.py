@@ -4,8 +4,10 @@ A value is shown three ways: as UTF-8 text, as JSON pretty-printed (when it pars
 hex dump. Lists show a short preview; anything longer than a page can hold is cut at a stated
 number of bytes, with a link to see it all. Keys and header values are cut the same way in a
 table (:data:`CELL_CHARS`), so one huge key cannot widen a page. Exports (JSON lines, CSV) carry
-a value as text when it is valid UTF-8 and as base64 otherwise, never mangled; a CSV cell that a
-spreadsheet would run as a formula gets a leading ``'`` (:func:`csv_cell`).
+a value as text when it is valid UTF-8 and as base64 otherwise, never mangled; keys and header
+values in the exports are in their filter form (:func:`filter_form`), so a text ``hex:00ff`` is
+not taken for the bytes 00ff; a CSV cell that a spreadsheet would run as a formula gets a
+leading ``'`` (:func:`csv_cell`).
 
 Bytes that are not UTF-8 are written ``hex:…`` (:func:`printable`, :data:`HEX_PREFIX`), the
 form the filters read back (``tidelog.console.query.parse_bytes``); :func:`filter_form` gives,
@@ -179,7 +181,7 @@ def export_record(stream: str, m: Shown) -> dict[str, Any]:
         "time": format_ns(m.timestamp),
     }
     record.update(_bytes_fields("key", m.key))
-    record["headers"] = {k: printable(v) for k, v in m.headers.items()}
+    record["headers"] = {k: filter_form(v) for k, v in m.headers.items()}
     record.update(_bytes_fields("value", m.value))
     return record
 
@@ -216,8 +218,9 @@ def csv_cell(text: str) -> str:
 
 def export_csv(stream: str, messages: Iterable[Shown]) -> str:
     """A header row, then one row per message; ``value`` holds UTF-8 text, ``value_base64`` the
-    value when it is not UTF-8; ``headers`` is a JSON object; a non-UTF-8 key is ``hex:…``. Every
-    text cell passes :func:`csv_cell`."""
+    value when it is not UTF-8; ``headers`` is a JSON object; the key and the header values are
+    written in their :func:`filter_form` (``hex:…`` bytes apart from a text that reads
+    ``text:hex:…``). Every text cell passes :func:`csv_cell` (base64 may start with ``+``)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\r\n")  # RFC 4180: a \r in a cell is quoted too
     writer.writerow(CSV_COLUMNS)
@@ -230,10 +233,10 @@ def export_csv(stream: str, messages: Iterable[Shown]) -> str:
                 m.offset,
                 m.timestamp,
                 format_ns(m.timestamp),
-                csv_cell(printable(m.key)),
-                json.dumps({k: printable(v) for k, v in m.headers.items()}, ensure_ascii=False),
+                csv_cell(filter_form(m.key)) if m.key is not None else "",
+                json.dumps({k: filter_form(v) for k, v in m.headers.items()}, ensure_ascii=False),
                 csv_cell(text) if text is not None else "",
-                "" if text is not None else base64.b64encode(m.value).decode(),
+                "" if text is not None else csv_cell(base64.b64encode(m.value).decode()),
             )
         )
     return out.getvalue()

@@ -90,15 +90,19 @@ def group_lag(
     group: GroupInfo,
     positions: Mapping[CursorKey, int],
     newest: Mapping[tuple[str, int], int],
+    shown: Callable[[str], bool] = lambda stream: True,
 ) -> GroupLag:
     """``group``'s lag: per member, the sum over its assigned partitions of the partition's
     newest offset minus the group's committed position there (:func:`lag_of`); a partition
-    with no position, or gone, is counted in ``unknown`` instead."""
+    with no position, or gone, is counted in ``unknown`` instead. Partitions of a stream
+    ``shown`` refuses (one the visitor may not see) are left out, neither lag nor unknown."""
     cursor_id = GROUP_CURSOR_PREFIX + group.group_id
     members = []
     for member in group.members:
         lag = unknown = 0
         for stream, partitions in group.assignments.get(member.consumer_id, {}).items():
+            if not shown(stream):
+                continue
             for partition in partitions:
                 at = positions.get(CursorKey(cursor_id, stream, partition))
                 end = newest.get((stream, partition))

@@ -7,23 +7,32 @@
   var searching = null;
   var MAX_ROWS = 1000;
   var RETRY_MS = 2000;
+  var RETRY_MAX_MS = 30000;
+  var MAX_FAILURES = 6;  // in a row, no event between: about a minute and a half of trying
+  var failures = 0;
 
   function stopTail() {
     if (source) { source.close(); source = null; }
     if (retry) { clearTimeout(retry); retry = null; }
   }
 
+  var unhidden = null;  // a search step waiting for its tab to be shown again
+
   function stopSearch() {
     if (searching) { clearTimeout(searching); searching = null; }
+    if (unhidden) { document.removeEventListener("visibilitychange", unhidden); unhidden = null; }
   }
 
   // The live tail. Each event's id is the tail's cursor (where the server goes on from), so a
-  // tail that reconnects, by the browser's own retry or by a new stream opened here when the
-  // console answered with an error page, neither repeats nor skips a row.
+  // tail that reconnects, by a new stream opened here when the console's stream broke or it
+  // answered with an error page, neither repeats nor skips a row. Failures in a row (no event
+  // between) wait twice as long each time; after MAX_FAILURES the tail stops and says why
+  // (an error page does not mend itself: a session that expired, an access withdrawn, a
+  // stream deleted).
   function openTail(button, status, cursor) {
     var src = button.dataset.src + (cursor ? "&cursor=" + encodeURIComponent(cursor) : "");
     var last = cursor;
-    var following = function () { status.textContent = "following new messages…"; };
+    var following = function () { failures = 0; status.textContent = "following new messages…"; };
     source = new EventSource(src);
     source.onmessage = function (event) {
       last = event.lastEventId || last;
@@ -39,7 +48,13 @@
       following();
     });
     source.addEventListener("trouble", function () {
+      failures = 0;  // the console answers: it is the server behind it that is out of reach
       status.textContent = "reconnecting… (the server cannot be reached; the tail goes on from where it was once it can)";
+    });
+    source.addEventListener("end", function () {  // past `until`: nothing can come any more
+      stopTail();
+      status.textContent = "tail ended: no message can come after the time range's end (until).";
+      button.textContent = "▶ Live tail";
     });
     source.addEventListener("failure", function (event) {
       stopTail();
@@ -47,13 +62,23 @@
       button.textContent = "▶ Live tail";
     });
     source.onerror = function () {
-      status.textContent = "reconnecting…";
-      if (source && source.readyState === EventSource.CLOSED) {
-        source = null;
-        retry = setTimeout(function () { retry = null; openTail(button, status, last); }, RETRY_MS);
+      if (source) { source.close(); source = null; }  // retried here, with a growing wait
+      failures += 1;
+      if (failures >= MAX_FAILURES) {
+        stopTail();
+        failures = 0;
+        status.textContent = "tail stopped: the console did not answer it " + MAX_FAILURES +
+          " times in a row (it may be down, your session may have expired, or the stream is " +
+          "gone). Reload the page, and sign in again if asked.";
+        button.textContent = "▶ Live tail";
+        return;
       }
+      var wait = Math.min(RETRY_MS * Math.pow(2, failures - 1), RETRY_MAX_MS);
+      status.textContent = "reconnecting… (try " + (failures + 1) + " of " + MAX_FAILURES +
+        " in " + Math.round(wait / 1000) + " s)";
+      retry = setTimeout(function () { retry = null; openTail(button, status, last); }, wait);
     };
-    source.onopen = following;
+    source.onopen = function () { status.textContent = "following new messages…"; };
   }
 
   function setupTail(root) {
@@ -67,6 +92,8 @@
         status.textContent = "";
         return;
       }
+      stopSearch();  // a search going on would leave the page, and the tail with it
+      failures = 0;
       button.textContent = "■ Stop tail";
       status.textContent = "following new messages…";
       openTail(button, status, "");
@@ -74,15 +101,26 @@
   }
 
   // A search that ran out of its budget with nothing found goes on by itself (the server said
-  // where from, and how far it may go) until the user stops it.
+  // where from, and how far it may go) until the user stops it; not while its tab is hidden
+  // (each step scans up to a million messages on the server for a page nobody looks at).
   function setupSearch(root) {
     stopSearch();
     var notice = root.querySelector("#budget[data-go-on]");
     if (!notice) return;
-    searching = setTimeout(function () {
+    var goOn = function () {
       searching = null;
+      if (document.hidden) {
+        unhidden = function () {
+          if (document.hidden) return;
+          stopSearch();
+          goOn();
+        };
+        document.addEventListener("visibilitychange", unhidden);
+        return;
+      }
       window.location.replace(notice.dataset.goOn);
-    }, 200);
+    };
+    searching = setTimeout(goOn, 200);
     var stop = notice.querySelector("#stop-search");
     stop.addEventListener("click", function () {
       stopSearch();
