@@ -44,6 +44,7 @@ from tidelog.api.credentials import ServerSecurity
 from tidelog.api.metrics_http import GuardedMetrics
 from tidelog.errors import Unauthenticated
 from tidelog.security import ClientTls
+from tidelog.security.identity import AUTHORIZATION, OTHER_SAN
 
 LOG = logging.getLogger("tidelog.http")
 
@@ -54,9 +55,9 @@ PEER_CERTIFICATE: Final = metrics_http.PEER_CERTIFICATE
 ``tidelog.console.gate.PEER_CERTIFICATE``; the api does not import the console)."""
 
 
-GRPC_OTHER_SAN: Final = "other types of SAN"
+GRPC_OTHER_SAN: Final = OTHER_SAN
 """What gRPC's auth context lists in place of a subject alternative name that is neither DNS,
-email, URI nor IP (a directory name, an otherName, a registered id): gRPC core's own words."""
+email, URI nor IP (``tidelog.security.identity.OTHER_SAN``, which never names a principal)."""
 
 _GRPC_SAN_KINDS: Final = ("DNS", "email", "URI", "IP Address")
 """The subject alternative names gRPC's auth context writes out, in ``getpeercert()``'s names."""
@@ -91,6 +92,14 @@ def grpc_san(kind: str, value: object) -> str:
         if packed[:12] == bytes(12) and packed[12:14] != bytes(2):
             return f"::{ipaddress.IPv4Address(packed[12:])}"
     return str(address)
+
+
+def _certificate_context(sans: list[str], common_names: list[str]) -> dict[str, list[bytes]]:
+    """A certificate's names as gRPC's auth context holds them."""
+    return {
+        "x509_subject_alternative_name": [n.encode() for n in sans],
+        "x509_common_name": [n.encode() for n in common_names],
+    }
 
 
 @dataclass(frozen=True)
@@ -134,28 +143,31 @@ class ServerGate:
     def principal_of_peer(self, certificate: Mapping[str, Any]) -> str | None:
         """The principal the gRPC port would name for this verified certificate (in
         ``ssl.SSLSocket.getpeercert()``'s form)."""
-        sans = [grpc_san(kind, value) for kind, value in certificate.get("subjectAltName", ())]
-        names = [
-            str(value)
-            for rdn in certificate.get("subject", ())
-            for key, value in rdn
-            if key == "commonName"
-        ]
-        return self._principal(sans, names)
-
-    def _principal(self, sans: list[str], common_names: list[str]) -> str | None:
-        """As the gRPC port names a certificate: its first subject alternative name, else its
-        common name, mapped by ``principal_rules``."""
-        auth_context = {
-            "transport_security_type": [b"ssl"],
-            "x509_subject_alternative_name": [n.encode() for n in sans],
-            "x509_common_name": [n.encode() for n in common_names],
-        }
         try:
-            principal = self.security.door.authenticator.identify(auth_context, ())
+            principal = self.identify(None, certificate)
         except Unauthenticated:
             return None
         return principal or None
+
+    def identify(self, authorization: str | None, certificate: Mapping[str, Any] | None) -> str:
+        """The caller of an HTTP request, named by the server's authenticator as a gRPC call
+        with the same credentials would be: ``authorization`` (the header's value, a bearer
+        token) over this port's TLS, else the connection's verified ``certificate`` (in
+        ``getpeercert()``'s form). :class:`~tidelog.errors.Unauthenticated` as for gRPC."""
+        auth_context: dict[str, list[bytes]] = {}
+        if self.secure:
+            auth_context["transport_security_type"] = [b"ssl"]
+        if certificate:
+            sans = [grpc_san(k, v) for k, v in certificate.get("subjectAltName", ())]
+            names = [
+                str(value)
+                for rdn in certificate.get("subject", ())
+                for key, value in rdn
+                if key == "commonName"
+            ]
+            auth_context |= _certificate_context(sans, names)
+        metadata = [(AUTHORIZATION, authorization)] if authorization is not None else []
+        return self.security.door.authenticator.identify(auth_context, metadata)
 
     def own_principal(self) -> str | None:
         """The server's own principal: its certificate's, as the gRPC port names it."""
@@ -172,7 +184,14 @@ class ServerGate:
         except x509.ExtensionNotFound:
             sans = []
         names = certificate.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
-        return self._principal(sans, [str(n.value) for n in names])
+        auth_context = {
+            "transport_security_type": [b"ssl"],
+            **_certificate_context(sans, [str(n.value) for n in names]),
+        }
+        try:
+            return self.security.door.authenticator.identify(auth_context, ()) or None
+        except Unauthenticated:
+            return None
 
     def client_tls(self) -> ClientTls:
         """How the console's client calls the gRPC port: as the server itself (docs/security.md,

@@ -17,7 +17,8 @@ from prometheus_client import CollectorRegistry, generate_latest, make_asgi_app
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 
-from tidelog.access import ALLOW_ALL, ANONYMOUS, Guard, Kind, Resource
+from tidelog.access import ALLOW_ALL, Guard, Kind, Resource
+from tidelog.errors import Unauthenticated
 
 PEER_CERTIFICATE = "tidelog.peer_certificate"
 
@@ -31,10 +32,10 @@ class ScrapeGate(Protocol):
     def guard(self) -> Guard: ...
     @property
     def login_required(self) -> bool: ...
-    @property
-    def secure(self) -> bool: ...
-    def principal_of_token(self, token: str) -> str | None: ...
-    def principal_of_peer(self, certificate: Any) -> str | None: ...
+    def identify(self, authorization: str | None, certificate: Any) -> str:
+        """The scraper's principal, as the gRPC port would name a caller with the same
+        credentials (:class:`~tidelog.errors.Unauthenticated` likewise)."""
+        ...
 
 
 class _Visible:
@@ -79,35 +80,25 @@ class GuardedMetrics:
             await self._open(scope, receive, send)
             return
         assert gate is not None
-        identity, problem = self._identify(scope, gate)
-        if identity is None and not gate.login_required and not problem:
-            identity = ANONYMOUS  # allow_anonymous: what the ACL lets "anonymous" see
-        if identity is None:
+        try:
+            identity = gate.identify(_header(scope, b"authorization"), _certificate(scope))
+        except Unauthenticated as error:
+            problem = f"{error}\n".encode()
             await _answer(send, 401, problem, (b"www-authenticate", b'Bearer realm="tidelog"'))
             return
         body = generate_latest(_Visible(self.registry, gate.guard, identity))
         await _answer(send, 200, body, content_type=CONTENT_TYPE_LATEST.encode())
 
-    @staticmethod
-    def _identify(scope: Any, gate: ScrapeGate) -> tuple[str | None, bytes]:
-        for key, value in scope.get("headers", ()):
-            if key != b"authorization":
-                continue
-            text = value.decode(errors="replace")
-            if text[:7].lower() != "bearer ":
-                return None, b"the authorization header is not 'Bearer <token>'\n"
-            if not gate.secure:
-                return None, b"a bearer token is refused on a plaintext connection\n"
-            principal = gate.principal_of_token(text[7:].strip())
-            return (principal, b"") if principal else (None, b"unknown token\n")
-        certificate = scope.get("extensions", {}).get(PEER_CERTIFICATE)
-        if certificate:
-            principal = gate.principal_of_peer(certificate)
-            if principal:
-                return principal, b""
-        if not gate.login_required:
-            return None, b""
-        return None, b"this server requires credentials: a bearer token or a client certificate\n"
+
+def _header(scope: Any, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return str(value.decode(errors="replace"))
+    return None
+
+
+def _certificate(scope: Any) -> Any:
+    return scope.get("extensions", {}).get(PEER_CERTIFICATE)
 
 
 async def _answer(
