@@ -55,10 +55,6 @@ PEER_CERTIFICATE: Final = metrics_http.PEER_CERTIFICATE
 ``tidelog.console.gate.PEER_CERTIFICATE``; the api does not import the console)."""
 
 
-GRPC_OTHER_SAN: Final = OTHER_SAN
-"""What gRPC's auth context lists in place of a subject alternative name that is neither DNS,
-email, URI nor IP (``tidelog.security.identity.OTHER_SAN``, which never names a principal)."""
-
 _GRPC_SAN_KINDS: Final = ("DNS", "email", "URI", "IP Address")
 """The subject alternative names gRPC's auth context writes out, in ``getpeercert()``'s names."""
 
@@ -73,11 +69,12 @@ _GRPC_SAN_TYPES: Final[dict[type[x509.GeneralName], str]] = {
 
 def grpc_san(kind: str, value: object) -> str:
     """A subject alternative name as gRPC's auth context lists it (in the certificate's order):
-    :data:`GRPC_OTHER_SAN` for a kind it does not write out, an IP address as ``inet_ntop``
-    writes it (``getpeercert()`` writes an IPv6 one in eight uncompressed groups). The HTTP ports
-    hand the authenticator the list gRPC would, so a certificate names one principal on both."""
+    ``OTHER_SAN`` (``security.identity``) for a kind it does not write out, an IP address as
+    ``inet_ntop`` writes it (``getpeercert()`` writes an IPv6 one in eight uncompressed groups).
+    The HTTP ports hand the authenticator the list gRPC would, so a certificate names one
+    principal on both."""
     if kind not in _GRPC_SAN_KINDS:
-        return GRPC_OTHER_SAN
+        return OTHER_SAN
     if kind != "IP Address":
         return str(value)
     try:
