@@ -6,19 +6,18 @@ endpoint stays Prometheus' own (test_http_port.py)."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.security.pki import token_server
+
 from tidelog.api.server import Server
-from tidelog.api.settings import load_settings
 from tidelog.client import AsyncClient, ClientSettings
+from tidelog.process import free_port
 from tidelog.security import ClientTls
-from tidelog.security.testca import issue, make_ca
-from tidelog.security.tokens import add_token
 
 ACL = """
 super_users = ["server"]
@@ -31,12 +30,6 @@ resources = ["stream:public*"]
 """
 
 Scrape = tuple[int, str]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def scrape(port: int, ca: Path, token: str | None) -> Scrape:
@@ -55,33 +48,26 @@ def scrapes(tmp_path: Path, *tokens_of: str | None, **settings: Any) -> list[Scr
     """Serve with TLS, tokens and :data:`ACL`, create streams public.a and secret, and scrape as
     each of ``tokens_of`` (a principal whose token is made, "unknown" for a token the server
     does not know, None for no credentials)."""
-    ca = make_ca(tmp_path / "pki")
-    server_cert = issue(ca, tmp_path / "pki", "server")
-    tokens_file = tmp_path / "tokens.toml"
-    admin = add_token(tokens_file, "server")
-    tokens = [
-        None if who is None else "tdl_unknown" if who == "unknown" else add_token(tokens_file, who)
-        for who in tokens_of
-    ]
-    (tmp_path / "acl.toml").write_text(ACL)
-    served = load_settings(
-        data_dir=tmp_path / "data",
-        port=0,
+    served = token_server(
+        tmp_path,
+        ACL,
+        {"server", *(t for t in tokens_of if t not in (None, "unknown"))},
         metrics_port=free_port(),
         console=False,
-        tls_cert=server_cert.cert,
-        tls_key=server_cert.key,
-        tokens_file=tokens_file,
-        acl_file=tmp_path / "acl.toml",
         **settings,
     )
+    admin, ca = served.tokens["server"], served.ca
+    tokens = [
+        None if who is None else "tdl_unknown" if who == "unknown" else served.tokens[who]
+        for who in tokens_of
+    ]
 
     async def scenario() -> list[Scrape]:
-        server = Server(served)
+        server = Server(served.settings)
         await server.start()
         try:
             address = f"127.0.0.1:{server.port}"
-            tls = ClientTls(ca=ca.cert, token=admin)
+            tls = ClientTls(ca=ca, token=admin)
             async with AsyncClient(address, settings=ClientSettings(tls=tls)) as client:
                 for stream in ("public.a", "secret"):
                     await client.create_stream(stream)
@@ -89,7 +75,7 @@ def scrapes(tmp_path: Path, *tokens_of: str | None, **settings: Any) -> list[Scr
             port = server.metrics_port  # scraped from threads while the server serves
             return list(
                 await asyncio.gather(
-                    *(asyncio.to_thread(scrape, port, ca.cert, token) for token in tokens)
+                    *(asyncio.to_thread(scrape, port, ca, token) for token in tokens)
                 )
             )
         finally:

@@ -19,6 +19,7 @@ import tidelog
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 from tidelog.client import ClientError, ClientSettings
+from tidelog.process import free_port
 from tidelog.security import ClientTls, channel_credentials
 from tidelog.security.testca import Issued, issue, make_ca
 from tidelog.wire import SNAPSHOT_REQUESTS
@@ -76,12 +77,6 @@ class Pki:
         credentials = channel_credentials(self.ca.cert, issued.cert, issued.key)
         channel = grpc.secure_channel(address, credentials)
         return channel, v1_grpc.TidelogStub(channel)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_for(check: Callable[[], bool], timeout_s: float = 30.0, what: str = "") -> None:

@@ -31,6 +31,7 @@ from tidelog.client import AsyncClient, ClientSettings
 from tidelog.console import Gate, for_server
 from tidelog.console.app import ServerSideGate
 from tidelog.console.gate import PEER_CERTIFICATE
+from tidelog.process import free_port
 from tidelog.security import ClientTls
 from tidelog.security.testca import Issued, issue, make_ca
 from tidelog.security.tokens import add_token
@@ -65,12 +66,6 @@ principals = ["carol"]
 operations = ["describe", "group"]
 resources = ["group:alice.pg"]
 """
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass

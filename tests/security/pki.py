@@ -6,14 +6,18 @@ from __future__ import annotations
 import json
 import socket
 import ssl
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 from cryptography import x509
 
+from tidelog.api.settings import ServerSettings, load_settings
 from tidelog.security import channel_credentials
 from tidelog.security.testca import Issued, issue, make_ca
+from tidelog.security.tokens import add_token
 
 ACL_TEXT = """\
 super_users = ["admin"]
@@ -117,3 +121,42 @@ def served_certificate(address: str, ca: Path, client: Issued | None = None) -> 
         der = tls.getpeercert(binary_form=True)
     assert der is not None
     return x509.load_der_x509_certificate(der)
+
+
+@dataclass(frozen=True)
+class TokenServer:
+    """Settings of an in-process server with TLS, bearer tokens and an ACL, and what its
+    clients need: the CA to check it against and each principal's token."""
+
+    settings: ServerSettings
+    ca: Path
+    acl: Path
+    tokens_file: Path
+    tokens: dict[str, str]
+    """principal -> its token"""
+
+
+def token_server(
+    directory: Path, acl_text: str, principals: Iterable[str], **settings: Any
+) -> TokenServer:
+    """A test CA and server certificate, a token per principal, ``acl_text`` as the ACL, and
+    settings on free loopback ports (``settings`` added or overriding; metrics off)."""
+    ca = make_ca(directory / "pki")
+    server = issue(ca, directory / "pki", "server")
+    acl = directory / "acl.toml"
+    acl.write_text(acl_text, encoding="utf-8")
+    tokens_file = directory / "tokens.toml"
+    tokens = {who: add_token(tokens_file, who) for who in principals}
+    served = load_settings(
+        **{
+            "data_dir": directory / "data",
+            "port": 0,
+            "metrics_port": 0,
+            "tls_cert": server.cert,
+            "tls_key": server.key,
+            "tokens_file": tokens_file,
+            "acl_file": acl,
+            **settings,
+        }
+    )
+    return TokenServer(served, ca.cert, acl, tokens_file, tokens)

@@ -9,14 +9,12 @@ from pathlib import Path
 
 import grpc
 import pytest
+from tests.security.pki import token_server
 
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog.api.server import Server
-from tidelog.api.settings import load_settings
 from tidelog.security import channel_credentials
-from tidelog.security.testca import issue, make_ca
-from tidelog.security.tokens import add_token
 
 ACL = """
 super_users = ["admin"]
@@ -30,20 +28,9 @@ resources = ["stream:*"]
 
 
 def test_what_a_stream_group_or_resume_implies_is_asked(tmp_path: Path) -> None:
-    ca = make_ca(tmp_path / "pki")
-    server_cert = issue(ca, tmp_path / "pki", "server")
-    (tmp_path / "acl.toml").write_text(ACL)
-    tokens = tmp_path / "tokens.toml"
-    admin, mallory = add_token(tokens, "admin"), add_token(tokens, "mallory")
-    settings = load_settings(
-        data_dir=tmp_path / "data",
-        port=0,
-        metrics_port=0,
-        tls_cert=server_cert.cert,
-        tls_key=server_cert.key,
-        tokens_file=tokens,
-        acl_file=tmp_path / "acl.toml",
-    )
+    served = token_server(tmp_path, ACL, ("admin", "mallory"))
+    settings, ca = served.settings, served.ca
+    admin, mallory = served.tokens["admin"], served.tokens["mallory"]
 
     async def refused(call: object) -> grpc.aio.AioRpcError:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -55,8 +42,8 @@ def test_what_a_stream_group_or_resume_implies_is_asked(tmp_path: Path) -> None:
         server = Server(settings)
         await server.start()
         address = f"127.0.0.1:{server.port}"
-        as_admin = grpc.aio.secure_channel(address, channel_credentials(ca.cert, token=admin))
-        as_mallory = grpc.aio.secure_channel(address, channel_credentials(ca.cert, token=mallory))
+        as_admin = grpc.aio.secure_channel(address, channel_credentials(ca, token=admin))
+        as_mallory = grpc.aio.secure_channel(address, channel_credentials(ca, token=mallory))
         try:
             root, api = pb_grpc.APIStub(as_admin), pb_grpc.APIStub(as_mallory)
             await root.CreateStream(

@@ -9,14 +9,12 @@ from pathlib import Path
 
 import grpc
 import pytest
+from tests.security.pki import token_server
 
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog.api.server import Server
-from tidelog.api.settings import load_settings
 from tidelog.security import channel_credentials
-from tidelog.security.testca import issue, make_ca
-from tidelog.security.tokens import add_token
 
 GRANTED = """
 super_users = ["admin"]
@@ -40,24 +38,12 @@ resources = ["stream:s"]
 
 
 def test_a_reload_ends_the_open_calls_it_revokes_and_keeps_the_others(tmp_path: Path) -> None:
-    ca = make_ca(tmp_path / "pki")
-    server_cert = issue(ca, tmp_path / "pki", "server")
-    acl = tmp_path / "acl.toml"
-    acl.write_text(GRANTED)
-    tokens = tmp_path / "tokens.toml"
-    alice, bob, admin = (add_token(tokens, who) for who in ("alice", "bob", "admin"))
-    settings = load_settings(
-        data_dir=tmp_path / "data",
-        port=0,
-        metrics_port=0,
-        tls_cert=server_cert.cert,
-        tls_key=server_cert.key,
-        tokens_file=tokens,
-        acl_file=acl,
-    )
+    served = token_server(tmp_path, GRANTED, ("alice", "bob", "admin"))
+    settings, acl, tokens = served.settings, served.acl, served.tokens_file
+    alice, bob, admin = (served.tokens[who] for who in ("alice", "bob", "admin"))
 
     def channel(address: str, token: str) -> grpc.aio.Channel:
-        return grpc.aio.secure_channel(address, channel_credentials(ca.cert, token=token))
+        return grpc.aio.secure_channel(address, channel_credentials(served.ca, token=token))
 
     async def scenario() -> None:
         server = Server(settings)
