@@ -14,7 +14,7 @@ from typing import Final, Generic, TypeVar
 
 from rocksdict import ColumnFamily, Options, Rdict, RdictIter, WriteBatch, WriteOptions
 
-from tidelog.errors import OutOfDescriptors
+from tidelog.errors import DiskFull, OutOfDescriptors
 from tidelog.store._base import Seek, Step, StoreBase, StoreIteratorBase
 from tidelog.store._composite import Composite, CompositeScan
 from tidelog.store.encoding import decode_composite, encode_composite
@@ -41,10 +41,14 @@ def _open(path: str, options: Options, families: dict[str, Options]) -> Rdict:
     try:
         return Rdict(path, options, column_families=families or None)
     except Exception as error:
-        # rocksdict raises a plain Exception carrying RocksDB's IOError text; EMFILE is the one
-        # failure a caller can act on (and the only way to tell it is the system's words).
+        # rocksdict raises a plain Exception carrying RocksDB's IOError text: the system's words
+        # are the only way to tell the failures a caller can act on (EMFILE, ENOSPC).
         if "Too many open files" in str(error):
             raise OutOfDescriptors(path, reason=str(error)) from error
+        if "No space left on device" in str(error) or "Disk quota exceeded" in str(error):
+            raise DiskFull(
+                path, "the store could not be opened: free space or add disk", reason=str(error)
+            ) from error
         raise
 
 
