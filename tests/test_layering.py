@@ -51,6 +51,9 @@ MAY_IMPORT: dict[str, set[str]] = {
         "security",
     },
     "control": {"broker", "cluster", "sites", "errors", "wire", "_proto"},
+    # the Kafka front: like the api's fronts it translates and calls the control; the broker's
+    # face gives it the record types it appends and reads
+    "kafka": {"broker", "errors"},
     "broker": {"log", "store", "durable", "errors", "wire"},
     # security: the TLS a sender calls other sites with (this server's own certificate)
     "sites": {"broker", "durable", "errors", "wire", "_proto", "security"},

@@ -1,0 +1,8 @@
+"""The Kafka front: a listener that speaks the Kafka wire protocol over tidelog's streams.
+
+A Kafka topic is a tidelog stream, a partition a partition, an offset an offset; committed group
+offsets are tidelog cursors. The front translates only: every request passes the same guard as
+the gRPC services (identity from the connection, the ACL by operation and resource) and is served
+through the control seam, so it never asks whether the server is one broker or a cluster
+(``docs/kafka.md``).
+"""
