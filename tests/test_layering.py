@@ -49,11 +49,12 @@ MAY_IMPORT: dict[str, set[str]] = {
         "wire",
         "_proto",
         "security",
+        "kafka",
     },
     "control": {"broker", "cluster", "sites", "errors", "wire", "_proto"},
     # the Kafka front: like the api's fronts it translates and calls the control; the broker's
     # face gives it the record types it appends and reads
-    "kafka": {"broker", "errors"},
+    "kafka": {"access", "control", "broker", "errors", "security"},
     "broker": {"log", "store", "durable", "errors", "wire"},
     # security: the TLS a sender calls other sites with (this server's own certificate)
     "sites": {"broker", "durable", "errors", "wire", "_proto", "security"},

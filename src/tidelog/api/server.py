@@ -36,6 +36,7 @@ from tidelog.api.v1 import TidelogService
 from tidelog.broker import Broker
 from tidelog.cluster import ClusterNode, ClusterSettings
 from tidelog.control import Advertised, ClusterControl, ClusterSite, Control, SingleBroker, SiteHost
+from tidelog.kafka import KafkaConfig, KafkaListener
 from tidelog.security import ClientTls
 from tidelog.sites import QUEUE_SEGMENT_BYTES, LocalSite, QueueRetention, StreamSource
 from tidelog.wire import MAX_FRAME
@@ -102,6 +103,10 @@ class Server:
         self.cluster: ClusterNode | None = None
         """This broker's part in a cluster, when ``cluster`` is set."""
         self._health_servicer = health.HealthServicer()
+        self.kafka: KafkaListener | None = None
+        """The Kafka protocol listener, when ``kafka_port`` is set (``tidelog.kafka``)."""
+        self.kafka_port = 0
+        self._control: Control | None = None
 
     async def start(self) -> None:
         """Bind the ports, start the broker, serve. On failure nothing is left running: the
@@ -211,6 +216,8 @@ class Server:
                 await asyncio.to_thread(self.http.start, address)
             if self.console_http is not None:
                 await asyncio.to_thread(self.console_http.start, address)
+            if settings.kafka_port:
+                await self._start_kafka()
         except BaseException:
             # grpc keeps a bound port listening until the server has run: start it (still
             # without the broker's services if they were never added) and stop it at once.
@@ -220,6 +227,9 @@ class Server:
             if self.sites is not None:
                 with contextlib.suppress(Exception):
                     await self.sites.close()
+            if self.kafka is not None:
+                with contextlib.suppress(Exception):
+                    await self.kafka.stop()
             if self.cluster is not None:
                 with contextlib.suppress(Exception):
                     await self.cluster.close()
@@ -251,6 +261,36 @@ class Server:
         if self.console_port:
             LOG.info("web console on %s://%s:%d/", scheme, settings.host, self.console_port)
 
+    async def _start_kafka(self) -> None:
+        settings = self.settings
+        assert self._control is not None
+        tls = self.security.tls
+        self.kafka = KafkaListener(
+            self._control,
+            KafkaConfig(
+                host=settings.host,
+                port=settings.kafka_port,
+                advertised_host=settings.kafka_advertised_host
+                or settings.advertised_host
+                or _connectable(settings.host).strip("[]"),
+                advertised_port=settings.kafka_advertised_port,
+                message_max_bytes=settings.kafka_message_max_bytes,
+                request_max_bytes=settings.kafka_request_max_bytes,
+                auto_create_topics=settings.kafka_auto_create_topics,
+                default_partitions=settings.kafka_default_partitions,
+                cluster_id=settings.cluster_name if settings.cluster else "tidelog",
+            ),
+            self.security.door,
+            tls=tls.ssl_context() if tls is not None else None,
+        )
+        self.kafka_port = await self.kafka.start()
+        LOG.info(
+            "kafka protocol on %s:%d%s",
+            settings.host,
+            self.kafka_port,
+            " with TLS" if tls is not None else "",
+        )
+
     def _close_http(self) -> None:
         self.http.close()
         if self.console_http is not None:
@@ -269,6 +309,7 @@ class Server:
             if self.cluster is None
             else ClusterControl(self.broker, self.cluster, self.sites)
         )
+        self._control = control
         # Every method registered through the guard (guard.py): access, then the error table.
         registry: Any = GuardedRegistry(server, door=self.security.door)
         inflight = InFlight(
@@ -304,6 +345,8 @@ class Server:
             # Leave first: the lease is revoked, so other brokers lead at once, while this one
             # ends its subscriptions (their clients then find the new leaders).
             await self.cluster.close()
+        if self.kafka is not None:
+            await self.kafka.stop()
         self.broker.drain()
         if self.sites is not None and self.cluster is None:
             await self.sites.close()

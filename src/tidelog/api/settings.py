@@ -59,6 +59,7 @@ from tidelog.broker import (
     LogConfig,
 )
 from tidelog.cluster import DEFAULT_ACK_TIMEOUT_S, DEFAULT_LEASE_TTL_S, DEFAULT_REPLICA_LAG_MAX_S
+from tidelog.kafka import DEFAULT_KAFKA_MESSAGE_MAX_BYTES, DEFAULT_REQUEST_MAX_BYTES
 from tidelog.wire import DEFAULT_HOST, DEFAULT_PORT
 
 ENV_PREFIX = "TIDELOG_"
@@ -223,6 +224,37 @@ class ServerSettings(BaseSettings):
         description="the names the console is served under ('name' on the console's port, or "
         "'name:port'); a request for any other Host is refused (DNS rebinding). Default: "
         "localhost, 127.0.0.1, [::1] and host",
+    )
+    kafka_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="port of the Kafka protocol listener on host (0: off; docs/kafka.md)",
+    )
+    kafka_advertised_host: str = Field(
+        "", description="host Kafka clients are told in Metadata (default: advertised_host or host)"
+    )
+    kafka_advertised_port: int = Field(
+        0, ge=0, le=65535, description="port Kafka clients are told (default: the Kafka port)"
+    )
+    kafka_message_max_bytes: int = Field(
+        DEFAULT_KAFKA_MESSAGE_MAX_BYTES,
+        ge=1024,
+        description="largest record batch a Kafka produce may carry (Kafka's message.max.bytes)",
+    )
+    kafka_request_max_bytes: int = Field(
+        DEFAULT_REQUEST_MAX_BYTES,
+        ge=1 << 16,
+        description="largest Kafka request frame; a larger one closes the connection "
+        "(Kafka's socket.request.max.bytes)",
+    )
+    kafka_auto_create_topics: bool = Field(
+        True,
+        description="create a topic a Kafka producer names (Kafka's auto.create.topics.enable); "
+        "the caller needs the create grant",
+    )
+    kafka_default_partitions: int = Field(
+        1, ge=1, description="partitions of a topic the Kafka front creates by itself"
     )
     flush_policy: FlushPolicy = Field(DEFAULT_FLUSH_POLICY, description="always|interval|never")
     flush_interval_s: float = Field(DEFAULT_FLUSH_INTERVAL_S, gt=0)

@@ -89,6 +89,16 @@ def serve(
     metrics_port: Annotated[
         str | None, typer.Option(metavar="<int>", help="/metrics port [9293]; 0: off")
     ] = None,
+    kafka_port: Annotated[
+        str | None,
+        typer.Option(metavar="<int>", help="Kafka protocol port [0: off]; 0 keeps it off"),
+    ] = None,
+    kafka_advertised_host: Annotated[
+        str | None, typer.Option(help="host Kafka clients are told in Metadata")
+    ] = None,
+    kafka_advertised_port: Annotated[
+        str | None, typer.Option(metavar="<int>", help="port Kafka clients are told in Metadata")
+    ] = None,
     site_id: Annotated[
         str | None,
         typer.Option(help="this site's id for multi-site replication (default: none, sites off)"),
@@ -191,6 +201,9 @@ def serve(
             advertised_host=advertised_host,
             advertised_port=advertised_port,
             metrics_port=metrics_port,
+            kafka_port=kafka_port,
+            kafka_advertised_host=kafka_advertised_host,
+            kafka_advertised_port=kafka_advertised_port,
             site_id=site_id,
             cluster=cluster,
             broker_id=broker_id,

@@ -154,6 +154,13 @@ class Control(Protocol):
         """This broker's replica of the partition (``StreamNotFound``/``PartitionNotFound``)."""
         ...
 
+    def readable(self, stream: str, number: int) -> Partition:
+        """This broker's replica of the partition for a front that reads its log itself (the
+        Kafka front's Fetch and ListOffsets): ``NotLeader`` unless this broker leads it, and
+        opened if it was paused (a read resumes a paused partition, as a resuming subscribe
+        does)."""
+        ...
+
     def subject_targets(self, subject: str) -> list[Partition]:
         """The partitions here that a publish to ``subject`` goes to."""
         ...

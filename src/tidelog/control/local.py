@@ -76,6 +76,14 @@ class LocalControl:
     def partition(self, stream: str, number: int) -> Partition:
         return self.broker.partition(stream, number)
 
+    def readable(self, stream: str, number: int) -> Partition:
+        partition = self.broker.partition(stream, number)
+        if partition.role is not None:
+            partition.role.check_read(False)
+        if partition.paused:
+            self.broker.resume(partition)
+        return partition
+
     def subject_targets(self, subject: str) -> list[Partition]:
         return self.broker.subject_targets(subject)
 

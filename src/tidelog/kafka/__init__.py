@@ -6,3 +6,19 @@ the gRPC services (identity from the connection, the ACL by operation and resour
 through the control seam, so it never asks whether the server is one broker or a cluster
 (``docs/kafka.md``).
 """
+
+from tidelog.kafka.serving import KafkaListener
+from tidelog.kafka.session import (
+    DEFAULT_KAFKA_MESSAGE_MAX_BYTES,
+    DEFAULT_REQUEST_MAX_BYTES,
+    Gate,
+    KafkaConfig,
+)
+
+__all__ = [
+    "DEFAULT_KAFKA_MESSAGE_MAX_BYTES",
+    "DEFAULT_REQUEST_MAX_BYTES",
+    "Gate",
+    "KafkaConfig",
+    "KafkaListener",
+]

@@ -1,0 +1,171 @@
+"""``Fetch``: committed records from each partition asked for, waiting up to ``max_wait_ms``
+until at least ``min_bytes`` are there.
+
+Records are read from the partition's log (committed records only: below the high watermark,
+which in a cluster the in-sync replicas hold) and sent as one uncompressed RecordBatch per
+partition, built from the stored records (``convert.py``); offsets are the log's, so a compacted
+or trimmed log's gaps show as gaps in the batch's offset deltas.
+
+Theory of the wait. Before reading, the fetch takes each partition's commit signal (a future the
+next commit resolves); if what it read is below ``min_bytes`` and time remains, it awaits any of
+them, then reads again. A commit between the read and the wait resolves a future already held, so
+no wake-up is lost, and an idle fetch costs nothing until data arrives or its time is up.
+
+Budgets: each partition gives at most ``partition_max_bytes`` and the response at most
+``max_bytes``, except that the first record of the first partition with data is sent whole even
+when larger (KIP-74), so a consumer is never stuck behind one large record.
+
+Fetch sessions (KIP-227) are not kept: every answer says ``session_id`` 0, which tells a client
+that asked for one that none was made, so its next fetch names every partition again.
+``isolation_level`` read-committed reads the same records (tidelog has no transactions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from tidelog.access import Kind, Operation
+from tidelog.broker import Partition
+from tidelog.errors import TidelogError
+from tidelog.kafka.convert import to_kafka
+from tidelog.kafka.offsets import earliest, latest
+from tidelog.kafka.protocol import Request, answer, nested
+from tidelog.kafka.session import Session
+from tidelog.kafka.status import code_of
+
+MAX_RECORDS_PER_READ: Final = 100_000
+
+
+class _Wanted:
+    """One partition of the request, and what has been read of it so far."""
+
+    __slots__ = (
+        "allowed",
+        "error",
+        "index",
+        "max_bytes",
+        "offset",
+        "partition",
+        "records",
+        "topic",
+    )
+
+    def __init__(self, topic: str, index: int, offset: int, max_bytes: int, allowed: bool):
+        self.topic = topic
+        self.index = index
+        self.offset = offset
+        self.max_bytes = max_bytes
+        self.allowed = allowed
+        self.error = ErrorCode.none if allowed else ErrorCode.topic_authorization_failed
+        self.partition: Partition | None = None
+        self.records = b""
+
+
+def _open(session: Session, wanted: _Wanted) -> None:
+    if wanted.error is not ErrorCode.none or wanted.partition is not None:
+        return
+    try:
+        partition = session.control.readable(wanted.topic, wanted.index)
+        if not earliest(partition) <= wanted.offset <= latest(partition):
+            wanted.error = ErrorCode.offset_out_of_range
+            return
+        wanted.partition = partition
+    except TidelogError as failure:
+        wanted.error = code_of(failure)[0]
+
+
+def _read(wanted: _Wanted, budget: int, whole_first: bool) -> int:
+    """Read what the partition holds from the wanted offset, within ``budget`` bytes; the
+    bytes read."""
+    partition = wanted.partition
+    if partition is None or wanted.records or wanted.offset > partition.high_watermark:
+        return 0
+    limit = min(wanted.max_bytes, budget)
+    if limit <= 0 and not whole_first:
+        return 0
+    try:
+        reader = partition.log.forward_reader(wanted.offset)
+        parts = []
+        got = 0
+        while got < limit or (not parts and whole_first):
+            batch = reader.read(MAX_RECORDS_PER_READ, max(limit - got, 1))
+            if not batch:
+                break
+            parts.append(to_kafka(batch))
+            got += batch.byte_size
+        wanted.records = b"".join(parts)
+    except TidelogError as failure:
+        wanted.error = code_of(failure)[0]
+        return 0
+    return len(wanted.records)
+
+
+async def handle(session: Session, request: Request) -> Any:
+    body = request.body
+    wanted: list[_Wanted] = []
+    for topic in body.topics:
+        allowed = session.allowed(Operation.SUBSCRIBE, Kind.STREAM, topic.topic)
+        for p in topic.partitions:
+            wanted.append(
+                _Wanted(topic.topic, p.partition, p.fetch_offset, p.partition_max_bytes, allowed)
+            )
+    max_bytes = getattr(body, "max_bytes", 0x7FFFFFFF)
+    wait_s = min(max(body.max_wait.total_seconds(), 0.0), session.config.fetch_max_wait_s)
+    deadline = time.monotonic() + wait_s
+    total = 0
+    while True:
+        for w in wanted:
+            _open(session, w)
+        signals = [w.partition.signal.current() for w in wanted if w.partition is not None]
+        for w in wanted:
+            total += _read(w, max_bytes - total, whole_first=total == 0)
+        remaining = deadline - time.monotonic()
+        if total >= body.min_bytes or remaining <= 0 or not signals or session.control.draining:
+            break
+        if any(w.error is not ErrorCode.none for w in wanted):
+            break
+        await asyncio.wait(signals, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+    return _answer(request, wanted)
+
+
+def _answer(request: Request, wanted: list[_Wanted]) -> Any:
+    by_topic: dict[str, list[Any]] = {}
+    for w in wanted:
+        partition = w.partition
+        high = latest(partition) if partition is not None else -1
+        start = -1
+        if partition is not None:
+            try:
+                start = earliest(partition)
+            except TidelogError:
+                start = -1
+        by_topic.setdefault(w.topic, []).append(
+            nested(
+                request,
+                "PartitionData",
+                partition_index=w.index,
+                error_code=w.error,
+                high_watermark=high,
+                last_stable_offset=high,
+                log_start_offset=start,
+                aborted_transactions=None,
+                preferred_read_replica=-1,
+                records=w.records,
+            )
+        )
+    topics = tuple(
+        nested(request, "FetchableTopicResponse", topic=name, partitions=tuple(parts))
+        for name, parts in by_topic.items()
+    )
+    return answer(
+        request,
+        throttle_time=timedelta(0),
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=topics,
+    )

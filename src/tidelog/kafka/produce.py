@@ -1,0 +1,188 @@
+"""``Produce``: record batches appended to partitions, with Kafka's idempotence.
+
+Each partition's ``records`` is parsed and checked whole (CRC, codec, sizes: ``records.py``)
+before anything is appended, so a bad batch leaves nothing half-written; its records become
+tidelog records (``convert.py``) and are appended as one atomic batch. ``acks`` 1 answers once
+the leader holds the batch, ``acks`` -1 (all) once it is durable: on disk, and in a cluster held
+by the in-sync replicas (tidelog's ack ALL); ``acks`` 0 gets no answer at all, as in Kafka.
+
+Idempotence. A batch with a producer id (>= 0) is appended through the partition's producer table
+(``tidelog.broker.producers``) under the tidelog producer id ``kafka:<id>``, bound to the caller's
+principal, with the tidelog sequence ``epoch << 31 | base sequence``: a retry of the batch stored
+last is answered with its offsets, an older epoch's batch is fenced. Kafka also requires each batch
+to follow the previous one exactly (its base sequence is the previous batch's last plus one) so a
+retried batch that failed while a later one succeeded is refused rather than taken as a duplicate
+and lost; this front checks that before appending (:func:`sequence_error`), as Kafka's
+``ProducerStateManager`` does:
+
+=========================================  ==========================================
+the batch, against the producer's latest    answer
+=========================================  ==========================================
+unknown producer, base sequence 0           appended
+unknown producer, base sequence > 0         UNKNOWN_PRODUCER_ID (state lost to retention)
+older epoch                                 INVALID_PRODUCER_EPOCH
+newer epoch, base sequence 0                appended
+newer epoch, base sequence > 0              OUT_OF_ORDER_SEQUENCE_NUMBER
+same epoch, the latest batch's sequence     its offsets (a retry)
+same epoch, below it                        DUPLICATE_SEQUENCE_NUMBER
+same epoch, the next sequence               appended
+same epoch, past the next                   OUT_OF_ORDER_SEQUENCE_NUMBER
+=========================================  ==========================================
+
+Requests of one connection are served in order (``serving.py``), so a producer's pipelined
+batches to a partition reach this check in the order it sent them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from tidelog.access import Kind, Operation
+from tidelog.errors import TidelogError
+from tidelog.kafka.convert import to_tidelog
+from tidelog.kafka.errors import KafkaError
+from tidelog.kafka.offsets import earliest
+from tidelog.kafka.protocol import Request, answer, nested
+from tidelog.kafka.records import KafkaBatch, parse_batches
+from tidelog.kafka.session import Session
+from tidelog.kafka.status import code_of
+
+EPOCH_SHIFT: Final = 31
+SEQUENCE_MASK: Final = (1 << EPOCH_SHIFT) - 1
+ACKS_NONE: Final = 0
+ACKS_ALL: Final = -1
+
+
+def producer_name(producer_id: int) -> str:
+    return f"kafka:{producer_id}"
+
+
+def sequence_error(
+    stored: tuple[int, int] | None, epoch: int, base_sequence: int
+) -> ErrorCode | None:
+    """The refusal of a batch (module docstring's table), or None to append it (or answer it as
+    the retry of the latest). ``stored``: the producer's latest (tidelog sequence, count)."""
+    if stored is None:
+        return None if base_sequence == 0 else ErrorCode.unknown_producer_id
+    sequence, count = stored
+    stored_epoch, stored_base = sequence >> EPOCH_SHIFT, sequence & SEQUENCE_MASK
+    if epoch < stored_epoch:
+        return ErrorCode.invalid_producer_epoch
+    if epoch > stored_epoch:
+        return None if base_sequence == 0 else ErrorCode.out_of_order_sequence_number
+    if base_sequence == stored_base or base_sequence == stored_base + count:
+        return None
+    if base_sequence < stored_base:
+        return ErrorCode.duplicate_sequence_number
+    return ErrorCode.out_of_order_sequence_number
+
+
+class _Refused(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+async def _append(session: Session, topic: str, index: int, batch: KafkaBatch, acks: int) -> int:
+    """Append one Kafka batch; its first offset (-1 for a duplicate older than the latest)."""
+    if batch.is_transactional or batch.is_control:
+        raise _Refused(
+            ErrorCode.invalid_request,
+            "transactional producing is not supported by tidelog's Kafka front (docs/kafka.md)",
+        )
+    control = session.control
+    records = to_tidelog(batch)
+    durable = acks == ACKS_ALL
+    if batch.producer_id < 0:
+        published = await control.publish(topic, index, records, durable=durable)
+        return published.offsets.start
+    name = producer_name(batch.producer_id)
+    if not 0 <= batch.producer_epoch <= 0x7FFF or batch.base_sequence < 0:
+        raise _Refused(ErrorCode.invalid_record, "a negative producer epoch or sequence")
+    table = control.partition(topic, index).producers
+    latest = table.get(name) if table is not None else None
+    stored = None if latest is None else (latest.sequence, latest.count)
+    refusal = sequence_error(stored, batch.producer_epoch, batch.base_sequence)
+    if refusal is not None:
+        raise _Refused(
+            refusal,
+            f"producer {batch.producer_id} epoch {batch.producer_epoch}: batch sequence "
+            f"{batch.base_sequence} does not follow the stored one",
+        )
+    published = await control.publish_idempotent(
+        topic,
+        index,
+        records,
+        name,
+        batch.producer_epoch << EPOCH_SHIFT | batch.base_sequence,
+        durable=durable,
+        owner=session.identity,
+    )
+    return published.offsets.start if published.offsets else -1
+
+
+async def _partition(
+    session: Session, topic: str, allowed: bool, data: Any, acks: int, request: Request
+) -> Any:
+    error, message, base_offset, start = ErrorCode.none, None, -1, -1
+    try:
+        if not allowed:
+            raise _Refused(ErrorCode.topic_authorization_failed, f"no publish grant on {topic}")
+        records = data.records or b""
+        if len(records) > session.config.message_max_bytes:
+            raise _Refused(
+                ErrorCode.message_too_large,
+                f"a record batch of {len(records)} bytes (message.max.bytes is "
+                f"{session.config.message_max_bytes}: --kafka-message-max-bytes)",
+            )
+        batches = parse_batches(records, max_bytes=session.config.message_max_bytes)
+        if not batches:
+            raise _Refused(ErrorCode.invalid_record, "no record batch in the request")
+        for batch in batches:
+            first = await _append(session, topic, data.index, batch, acks)
+            if base_offset < 0:
+                base_offset = first
+        start = earliest(session.control.partition(topic, data.index))
+    except _Refused as refused:
+        error, message = refused.code, str(refused)
+    except KafkaError as bad:
+        error, message = ErrorCode(bad.code), str(bad)
+    except TidelogError as failure:
+        error, message = code_of(failure)
+    return nested(
+        request,
+        "PartitionProduceResponse",
+        index=data.index,
+        error_code=error,
+        base_offset=base_offset,
+        log_append_time=None,
+        log_start_offset=start,
+        record_errors=(),
+        error_message=message,
+    )
+
+
+async def handle(session: Session, request: Request) -> Any:
+    body = request.body
+    acks = body.acks
+    topics = []
+    for topic in body.topic_data:
+        allowed = session.allowed(Operation.PUBLISH, Kind.STREAM, topic.name)
+        answers = await asyncio.gather(
+            *(
+                _partition(session, topic.name, allowed, data, acks, request)
+                for data in topic.partition_data
+            )
+        )
+        topics.append(
+            nested(
+                request, "TopicProduceResponse", name=topic.name, partition_responses=tuple(answers)
+            )
+        )
+    if acks == ACKS_NONE:
+        return None
+    return answer(request, responses=tuple(topics), throttle_time=timedelta(0))
