@@ -44,7 +44,7 @@ chromium:
 	       --no-install-recommends chromium chromium-driver; }
 
 serve: install
-	$(BIN)/tidelog serve
+	$(BIN)/tidelog serve --kafka-port 9092
 
 test: install peers java chromium
 	$(BIN)/python -m pytest -q

@@ -1,0 +1,203 @@
+"""The Kafka listener against bad input, from outside: a real ``tidelog serve --kafka-port`` and
+raw frames. Every refusal is an answer the client understands or a closed connection, and the
+listener keeps serving everyone else."""
+
+from __future__ import annotations
+
+import random
+import socket
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsV0
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.list_offsets.v7.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from tests.kafka.kafka_wire import call, connect, decode, frame, receive
+from tests.support.server import ServerProcess, served
+
+from tidelog.process import free_port
+
+
+@pytest.fixture
+def kafka(tmp_path: Path) -> Iterator[tuple[ServerProcess, int]]:
+    port = free_port()
+    with served(tmp_path / "data", "--kafka-port", str(port)) as process:
+        yield process, port
+
+
+def _versions(port: int) -> dict[int, tuple[int, int]]:
+    with connect(port) as sock:
+        body = ApiVersionsRequest(client_software_name="t", client_software_version="1")
+        answer = call(sock, body)
+    assert answer.error_code == ErrorCode.none
+    return {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
+
+
+def test_api_versions_lists_the_served_ranges(kafka: tuple[ServerProcess, int]) -> None:
+    served_apis = _versions(kafka[1])
+    assert served_apis[18] == (0, 3)
+    assert served_apis[0][0] <= 3 <= served_apis[0][1]  # Produce with RecordBatch v2
+    assert served_apis[1][0] <= 4 <= served_apis[1][1]
+    assert 3 in served_apis and 2 in served_apis
+
+
+def test_a_newer_api_versions_gets_the_v0_refusal_and_the_connection_stays(
+    kafka: tuple[ServerProcess, int],
+) -> None:
+    with connect(kafka[1]) as sock:
+        # ApiVersions v9 does not exist: the answer is v0-shaped, UNSUPPORTED_VERSION, with the
+        # ranges, so the client can retry at a version both know (KIP-511).
+        header = struct.pack(">hhih", 18, 9, 7, 1) + b"x" + b"\0" + b"\x02t\x021\x00"
+        sock.sendall(struct.pack(">i", len(header)) + header)
+        data = receive(sock)
+        assert data is not None
+        correlation, answer = decode(18, 0, data)
+        assert correlation == 7
+        assert answer.error_code == ErrorCode.unsupported_version
+        assert any(k.api_key == 0 for k in answer.api_keys)
+        # The same connection goes on.
+        again = call(sock, ApiVersionsV0(), correlation_id=8)
+        assert again.error_code == ErrorCode.none
+
+
+def test_an_api_not_served_is_answered_unsupported_and_the_connection_stays(
+    kafka: tuple[ServerProcess, int],
+) -> None:
+    with connect(kafka[1]) as sock:
+        request = struct.pack(">hhih", 57, 0, 11, 1) + b"x" + b"\0" * 8
+        sock.sendall(struct.pack(">i", len(request)) + request)
+        data = receive(sock)
+        assert data is not None
+        assert struct.unpack(">ih", data) == (11, ErrorCode.unsupported_version.value)
+        assert call(sock, ApiVersionsV0(), correlation_id=12).error_code == ErrorCode.none
+
+
+@pytest.mark.parametrize(
+    "size",
+    [-1, 3, (100 << 20) + 1],
+    ids=["negative", "shorter-than-a-header", "above-request-max"],
+)
+def test_a_frame_of_impossible_size_closes_only_its_connection(
+    kafka: tuple[ServerProcess, int], size: int
+) -> None:
+    with connect(kafka[1]) as sock:
+        sock.sendall(struct.pack(">i", size) + b"\0" * 16)
+        assert receive(sock) is None
+    assert _versions(kafka[1])[18] == (0, 3)
+    assert kafka[0].process is not None and kafka[0].process.poll() is None
+
+
+def test_a_body_that_does_not_decode_closes_its_connection(
+    kafka: tuple[ServerProcess, int],
+) -> None:
+    with connect(kafka[1]) as sock:
+        good = frame(
+            MetadataRequest(
+                topics=None,
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            )
+        )
+        # Cut the body: the header is whole, the topics array claims more than there is.
+        bad = good[4:16] + b"\x7f\xff\xff\xff"
+        sock.sendall(struct.pack(">i", len(bad)) + bad)
+        assert receive(sock) is None
+    assert 18 in _versions(kafka[1])
+
+
+def test_metadata_names_this_broker_and_unknown_topics(kafka: tuple[ServerProcess, int]) -> None:
+    with connect(kafka[1]) as sock:
+        answer = call(
+            sock,
+            MetadataRequest(
+                topics=(MetadataRequestTopic(topic_id=None, name="absent"),),
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            ),
+        )
+    assert [(b.host, b.port) for b in answer.brokers] == [("127.0.0.1", kafka[1])]
+    assert answer.controller_id == answer.brokers[0].node_id
+    (topic,) = answer.topics
+    assert topic.error_code == ErrorCode.unknown_topic_or_partition
+
+
+def test_metadata_creates_a_topic_a_producer_names(kafka: tuple[ServerProcess, int]) -> None:
+    with connect(kafka[1]) as sock:
+        answer = call(
+            sock,
+            MetadataRequest(
+                topics=(MetadataRequestTopic(topic_id=None, name="made"),),
+                allow_auto_topic_creation=True,
+                include_topic_authorized_operations=False,
+            ),
+        )
+        (topic,) = answer.topics
+        assert topic.error_code == ErrorCode.none
+        assert [p.partition_index for p in topic.partitions] == [0]
+        assert topic.partitions[0].leader_id == answer.brokers[0].node_id
+        offsets = call(
+            sock,
+            ListOffsetsRequest(
+                replica_id=-1,
+                isolation_level=0,
+                topics=(
+                    ListOffsetsTopic(
+                        name="made",
+                        partitions=(
+                            ListOffsetsPartition(
+                                partition_index=0, current_leader_epoch=-1, timestamp=-2
+                            ),
+                            ListOffsetsPartition(
+                                partition_index=9, current_leader_epoch=-1, timestamp=-1
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+            correlation_id=2,
+        )
+    first, missing = offsets.topics[0].partitions
+    assert (first.error_code, first.offset) == (ErrorCode.none, 0)
+    assert missing.error_code == ErrorCode.unknown_topic_or_partition
+
+
+def test_random_frames_never_stop_the_listener(kafka: tuple[ServerProcess, int]) -> None:
+    """A bounded fuzz: frames with served and unserved api keys, random versions and random
+    bodies, on fresh and reused connections. Each is answered or its connection closed; the
+    server stays up and answers a well-formed request afterwards."""
+    rng = random.Random(2026)
+    port = kafka[1]
+    keys = [0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 22, 32, 36, 37, 57, 99, -1]
+    sock: socket.socket | None = None
+    closed = answered = 0
+    for i in range(400):
+        if sock is None:
+            sock = connect(port, timeout=2)
+        body = rng.randbytes(rng.choice([0, 1, 7, 30, 200, 2000]))
+        head = struct.pack(">hhi", rng.choice(keys), rng.randint(-1, 15), i)
+        data = head + body
+        sock.sendall(struct.pack(">i", len(data)) + data)
+        try:
+            answer = receive(sock)
+        except TimeoutError:
+            answer = None  # e.g. a produce with acks=0 says nothing: move on
+        if answer is None:
+            closed += 1
+            sock.close()
+            sock = None
+        else:
+            answered += 1
+            assert struct.unpack_from(">i", answer)[0] == i
+    if sock is not None:
+        sock.close()
+    assert closed and answered
+    assert kafka[0].process is not None and kafka[0].process.poll() is None
+    assert _versions(port)[18] == (0, 3)
