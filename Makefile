@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PEERS_STAMP := $(VENV)/.peers-installed
 
-.PHONY: install peers chromium serve test demo sites cluster demo-broker bench bench-e2e bench-peers bench-cursors bench-windows bench-spark bench-isolation bench-browse bench-cluster bench-cluster-idle bench-replication java lint proto clean
+.PHONY: install peers chromium kcat maven kafka-java kafka-dist spark-kafka serve test demo sites cluster demo-broker bench bench-e2e bench-peers bench-cursors bench-windows bench-spark bench-isolation bench-browse bench-cluster bench-cluster-idle bench-replication java lint proto clean
 
 install: $(STAMP)
 
@@ -43,10 +43,52 @@ chromium:
 	  || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
 	       --no-install-recommends chromium chromium-driver; }
 
+# Kafka's command-line client (Debian's kcat, on librdkafka), one of the real clients the Kafka
+# listener's compatibility tests drive (tests/support/kafka_clients.py).
+kcat:
+	command -v kcat >/dev/null \
+	  || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	       --no-install-recommends kcat; }
+
+# Maven and a JDK (javac), to build the Java test client and fetch Apache Kafka and Spark's Kafka
+# source from Maven Central; Maven keeps what it fetched in ~/.m2, so later builds are offline.
+maven:
+	{ command -v mvn && command -v javac; } >/dev/null \
+	  || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	       --no-install-recommends maven openjdk-17-jdk-headless; }
+
+# Everything Kafka-related that is fetched or built lives under build/kafka/ (gitignored; see
+# docs/kafka.md, "Test clients and Apache Kafka beside tidelog").
+KAFKA_BUILD := build/kafka
+KAFKA_JAVA_JAR := $(KAFKA_BUILD)/java/kafka-tool-jar-with-dependencies.jar
+
+# Apache Kafka's own Java client (kafka-clients) as a command-line program: tests/kafka/java.
+kafka-java: $(KAFKA_JAVA_JAR)
+
+$(KAFKA_JAVA_JAR): tests/kafka/java/pom.xml $(shell find tests/kafka/java/src -name '*.java') | maven
+	mvn -B -q -Dstyle.color=never -f tests/kafka/java/pom.xml package
+	touch $@
+
+# Apache Kafka 4.x itself (the broker's jars and their dependencies), for the Kafka tooling's
+# self-tests and the benchmarks; versions in tests/support/kafka_dist.py.
+kafka-dist: $(KAFKA_BUILD)/.broker.stamp
+
+$(KAFKA_BUILD)/.broker.stamp: tests/support/kafka_dist.py | maven
+	$(PYTHON) scripts/kafka_dist.py broker
+	touch $@
+
+# Spark's own Kafka source (spark-sql-kafka-0-10) for the project's PySpark, named in spark.jars
+# by tests/spark/conftest.py.
+spark-kafka: $(KAFKA_BUILD)/.spark-kafka.stamp
+
+$(KAFKA_BUILD)/.spark-kafka.stamp: tests/support/kafka_dist.py | maven
+	$(PYTHON) scripts/kafka_dist.py spark-kafka
+	touch $@
+
 serve: install
 	$(BIN)/tidelog serve --kafka-port 9092
 
-test: install peers java chromium
+test: install peers java chromium kcat kafka-java kafka-dist spark-kafka
 	$(BIN)/python -m pytest -q
 
 demo: install java

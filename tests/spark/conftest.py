@@ -6,6 +6,7 @@ Spark tests are marked ``spark`` and skipped only when no ``java`` is on PATH.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.kafka_dist import BundleMissing, spark_kafka_jars
 from tests.support.server import ServerProcess
 
 from tidelog.client import Client
@@ -71,6 +73,10 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse")),
         "spark.sql.session.timeZone": "UTC",
     }
+    # Spark's own Kafka source (test_spark_kafka_source.py), once `make spark-kafka` fetched it:
+    # its jars join the driver's class path; no other test loads a class from them.
+    with contextlib.suppress(BundleMissing):
+        settings["spark.jars"] = ",".join(str(jar) for jar in spark_kafka_jars())
     # The JVM is started by spark_gateway, not by PySpark: PySpark forks this process to start
     # it, which fails once earlier tests left gRPC threads running (see spark_gateway.py).
     with spark_gateway(settings):
