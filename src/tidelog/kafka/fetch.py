@@ -90,7 +90,7 @@ def _read(wanted: _Wanted, budget: int, whole_first: bool) -> int:
         return 0
     try:
         reader = partition.log.forward_reader(wanted.offset)
-        parts = []
+        parts: list[bytes] = []
         got = 0
         while got < limit or (not parts and whole_first):
             batch = reader.read(MAX_RECORDS_PER_READ, max(limit - got, 1))

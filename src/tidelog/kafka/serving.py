@@ -27,7 +27,7 @@ import logging
 import ssl
 import struct
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 from tidelog.control import Control
 from tidelog.errors import Unauthenticated
@@ -47,7 +47,7 @@ def certificate_context(tls: ssl.SSLObject | None) -> Mapping[str, list[bytes]]:
     if tls is None:
         return {}
     context: dict[str, list[bytes]] = {"transport_security_type": [b"ssl"]}
-    cert = tls.getpeercert()
+    cert: Any = tls.getpeercert()  # typeshed's union of value types hides the SAN pairs
     if not cert:
         return context
     sans = [
