@@ -6,8 +6,9 @@ keys and no headers, back to back as one partition's ``records`` of a Produce re
 (``parse_batches``) and mapped to tidelog records (``to_tidelog``). Two shapes: every record the
 same size and timestamp, timestamps that advance one ms per 100 records (both proven by the
 parser's vectorised guess of where records start), and values of 50 to 150 bytes (the guess
-fails: the per-record walk over length varints). Fetch: the records of one batch are appended to a log in a temporary
-directory, read back as one ``MessageBatch`` and turned into a Kafka batch (``to_kafka``).
+fails: the per-record walk over length varints). Fetch: the records of one batch are appended
+to a log in a temporary directory, read back as one ``MessageBatch`` and turned into a Kafka
+batch (``to_kafka``).
 Each figure is the best of ``--rounds`` (the machine is shared and noisy). Prints one JSON object.
 
     python benchmarks/kafka_records.py [--batches 10] [--records 10000] [--size 100] [--rounds 5]

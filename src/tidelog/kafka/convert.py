@@ -1,6 +1,6 @@
 """How a Kafka record is stored as a tidelog record, and read back as one.
 
-The mapping (decided; ``docs/kafka.md``):
+The mapping (decided with the Kafka front, DESIGN item 12):
 
 - key -> key (a null key -> no key; an empty key stays empty), value -> value (a null value ->
   an empty value and a flag);
