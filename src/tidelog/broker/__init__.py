@@ -91,6 +91,7 @@ from tidelog.broker.subscription import (
 
 # What the broker takes and hands out that the log defines: part of the broker's face.
 from tidelog.log import FlushPolicy, LogConfig, MessageBatch, NewRecord
+from tidelog.log.bodies import RecordBodies
 from tidelog.log.config import (
     DEFAULT_FLUSH_INTERVAL_S,
     DEFAULT_FLUSH_POLICY,
@@ -147,6 +148,7 @@ __all__ = [
     "PackedValues",
     "Partition",
     "Published",
+    "RecordBodies",
     "ReplicaRole",
     "StartPosition",
     "StopPosition",

@@ -34,7 +34,7 @@ from tidelog.broker.producers import (
 from tidelog.errors import BrokerClosed, PartitionPaused, PartitionReadonly, StreamDeleted
 from tidelog.log import CommitLog, FlushPolicy, LogConfig, NewRecord, SegmentedLog
 from tidelog.log.filecache import DEFAULT_FILE_CACHE, FileCache
-from tidelog.log.record import HeaderedValues, Int64Array, PackedValues
+from tidelog.log.record import HeaderedValues, Int64Array, LaidOutRecords, PackedValues
 
 
 class ReplicaRole(Protocol):
@@ -134,6 +134,8 @@ class PartitionStats:
 def _payload_bytes(messages: Sequence[bytes | NewRecord]) -> int:
     if isinstance(messages, PackedValues | HeaderedValues):
         return len(messages.blob)
+    if isinstance(messages, LaidOutRecords):
+        return messages.payload_bytes()
     try:
         return sum(map(len, messages))  # type: ignore[arg-type]
     except TypeError:

@@ -70,6 +70,7 @@ import numpy as np
 from tidelog.durable import replace_json
 from tidelog.errors import InvalidArgument, PermissionDenied, echo
 from tidelog.log import CommitLog, MessageBatch, NewRecord
+from tidelog.log.bodies import RecordBodies
 from tidelog.log.record import HeaderedValues, Int64Array, PackedValues, gather_headers
 
 LOG = logging.getLogger("tidelog.broker.producers")
@@ -158,6 +159,9 @@ def check_headers(messages: Sequence[bytes | NewRecord]) -> None:
     a reserved header (``__producer``, ``__owner``) itself."""
     if isinstance(messages, PackedValues):
         return
+    if isinstance(messages, RecordBodies):
+        _check_names(messages.header_names)  # the names of all its records; counts fit a u16
+        return
     if isinstance(messages, HeaderedValues):
         messages = messages[:1]  # one header name for all: checking the first checks all
     for i, m in enumerate(messages):
@@ -187,6 +191,23 @@ def check_headers(messages: Sequence[bytes | NewRecord]) -> None:
                     )
 
 
+def _check_names(names: frozenset[str]) -> None:
+    reserved = next((h for h in RESERVED_HEADERS if h in names), None)
+    if reserved is not None:
+        raise InvalidArgument(
+            f"a message of the batch has a header named {reserved!r}: header names starting '__' "
+            f"are reserved for tidelog. Nothing in the batch was written."
+        )
+    for name in names:
+        size = len(name.encode())
+        if size > MAX_HEADER_NAME_BYTES:
+            raise InvalidArgument(
+                f"a message of the batch has a header name of {size} bytes (UTF-8, starting "
+                f"{echo(name[:40])}); the limit is {MAX_HEADER_NAME_BYTES} bytes. Nothing in the "
+                f"batch was written."
+            )
+
+
 def encode_producer(producer_id: str, sequence: int, count: int) -> bytes:
     return _VALUE.pack(sequence, count) + producer_id.encode()
 
@@ -207,9 +228,11 @@ def decode_producer(value: bytes) -> tuple[str, int, int] | None:
 
 def with_producer_header(
     messages: Sequence[bytes | NewRecord], producer_id: str, sequence: int, owner: str = ""
-) -> list[bytes | NewRecord]:
+) -> Sequence[bytes | NewRecord]:
     """``messages`` with the ``__producer`` header (and ``__owner`` for an identified
     ``owner``) added to the last one."""
+    if isinstance(messages, RecordBodies):
+        return _bodies_with_producer_header(messages, producer_id, sequence, owner)
     items: list[bytes | NewRecord] = (
         list(messages.split())
         if isinstance(messages, PackedValues)
@@ -233,6 +256,23 @@ def with_producer_header(
     headers: Mapping[str, bytes] = {**last.headers, **added}
     items[-1] = NewRecord(last.value, key=last.key, headers=headers)
     return items
+
+
+def _bodies_with_producer_header(
+    messages: RecordBodies, producer_id: str, sequence: int, owner: str
+) -> RecordBodies:
+    """The columnar form of :func:`with_producer_header`: only the last body grows."""
+    added = {PRODUCER_HEADER: encode_producer(producer_id, sequence, len(messages))}
+    if owner:
+        added[OWNER_HEADER] = owner.encode()
+    count = int(messages.hcounts[-1])
+    if count > MAX_HEADERS - len(added):
+        raise InvalidArgument(
+            f"the last message of an idempotent batch has {count} headers; the limit is "
+            f"{MAX_HEADERS - len(added)} there, to leave room for the header(s) the broker adds. "
+            f"Nothing in the batch was written."
+        )
+    return messages.with_headers_on_last(added)
 
 
 MAX_UNDO: Final = 10_000

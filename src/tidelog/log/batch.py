@@ -13,7 +13,14 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from tidelog.log.record import HEADER_SIZE, NO_HEADERS, Int64Array, Record, decode_headers
+from tidelog.log.record import (
+    HEADER_SIZE,
+    NO_HEADERS,
+    Int64Array,
+    Record,
+    decode_headers,
+    header_prefix,
+)
 
 _EMPTY_I64: Final[Int64Array] = np.empty(0, dtype=np.int64)
 
@@ -140,6 +147,33 @@ class MessageBatch:
             decode_headers(view[a:b], c) if c else NO_HEADERS
             for a, b, c in zip(starts, ends, counts, strict=True)
         ]
+
+    def first_header(
+        self, name: str, width: int
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint8]]:
+        """Which records' first header is named ``name`` with a value of exactly ``width``
+        bytes (a mask in delivery order), and those values as the rows of an ``(n, width)``
+        array (rows of the other records are zeros). Read for all records at once, without
+        decoding any header: a front that keeps a fixed-width header first reads it in bulk."""
+        n = len(self)
+        values = np.zeros((n, width), dtype=np.uint8)
+        mask = np.zeros(n, dtype=np.bool_)
+        if self._header is None:
+            return mask, values
+        prefix = np.frombuffer(header_prefix(name, width), dtype=np.uint8)
+        span = len(prefix) + width
+        starts = self._starts() + self._header["vallen"]
+        ends = self.positions + self.sizes
+        rows = np.flatnonzero((self._header["hcount"] > 0) & (starts + span <= ends))
+        if not len(rows):
+            return mask, values
+        raw = np.frombuffer(self.data, dtype=np.uint8)
+        window = raw[starts[rows][:, None] + np.arange(span, dtype=np.int64)]
+        match = (window[:, : len(prefix)] == prefix).all(axis=1)
+        found = rows[match]
+        mask[found] = True
+        values[found] = window[match, len(prefix) :]
+        return mask, values
 
     def headers(self) -> list[Mapping[str, bytes]]:
         """Each record's headers in their stored order (an empty mapping where it has none)."""

@@ -25,6 +25,7 @@ when decoding, one slice per field that is asked for.
 from __future__ import annotations
 
 import struct
+from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -101,12 +102,19 @@ class EncodedBatch:
     timestamp: int
 
 
-def _encode_headers(headers: Mapping[str, bytes]) -> bytes:
+def encode_headers(headers: Mapping[str, bytes]) -> bytes:
+    """Headers as a record stores them after its value (the module docstring's byte table)."""
     parts: list[bytes] = []
     for name, value in headers.items():
         raw = name.encode()
         parts += (_NAME_LEN.pack(len(raw)), raw, _VALUE_LEN.pack(len(value)), value)
     return b"".join(parts)
+
+
+def header_prefix(name: str, value_length: int) -> bytes:
+    """The stored bytes of a header named ``name`` before its value of ``value_length`` bytes."""
+    raw = name.encode()
+    return _NAME_LEN.pack(len(raw)) + raw + _VALUE_LEN.pack(value_length)
 
 
 class PackedValues(Sequence[bytes]):
@@ -234,6 +242,22 @@ class HeaderedValues(Sequence[NewRecord]):
         return PackedValues(b"".join(parts), body_sizes)
 
 
+class LaidOutRecords(Sequence[NewRecord]):
+    """Records that come with their bodies laid out already (``bodies.RecordBodies``): the
+    encoder takes the columns as they are, with no object per record."""
+
+    __slots__ = ()
+
+    @abstractmethod
+    def laid_out(self) -> tuple[PackedValues, Int64Array, Int64Array, Int64Array]:
+        """(the bodies back to back with their sizes, value lengths, key lengths (-1: no key),
+        header counts)."""
+
+    @abstractmethod
+    def payload_bytes(self) -> int:
+        """The bytes of the values (what a publish counts as its payload)."""
+
+
 def _bodies(
     messages: Sequence[bytes | NewRecord],
 ) -> tuple[Sequence[bytes], Int64Array, Int64Array | int, Int64Array | int]:
@@ -245,6 +269,8 @@ def _bodies(
         return messages, messages.sizes.astype(np.int64), -1, 0
     if isinstance(messages, HeaderedValues):
         return messages.bodies(), messages.sizes.astype(np.int64), -1, 1
+    if isinstance(messages, LaidOutRecords):
+        return messages.laid_out()
     n = len(messages)
     try:
         vallens = np.fromiter(map(len, cast(Sequence[bytes], messages)), dtype=np.int64, count=n)
@@ -255,7 +281,7 @@ def _bodies(
             return messages, vallens, -1, 0  # type: ignore[return-value]
     msgs = [_as_message(m, i) for i, m in enumerate(messages)]
     keys = [m.key for m in msgs]
-    blobs = [_encode_headers(m.headers) if m.headers else b"" for m in msgs]
+    blobs = [encode_headers(m.headers) if m.headers else b"" for m in msgs]
     bodies = [
         b"".join((k or b"", m.value, h)) if k or h else m.value
         for k, m, h in zip(keys, msgs, blobs, strict=True)
