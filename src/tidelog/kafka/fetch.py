@@ -96,7 +96,7 @@ def _read(wanted: _Wanted, budget: int, whole_first: bool) -> int:
             batch = reader.read(MAX_RECORDS_PER_READ, max(limit - got, 1))
             if not batch:
                 break
-            parts.append(to_kafka(batch))
+            parts.append(to_kafka(batch, log_append_time=False))
             got += batch.byte_size
         wanted.records = b"".join(parts)
     except TidelogError as failure:
