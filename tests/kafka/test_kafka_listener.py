@@ -8,21 +8,27 @@ import random
 import socket
 import struct
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsV0
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.list_offsets.v7.request import (
     ListOffsetsPartition,
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from tests.kafka.kafka_wire import call, connect, decode, frame, receive
 from tests.support.server import ServerProcess, served
 
+from tidelog.kafka.compression import Codec
+from tidelog.kafka.records import build_batch
 from tidelog.process import free_port
 
 
@@ -201,3 +207,162 @@ def test_random_frames_never_stop_the_listener(kafka: tuple[ServerProcess, int])
     assert closed and answered
     assert kafka[0].process is not None and kafka[0].process.poll() is None
     assert _versions(port)[18] == (0, 3)
+
+
+def _batch(count: int, codec: Codec = Codec.NONE) -> bytes:
+    values = b"".join(b"value-%03d" % i for i in range(count))
+    return build_batch(
+        offsets=np.arange(count, dtype=np.int64),
+        timestamps=np.full(count, 1_700_000_000_000, dtype=np.int64),
+        values=(
+            values,
+            np.arange(count, dtype=np.int64) * 9,
+            np.full(count, 9, dtype=np.int64),
+        ),
+        codec=codec,
+    )
+
+
+def _produce(topic: str, records: bytes, acks: int = -1) -> ProduceRequest:
+    return ProduceRequest(
+        transactional_id=None,
+        acks=acks,
+        timeout=timedelta(seconds=5),
+        topic_data=(
+            TopicProduceData(
+                name=topic, partition_data=(PartitionProduceData(index=0, records=records),)
+            ),
+        ),
+    )
+
+
+def _latest(sock: socket.socket, topic: str) -> int:
+    answer = call(
+        sock,
+        ListOffsetsRequest(
+            replica_id=-1,
+            isolation_level=0,
+            topics=(
+                ListOffsetsTopic(
+                    name=topic,
+                    partitions=(
+                        ListOffsetsPartition(
+                            partition_index=0, current_leader_epoch=-1, timestamp=-1
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        correlation_id=99,
+    )
+    return int(answer.topics[0].partitions[0].offset)
+
+
+def _made(sock: socket.socket, topic: str) -> None:
+    made = call(
+        sock,
+        MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=None, name=topic),),
+            allow_auto_topic_creation=True,
+            include_topic_authorized_operations=False,
+        ),
+    )
+    assert made.topics[0].error_code == ErrorCode.none
+
+
+def test_a_corrupt_batch_is_refused_and_nothing_is_written(
+    kafka: tuple[ServerProcess, int],
+) -> None:
+    with connect(kafka[1]) as sock:
+        _made(sock, "crc")
+        good = _batch(5)
+        answer = call(sock, _produce("crc", good))
+        part = answer.responses[0].partition_responses[0]
+        assert (part.error_code, part.base_offset) == (ErrorCode.none, 0)
+        bad = bytearray(_batch(5))
+        bad[-3] ^= 0xFF  # inside the last record: the CRC no longer matches
+        # A good batch and a corrupt one in the same partition's records: neither is written.
+        answer = call(sock, _produce("crc", good + bytes(bad)), correlation_id=2)
+        part = answer.responses[0].partition_responses[0]
+        assert part.error_code == ErrorCode.corrupt_message
+        assert part.error_message
+        assert _latest(sock, "crc") == 5
+
+
+def test_mutated_requests_never_stop_the_listener(kafka: tuple[ServerProcess, int]) -> None:
+    """Well-formed requests of every served kind with bytes changed or cut: each is answered
+    or its connection closed, and afterwards the server appends and reads as before."""
+    rng = random.Random(26)
+    port = kafka[1]
+    with connect(port) as sock:
+        _made(sock, "fz")
+    seeds = [
+        frame(
+            MetadataRequest(
+                topics=(MetadataRequestTopic(topic_id=None, name="fz"),),
+                allow_auto_topic_creation=True,
+                include_topic_authorized_operations=False,
+            )
+        ),
+        frame(_produce("fz", _batch(4))),
+        frame(_produce("fz", _batch(4, Codec.ZSTD))),
+        frame(_produce("fz", _batch(4, Codec.GZIP))),
+        frame(
+            FetchRequest(
+                replica_id=-1,
+                max_wait=timedelta(milliseconds=5),
+                min_bytes=1,
+                max_bytes=1 << 20,
+                isolation_level=0,
+                session_id=0,
+                session_epoch=-1,
+                topics=(
+                    FetchTopic(
+                        topic="fz",
+                        partitions=(
+                            FetchPartition(
+                                partition=0,
+                                current_leader_epoch=-1,
+                                fetch_offset=0,
+                                last_fetched_epoch=-1,
+                                log_start_offset=-1,
+                                partition_max_bytes=1 << 20,
+                            ),
+                        ),
+                    ),
+                ),
+                forgotten_topics_data=(),
+                rack_id="",
+            )
+        ),
+    ]
+    sock: socket.socket | None = None
+    for i in range(600):
+        if sock is None:
+            sock = connect(port, timeout=2)
+        data = bytearray(rng.choice(seeds)[4:])
+        for _ in range(rng.choice([1, 2, 5])):
+            data[rng.randrange(8, len(data))] = rng.randrange(256)
+        if rng.random() < 0.1:
+            data = data[: rng.randrange(8, len(data))]
+        struct.pack_into(">i", data, 4, i)
+        sock.sendall(struct.pack(">i", len(data)) + bytes(data))
+        try:
+            answer = receive(sock)
+        except TimeoutError:
+            answer = None
+        if answer is None:
+            sock.close()
+            sock = None
+    if sock is not None:
+        sock.close()
+    assert kafka[0].process is not None and kafka[0].process.poll() is None
+    with connect(port) as sock:
+        before = _latest(sock, "fz")
+        answer = call(sock, _produce("fz", _batch(3)), correlation_id=5)
+        part = answer.responses[0].partition_responses[0]
+        assert (part.error_code, part.base_offset) == (ErrorCode.none, before)
+        assert _latest(sock, "fz") == before + 3
+    logged = kafka[0].stderr_lines
+    assert any("kafka connection from" in line for line in logged)  # each close is logged
+    assert not any("Traceback" in line for line in logged)  # and none was a bug
