@@ -42,6 +42,7 @@ from tidelog.access import ANY, Kind, Operation
 from tidelog.broker import MAX_PARTITIONS, validate_stream_name
 from tidelog.control import StreamInfo
 from tidelog.errors import InvalidArgument, TidelogError
+from tidelog.kafka import producer_ids
 from tidelog.kafka.metadata import INTERNAL_PREFIX, NO_TOPIC_ID
 from tidelog.kafka.protocol import Request, answer, nested, response_module
 from tidelog.kafka.session import Session, node_id
@@ -351,4 +352,5 @@ SERVED: Final = (
     (20, "DeleteTopics", 1, 6, delete_topics),
     (32, "DescribeConfigs", 1, 4, describe_configs),
     (60, "DescribeCluster", 0, 2, describe_cluster),
+    *producer_ids.SERVED,
 )
