@@ -218,7 +218,10 @@ FIELDS = [
 ]
 
 # Fields tidelog adds to Liftbridge messages. They must be numbered 100 or more.
-TIDELOG_FIELDS = {("SubscribeRequest", "reverse"): (100, T.TYPE_BOOL)}
+TIDELOG_FIELDS = {
+    ("SubscribeRequest", "reverse"): (100, T.TYPE_BOOL),
+    ("CreateStreamRequest", "logAppendTime"): (100, T.TYPE_BOOL),
+}
 
 
 def _message(name: str) -> Descriptor:

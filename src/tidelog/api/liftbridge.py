@@ -80,6 +80,7 @@ def stream_config(request: pb.CreateStreamRequest) -> StreamConfig:
         ),
         auto_pause_s=_ms(request.autoPauseTime, has("autoPauseTime")),
         compact=has("compactEnabled") and request.compactEnabled.value,
+        log_append_time=request.logAppendTime,
     )
 
 

@@ -107,6 +107,12 @@ class StreamConfig:
     auto_pause_s: float | None = None
     compact: bool = False
     """Keep only the latest record per key in sealed segments (maintenance compacts them)."""
+    log_append_time: bool = False
+    """Records are stamped with the time the broker stored them, whatever time a producer gave
+    (Kafka's ``message.timestamp.type=LogAppendTime``); False: the producer's time where the
+    front keeps one (Kafka's ``CreateTime``). tidelog's own index is always the broker's time;
+    the flag says which time a front reports. A stream saved before the flag existed reads as
+    False (``from_json``)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.partitions <= MAX_PARTITIONS:

@@ -63,6 +63,7 @@ class StreamCalls:
         segment_max_age_s: float | None = None,
         optimistic_concurrency: bool = False,
         compact: bool = False,
+        log_append_time: bool = False,
         views: Sequence[View] = (),
         replication_factor: int = 1,
         min_isr: int | None = None,
@@ -94,6 +95,7 @@ class StreamCalls:
             request.optimisticConcurrencyControl.value = True
         if compact:
             request.compactEnabled.value = True
+        request.logAppendTime = log_append_time
 
         async def attempt(timeout: float | None, number: int) -> None:
             try:

@@ -114,6 +114,9 @@ class ClusterControl(LocalControl):
             subject=str(record.config.get("subject", "")),
             created_ns=0 if local is None else local.created_ns,
             partitions=partitions,
+            config=StreamConfig.from_json(record.config),
+            replication_factor=record.replication_factor,
+            min_isr=record.min_isr,
         )
 
     def describe_partition(self, stream: str, number: int) -> PartitionInfo:

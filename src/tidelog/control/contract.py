@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         BrowseResult,
         CursorStore,
         Group,
+        LogConfig,
         NewRecord,
         PackedValues,
         Partition,
@@ -100,6 +101,11 @@ class StreamInfo:
     created_ns: int
     """When this broker created its copy (0: it holds none)."""
     partitions: dict[int, PartitionInfo] = field(default_factory=dict)
+    config: StreamConfig | None = None
+    """The settings it was created with (None: not known here); the server's defaults fill
+    those it left unset (:attr:`Control.log_defaults`)."""
+    replication_factor: int = 1
+    min_isr: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +129,12 @@ class Control(Protocol):
     @property
     def sites(self) -> SiteHost | None:
         """Where this server's site runs (None: no site id is set)."""
+        ...
+
+    @property
+    def log_defaults(self) -> LogConfig:
+        """The commit-log settings a stream's partitions here take where its own
+        :class:`~tidelog.broker.StreamConfig` leaves one unset (the server's)."""
         ...
 
     # -- streams ---------------------------------------------------------------------------------

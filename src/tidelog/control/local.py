@@ -17,6 +17,7 @@ from tidelog.broker import (
     BrowseFilter,
     BrowseResult,
     Group,
+    LogConfig,
     NewRecord,
     PackedValues,
     Partition,
@@ -63,6 +64,10 @@ class LocalControl:
     @property
     def sites(self) -> SiteHost | None:
         return self._sites
+
+    @property
+    def log_defaults(self) -> LogConfig:
+        return self.broker.config.log
 
     def pause(self, name: str, partitions: list[int], resume_all: bool) -> None:
         self.broker.pause(name, partitions, resume_all)

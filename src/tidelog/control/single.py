@@ -89,6 +89,7 @@ class SingleBroker(LocalControl):
             subject=stream.subject,
             created_ns=stream.created_ns,
             partitions={p.number: self._info(p.stream, p.number) for p in stream.partitions},
+            config=stream.config,
         )
 
     def _info(self, stream: str, number: int) -> PartitionInfo:

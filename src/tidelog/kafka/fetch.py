@@ -18,6 +18,9 @@ when larger (KIP-74), so a consumer is never stuck behind one large record.
 Fetch sessions (KIP-227) are not kept: every answer says ``session_id`` 0, which tells a client
 that asked for one that none was made, so its next fetch names every partition again.
 ``isolation_level`` read-committed reads the same records (tidelog has no transactions).
+
+A stream with ``StreamConfig.log_append_time`` sends batches of timestamp type LogAppendTime,
+whose records carry the time the broker stored them (``convert.to_kafka``).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class _Wanted:
 
     __slots__ = (
         "allowed",
+        "append_time",
         "error",
         "index",
         "max_bytes",
@@ -55,8 +59,18 @@ class _Wanted:
         "topic",
     )
 
-    def __init__(self, topic: str, index: int, offset: int, max_bytes: int, allowed: bool):
+    def __init__(
+        self,
+        topic: str,
+        index: int,
+        offset: int,
+        max_bytes: int,
+        allowed: bool,
+        append_time: bool = False,
+    ):
         self.topic = topic
+        self.append_time = append_time
+        """The stream stamps records with LogAppendTime (``StreamConfig.log_append_time``)."""
         self.index = index
         self.offset = offset
         self.max_bytes = max_bytes
@@ -96,7 +110,7 @@ def _read(wanted: _Wanted, budget: int, whole_first: bool) -> int:
             batch = reader.read(MAX_RECORDS_PER_READ, max(limit - got, 1))
             if not batch:
                 break
-            parts.append(to_kafka(batch, log_append_time=False))
+            parts.append(to_kafka(batch, log_append_time=wanted.append_time))
             got += batch.byte_size
         wanted.records = b"".join(parts)
     except TidelogError as failure:
@@ -110,9 +124,18 @@ async def handle(session: Session, request: Request) -> Any:
     wanted: list[_Wanted] = []
     for topic in body.topics:
         allowed = session.allowed(Operation.SUBSCRIBE, Kind.STREAM, topic.topic)
+        stream = session.control.find_stream(topic.topic)
+        stamped = stream is not None and stream.config.log_append_time
         for p in topic.partitions:
             wanted.append(
-                _Wanted(topic.topic, p.partition, p.fetch_offset, p.partition_max_bytes, allowed)
+                _Wanted(
+                    topic.topic,
+                    p.partition,
+                    p.fetch_offset,
+                    p.partition_max_bytes,
+                    allowed,
+                    stamped,
+                )
             )
     max_bytes = getattr(body, "max_bytes", 0x7FFFFFFF)
     wait_s = min(max(body.max_wait.total_seconds(), 0.0), session.config.fetch_max_wait_s)

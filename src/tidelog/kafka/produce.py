@@ -31,17 +31,22 @@ same epoch, past the next                   OUT_OF_ORDER_SEQUENCE_NUMBER
 
 Requests of one connection are served in order (``serving.py``), so a producer's pipelined
 batches to a partition reach this check in the order it sent them.
+
+Timestamps. A stream created with ``message.timestamp.type=LogAppendTime``
+(``StreamConfig.log_append_time``) answers each partition with ``log_append_time``: the time its
+first batch was stored (a duplicate's: its first copy's, as Kafka answers); -1 for the rest.
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
 from tidelog.access import Kind, Operation
+from tidelog.broker import Partition
 from tidelog.errors import TidelogError
 from tidelog.kafka.convert import to_tidelog
 from tidelog.kafka.errors import KafkaError
@@ -55,6 +60,7 @@ EPOCH_SHIFT: Final = 31
 SEQUENCE_MASK: Final = (1 << EPOCH_SHIFT) - 1
 ACKS_NONE: Final = 0
 ACKS_ALL: Final = -1
+NS_PER_MS: Final = 1_000_000
 
 
 def producer_name(producer_id: int) -> str:
@@ -87,8 +93,11 @@ class _Refused(Exception):
         self.code = code
 
 
-async def _append(session: Session, topic: str, index: int, batch: KafkaBatch, acks: int) -> int:
-    """Append one Kafka batch; its first offset (-1 for a duplicate older than the latest)."""
+async def _append(
+    session: Session, topic: str, index: int, batch: KafkaBatch, acks: int
+) -> tuple[int, int]:
+    """Append one Kafka batch; (its first offset, the time its records were stored, ns). The
+    first offset is -1 for a duplicate older than the latest; the time is 0 for a duplicate."""
     if batch.is_transactional or batch.is_control:
         raise _Refused(
             ErrorCode.invalid_request,
@@ -99,7 +108,7 @@ async def _append(session: Session, topic: str, index: int, batch: KafkaBatch, a
     durable = acks == ACKS_ALL
     if batch.producer_id < 0:
         published = await control.publish(topic, index, records, durable=durable)
-        return published.offsets.start
+        return published.offsets.start, published.timestamp
     name = producer_name(batch.producer_id)
     if not 0 <= batch.producer_epoch <= 0x7FFF or batch.base_sequence < 0:
         raise _Refused(ErrorCode.invalid_record, "a negative producer epoch or sequence")
@@ -122,13 +131,32 @@ async def _append(session: Session, topic: str, index: int, batch: KafkaBatch, a
         durable=durable,
         owner=session.identity,
     )
-    return published.offsets.start if published.offsets else -1
+    return (published.offsets.start if published.offsets else -1), published.timestamp
+
+
+def append_time(partition: Partition, offset: int, stamp_ns: int) -> datetime | None:
+    """Kafka's ``log_append_time`` of a batch stored at ``offset`` with the time ``stamp_ns``:
+    a duplicate (``stamp_ns`` 0) is answered with the time its first copy was stored, as Kafka
+    does; None when that record is gone (retention)."""
+    if stamp_ns == 0:
+        batch = partition.log.forward_reader(offset).read(1, 1)
+        if not batch or int(batch.offsets[0]) != offset:
+            return None
+        stamp_ns = int(batch.timestamps[0])
+    return datetime.fromtimestamp(stamp_ns // NS_PER_MS / 1000, tz=UTC)
 
 
 async def _partition(
-    session: Session, topic: str, allowed: bool, data: Any, acks: int, request: Request
+    session: Session,
+    topic: str,
+    allowed: bool,
+    data: Any,
+    acks: int,
+    request: Request,
+    log_append_time: bool,
 ) -> Any:
     error, message, base_offset, start = ErrorCode.none, None, -1, -1
+    appended: datetime | None = None
     try:
         if not allowed:
             raise _Refused(ErrorCode.topic_authorization_failed, f"no publish grant on {topic}")
@@ -142,11 +170,15 @@ async def _partition(
         batches = parse_batches(records, max_bytes=session.config.message_max_bytes)
         if not batches:
             raise _Refused(ErrorCode.invalid_record, "no record batch in the request")
+        stamp = 0
         for batch in batches:
-            first = await _append(session, topic, data.index, batch, acks)
+            first, stored = await _append(session, topic, data.index, batch, acks)
             if base_offset < 0:
-                base_offset = first
-        start = earliest(session.control.partition(topic, data.index))
+                base_offset, stamp = first, stored
+        partition = session.control.partition(topic, data.index)
+        start = earliest(partition)
+        if log_append_time and base_offset >= 0:
+            appended = append_time(partition, base_offset, stamp)
     except _Refused as refused:
         error, message = refused.code, str(refused)
     except KafkaError as bad:
@@ -159,7 +191,7 @@ async def _partition(
         index=data.index,
         error_code=error,
         base_offset=base_offset,
-        log_append_time=None,
+        log_append_time=appended,
         log_start_offset=start,
         record_errors=(),
         error_message=message,
@@ -172,9 +204,11 @@ async def handle(session: Session, request: Request) -> Any:
     topics = []
     for topic in body.topic_data:
         allowed = session.allowed(Operation.PUBLISH, Kind.STREAM, topic.name)
+        stream = session.control.find_stream(topic.name)
+        stamped = stream is not None and stream.config.log_append_time
         answers = await asyncio.gather(
             *(
-                _partition(session, topic.name, allowed, data, acks, request)
+                _partition(session, topic.name, allowed, data, acks, request, stamped)
                 for data in topic.partition_data
             )
         )

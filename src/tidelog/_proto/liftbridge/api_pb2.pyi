@@ -234,6 +234,7 @@ class CreateStreamRequest(_message.Message):
     MINISR_FIELD_NUMBER: _builtins.int
     OPTIMISTICCONCURRENCYCONTROL_FIELD_NUMBER: _builtins.int
     ENCRYPTION_FIELD_NUMBER: _builtins.int
+    LOGAPPENDTIME_FIELD_NUMBER: _builtins.int
     subject: _builtins.str
     """NATS subject the stream is attached to"""
     name: _builtins.str
@@ -244,6 +245,11 @@ class CreateStreamRequest(_message.Message):
     """replicas per partition; 0 means 1, -1 means every broker"""
     partitions: _builtins.int
     """number of partitions; 0 means 1"""
+    logAppendTime: _builtins.bool
+    """tidelog addition: stamp records with the time the broker stored them, not the time a
+    producer gave (Kafka's message.timestamp.type=LogAppendTime, as the Kafka front reports
+    it). Unset or false: CreateTime.
+    """
     @_builtins.property
     def retentionMaxBytes(self) -> Global___NullableInt64:
         """size limit of a partition's log, bytes"""
@@ -317,10 +323,11 @@ class CreateStreamRequest(_message.Message):
         minIsr: Global___NullableInt32 | None = ...,
         optimisticConcurrencyControl: Global___NullableBool | None = ...,
         encryption: Global___NullableBool | None = ...,
+        logAppendTime: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["autoPauseDisableIfSubscribers", b"autoPauseDisableIfSubscribers", "autoPauseTime", b"autoPauseTime", "cleanerInterval", b"cleanerInterval", "compactEnabled", b"compactEnabled", "compactMaxGoroutines", b"compactMaxGoroutines", "encryption", b"encryption", "minIsr", b"minIsr", "optimisticConcurrencyControl", b"optimisticConcurrencyControl", "retentionMaxAge", b"retentionMaxAge", "retentionMaxBytes", b"retentionMaxBytes", "retentionMaxMessages", b"retentionMaxMessages", "segmentMaxAge", b"segmentMaxAge", "segmentMaxBytes", b"segmentMaxBytes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["autoPauseDisableIfSubscribers", b"autoPauseDisableIfSubscribers", "autoPauseTime", b"autoPauseTime", "cleanerInterval", b"cleanerInterval", "compactEnabled", b"compactEnabled", "compactMaxGoroutines", b"compactMaxGoroutines", "encryption", b"encryption", "group", b"group", "minIsr", b"minIsr", "name", b"name", "optimisticConcurrencyControl", b"optimisticConcurrencyControl", "partitions", b"partitions", "replicationFactor", b"replicationFactor", "retentionMaxAge", b"retentionMaxAge", "retentionMaxBytes", b"retentionMaxBytes", "retentionMaxMessages", b"retentionMaxMessages", "segmentMaxAge", b"segmentMaxAge", "segmentMaxBytes", b"segmentMaxBytes", "subject", b"subject"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["autoPauseDisableIfSubscribers", b"autoPauseDisableIfSubscribers", "autoPauseTime", b"autoPauseTime", "cleanerInterval", b"cleanerInterval", "compactEnabled", b"compactEnabled", "compactMaxGoroutines", b"compactMaxGoroutines", "encryption", b"encryption", "group", b"group", "logAppendTime", b"logAppendTime", "minIsr", b"minIsr", "name", b"name", "optimisticConcurrencyControl", b"optimisticConcurrencyControl", "partitions", b"partitions", "replicationFactor", b"replicationFactor", "retentionMaxAge", b"retentionMaxAge", "retentionMaxBytes", b"retentionMaxBytes", "retentionMaxMessages", b"retentionMaxMessages", "segmentMaxAge", b"segmentMaxAge", "segmentMaxBytes", b"segmentMaxBytes", "subject", b"subject"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
