@@ -3,7 +3,9 @@ Door` every call passes (authenticator and ACL), reloaded together on SIGHUP.
 
 A reload reads the certificate, the tokens file and the ACL again. Each part that cannot be used
 is refused with one log line naming the file and the problem, and the server keeps what it had
-for that part; the others are applied. Nothing of a reload ever stops the server.
+for that part; the others are applied. Nothing of a reload ever stops the server. Then the
+connections already open are asked again: the gRPC calls (``open_calls.py``) and whatever else
+registered in :attr:`ServerSecurity.rechecks` (the Kafka listener's SASL logins).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import logging
+from collections.abc import Callable
 
 from tidelog.access import ALLOW_ALL, Guard, Policy
 from tidelog.api.guard import Door
@@ -50,6 +53,9 @@ class ServerSecurity:
         """digest -> principal: tokens this process made for its own clients (the console's,
         :meth:`own_token`), accepted beside the tokens file's and kept across reloads."""
         self.door = Door(Guard(self._policy()), self._authenticator(self._tokens()))
+        self.rechecks: list[Callable[[], int]] = []
+        """Asked after each reload of the tokens or the ACL, as the door's open calls are: each
+        ends the connections the new ones refuse (logging each) and returns how many."""
 
     def _tokens(self) -> TokenStore | None:
         path = self.settings.tokens_file
@@ -61,7 +67,9 @@ class ServerSecurity:
 
     def _authenticator(self, tokens: TokenStore | None) -> Authenticator:
         if tokens is not None and self._own_tokens:
-            tokens = TokenStore({**tokens.principals, **self._own_tokens})
+            tokens = dataclasses.replace(
+                tokens, principals={**tokens.principals, **self._own_tokens}
+            )
         return Authenticator(tokens, self.rules, self.settings.authentication_required)
 
     def own_token(self, principal: str) -> str | None:
@@ -73,7 +81,9 @@ class ServerSecurity:
             return None
         token = new_token()
         self._own_tokens[digest(token)] = principal
-        tokens = TokenStore({**authenticator.tokens.principals, **self._own_tokens})
+        tokens = dataclasses.replace(
+            authenticator.tokens, principals={**authenticator.tokens.principals, **self._own_tokens}
+        )
         self.door.authenticator = dataclasses.replace(authenticator, tokens=tokens)
         return token
 
@@ -122,6 +132,8 @@ class ServerSecurity:
                     "allow (each answered UNAUTHENTICATED or PERMISSION_DENIED)",
                     ended,
                 )
+            for recheck in self.rechecks:
+                recheck()
         return done
 
     def exposure_warnings(self, host: str) -> list[str]:

@@ -38,6 +38,7 @@ from tidelog.cluster import ClusterNode, ClusterSettings
 from tidelog.control import Advertised, ClusterControl, ClusterSite, Control, SingleBroker, SiteHost
 from tidelog.kafka import KafkaConfig, KafkaListener
 from tidelog.security import ClientTls
+from tidelog.security.scram import MECHANISM as SCRAM_MECHANISM
 from tidelog.sites import QUEUE_SEGMENT_BYTES, LocalSite, QueueRetention, StreamSource
 from tidelog.wire import MAX_FRAME
 
@@ -279,17 +280,31 @@ class Server:
                 auto_create_topics=settings.kafka_auto_create_topics,
                 default_partitions=settings.kafka_default_partitions,
                 cluster_id=settings.cluster_name if settings.cluster else "tidelog",
+                sasl_mechanisms=tuple(settings.kafka_sasl_mechanisms),
             ),
             self.security.door,
             tls=tls.ssl_context() if tls is not None else None,
         )
         self.kafka_port = await self.kafka.start()
+        # A reload that revokes a token ends the Kafka connections that logged in with it.
+        self.security.rechecks.append(self.kafka.recheck)
+        mechanisms = settings.kafka_sasl_mechanisms
         LOG.info(
-            "kafka protocol on %s:%d%s",
+            "kafka protocol on %s:%d%s%s",
             settings.host,
             self.kafka_port,
             " with TLS" if tls is not None else "",
+            f", SASL {', '.join(mechanisms)}" if mechanisms else "",
         )
+        tokens = self.security.door.authenticator.tokens
+        if SCRAM_MECHANISM in mechanisms and (tokens is None or not tokens.scram):
+            LOG.warning(
+                "kafka: SCRAM-SHA-256 is offered but %s holds no SCRAM keys: no client can log "
+                "in with it until tokens are made with `tidelog token create PRINCIPAL --file "
+                "%s --scram` (and SIGHUP)",
+                settings.tokens_file,
+                settings.tokens_file,
+            )
 
     def _close_http(self) -> None:
         self.http.close()

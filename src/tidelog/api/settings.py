@@ -59,7 +59,11 @@ from tidelog.broker import (
     LogConfig,
 )
 from tidelog.cluster import DEFAULT_ACK_TIMEOUT_S, DEFAULT_LEASE_TTL_S, DEFAULT_REPLICA_LAG_MAX_S
-from tidelog.kafka import DEFAULT_KAFKA_MESSAGE_MAX_BYTES, DEFAULT_REQUEST_MAX_BYTES
+from tidelog.kafka import (
+    DEFAULT_KAFKA_MESSAGE_MAX_BYTES,
+    DEFAULT_REQUEST_MAX_BYTES,
+    KAFKA_SASL_MECHANISMS,
+)
 from tidelog.wire import DEFAULT_HOST, DEFAULT_PORT
 
 ENV_PREFIX = "TIDELOG_"
@@ -256,6 +260,11 @@ class ServerSettings(BaseSettings):
     kafka_default_partitions: int = Field(
         1, ge=1, description="partitions of a topic the Kafka front creates by itself"
     )
+    kafka_sasl_mechanisms: list[str] = Field(
+        default_factory=list,
+        description="SASL mechanisms the Kafka listener offers: PLAIN, SCRAM-SHA-256 (the "
+        "password is a token of tokens_file; needs TLS; docs/security.md, 'Kafka clients')",
+    )
     flush_policy: FlushPolicy = Field(DEFAULT_FLUSH_POLICY, description="always|interval|never")
     flush_interval_s: float = Field(DEFAULT_FLUSH_INTERVAL_S, gt=0)
     segment_max_bytes: int = Field(DEFAULT_SEGMENT_MAX_BYTES, ge=MIN_SEGMENT_BYTES)
@@ -367,6 +376,19 @@ class ServerSettings(BaseSettings):
             raise ValueError(
                 "tls_client_ca and tokens_file need TLS: give tls_cert and tls_key too (a token "
                 "sent without TLS crosses the network readable)"
+            )
+        unknown = set(self.kafka_sasl_mechanisms) - set(KAFKA_SASL_MECHANISMS)
+        if unknown:
+            raise ValueError(
+                f"kafka_sasl_mechanisms: {', '.join(sorted(unknown))} not served (one of "
+                f"{', '.join(KAFKA_SASL_MECHANISMS)})"
+            )
+        if self.kafka_sasl_mechanisms and self.tokens_file is None:
+            raise ValueError(
+                "kafka_sasl_mechanisms needs tokens_file (and so TLS): a SASL password is a "
+                "tidelog token (`tidelog token create PRINCIPAL --file F [--scram]`); SASL on a "
+                "plaintext listener is not served, as the password would cross the network "
+                "readable"
             )
         for rule in self.principal_rules:
             if " => " not in rule:

@@ -7,6 +7,7 @@ through the control seam, so it never asks whether the server is one broker or a
 (``docs/kafka.md``).
 """
 
+from tidelog.kafka.sasl import MECHANISMS as KAFKA_SASL_MECHANISMS
 from tidelog.kafka.serving import KafkaListener
 from tidelog.kafka.session import (
     DEFAULT_KAFKA_MESSAGE_MAX_BYTES,
@@ -18,6 +19,7 @@ from tidelog.kafka.session import (
 __all__ = [
     "DEFAULT_KAFKA_MESSAGE_MAX_BYTES",
     "DEFAULT_REQUEST_MAX_BYTES",
+    "KAFKA_SASL_MECHANISMS",
     "Gate",
     "KafkaConfig",
     "KafkaListener",

@@ -14,9 +14,20 @@ What a connection does with each frame:
   version it shares); any other is answered with the correlation id and ``UNSUPPORTED_VERSION``,
   and the connection stays open;
 - before a SASL exchange completes (when the listener requires one), anything but ``ApiVersions``
-  and the SASL calls closes the connection, as Kafka does;
+  and the SASL calls closes the connection, as Kafka does; so do a frame above
+  ``sasl.UNAUTHENTICATED_MAX_BYTES`` and a login not done within ``sasl.LOGIN_TIMEOUT_S``;
+- a handler may close the connection once its answer is sent (``Session.closing``: a refused
+  SASL step), and after a SASL handshake v0 the frames are bare SASL messages (``sasl.py``);
 - a handler's bug is logged with its traceback and closes the connection; every known failure is
   an error code inside the response (``status.py``).
+
+Who a connection is: its verified client certificate, through the server's authenticator (as a
+gRPC call without a token), else anonymous when the server admits it. When the listener offers
+SASL, a connection that the certificate does not identify (and the server does not admit
+anonymously) must log in first; one that it does may still log in, and the login names it
+(``sasl.py``). Without SASL such a connection is closed at once. The listener keeps every open
+session: :meth:`KafkaListener.recheck` (after a reload of the tokens) closes those whose SASL
+token was revoked; every request is checked against the policy of its moment anyway.
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ from typing import Any, Final
 
 from tidelog.control import Control
 from tidelog.errors import Unauthenticated
+from tidelog.kafka import sasl
 from tidelog.kafka.apis import APIS, AUTH_FREE, unsupported
 from tidelog.kafka.protocol import SIZE, MalformedRequest, decode_request, encode_response
 from tidelog.kafka.protocol import frame_start as read_frame_start
@@ -47,9 +59,10 @@ def certificate_context(tls: ssl.SSLObject | None) -> Mapping[str, list[bytes]]:
     if tls is None:
         return {}
     context: dict[str, list[bytes]] = {"transport_security_type": [b"ssl"]}
-    cert: Any = tls.getpeercert()  # typeshed's union of value types hides the SAN pairs
-    if not cert:
+    peer = tls.getpeercert()
+    if not peer:
         return context
+    cert: dict[str, Any] = dict(peer)  # typeshed's union of its values does not unpack
     sans = [
         str(value).encode()
         for kind, value in cert.get("subjectAltName", ())
@@ -74,6 +87,14 @@ class KafkaListener:
         gate: Gate | None = None,
         tls: ssl.SSLContext | None = None,
     ) -> None:
+        unknown = set(config.sasl_mechanisms) - set(sasl.MECHANISMS)
+        if unknown:
+            raise ValueError(f"SASL mechanism(s) not served: {', '.join(sorted(unknown))}")
+        if config.sasl_mechanisms and tls is None:
+            raise ValueError(
+                "SASL needs TLS on the Kafka listener: a password would cross the network "
+                "readable (give the server tls_cert and tls_key)"
+            )
         self.control = control
         self.config = config
         self.gate: Gate = gate or OpenGate()
@@ -81,6 +102,7 @@ class KafkaListener:
         self.port = 0
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._sessions: dict[asyncio.Task[None], Session] = {}
         self.peers: dict[str, tuple[str, int]] = {}
         """Other brokers' Kafka addresses by broker id, for Metadata (a cluster fills it)."""
 
@@ -132,13 +154,15 @@ class KafkaListener:
         try:
             session = self._session(writer, where)
             if session is not None:
+                self._sessions[task] = session
                 await self._serve(session, reader, writer)
         except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
             pass  # the client went away
         except asyncio.CancelledError:
-            pass  # the listener stops
+            pass  # the listener stops, or a reload revoked the connection's login
         finally:
             self._connections.discard(task)
+            self._sessions.pop(task, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1.0)
@@ -148,33 +172,60 @@ class KafkaListener:
             self.control, self.config, self.gate, where, self.advertised, peers=self.peers
         )
         tls: ssl.SSLObject | None = writer.get_extra_info("ssl_object")
+        session.secure = tls is not None
         try:
             session.identity = self.gate.authenticator.identify(certificate_context(tls), None)
-            session.authenticated = not self.config.sasl_mechanisms
+            session.authenticated = True
         except Unauthenticated as refusal:
             if not self.config.sasl_mechanisms:
                 LOG.warning("kafka connection from %s refused: %s", where, refusal)
                 return None
         return session
 
+    def recheck(self) -> int:
+        """Close the connections whose SASL login the authenticator of now refuses (a token
+        revoked by a reload); how many. Each is logged."""
+        authenticator = self.gate.authenticator
+        ended = 0
+        for task, session in list(self._sessions.items()):
+            if sasl.still_admitted(session, authenticator):
+                continue
+            login = sasl.login_of(session)
+            assert login is not None  # a session without a login is always still admitted
+            LOG.warning(
+                "kafka connection from %s closed: the token %s logged in with (SASL %s) was "
+                "revoked by the reload",
+                session.peer,
+                login.principal,
+                login.mechanism,
+            )
+            self._sessions.pop(task, None)
+            task.cancel()
+            ended += 1
+        return ended
+
     async def _serve(
         self, session: Session, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        limit = self.config.request_max_bytes
+        login_by = asyncio.get_running_loop().time() + sasl.LOGIN_TIMEOUT_S
         while True:
-            (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
-            if not _MIN_FRAME <= size <= limit:
+            try:
+                async with asyncio.timeout_at(None if session.authenticated else login_by):
+                    frame = await self._frame(session, reader)
+            except TimeoutError:
                 LOG.warning(
-                    "kafka connection from %s closed: a request of %d bytes (at most %d, "
-                    "socket.request.max.bytes: --kafka-request-max-bytes)",
+                    "kafka connection from %s closed: no SASL login within %.0f s",
                     session.peer,
-                    size,
-                    limit,
+                    sasl.LOGIN_TIMEOUT_S,
                 )
                 return
-            frame = await reader.readexactly(size)
+            if frame is None:
+                return
             try:
-                response = await self._answer(session, frame)
+                if sasl.in_raw_exchange(session):
+                    response = sasl.answer_raw(session, frame)
+                else:
+                    response = await self._answer(session, frame)
             except MalformedRequest as error:
                 LOG.warning("kafka connection from %s closed: %s", session.peer, error)
                 return
@@ -184,6 +235,29 @@ class KafkaListener:
             if response is not None:
                 writer.write(response)
                 await writer.drain()
+            if session.closing is not None:
+                LOG.warning("kafka connection from %s closed: %s", session.peer, session.closing)
+                return
+
+    async def _frame(self, session: Session, reader: asyncio.StreamReader) -> bytes | None:
+        """The next frame's bytes; None (logged) for a size out of bounds: at most
+        ``request_max_bytes``, before a login at most ``sasl.UNAUTHENTICATED_MAX_BYTES``."""
+        (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
+        if session.authenticated:
+            limit, what = self.config.request_max_bytes, "--kafka-request-max-bytes"
+        else:
+            limit, what = sasl.UNAUTHENTICATED_MAX_BYTES, "before logging in"
+        smallest = 0 if sasl.in_raw_exchange(session) else _MIN_FRAME  # bare SASL: any size
+        if not smallest <= size <= limit:
+            LOG.warning(
+                "kafka connection from %s closed: a request of %d bytes (at most %d, %s)",
+                session.peer,
+                size,
+                limit,
+                what,
+            )
+            return None
+        return await reader.readexactly(size)
 
     async def _answer(self, session: Session, frame: bytes) -> bytes | None:
         start = read_frame_start(frame)
@@ -199,8 +273,13 @@ class KafkaListener:
             if body is None:
                 return _ERROR_ONLY.pack(6, start.correlation_id, 35)
             return encode_response(start, body)
-        if not session.authenticated and start.api_key not in AUTH_FREE:
-            raise _Close(f"api {start.api_key} before authenticating (SASL is required here)")
+        if start.api_key not in AUTH_FREE:
+            if not session.authenticated:
+                raise _Close(
+                    f"api {start.api_key} before logging in: this server requires credentials "
+                    f"(a client certificate, or a SASL login)"
+                )
+            session.settled = True
         request = decode_request(frame)
         session.client_id = request.client_id
         try:

@@ -89,6 +89,13 @@ class Session:
     identity: str = ANONYMOUS
     authenticated: bool = False
     """Whether the connection may send requests other than ApiVersions and SASL yet."""
+    secure: bool = False
+    """The connection is TLS (SASL is served on no other)."""
+    settled: bool = False
+    """A request other than ApiVersions and SASL was served: the principal is fixed (a SASL
+    exchange is refused from then on)."""
+    closing: str | None = None
+    """Set by a handler: the connection is closed once its answer is sent, this logged."""
     client_id: str | None = None
     state: dict[str, Any] = field(default_factory=dict)
     """Per-connection state of the apis that keep some (fetch sessions, SASL exchanges)."""

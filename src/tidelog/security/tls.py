@@ -4,8 +4,10 @@ Server: :class:`ServerTls` reads a certificate chain, its key and, for mutual TL
 signs client certificates. It hands grpc credentials whose configuration is fetched at each new
 connection's handshake, so :meth:`ServerTls.reload` changes what new connections see without a
 restart (open connections keep theirs, as with any TLS server), and an ``ssl.SSLContext`` for the
-HTTP port, reloaded in place. A reload that cannot read or match the files raises
-:class:`TlsError` and keeps what was loaded.
+HTTP and Kafka ports whose handshakes switch to a context built from the material of their
+moment (so a reload reaches them whole: a client CA taken out of the file is no longer trusted,
+which refilling one context in place would not do, its trust store only growing). A reload that
+cannot read or match the files raises :class:`TlsError` and keeps what was loaded.
 
 With a client CA, a client certificate is required on every connection (mutual TLS); a client
 that has none cannot connect. Without one, clients are not asked for one (server TLS: tokens
@@ -104,7 +106,9 @@ class ServerTls:
         self._material = _load(files)
         self._pending: grpc.ServerCertificateConfiguration | None = None
         self._lock = threading.Lock()
-        self._contexts: list[ssl.SSLContext] = []
+        self._current: ssl.SSLContext | None = None
+        """What :meth:`ssl_context`'s handshakes use: built at its first call, rebuilt by each
+        reload."""
 
     @property
     def mutual(self) -> bool:
@@ -130,12 +134,27 @@ class ServerTls:
         return pending
 
     def ssl_context(self) -> ssl.SSLContext:
-        """A server context for the HTTP port, kept and reloaded in place by :meth:`reload`."""
+        """A server context for the HTTP and Kafka ports: each handshake on it switches, once
+        the client's hello is read (with a server name or without), to the context of the
+        material loaded last (module docstring)."""
+        if self._current is None:
+            self._current = self._new_context()
+        context = self._new_context()
+        context.sni_callback = self._switch
+        return context
+
+    def _new_context(self) -> ssl.SSLContext:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         self._fill(context)
-        self._contexts.append(context)
         return context
+
+    def _switch(
+        self, connection: ssl.SSLObject | ssl.SSLSocket, _name: str | None, _ctx: ssl.SSLContext
+    ) -> None:
+        current = self._current
+        if current is not None:
+            connection.context = current
 
     def _fill(self, context: ssl.SSLContext) -> None:
         _load_chain(context, self.files)
@@ -149,8 +168,8 @@ class ServerTls:
         with self._lock:
             self._material = material
             self._pending = self._configuration()
-        for context in self._contexts:
-            self._fill(context)
+        if self._current is not None:
+            self._current = self._new_context()
 
 
 def channel_credentials(
