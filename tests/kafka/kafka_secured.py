@@ -17,11 +17,11 @@ from typing import Any, TypeVar
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KpTopicPartition
 from tests.security.pki import Pki, make_pki, token_server
 from tests.security.scram_client import client_final
 
-from kafka import KafkaConsumer, KafkaProducer
-from kafka import TopicPartition as KpTopicPartition
 from tidelog.api.server import Server
 from tidelog.api.settings import ServerSettings, load_settings
 from tidelog.process import free_port

@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.helpers import create_ssl_context
 from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka import KafkaError, Producer
+from kafka import KafkaProducer
 from kafka.errors import KafkaError as KpError
 from tests.kafka.kafka_secured import (
     ACL,
@@ -45,7 +46,6 @@ from tests.kafka.kafka_secured import (
 )
 from tests.security.pki import served_certificate
 
-from kafka import KafkaProducer
 from tidelog.api.settings import InvalidSettings, load_settings
 from tidelog.kafka import KafkaConfig, KafkaListener
 from tidelog.kafka import sasl as kafka_sasl

@@ -91,7 +91,7 @@ def serve(
     ] = None,
     kafka_port: Annotated[
         str | None,
-        typer.Option(metavar="<int>", help="Kafka protocol port [0: off]; 0 keeps it off"),
+        typer.Option(metavar="<int>", help="Kafka protocol port [0]; 0: off (docs/kafka.md)"),
     ] = None,
     kafka_advertised_host: Annotated[
         str | None, typer.Option(help="host Kafka clients are told in Metadata")
