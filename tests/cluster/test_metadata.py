@@ -1,6 +1,7 @@
 """Cluster metadata on a real etcd (``tidelog/cluster/metadata.py``): membership that ends with
-a broker's lease, one controller at a time, partition changes as compare-and-set on the
-partition epoch, raced, and streams larger than one etcd transaction."""
+a broker's lease (its record with a Kafka address or without), one controller at a time,
+partition changes as compare-and-set on the partition epoch, raced, and streams larger than one
+etcd transaction."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tidelog.cluster.metadata import (
     Metadata,
     PartitionState,
     StreamRecord,
+    member_record,
 )
 from tidelog.errors import MetadataUnavailable
 
@@ -45,6 +47,26 @@ def test_a_broker_is_a_member_while_its_lease_lives(etcd: str) -> None:
             while await meta.brokers():
                 assert time.monotonic() < deadline, "the lapsed lease did not expire"
                 await asyncio.sleep(0.2)
+
+    asyncio.run(main())
+
+
+def test_a_member_record_carries_its_kafka_address_and_older_records_read_without(
+    etcd: str,
+) -> None:
+    async def main() -> None:
+        async with Metadata.connect(etcd, "kafka-members") as meta:
+            with_kafka = await meta.register("b1", "127.0.0.1:9301", 2, kafka="127.0.0.1:9092")
+            without = await meta.register("b2", "127.0.0.1:9302", 2)
+            # As a broker from before Kafka listeners wrote it: the address alone.
+            assert member_record("127.0.0.1:9302") == b'{"address": "127.0.0.1:9302"}'
+            view = await meta.view()
+            assert view.brokers == {"b1": "127.0.0.1:9301", "b2": "127.0.0.1:9302"}
+            assert view.kafka == {"b1": "127.0.0.1:9092"}
+            assert await meta.brokers() == view.brokers
+            await with_kafka.close()
+            await without.close()
+            assert (await meta.view()).kafka == {}
 
     asyncio.run(main())
 

@@ -183,6 +183,7 @@ class Server:
                         etcd=settings.cluster,
                         broker_id=self.broker.broker_id,
                         advertise=settings.advertise or f"{host}:{self.port}",
+                        kafka_advertise=self._kafka_advertise(),
                         cluster=settings.cluster_name,
                         lease_ttl_s=settings.cluster_lease_ttl_s,
                         replica_lag_max_s=settings.replica_lag_max_s,
@@ -262,19 +263,37 @@ class Server:
         if self.console_port:
             LOG.info("web console on %s://%s:%d/", scheme, settings.host, self.console_port)
 
+    def _kafka_advertised(self) -> tuple[str, int]:
+        """(host, port) Kafka clients are told to reach this broker at: known before the
+        listener binds (its port is never 0 when it runs), so a cluster member registers it
+        with its membership and every broker's Kafka Metadata names it."""
+        settings = self.settings
+        host = (
+            settings.kafka_advertised_host
+            or settings.advertised_host
+            or _connectable(settings.host).strip("[]")
+        )
+        return host, settings.kafka_advertised_port or settings.kafka_port
+
+    def _kafka_advertise(self) -> str:
+        """``HOST:PORT`` of :meth:`_kafka_advertised` for the cluster ("" without a listener)."""
+        if not self.settings.kafka_port:
+            return ""
+        host, port = self._kafka_advertised()
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
     async def _start_kafka(self) -> None:
         settings = self.settings
         assert self._control is not None
         tls = self.security.tls
+        advertised_host, advertised_port = self._kafka_advertised()
         self.kafka = KafkaListener(
             self._control,
             KafkaConfig(
                 host=settings.host,
                 port=settings.kafka_port,
-                advertised_host=settings.kafka_advertised_host
-                or settings.advertised_host
-                or _connectable(settings.host).strip("[]"),
-                advertised_port=settings.kafka_advertised_port,
+                advertised_host=advertised_host,
+                advertised_port=advertised_port,
                 message_max_bytes=settings.kafka_message_max_bytes,
                 request_max_bytes=settings.kafka_request_max_bytes,
                 auto_create_topics=settings.kafka_auto_create_topics,

@@ -96,6 +96,14 @@ def serve(
     kafka_advertised_host: Annotated[
         str | None, typer.Option(help="host Kafka clients are told in Metadata")
     ] = None,
+    kafka_message_max_bytes: Annotated[
+        str | None,
+        typer.Option(metavar="<int>", help="largest Kafka record batch [1048576]"),
+    ] = None,
+    kafka_request_max_bytes: Annotated[
+        str | None,
+        typer.Option(metavar="<int>", help="largest Kafka request frame [104857600]"),
+    ] = None,
     kafka_advertised_port: Annotated[
         str | None, typer.Option(metavar="<int>", help="port Kafka clients are told in Metadata")
     ] = None,
@@ -204,6 +212,8 @@ def serve(
             kafka_port=kafka_port,
             kafka_advertised_host=kafka_advertised_host,
             kafka_advertised_port=kafka_advertised_port,
+            kafka_message_max_bytes=kafka_message_max_bytes,
+            kafka_request_max_bytes=kafka_request_max_bytes,
             site_id=site_id,
             cluster=cluster,
             broker_id=broker_id,

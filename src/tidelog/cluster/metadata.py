@@ -3,10 +3,10 @@
 Theory of operation. etcd holds what every broker of a cluster must agree on, under one prefix
 per cluster (``/tidelog/<cluster>/``):
 
-- ``brokers/<id>``: a live broker's address, written with the broker's **lease**. The broker
-  refreshes the lease every third of its time to live; a broker that dies (or is cut off from
-  etcd) loses the lease, and etcd deletes its key: membership needs no home-made failure
-  detector.
+- ``brokers/<id>``: a live broker's address (and, when it runs a Kafka listener, the address
+  Kafka clients reach it at), written with the broker's **lease**. The broker refreshes the lease
+  every third of its time to live; a broker that dies (or is cut off from etcd) loses the lease,
+  and etcd deletes its key: membership needs no home-made failure detector.
 - ``controller``: the id of the one broker that places partitions and changes leaders and ISRs.
   A broker campaigns by creating the key with its own lease, only if absent (one etcd
   transaction); the key goes with the lease, and the next campaign wins.
@@ -170,17 +170,18 @@ class Metadata:
     # -- membership ------------------------------------------------------------------------------
 
     async def register(
-        self, broker_id: str, address: str, ttl_s: int = DEFAULT_TTL_S
+        self, broker_id: str, address: str, ttl_s: int = DEFAULT_TTL_S, *, kafka: str = ""
     ) -> Membership:
-        """Enter the cluster as ``broker_id`` at ``address``; refused (``ValueError``) while
-        another live broker holds that id."""
+        """Enter the cluster as ``broker_id`` at ``address`` (``kafka``: HOST:PORT of its
+        Kafka listener, empty when it runs none); refused (``ValueError``) while another live
+        broker holds that id."""
         with _unavailable(self._url):
             lease = await self._client.lease(ttl_s)
             tx = self._client.transactions
             key = self._key("brokers", broker_id)
             entered, _ = await self._client.transaction(
                 compare=[tx.version(key) == 0],
-                success=[tx.put(key, json.dumps({"address": address}).encode(), lease)],
+                success=[tx.put(key, member_record(address, kafka), lease)],
                 failure=[],
             )
             if not entered:
@@ -510,7 +511,7 @@ class Metadata:
                         LOG.warning("cluster metadata %s is unreadable, ignored: %s", key, error)
                 continue
             if kind == "brokers" and len(parts) == 2:
-                view.brokers[parts[1]] = json.loads(kv.value)["address"]
+                _read_member(view, parts[1], kv.value)
             elif kind == "controller":
                 view.controller = kv.value.decode()
             elif kind == "streams" and len(parts) == 2:
@@ -544,6 +545,21 @@ def _revision_of(responses: list[Any]) -> int:
     return max(
         int(getattr(answer, answer.WhichOneof("response")).header.revision) for answer in responses
     )
+
+
+def member_record(address: str, kafka: str = "") -> bytes:
+    """A broker's ``brokers/<id>`` value: its address, and its Kafka listener's when it runs one
+    (absent otherwise: the record as brokers wrote it before they had Kafka listeners)."""
+    record = {"address": address, **({"kafka": kafka} if kafka else {})}
+    return json.dumps(record).encode()
+
+
+def _read_member(view: ClusterView, broker_id: str, value: bytes) -> None:
+    record = json.loads(value)
+    view.brokers[broker_id] = record["address"]
+    kafka = record.get("kafka")
+    if isinstance(kafka, str) and kafka:
+        view.kafka[broker_id] = kafka
 
 
 def _read_readonly(view: ClusterView, parts: list[str], value: bytes, revision: int) -> None:
@@ -651,6 +667,9 @@ class ClusterView:
 
     brokers: dict[str, str] = field(default_factory=dict)
     """Live broker id -> advertised HOST:PORT."""
+    kafka: dict[str, str] = field(default_factory=dict)
+    """Live broker id -> the HOST:PORT Kafka clients reach it at (only brokers that run a Kafka
+    listener: a record written without one has none)."""
     controller: str | None = None
     streams: dict[str, StreamRecord] = field(default_factory=dict)
     partitions: dict[tuple[str, int], PartitionState] = field(default_factory=dict)

@@ -18,10 +18,10 @@ one read of the cluster's state, which replaces ``view`` whole.
 
 Theory of operation (``docs/cluster.md``):
 
-- **Membership.** The node registers its broker id and advertised address in etcd with a lease
-  (``metadata.Membership``). A lease that expires while the process was paused or cut off is
-  noticed on the next refresh: the node registers again, and until it has read the cluster's
-  state anew it leads nothing.
+- **Membership.** The node registers its broker id and advertised address (and its Kafka
+  listener's, when it runs one) in etcd with a lease (``metadata.Membership``). A lease that
+  expires while the process was paused or cut off is noticed on the next refresh: the node
+  registers again, and until it has read the cluster's state anew it leads nothing.
 - **One loop** (``_run``) reads the whole cluster state every ``poll_s`` (one etcd range read)
   and makes this broker match it. Every decision is taken from that state and written back by
   compare-and-set on the partition epoch, so a decision taken on a stale state loses.
@@ -149,7 +149,10 @@ class ClusterNode:
         while True:
             try:
                 self.membership = await self.metadata.register(
-                    self.broker_id, self.settings.advertise, self.settings.lease_ttl_s
+                    self.broker_id,
+                    self.settings.advertise,
+                    self.settings.lease_ttl_s,
+                    kafka=self.settings.kafka_advertise,
                 )
                 break
             except ValueError:

@@ -39,6 +39,9 @@ class ClusterSettings:
     broker_id: str
     advertise: str
     """HOST:PORT other brokers and clients reach this broker at."""
+    kafka_advertise: str = ""
+    """HOST:PORT Kafka clients reach this broker's Kafka listener at, registered beside
+    ``advertise`` so every broker's Kafka Metadata can name it (empty: no Kafka listener)."""
     cluster: str = "default"
     lease_ttl_s: int = DEFAULT_LEASE_TTL_S
     poll_s: float = 0.1

@@ -81,6 +81,14 @@ class ClusterControl(LocalControl):
             )
         return found
 
+    def kafka_addresses(self) -> dict[str, tuple[str, int]]:
+        found = {}
+        for broker_id, address in self.node.view.kafka.items():
+            host, _, port = address.rpartition(":")
+            if host and port.isdigit():
+                found[broker_id] = (host.strip("[]"), int(port))
+        return found
+
     def stream_names(self) -> list[str]:
         return sorted(self.node.view.streams)
 
@@ -108,6 +116,7 @@ class ClusterControl(LocalControl):
                 tuple(state.isr),
                 (name, number) in view.readonly,
                 here,
+                state.leader_epoch,
             )
         return StreamInfo(
             name=name,
@@ -133,6 +142,7 @@ class ClusterControl(LocalControl):
             tuple(state.isr),
             partition.readonly,
             partition,
+            state.leader_epoch,
         )
 
     async def group_coordinator(self, group_id: str) -> tuple[str, int] | None:

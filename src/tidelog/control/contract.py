@@ -90,6 +90,8 @@ class PartitionInfo:
     isr: tuple[str, ...]
     readonly: bool
     local: Partition | None
+    leader_epoch: int = -1
+    """Raised by every change of leader (a cluster's; a single broker's is 0); -1: unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +188,12 @@ class Control(Protocol):
 
     def brokers(self) -> list[BrokerInfo]:
         """Every broker known, sorted by id."""
+        ...
+
+    def kafka_addresses(self) -> dict[str, tuple[str, int]]:
+        """Broker id -> (host, port) Kafka clients reach that broker's Kafka listener at, for
+        every live broker that registered one, as of now (it follows membership: read it at
+        each use). A single broker knows no other: empty (its listener names itself)."""
         ...
 
     def stream_names(self) -> list[str]:

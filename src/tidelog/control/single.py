@@ -77,6 +77,9 @@ class SingleBroker(LocalControl):
         here = self.advertised
         return [BrokerInfo(here.broker_id, here.host, here.port, count, count)]
 
+    def kafka_addresses(self) -> dict[str, tuple[str, int]]:
+        return {}
+
     def stream_names(self) -> list[str]:
         return sorted(s.name for s in self.broker.list_streams())
 
@@ -95,7 +98,7 @@ class SingleBroker(LocalControl):
     def _info(self, stream: str, number: int) -> PartitionInfo:
         partition = self.broker.partition(stream, number)
         me = (self.advertised.broker_id,)
-        return PartitionInfo(number, me[0], me, me, partition.readonly, partition)
+        return PartitionInfo(number, me[0], me, me, partition.readonly, partition, 0)
 
     def describe_partition(self, stream: str, number: int) -> PartitionInfo:
         return self._info(stream, number)

@@ -6,6 +6,13 @@ tidelog records (``convert.py``) and are appended as one atomic batch. ``acks`` 
 the leader holds the batch, ``acks`` -1 (all) once it is durable: on disk, and in a cluster held
 by the in-sync replicas (tidelog's ack ALL); ``acks`` 0 gets no answer at all, as in Kafka.
 
+In a cluster only a partition's leader appends: any other broker answers
+``NOT_LEADER_OR_FOLLOWER`` (the client refreshes its metadata), checked before anything else
+of the batch. An ack ALL that the in-sync replicas did not give in time (or a leadership that
+moved between the append and their copy) is ``NOT_ENOUGH_REPLICAS_AFTER_APPEND``: the batch may
+be stored, so the client sends it again, and its producer id and sequence keep it from being
+stored twice.
+
 Idempotence. A batch with a producer id (>= 0) is appended through the partition's producer table
 (``tidelog.broker.producers``) under the tidelog producer id ``kafka:<id>``, bound to the caller's
 principal, with the tidelog sequence ``epoch << 31 | base sequence``: a retry of the batch stored
@@ -47,7 +54,7 @@ from kio.schema.errors import ErrorCode
 
 from tidelog.access import Kind, Operation
 from tidelog.broker import Partition
-from tidelog.errors import TidelogError
+from tidelog.errors import NotEnoughReplicas, TidelogError
 from tidelog.kafka.convert import to_tidelog
 from tidelog.kafka.errors import KafkaError
 from tidelog.kafka.offsets import earliest
@@ -112,7 +119,12 @@ async def _append(
     name = producer_name(batch.producer_id)
     if not 0 <= batch.producer_epoch <= 0x7FFF or batch.base_sequence < 0:
         raise _Refused(ErrorCode.invalid_record, "a negative producer epoch or sequence")
-    table = control.partition(topic, index).producers
+    partition = control.partition(topic, index)
+    if partition.role is not None:
+        # Not the leader: say so before reading the producer table, which on a follower may
+        # trail the leader's (an out-of-order answer there would be fatal to the producer).
+        partition.role.check_publish()
+    table = partition.producers
     latest = table.get(name) if table is not None else None
     stored = None if latest is None else (latest.sequence, latest.count)
     refusal = sequence_error(stored, batch.producer_epoch, batch.base_sequence)
@@ -183,6 +195,10 @@ async def _partition(
         error, message = refused.code, str(refused)
     except KafkaError as bad:
         error, message = ErrorCode(bad.code), str(bad)
+    except NotEnoughReplicas as short:
+        # Raised only after the append (the ISR did not copy it in time, or the leadership
+        # moved first): the batch may be stored, which is Kafka's "after append" code.
+        error, message = ErrorCode.not_enough_replicas_after_append, str(short)
     except TidelogError as failure:
         error, message = code_of(failure)
     return nested(

@@ -46,7 +46,7 @@ from tidelog.kafka import sasl
 from tidelog.kafka.apis import APIS, AUTH_FREE, unsupported
 from tidelog.kafka.protocol import SIZE, MalformedRequest, decode_request, encode_response
 from tidelog.kafka.protocol import frame_start as read_frame_start
-from tidelog.kafka.session import Gate, KafkaConfig, OpenGate, Session
+from tidelog.kafka.session import ClusterPeers, Gate, KafkaConfig, OpenGate, Session
 
 LOG = logging.getLogger("tidelog.kafka")
 _MIN_FRAME: Final = 8
@@ -103,8 +103,9 @@ class KafkaListener:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._sessions: dict[asyncio.Task[None], Session] = {}
-        self.peers: dict[str, tuple[str, int]] = {}
-        """Other brokers' Kafka addresses by broker id, for Metadata (a cluster fills it)."""
+        self.peers: Mapping[str, tuple[str, int]] = ClusterPeers(control)
+        """Other brokers' Kafka addresses by broker id, for Metadata: read from the control at
+        each use, so it follows the cluster's membership (empty on a single broker)."""
 
     async def start(self) -> int:
         """Bind and serve; the bound port (``OSError`` naming the address when it is taken)."""

@@ -9,7 +9,7 @@ request) before each thing a request touches, as the gRPC guard does for each ca
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -76,6 +76,27 @@ def node_id(broker_id: str) -> int:
     return zlib.crc32(broker_id.encode()) & 0x7FFFFFFF
 
 
+class ClusterPeers(Mapping[str, tuple[str, int]]):
+    """Every broker's Kafka address by broker id, as the control knows it at the moment of each
+    read (:meth:`~tidelog.control.Control.kafka_addresses`: in a cluster, the membership records
+    of the live brokers), so a Metadata names the brokers of now, never those of the
+    connection's start. A single broker's is empty."""
+
+    __slots__ = ("_control",)
+
+    def __init__(self, control: Control) -> None:
+        self._control = control
+
+    def __getitem__(self, broker_id: str) -> tuple[str, int]:
+        return self._control.kafka_addresses()[broker_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._control.kafka_addresses())
+
+    def __len__(self) -> int:
+        return len(self._control.kafka_addresses())
+
+
 @dataclass(slots=True)
 class Session:
     """One connection's state (module docstring)."""
@@ -100,10 +121,14 @@ class Session:
     state: dict[str, Any] = field(default_factory=dict)
     """Per-connection state of the apis that keep some (fetch sessions, SASL exchanges)."""
     peers: Mapping[str, tuple[str, int]] = field(default_factory=dict)
-    """Other brokers' Kafka addresses by broker id (a cluster's; the listener keeps it)."""
+    """Other brokers' Kafka addresses by broker id (a cluster's: the listener's
+    :class:`ClusterPeers`, which follows membership)."""
 
     def broker_address(self, broker_id: str) -> tuple[str, int] | None:
-        """Where Kafka clients reach broker ``broker_id`` (None: no Kafka listener known)."""
+        """Where Kafka clients reach broker ``broker_id``: this broker's advertised address,
+        another's from ``peers`` (None: not live, or it runs no Kafka listener)."""
+        if broker_id == self.control.broker_id:
+            return self.advertised
         return self.peers.get(broker_id)
 
     def allowed(self, op: Operation, kind: Kind, name: str) -> bool:
