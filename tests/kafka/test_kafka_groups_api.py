@@ -285,6 +285,16 @@ def test_a_member_belongs_to_the_principal_that_joined(tmp_path: Path) -> None:
     run(scenario, tmp_path)
 
 
+def test_a_tidelog_groups_id_is_not_joined_through_kafka(tmp_path: Path) -> None:
+    async def scenario(server: Server) -> None:
+        await server.control.join_group("native", "c1", ["t"], principal="alice")
+        answer = await join(server.session(), "native")
+        assert answer.error_code is ErrorCode.inconsistent_group_protocol
+        assert (await join(server.session(), "other")).error_code is ErrorCode.member_id_required
+
+    run(scenario, tmp_path)
+
+
 def test_leave_group_v3_answers_each_member(tmp_path: Path) -> None:
     async def scenario(server: Server) -> None:
         session = server.session()

@@ -26,6 +26,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from tidelog.access import Kind, Operation
+from tidelog.errors import TidelogError
 from tidelog.kafka import group_offsets
 from tidelog.kafka.group_coordinator import coordinator_broker, coordinator_of, refusal
 from tidelog.kafka.group_model import JoinAnswer, JoinRequest
@@ -128,9 +129,20 @@ def _join_response(request: Request, result: JoinAnswer) -> Any:
     )
 
 
+async def _tidelog_group(session: Session, group_id: str) -> ErrorCode | None:
+    """``INCONSISTENT_GROUP_PROTOCOL`` when ``group_id`` is a tidelog group (its members join
+    through tidelog's own group calls): one id, one membership, as Kafka refuses a classic
+    member in a group of the other protocol."""
+    try:
+        found = await session.control.group_coordinator(group_id)
+    except TidelogError:
+        return ErrorCode.coordinator_not_available
+    return None if found is None else ErrorCode.inconsistent_group_protocol
+
+
 async def join_group(session: Session, request: Request) -> Any:
     body = request.body
-    refused = await refusal(session, body.group_id)
+    refused = await refusal(session, body.group_id) or await _tidelog_group(session, body.group_id)
     if refused is not None:
         return _join_response(request, JoinAnswer(refused, body.member_id))
     session_s = body.session_timeout.total_seconds()
