@@ -226,15 +226,25 @@ def test_find_coordinator_names_this_broker(tmp_path: Path, version: int) -> Non
 
 
 def test_find_coordinator_v4_answers_each_key_and_refuses_transactions(tmp_path: Path) -> None:
-    guard = Guard(Grants(("alice", Operation.GROUP, Kind.GROUP, "mine")))
+    guard = Guard(
+        Grants(
+            ("alice", Operation.GROUP, Kind.GROUP, "mine"),
+            ("alice", Operation.DESCRIBE, Kind.GROUP, "watched"),
+        )
+    )
 
     async def scenario(server: Server) -> None:
         answer = await call(
-            server.session(), FIND, 4, key_type=0, coordinator_keys=("mine", "theirs", "")
+            server.session(),
+            FIND,
+            4,
+            key_type=0,
+            coordinator_keys=("mine", "watched", "theirs", ""),
         )
         codes = {c.key: c.error_code for c in answer.coordinators}
         assert codes == {
             "mine": ErrorCode.none,
+            "watched": ErrorCode.none,  # describing is enough to find it
             "theirs": ErrorCode.group_authorization_failed,
             "": ErrorCode.invalid_group_id,
         }

@@ -7,8 +7,9 @@ the waiting and the timers :mod:`group_coordinator`; a handler checks what the c
 reads the request into those calls and their answer into the response of its version.
 
 Access (``docs/kafka-groups.md``). Every call about a group needs ``group`` on that group
-(``GROUP_AUTHORIZATION_FAILED``), except DescribeGroups and ListGroups, which need only to see it
-(any grant on the group) and list only the groups the caller may see. A member belongs to the
+(``GROUP_AUTHORIZATION_FAILED``), except FindCoordinator, DescribeGroups and ListGroups, which
+need only to see it (any grant on the group; ListGroups lists only the groups the caller may
+see), so a monitoring principal finds and describes groups it may not join. A member belongs to the
 principal that joined as it (the connection's, never a request field): another principal naming
 it is ``UNKNOWN_MEMBER_ID``. A group id is refused (``INVALID_GROUP_ID``) when it is empty or
 too long to name a cursor. A group this broker does not coordinate is ``NOT_COORDINATOR``.
@@ -54,7 +55,7 @@ async def _find(session: Session, key_type: int, key: str) -> tuple[int, str, in
         return -1, "", -1, ErrorCode.unsupported_version, "transactions are not served"
     if key_type != GROUP_KEY:
         return -1, "", -1, ErrorCode.invalid_request, f"key type {key_type} is not served"
-    code = await refusal(session, key)
+    code = await refusal(session, key, Operation.DESCRIBE)  # Kafka's: describe on the group
     broker = session.control.broker_id
     if code is ErrorCode.not_coordinator:
         found = await coordinator_broker(session.control, key)
