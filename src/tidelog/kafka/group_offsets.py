@@ -21,6 +21,10 @@ commit (Kafka's READ) or ``describe`` for a fetch (``TOPIC_AUTHORIZATION_FAILED`
 names partitions that exist (``UNKNOWN_TOPIC_OR_PARTITION``), with an offset >= 0
 (``INVALID_REQUEST``). The cursor is written by the server itself: the caller's checks were made
 here.
+
+In a cluster, the cursor of each (topic, partition) lives on the ``__cursors`` partition its key
+hashes to, which the group's coordinator may not lead: such a partition is answered
+``NOT_COORDINATOR`` (the cursor store refuses a write or read there; ``docs/kafka-groups.md``).
 """
 
 from __future__ import annotations
