@@ -265,6 +265,16 @@ def test_a_join_that_shares_no_protocol_or_type_is_refused() -> None:
     )
 
 
+def test_a_lone_member_may_change_the_groups_protocol_type() -> None:
+    group = new_group()
+    stable(group, count=1)
+    member = group.leader
+    assert member is not None
+    step = join(group, request(member, protocol_type="connect"), 1.0, BIG)
+    assert join_answers(step)[member].protocol_type == "connect"
+    assert group.protocol_type == "connect" and group.generation == 2
+
+
 @pytest.mark.parametrize(
     ("preferences", "chosen"),
     [

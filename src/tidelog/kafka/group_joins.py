@@ -108,6 +108,9 @@ def _known(group: Group, request: JoinRequest, now: float) -> Step:
     ):
         return refused(ErrorCode.unknown_member_id, member_id)
     same = member.protocols == request.protocols
+    if len(group.members) == 1:  # alone, it may change the group's protocol type
+        same = same and request.protocol_type == group.protocol_type
+        group.protocol_type = request.protocol_type
     _update(member, request, now)
     if same and (
         group.state is GroupState.COMPLETING_REBALANCE
