@@ -218,6 +218,30 @@ def test_each_group_shows_its_lag_summed_and_its_worst_member() -> None:
     assert re.search(r'class="n worst"[^>]*><span class="mono">c1</span>: 40<', groups)
 
 
+def test_a_group_known_only_by_its_positions_is_listed_with_its_lag() -> None:
+    orders = StreamInfo(
+        "orders",
+        "orders",
+        T0,
+        tuple(PartitionInfo(p, n, n, False, False, "") for p, n in enumerate((100, 50))),
+    )
+    member = GroupMemberInfo("c1", ("orders",), 1.0)
+    tidelog_group = GroupInfo("billing", 1, (member,), {"c1": {"orders": (0, 1)}})
+    client = console(FakeBroker(streams=[orders], groups=[tidelog_group]))
+    client.app.state.console.sampler.cursors.update(
+        {
+            # Kafka committed 90 (stored 89) of offsets 0..100: 11 behind, as Kafka counts
+            CursorKey("__group:kafka-readers", "orders", 0): 89,
+            CursorKey("__group:kafka-readers", "orders", 1): -1,  # committed 0: all 51 behind
+            CursorKey("__group:billing", "orders", 0): 100,  # a tidelog group: shown above
+            CursorKey("plain-cursor", "orders", 0): 3,
+        }
+    )
+    listed = table(client.get("/consumers"), "position-groups")
+    assert "kafka-readers" in listed and "billing" not in listed and "plain" not in listed
+    assert re.search(r'class="n group-lag">62<', listed)
+
+
 # -- the cluster -----------------------------------------------------------------------------------
 
 

@@ -200,11 +200,17 @@ class CursorStore:
 
     async def fetch(self, cursor_id: str, stream: str, partition: int) -> int:
         """The stored value, or -1 for a cursor never set: one dictionary lookup either way."""
+        found = await self.stored(cursor_id, stream, partition)
+        return NO_CURSOR if found is None else found
+
+    async def stored(self, cursor_id: str, stream: str, partition: int) -> int | None:
+        """The stored value, or None for a cursor never set (:meth:`fetch` answers -1 for both
+        that and a cursor set to -1; the Kafka front, whose -1 means "no offset", needs them
+        apart)."""
         self._check(cursor_id, stream)
         key = cursor_key(cursor_id, stream, partition)
         number = self._partition_for(key)
         role = self.stream.partitions[number].role
         if role is not None:
             role.check_read(False)  # in a cluster only the leader's index follows the records
-        found = self._indexes[number].get(key)
-        return NO_CURSOR if found is None else found
+        return self._indexes[number].get(key)

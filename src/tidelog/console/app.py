@@ -101,6 +101,7 @@ from tidelog.console.sampler import (
     Sampler,
     group_lag,
     newest_offsets,
+    position_groups,
     stream_total,
 )
 from tidelog.console.sessions import Via, csrf_matches
@@ -594,17 +595,21 @@ async def consumers_page(request: Request) -> Response:
     ]
     cursor_ids = sorted({r.key.cursor_id for r in rows})
     charts = {c: console.sampler.lag_chart(c) for c in cursor_ids}
-    groups = [
-        g
-        for g in await console.client.list_groups()
-        if console.may_see(request, Kind.GROUP, g.group_id)
-    ]
+    tidelog_groups = await console.client.list_groups()
+    groups = [g for g in tidelog_groups if console.may_see(request, Kind.GROUP, g.group_id)]
     newest = newest_offsets(streams)
 
     def shown(stream: str) -> bool:  # as the cursor rows: only streams the visitor may see
         return console.may_see(request, Kind.STREAM, stream)
 
     lags = {g.group_id: group_lag(g, console.sampler.cursors, newest, shown) for g in groups}
+    by_positions = [
+        g
+        for g in position_groups(
+            console.sampler.cursors, newest, {g.group_id for g in tidelog_groups}, shown
+        )
+        if console.may_see(request, Kind.GROUP, g.group_id)
+    ]
     named = {s for g in groups for m in g.members for s in m.streams}
     named |= {s for g in groups for a in g.assignments.values() for s in a}
     visible = {s for s in named if shown(s)}
@@ -615,6 +620,7 @@ async def consumers_page(request: Request) -> Response:
             "rows": rows,
             "groups": groups,
             "lags": lags,
+            "position_groups": by_positions,
             "visible": visible,
             "cursor_ids": cursor_ids,
             "charts": json.dumps(charts),

@@ -12,7 +12,9 @@ cursor is the newest offset or one past it, and both show a lag of 0.
 
 A consumer group's positions are the cursor ``__group:<group id>`` (one per stream and
 partition); a group's lag (:func:`group_lag`) sums, per member, the lag of the partitions
-assigned to it, and names the member furthest behind.
+assigned to it, and names the member furthest behind. A group with positions but no tidelog
+membership (a Kafka consumer group: the Kafka listener keeps its members) is listed by its
+positions alone (:func:`position_groups`).
 """
 
 from __future__ import annotations
@@ -115,6 +117,46 @@ def group_lag(
     return GroupLag(
         sum(m.lag for m in members), worst, sum(m.unknown for m in members), tuple(members)
     )
+
+
+@dataclass(frozen=True, slots=True)
+class PositionGroup:
+    """A group known only by its committed positions: no tidelog group of that id has members
+    (a Kafka consumer group's membership lives in the Kafka listener; its offsets are the cursor
+    ``__group:<group id>`` all the same)."""
+
+    group_id: str
+    lag: int
+    """the sum over its partitions of the partition's newest offset minus its position"""
+    partitions: int
+    """partitions with a committed position (and a known newest offset)"""
+    unknown: int
+    """positions on partitions gone or not sampled, not in ``lag``"""
+
+
+def position_groups(
+    positions: Mapping[CursorKey, int],
+    newest: Mapping[tuple[str, int], int],
+    known: set[str],
+    shown: Callable[[str], bool] = lambda stream: True,
+) -> list[PositionGroup]:
+    """The groups with positions (``__group:<id>`` cursors) whose id is not in ``known`` (the
+    tidelog groups, shown with their members), sorted by id, each with its lag. Partitions of a
+    stream ``shown`` refuses are left out, as in :func:`group_lag`."""
+    found: dict[str, tuple[int, int, int]] = {}
+    for key, at in positions.items():
+        if not key.cursor_id.startswith(GROUP_CURSOR_PREFIX) or not shown(key.stream):
+            continue
+        group_id = key.cursor_id.removeprefix(GROUP_CURSOR_PREFIX)
+        if group_id in known:
+            continue
+        lag, partitions, unknown = found.get(group_id, (0, 0, 0))
+        end = newest.get((key.stream, key.partition))
+        if end is None:
+            found[group_id] = (lag, partitions, unknown + 1)
+        else:
+            found[group_id] = (lag + lag_of(end, at), partitions + 1, unknown)
+    return [PositionGroup(g, *found[g]) for g in sorted(found)]
 
 
 def newest_offsets(streams: list[StreamInfo]) -> dict[tuple[str, int], int]:
