@@ -607,6 +607,48 @@ def cursor_set(
     out.print(f"cursor {cursor_id} on {stream}/{partition} = {offset}")
 
 
+@cursor_app.command("lag")
+@client_command
+def cursor_lag(
+    cursor_id: str,
+    stream: str,
+    server: ServerOption = DEFAULT_SERVER,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    credentials: ClientTls = PLAINTEXT,
+) -> None:
+    """A cursor's position on every partition of a stream, and how far behind the newest
+    record it is. A consumer group's positions are the cursor __group:<group id> (tidelog and
+    Kafka groups alike)."""
+    with guarded(server, credentials) as client:
+        partitions = client.describe_stream(stream).partitions
+        rows = []
+        for p in partitions:
+            position = client.fetch_cursor(cursor_id, stream, p.partition)
+            lag = None if position < 0 else max(p.newest_offset - position, 0)
+            rows.append((p.partition, position, p.newest_offset, lag))
+    if as_json:
+        for partition, position, newest, lag in rows:
+            print(
+                json.dumps(
+                    {
+                        "cursor": cursor_id,
+                        "stream": stream,
+                        "partition": partition,
+                        "position": position,
+                        "newest": newest,
+                        "lag": lag,
+                    }
+                )
+            )
+        return
+    table = Table("partition", "position", "newest", "lag")
+    for partition, position, newest, lag in rows:
+        table.add_row(str(partition), str(position), str(newest), "-" if lag is None else str(lag))
+    out.print(table)
+    known = [lag for *_, lag in rows if lag is not None]
+    out.print(f"lag {sum(known)} on {len(known)} of {len(rows)} partitions")
+
+
 # The view and query commands (view_commands.py), listed after the commands above as before.
 app.add_typer(view_app, name="view")
 app.add_typer(query_app, name="query")
