@@ -228,6 +228,7 @@ def confluent_read(bootstrap: str, topic: str, count: int, *, timeout_s: float =
             "group.id": "unused-assign-only",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            "check.crcs": True,  # every fetched batch's CRC-32C is checked
         }
     )
     got: list[Got] = []
@@ -268,7 +269,10 @@ def kafka_python_read(
 ) -> list[Got]:
     """As :func:`confluent_read`, through kafka-python."""
     consumer = kafka.KafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        check_crcs=True,
     )
     got: list[Got] = []
     try:

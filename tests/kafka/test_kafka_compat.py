@@ -165,6 +165,71 @@ def test_kcat_reads_headers_written_by_another_client(
     assert_exact(acks, sent, kcat_consume(bootstrap, name, COUNT))
 
 
+def test_consumers_start_inside_a_produced_batch(bootstrap: str) -> None:
+    """One produce request stores 20 records; consumers that seek into it get exactly the
+    records from their offset on (a fetch may start at any offset of a stored batch)."""
+    name = topic(None, "seek")
+    assert confluent_send(bootstrap, name, [Sent(b"%d" % i) for i in range(20)]) == [
+        (0, i) for i in range(20)
+    ]
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "unused-seek", "enable.auto.commit": False}
+    )
+    got: list[tuple[int, bytes]] = []
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(name, 0, 5)])
+        deadline = time.monotonic() + 15
+        while len(got) < 15 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                got.append((message.offset(), message.value()))
+    finally:
+        consumer.close()
+    assert got == [(i, b"%d" % i) for i in range(5, 20)]
+    reader = kafka.KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    read: list[tuple[int, bytes]] = []
+    try:
+        partition = kafka.TopicPartition(name, 0)
+        reader.assign([partition])
+        reader.seek(partition, 13)
+        deadline = time.monotonic() + 15
+        while len(read) < 7 and time.monotonic() < deadline:
+            for batch in reader.poll(timeout_ms=500).values():
+                read.extend((r.offset, r.value) for r in batch)
+    finally:
+        reader.close(autocommit=False)
+    assert read == [(i, b"%d" % i) for i in range(13, 20)]
+
+
+def test_a_waiting_fetch_is_answered_when_a_record_arrives(bootstrap: str) -> None:
+    """A consumer at the end of a partition long-polls (fetch.wait.max.ms 10 s): a record
+    produced meanwhile reaches it at once, not when the wait runs out."""
+    name = topic(None, "long-poll")
+    confluent_send(bootstrap, name, [Sent(b"first")])
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused-long-poll",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 10_000,
+        }
+    )
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(name, 0, confluent_kafka.OFFSET_END)])
+        assert consumer.poll(1.5) is None  # at the end, its fetch waiting on the server
+        sent = time.monotonic()
+        confluent_send(bootstrap, name, [Sent(b"second")])
+        message = None
+        while message is None and time.monotonic() - sent < 12:
+            message = consumer.poll(0.05)
+        waited = time.monotonic() - sent
+    finally:
+        consumer.close()
+    assert message is not None and message.error() is None
+    assert (message.offset(), message.value()) == (1, b"second")
+    assert waited < 3.0, f"the record took {waited:.1f} s: the fetch was not woken"
+
+
 # -- compression, idempotence ------------------------------------------------------------------
 
 
@@ -228,7 +293,7 @@ def test_java_idempotent_producer_stores_each_message_once(
     bootstrap: str, tidelog_client: Client
 ) -> None:
     name = topic(tidelog_client, "java-idempotent", PARTITIONS)
-    acks = java_produce(bootstrap, name, 1000, idempotent=True, compression="zstd", timeout_s=20)
+    acks = java_produce(bootstrap, name, 1000, idempotent=True, timeout_s=20)
     assert_exact(acks, numbered(1000), confluent_consume(bootstrap, name, 1000))
 
 
