@@ -49,7 +49,7 @@ def _versions(port: int) -> dict[int, tuple[int, int]]:
 
 def test_api_versions_lists_the_served_ranges(kafka: tuple[ServerProcess, int]) -> None:
     served_apis = _versions(kafka[1])
-    assert served_apis[18] == (0, 3)
+    assert served_apis[18] == (0, 4)
     assert served_apis[0][0] <= 3 <= served_apis[0][1]  # Produce with RecordBatch v2
     assert served_apis[1][0] <= 4 <= served_apis[1][1]
     assert 3 in served_apis and 2 in served_apis
@@ -97,7 +97,7 @@ def test_a_frame_of_impossible_size_closes_only_its_connection(
     with connect(kafka[1]) as sock:
         sock.sendall(struct.pack(">i", size) + b"\0" * 16)
         assert receive(sock) is None
-    assert _versions(kafka[1])[18] == (0, 3)
+    assert _versions(kafka[1])[18] == (0, 4)
     assert kafka[0].process is not None and kafka[0].process.poll() is None
 
 
@@ -206,7 +206,7 @@ def test_random_frames_never_stop_the_listener(kafka: tuple[ServerProcess, int])
         sock.close()
     assert closed and answered
     assert kafka[0].process is not None and kafka[0].process.poll() is None
-    assert _versions(port)[18] == (0, 3)
+    assert _versions(port)[18] == (0, 4)
 
 
 def _batch(count: int, codec: Codec = Codec.NONE) -> bytes:

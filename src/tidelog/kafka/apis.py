@@ -73,7 +73,7 @@ _TABLE: Final = (
     Api(1, "Fetch", 4, 12, fetch.handle),
     Api(2, "ListOffsets", 1, 7, offsets.list_offsets),
     Api(3, "Metadata", 1, 12, metadata.handle),
-    Api(18, "ApiVersions", 0, 3, api_versions),
+    Api(18, "ApiVersions", 0, 4, api_versions),
     *(Api(*entry) for entry in admin.SERVED),
     *(Api(*entry) for entry in groups.SERVED),
     *(Api(*entry) for entry in sasl.SERVED),
