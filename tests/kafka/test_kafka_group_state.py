@@ -547,8 +547,9 @@ def test_a_full_group_and_a_full_coordinator_refuse_new_members() -> None:
 
 
 class GroupWalk(RuleBasedStateMachine):
-    """Random joins, syncs, heartbeats, leaves and the passing of time; after each step the
-    group's invariants hold and every answer is one a waiting request could be given."""
+    """Random joins, syncs, heartbeats, leaves, connections closing under a waiting request and
+    the passing of time; after each step the group's invariants hold and every answer is one a
+    waiting request could be given."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -619,6 +620,18 @@ class GroupWalk(RuleBasedStateMachine):
         if self.known:
             member_id = self.known[pick % len(self.known)]
             self._record(self.group.leave(member_id, None, "alice", self.now)[1])
+
+    @rule(pick=st.integers(0, 20))
+    def connection_closes(self, pick: int) -> None:
+        waiting = [
+            (m.member_id, JoinAnswer if m.awaiting_join else SyncAnswer)
+            for m in self.group.members.values()
+            if m.awaiting_join or m.awaiting_sync
+        ]
+        if waiting:
+            member_id, kind = waiting[pick % len(waiting)]
+            self._record(self.group.abandon(member_id, kind, self.now))
+            assert member_id not in self.group.members  # a dynamic member leaves at once
 
     @rule(seconds=st.sampled_from([0.1, 0.5, 3.0, 11.0, 31.0]))
     def time_passes(self, seconds: float) -> None:
