@@ -17,6 +17,7 @@ import tidelog
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
 from tidelog.client import AlreadyExists, InvalidArgument, NotFound
+from tidelog.wire import CURSOR_UNSET_KEY
 
 _names = itertools.count()
 
@@ -261,6 +262,23 @@ def test_cursors(api: pb_grpc.APIStub, client: tidelog.Client) -> None:
     assert status(api.SetCursor, pb.SetCursorRequest(stream=name, offset=1)) is (
         grpc.StatusCode.INVALID_ARGUMENT
     )
+
+
+def test_a_cursor_never_set_is_told_apart_from_one_set_to_minus_one(api: pb_grpc.APIStub) -> None:
+    # both answer -1 (Liftbridge's); the trailing metadata says which, for another broker that
+    # reads a cursor on its partition's leader (a Kafka group that committed 0 stores -1)
+    name = fresh()
+    api.CreateStream(pb.CreateStreamRequest(name=name, subject=name))
+    api.SetCursor(pb.SetCursorRequest(stream=name, partition=0, cursorId="set", offset=-1))
+
+    def fetched(cursor: str) -> tuple[int, bool]:
+        request = pb.FetchCursorRequest(stream=name, partition=0, cursorId=cursor)
+        answer, call = api.FetchCursor.with_call(request)
+        unset = any(key == CURSOR_UNSET_KEY for key, _ in call.trailing_metadata() or ())
+        return answer.offset, unset
+
+    assert fetched("set") == (-1, False)
+    assert fetched("never") == (-1, True)
 
 
 # -- health ----------------------------------------------------------------------------------------

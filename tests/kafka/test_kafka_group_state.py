@@ -427,17 +427,52 @@ def test_unloading_answers_every_waiting_request_not_coordinator() -> None:
     )
 
 
-def test_an_abandoned_join_no_longer_holds_the_rebalance_past_its_timeout() -> None:
+def test_an_abandoned_join_removes_its_member_and_the_rebalance_goes_on_without_it() -> None:
     group = new_group()
     ids = stable(group)
     leader = group.leader
     follower = next(m for m in ids if m != leader)
-    join(group, request(leader), 1.0, BIG)
-    join(group, request(follower, protocols=(("range", b"x"),)), 2.0, BIG)
-    assert group.state is S.COMPLETING_REBALANCE  # both rejoined
-    join(group, request(follower, protocols=(("range", b"y"),)), 3.0, BIG)
-    group.abandon(follower, JoinAnswer, 3.0)  # its connection went away while it waited
-    assert group.members[follower].expires_at() == 3.0 + SESSION
+    assert join(group, request(follower, protocols=(("range", b"y"),)), 1.0, BIG).answer is None
+    assert group.state is S.PREPARING_REBALANCE  # it waits for the leader to rejoin
+    assert group.abandon(follower, JoinAnswer, 2.0) == ()  # its connection closed meanwhile
+    assert list(group.members) == [leader] and group.state is S.PREPARING_REBALANCE
+    # the leader's rejoin completes at once, alone, long before the rebalance timeout
+    step = join(group, request(leader), 3.0, BIG)
+    assert step.answer is None
+    assert join_answers(step)[leader].generation == 2
+    assert [m for m, _, _ in join_answers(step)[leader].members] == [leader]
+
+
+def test_an_abandoned_sync_removes_its_member_and_the_others_join_again() -> None:
+    group = new_group()
+    ids = stable(group)
+    leader = group.leader
+    follower = next(m for m in ids if m != leader)
+    join(group, request(leader), 1.0, BIG)  # the leader rejoins: a rebalance
+    join(group, request(follower), 1.0, BIG)
+    assert group.state is S.COMPLETING_REBALANCE and group.generation == 2
+    assert group.sync(follower, None, "alice", 2, (None, None), {}, 1.5, BIG).answer is None
+    assert group.abandon(follower, SyncAnswer, 2.0) == ()  # nobody else was waiting
+    assert list(group.members) == [leader] and group.state is S.PREPARING_REBALANCE
+    assert group.sync(leader, None, "alice", 2, (None, None), {}, 2.0, BIG).answer == SyncAnswer(
+        ErrorCode.rebalance_in_progress
+    )
+
+
+def test_an_abandoned_join_of_a_static_member_keeps_it_until_it_expires() -> None:
+    group = new_group(replace(LIMITS, initial_rebalance_delay_s=1.0))
+    first = join(group, request(instance="i-1", client="a"), 0.0, BIG)
+    second = join(group, request(instance="i-2", client="b"), 0.0, BIG)
+    assert first.answer is second.answer is None
+    group.tick(1.0)
+    assert group.state is S.COMPLETING_REBALANCE
+    group.sync(first.member_id, None, "alice", 1, (None, None), {}, 1.0, BIG)
+    assert group.state is S.STABLE
+    changed = request(second.member_id, instance="i-2", protocols=(("range", b"new"),))
+    assert join(group, changed, 1.5, BIG).answer is None
+    assert group.abandon(second.member_id, JoinAnswer, 2.0) == ()
+    member = group.members[second.member_id]  # kept: it is meant to come back under i-2
+    assert not member.awaiting_join and member.expires_at() == 2.0 + SESSION
 
 
 # -- commits, static members, bounds ------------------------------------------------------------
@@ -512,8 +547,9 @@ def test_a_full_group_and_a_full_coordinator_refuse_new_members() -> None:
 
 
 class GroupWalk(RuleBasedStateMachine):
-    """Random joins, syncs, heartbeats, leaves and the passing of time; after each step the
-    group's invariants hold and every answer is one a waiting request could be given."""
+    """Random joins, syncs, heartbeats, leaves, connections closing under a waiting request and
+    the passing of time; after each step the group's invariants hold and every answer is one a
+    waiting request could be given."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -584,6 +620,18 @@ class GroupWalk(RuleBasedStateMachine):
         if self.known:
             member_id = self.known[pick % len(self.known)]
             self._record(self.group.leave(member_id, None, "alice", self.now)[1])
+
+    @rule(pick=st.integers(0, 20))
+    def connection_closes(self, pick: int) -> None:
+        waiting = [
+            (m.member_id, JoinAnswer if m.awaiting_join else SyncAnswer)
+            for m in self.group.members.values()
+            if m.awaiting_join or m.awaiting_sync
+        ]
+        if waiting:
+            member_id, kind = waiting[pick % len(waiting)]
+            self._record(self.group.abandon(member_id, kind, self.now))
+            assert member_id not in self.group.members  # a dynamic member leaves at once
 
     @rule(seconds=st.sampled_from([0.1, 0.5, 3.0, 11.0, 31.0]))
     def time_passes(self, seconds: float) -> None:

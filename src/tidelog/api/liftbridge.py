@@ -38,6 +38,7 @@ from tidelog.control import BrokerInfo, Control, PartitionInfo, StreamInfo
 from tidelog.errors import (
     InvalidArgument,
 )
+from tidelog.wire import CURSOR_UNSET_KEY
 
 Context = grpc.aio.ServicerContext[object, object]
 
@@ -281,7 +282,10 @@ class LiftbridgeService(PublishService):
         self, request: pb.FetchCursorRequest, context: Context
     ) -> pb.FetchCursorResponse:
         store = await self.control.cursors()
-        offset = await store.fetch(request.cursorId, request.stream, request.partition)
+        offset = await store.stored(request.cursorId, request.stream, request.partition)
+        if offset is None:  # Liftbridge's -1, told apart from a stored -1 for other brokers
+            context.set_trailing_metadata(((CURSOR_UNSET_KEY, "1"),))
+            return pb.FetchCursorResponse(offset=-1)
         return pb.FetchCursorResponse(offset=offset)
 
     # -- consumer groups -------------------------------------------------------------------------

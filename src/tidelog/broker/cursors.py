@@ -115,6 +115,11 @@ class CursorStore:
     def _partition_for(self, key: bytes) -> int:
         return zlib.crc32(key) % len(self.stream.partitions)
 
+    def partition_of(self, cursor_id: str, stream: str, partition: int) -> int:
+        """The cursor partition that holds the cursor (in a cluster, whose leader takes its
+        sets and fetches)."""
+        return self._partition_for(cursor_key(cursor_id, stream, partition))
+
     def rebuild(self, number: int) -> int:
         """Rebuild partition ``number``'s index from its whole log (a replica that has just
         become its leader; followers' indexes do not follow the records they copy). Runs on the

@@ -4,16 +4,22 @@ Invariant: the metadata store (through this broker's :class:`~tidelog.cluster.Cl
 which streams and views exist, which broker leads each partition and who coordinates each group;
 this broker serves only the partitions it leads (its replica roles refuse the rest with
 ``NotLeader``), and a call for another broker's partition goes there through the cluster's
-routing (:meth:`ClusterControl.on_leader`), never by reading a status text.
+routing (:meth:`ClusterControl.on_leader`), never by reading a status text. A cursor set or
+read for a front that answers for keys placed on several cursor partitions (the Kafka group
+coordinator) runs on each key's partition leader (:meth:`ClusterControl.set_cursor`), as this
+broker, through the Liftbridge cursor calls; where cursors live is the cursor store's rule, as
+for every other cursor call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Final, TypeVar
 
 import grpc
 
+from tidelog._proto.liftbridge import api_pb2 as pb
+from tidelog._proto.liftbridge import api_pb2_grpc
 from tidelog._proto.tidelog.v1 import cluster_pb2 as cpb
 from tidelog.broker import (
     Broker,
@@ -33,8 +39,12 @@ from tidelog.errors import (
     StreamNotFound,
     ViewNotFound,
 )
+from tidelog.wire import CURSOR_UNSET_KEY, CURSORS_STREAM, FORWARDED
 
 T = TypeVar("T")
+
+CURSOR_CALL_TIMEOUT_S: Final = 10.0
+"""How long a cursor call handed to the leader of its cursor partition may take."""
 
 
 class ClusterControl(LocalControl):
@@ -169,6 +179,59 @@ class ClusterControl(LocalControl):
 
     async def cursors(self) -> CursorStore:
         return await self.node.cursors()
+
+    async def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
+        store = await self.cursors()
+
+        async def here(_: int) -> None:
+            await store.set(cursor_id, stream, partition, offset)
+
+        async def there(channel: grpc.aio.Channel, _: int) -> None:
+            request = pb.SetCursorRequest(
+                stream=stream, partition=partition, cursorId=cursor_id, offset=offset
+            )
+            await api_pb2_grpc.APIStub(channel).SetCursor(
+                request, timeout=CURSOR_CALL_TIMEOUT_S, metadata=((FORWARDED, "1"),)
+            )
+
+        await self._on_cursor_leader(store.partition_of(cursor_id, stream, partition), here, there)
+
+    async def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int | None:
+        store = await self.cursors()
+
+        async def here(_: int) -> int | None:
+            return await store.stored(cursor_id, stream, partition)
+
+        async def there(channel: grpc.aio.Channel, _: int) -> int | None:
+            request = pb.FetchCursorRequest(stream=stream, partition=partition, cursorId=cursor_id)
+            call = api_pb2_grpc.APIStub(channel).FetchCursor(
+                request, timeout=CURSOR_CALL_TIMEOUT_S, metadata=((FORWARDED, "1"),)
+            )
+            answer = await call
+            trailing = await call.trailing_metadata() or ()
+            unset = any(key == CURSOR_UNSET_KEY for key, _ in trailing)
+            return None if unset else answer.offset
+
+        number = store.partition_of(cursor_id, stream, partition)
+        return await self._on_cursor_leader(number, here, there)
+
+    async def _on_cursor_leader(
+        self,
+        number: int,
+        here: Callable[[int], Awaitable[T]],
+        there: Callable[[grpc.aio.Channel, int], Awaitable[T]],
+    ) -> T:
+        """A cursor call on the leader of cursor partition ``number``: ``here`` when this
+        broker leads it, else ``there`` on the leader's channel (``Routing.on_each_leader``:
+        a leader that moved is looked up again)."""
+        node = self.node
+        try:
+            [answer] = await node.routing.on_each_leader(
+                CURSORS_STREAM, [number], node.view, here, there
+            )
+        except grpc.aio.AioRpcError as error:
+            raise forwarded(error) from None
+        return answer
 
     async def join_group(
         self, group_id: str, consumer_id: str, streams: list[str], *, principal: str | None = None

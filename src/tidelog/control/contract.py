@@ -318,6 +318,22 @@ class Control(Protocol):
         leaders take the calls)."""
         ...
 
+    async def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
+        """Store a cursor (``CursorStore.set``: durable, and in a cluster acknowledged by the
+        ISR) on the leader of the cursor partition its key hashes to: this broker on a single
+        broker or when it leads that partition, else that leader, called as this broker (the
+        cluster's principal: the front checked its own caller first). For a front whose
+        keys belong to one owner placed elsewhere (a Kafka group's coordinator); the cursors
+        stay where any other set puts them. A leader moving meanwhile is looked up again a few
+        times, then ``NotEnoughReplicas``; the leader's refusal is
+        :class:`~tidelog.errors.Forwarded`."""
+        ...
+
+    async def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int | None:
+        """A cursor's value as the leader of its cursor partition holds it (None: never set;
+        -1 is a value like any other), reached as :meth:`set_cursor` does."""
+        ...
+
     @property
     def group_timeouts(self) -> tuple[float, float]:
         """(consumer timeout, coordinator timeout) in seconds."""

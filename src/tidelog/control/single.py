@@ -119,6 +119,12 @@ class SingleBroker(LocalControl):
     async def cursors(self) -> CursorStore:
         return self.broker.cursors
 
+    async def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
+        await self.broker.cursors.set(cursor_id, stream, partition, offset)
+
+    async def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int | None:
+        return await self.broker.cursors.stored(cursor_id, stream, partition)
+
     async def join_group(
         self, group_id: str, consumer_id: str, streams: list[str], *, principal: str | None = None
     ) -> tuple[str, int]:

@@ -83,5 +83,11 @@ APIS: Final[dict[int, Api]] = {}
 for _api in _TABLE:
     APIS[_api.key] = _api
 
+WAITING: Final = frozenset({1, 11, 14})
+"""Apis whose handler waits on others (Fetch for data, JoinGroup for the rebalance, SyncGroup for
+the assignment): cancelled when the client closes its connection meanwhile (``inbox.py``). Any
+other runs to its end, so a write whose client went away is whole, for the client's retry on
+another connection to find."""
+
 AUTH_FREE: Final = frozenset({API_VERSIONS_KEY, *(entry[0] for entry in sasl.SERVED)})
 """Apis a connection may send before its SASL exchange completes."""

@@ -10,8 +10,8 @@ Invariants:
 - one request waits per (group, member, JoinGroup or SyncGroup): a second one from the same
   member (a client that timed out and asked again) answers the first ``REBALANCE_IN_PROGRESS``;
 - a waiting request whose task is cancelled (its connection closed, the listener stopped)
-  leaves the group's state as if its member had gone quiet, so the member expires unless it
-  comes back: nothing waits for an answer nobody will read;
+  removes its member at once (a static member: leaves it as if it had gone quiet, so it expires
+  unless it comes back; ``Group.abandon``): nothing waits for an answer nobody will read;
 - the bytes every group holds (members' metadata and assignments) stay under
   ``max_total_bytes``, groups under ``max_groups`` (the least recently used Empty group is
   evicted for a new one; none evictable: ``COORDINATOR_NOT_AVAILABLE``, retriable);
@@ -290,8 +290,7 @@ class Coordinator:
             if self._waiting.get(key) is future:
                 del self._waiting[key]
                 if self.groups.get(group.group_id) is group:
-                    group.abandon(step.member_id, kind, self._now())
-                    self._settle(group, ())
+                    self._settle(group, group.abandon(step.member_id, kind, self._now()))
             raise
 
     def _settle(self, group: Group, deliveries: tuple[Delivery, ...]) -> None:

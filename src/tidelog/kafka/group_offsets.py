@@ -23,27 +23,36 @@ names partitions that exist (``UNKNOWN_TOPIC_OR_PARTITION``), with an offset >= 
 here.
 
 In a cluster, the cursor of each (topic, partition) lives on the ``__cursors`` partition its key
-hashes to, which the group's coordinator may not lead: such a partition is answered
-``NOT_COORDINATOR`` (the cursor store refuses a write or read there; ``docs/kafka-groups.md``).
+hashes to, as every cursor does (tidelog's groups and Liftbridge clients rely on that placement),
+which the group's coordinator leads only for some keys: the coordinator stores and reads each
+through ``Control.set_cursor`` and ``Control.fetch_cursor``, which run it on that partition's
+leader, as this broker, once the caller's rights were checked here. So one coordinator answers
+for all of a group's offsets, as Kafka's does with one ``__consumer_offsets`` partition. A
+leader that cannot be reached now (a failover under way) is ``COORDINATOR_NOT_AVAILABLE`` for
+that partition (the client retries); the coordinator's own refusal (it no longer leads the
+group's partition) is ``NOT_COORDINATOR``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Coroutine, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, Final
 
+import grpc
 from kio.schema.errors import ErrorCode
 
 from tidelog.access import Kind, Operation
-from tidelog.broker import CursorStore
-from tidelog.errors import NotLeader, TidelogError
+from tidelog.control import Forwarded
+from tidelog.errors import BrokerClosed, NotEnoughReplicas, NotLeader, TidelogError
 from tidelog.kafka.group_coordinator import coordinator_of, cursor_id, refusal
 from tidelog.kafka.protocol import Request, answer, nested
 from tidelog.kafka.session import Session
 from tidelog.kafka.status import code_of
 
+LOG = logging.getLogger("tidelog.kafka")
 NO_OFFSET = -1
 
 
@@ -57,10 +66,38 @@ def committed_offset(stored: int | None) -> int:
     return NO_OFFSET if stored is None else stored + 1
 
 
+_UNREACHED: Final = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
+"""A cursor call handed to another broker that did not get there or back: try again."""
+
+_FORWARDED: Final[dict[grpc.StatusCode, ErrorCode]] = {
+    grpc.StatusCode.NOT_FOUND: ErrorCode.unknown_topic_or_partition,
+    grpc.StatusCode.INVALID_ARGUMENT: ErrorCode.invalid_request,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ErrorCode.policy_violation,
+    grpc.StatusCode.FAILED_PRECONDITION: ErrorCode.policy_violation,
+}
+"""The leader's refusal of a cursor call handed to it, by its status (``tidelog.api.status``
+maps the store's refusals there: a stream deleted meanwhile, a stream with all the cursor ids it
+may have). Any other is logged (a broker refused by another's ACL: ``super_users``)."""
+
+
 def _failure(error: BaseException) -> ErrorCode:
+    """A cursor call's failure as the partition's code (module docstring)."""
     if isinstance(error, NotLeader):
-        # the cursor's partition has another leader: so has the group (find it again)
+        # this broker was named the cursor partition's leader and is not (any more): the
+        # group's coordinator may have moved too (find it again)
         return ErrorCode.not_coordinator
+    if isinstance(error, NotEnoughReplicas | BrokerClosed) or (
+        isinstance(error, Forwarded) and (error.moved or error.code in _UNREACHED)
+    ):
+        return ErrorCode.coordinator_not_available  # a failover under way: retriable
+    if isinstance(error, Forwarded):
+        code = _FORWARDED.get(error.code)
+        if code is None:
+            LOG.warning("kafka group offsets: a cursor's leader refused: %s", error)
+            return ErrorCode.unknown_server_error
+        return code
     return code_of(error)[0]
 
 
@@ -81,11 +118,11 @@ async def offset_commit(session: Session, request: Request) -> Any:
         )
     codes: dict[tuple[int, int], ErrorCode] = {}
     writes: list[tuple[tuple[int, int], Coroutine[Any, Any, None]]] = []
-    store = await session.control.cursors() if code is ErrorCode.none else None
+    control = session.control
     for t, topic in enumerate(body.topics):
         readable = session.allowed(Operation.SUBSCRIBE, Kind.STREAM, topic.name)
         for p, partition in enumerate(topic.partitions):
-            if store is None:
+            if code is not ErrorCode.none:
                 codes[(t, p)] = code
             elif not readable:
                 codes[(t, p)] = ErrorCode.topic_authorization_failed
@@ -93,9 +130,10 @@ async def offset_commit(session: Session, request: Request) -> Any:
                 codes[(t, p)] = ErrorCode.invalid_request
             else:
                 value = stored_value(partition.committed_offset)
-                write = store.set(cursor_id(group_id), topic.name, partition.partition_index, value)
-                writes.append(((t, p), write))
-    # Each set is a durable append; together they share the log's syncs.
+                where = (topic.name, partition.partition_index)
+                writes.append(((t, p), control.set_cursor(cursor_id(group_id), *where, value)))
+    # Each set is a durable append (here or on its partition's leader); together they share
+    # the logs' syncs.
     results = await asyncio.gather(*(w for _, w in writes), return_exceptions=True)
     for (where, _), result in zip(writes, results, strict=True):
         if isinstance(result, TidelogError):
@@ -160,54 +198,61 @@ async def _fetch_group(
     """(the group's error, its topics' entries) for one group of an OffsetFetch; ``wanted``:
     the topics and partitions asked for (None: every one with a committed offset)."""
     code = await refusal(session, group_id) or ErrorCode.none  # (ErrorCode.none is falsy)
-    store = await session.control.cursors() if code is ErrorCode.none else None
     if wanted is None:
-        if store is None:
+        if code is not ErrorCode.none:
             return code, ()
-        return code, await _every_offset(session, request, store, group_id)
+        return code, await _every_offset(session, request, group_id)
     topics = []
     for topic in wanted:
-        visible = session.may_see(Kind.STREAM, topic.name)
-        partitions = []
-        for number in topic.partition_indexes:
-            offset, error = NO_OFFSET, code
-            if store is not None and not visible:
-                error = ErrorCode.topic_authorization_failed
-            elif store is not None:
-                try:
-                    offset = committed_offset(
-                        await store.stored(cursor_id(group_id), topic.name, number)
-                    )
-                except TidelogError as failure:
-                    error = _failure(failure)
-            partitions.append(_partition(request, number, offset, error))
+        numbers = list(topic.partition_indexes)
+        found: list[tuple[int | None, ErrorCode]]
+        if code is not ErrorCode.none:
+            found = [(None, code)] * len(numbers)
+        elif not session.may_see(Kind.STREAM, topic.name):
+            found = [(None, ErrorCode.topic_authorization_failed)] * len(numbers)
+        else:
+            found = await _committed(session, group_id, topic.name, numbers)
+        partitions = [
+            _partition(request, number, committed_offset(stored), error)
+            for number, (stored, error) in zip(numbers, found, strict=True)
+        ]
         topics.append(_topic(request, topic.name, partitions))
     return code, tuple(topics)
 
 
-async def _every_offset(
-    session: Session, request: Request, store: CursorStore, group_id: str
-) -> tuple[Any, ...]:
+async def _every_offset(session: Session, request: Request, group_id: str) -> tuple[Any, ...]:
     """Every partition the caller may see with an offset committed by ``group_id``."""
     topics = []
     for name in session.control.stream_names():
         info = session.control.describe_stream(name)
         if info is None or not session.may_see(Kind.STREAM, name):
             continue
-        partitions = []
-        for number in sorted(info.partitions):
-            try:
-                stored = await store.stored(cursor_id(group_id), name, number)
-            except TidelogError as failure:
-                partitions.append(_partition(request, number, NO_OFFSET, _failure(failure)))
-                continue
-            if stored is not None:
-                partitions.append(
-                    _partition(request, number, committed_offset(stored), ErrorCode.none)
-                )
+        numbers = sorted(info.partitions)
+        found = await _committed(session, group_id, name, numbers)
+        partitions = [
+            _partition(request, number, committed_offset(stored), error)
+            for number, (stored, error) in zip(numbers, found, strict=True)
+            if stored is not None or error is not ErrorCode.none
+        ]
         if partitions:
             topics.append(_topic(request, name, partitions))
     return tuple(topics)
+
+
+async def _committed(
+    session: Session, group_id: str, stream: str, numbers: Sequence[int]
+) -> list[tuple[int | None, ErrorCode]]:
+    """(the cursor's value, None: never set; the partition's error) per partition of
+    ``stream``, read at once (in a cluster, each from its cursor partition's leader)."""
+
+    async def one(number: int) -> tuple[int | None, ErrorCode]:
+        try:
+            stored = await session.control.fetch_cursor(cursor_id(group_id), stream, number)
+        except TidelogError as failure:
+            return None, _failure(failure)
+        return stored, ErrorCode.none
+
+    return list(await asyncio.gather(*(one(n) for n in numbers)))
 
 
 def _partition(request: Request, number: int, offset: int, error: ErrorCode) -> Any:

@@ -48,7 +48,9 @@ by another member id is ``FENCED_INSTANCE_ID``; another generation is ``ILLEGAL_
 
 Liveness. Each member is heard from by its joins, syncs, heartbeats and commits; one not heard
 from for its session timeout is removed (a REBALANCE). A member whose JoinGroup or SyncGroup is
-waiting is not expired meanwhile: the rebalance timeout bounds both waits. At its end, members
+waiting is not expired meanwhile: the rebalance timeout bounds both waits. A waiting request
+whose connection closes (:meth:`Group.abandon`) removes a dynamic member at once, so nobody
+waits for a client that is gone. At its end, members
 that have not rejoined are removed (PreparingRebalance), or, when the leader has not sent the
 assignment, those that have not sent their SyncGroup, the leader among them (CompletingRebalance,
 as Kafka's newer coordinator does).
@@ -284,17 +286,22 @@ class Group:
         self.remove(member, now)
         return ErrorCode.none, self.flush()
 
-    def abandon(self, member_id: str, answer: type[Answer], now: float) -> None:
+    def abandon(self, member_id: str, answer: type[Answer], now: float) -> tuple[Delivery, ...]:
         """A waiting join (``JoinAnswer``) or sync (``SyncAnswer``) whose request went away
-        (its connection ended): the member is no longer waiting, and was heard from now."""
+        (its connection closed): a dynamic member is removed at once, as by a LeaveGroup, so
+        the rebalance goes on without it; a static member (an instance id, which is meant to
+        come back) is only no longer waiting, heard from now, and expires unless it returns."""
         member = self.members.get(member_id)
         if member is None:
-            return
+            return ()
         if answer is JoinAnswer:
             member.awaiting_join = False
         else:
             member.awaiting_sync = False
         member.last_heard = now
+        if member.instance_id is None:
+            self.remove(member, now)
+        return self.flush()
 
     # -- time and the coordinator ----------------------------------------------------------------
 

@@ -4,6 +4,11 @@ Theory of operation. A connection's requests are answered one at a time, in the 
 (Kafka's broker does the same: it reads no further request of a connection until the previous one
 is answered), so a client's pipelined produce requests to one partition are appended in their
 order, and responses never need reordering. A long-polling fetch holds its connection only.
+While a request that waits on others is served (:data:`~tidelog.kafka.apis.WAITING`: Fetch,
+JoinGroup, SyncGroup), the connection is read ahead (``inbox.py``): a client that closes it
+meanwhile has that request cancelled at once (a JoinGroup's member leaves the group then, rather
+than holding the rebalance until its timeout), while requests it pipelined behind it are kept
+and answered in their turn.
 
 What a connection does with each frame:
 
@@ -43,7 +48,8 @@ from typing import Any, Final
 from tidelog.control import Control
 from tidelog.errors import Unauthenticated
 from tidelog.kafka import sasl
-from tidelog.kafka.apis import APIS, AUTH_FREE, unsupported
+from tidelog.kafka.apis import APIS, AUTH_FREE, WAITING, unsupported
+from tidelog.kafka.inbox import Inbox, PeerClosed
 from tidelog.kafka.protocol import SIZE, MalformedRequest, decode_request, encode_response
 from tidelog.kafka.protocol import frame_start as read_frame_start
 from tidelog.kafka.session import ClusterPeers, Gate, KafkaConfig, OpenGate, Session
@@ -157,6 +163,8 @@ class KafkaListener:
             if session is not None:
                 self._sessions[task] = session
                 await self._serve(session, reader, writer)
+        except PeerClosed:
+            LOG.info("kafka connection from %s closed while a request waited", where)
         except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
             pass  # the client went away
         except asyncio.CancelledError:
@@ -209,10 +217,11 @@ class KafkaListener:
         self, session: Session, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         login_by = asyncio.get_running_loop().time() + sasl.LOGIN_TIMEOUT_S
+        inbox = Inbox(reader)
         while True:
             try:
                 async with asyncio.timeout_at(None if session.authenticated else login_by):
-                    frame = await self._frame(session, reader)
+                    frame = await self._frame(session, inbox)
             except TimeoutError:
                 LOG.warning(
                     "kafka connection from %s closed: no SASL login within %.0f s",
@@ -226,7 +235,7 @@ class KafkaListener:
                 if sasl.in_raw_exchange(session):
                     response = sasl.answer_raw(session, frame)
                 else:
-                    response = await self._answer(session, frame)
+                    response = await self._answer(session, frame, inbox)
             except MalformedRequest as error:
                 LOG.warning("kafka connection from %s closed: %s", session.peer, error)
                 return
@@ -240,10 +249,10 @@ class KafkaListener:
                 LOG.warning("kafka connection from %s closed: %s", session.peer, session.closing)
                 return
 
-    async def _frame(self, session: Session, reader: asyncio.StreamReader) -> bytes | None:
+    async def _frame(self, session: Session, inbox: Inbox) -> bytes | None:
         """The next frame's bytes; None (logged) for a size out of bounds: at most
         ``request_max_bytes``, before a login at most ``sasl.UNAUTHENTICATED_MAX_BYTES``."""
-        (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
+        (size,) = SIZE.unpack(await inbox.readexactly(SIZE.size))
         if session.authenticated:
             limit, what = self.config.request_max_bytes, "--kafka-request-max-bytes"
         else:
@@ -258,9 +267,9 @@ class KafkaListener:
                 what,
             )
             return None
-        return await reader.readexactly(size)
+        return await inbox.readexactly(size)
 
-    async def _answer(self, session: Session, frame: bytes) -> bytes | None:
+    async def _answer(self, session: Session, frame: bytes, inbox: Inbox) -> bytes | None:
         start = read_frame_start(frame)
         api = APIS.get(start.api_key)
         if api is None or not api.min_version <= start.version <= api.max_version:
@@ -284,9 +293,12 @@ class KafkaListener:
         request = decode_request(frame)
         session.client_id = request.client_id
         try:
-            body = await api.handler(session, request)
+            if start.api_key in WAITING:
+                body = await inbox.unless_closed(api.handler(session, request))
+            else:
+                body = await api.handler(session, request)
             return None if body is None else encode_response(request, body)
-        except (MalformedRequest, _Close):
+        except (MalformedRequest, _Close, PeerClosed):
             raise
         except Unauthenticated as error:
             raise _Close(str(error)) from error

@@ -66,3 +66,7 @@ leader's broker id as that broker knows it (empty: none now). Whoever routes rea
 never the status text (which is Liftbridge's, for Liftbridge clients)."""
 LEADER_EPOCH_KEY: Final = "tidelog-leader-epoch"
 """Trailing metadata beside :data:`NOT_LEADER_KEY`: that leader's epoch (-1: unknown)."""
+CURSOR_UNSET_KEY: Final = "tidelog-cursor-unset"
+"""Trailing metadata of a ``FetchCursor`` answered -1 because the cursor was never set: -1 is
+also a value a cursor may hold (a Kafka group that committed offset 0 stores it), and a broker
+that fetches a cursor from the leader of its partition must tell the two apart."""
