@@ -32,13 +32,20 @@ from typing import Any, Final
 from tidelog.control import Control
 from tidelog.errors import Unauthenticated
 from tidelog.kafka.apis import APIS, AUTH_FREE, unsupported
-from tidelog.kafka.protocol import SIZE, MalformedRequest, decode_request, encode_response
+from tidelog.kafka.protocol import (
+    SIZE,
+    MalformedRequest,
+    decode_request,
+    encode_response_parts,
+)
 from tidelog.kafka.protocol import frame_start as read_frame_start
 from tidelog.kafka.session import Gate, KafkaConfig, OpenGate, Session
 
 LOG = logging.getLogger("tidelog.kafka")
 _MIN_FRAME: Final = 8
 _ERROR_ONLY: Final = struct.Struct(">iih")
+Response = list[bytes | bytearray | memoryview]
+"""A response frame as buffers to write in order (``protocol.encode_response_parts``)."""
 
 
 def certificate_context(tls: ssl.SSLObject | None) -> Mapping[str, list[bytes]]:
@@ -182,10 +189,11 @@ class KafkaListener:
                 LOG.warning("kafka connection from %s closed: %s", session.peer, close)
                 return
             if response is not None:
-                writer.write(response)
+                for part in response:  # the records as the fetch built them: not joined
+                    writer.write(part)
                 await writer.drain()
 
-    async def _answer(self, session: Session, frame: bytes) -> bytes | None:
+    async def _answer(self, session: Session, frame: bytes) -> Response | None:
         start = read_frame_start(frame)
         api = APIS.get(start.api_key)
         if api is None or not api.min_version <= start.version <= api.max_version:
@@ -197,15 +205,15 @@ class KafkaListener:
             )
             body = unsupported(start)
             if body is None:
-                return _ERROR_ONLY.pack(6, start.correlation_id, 35)
-            return encode_response(start, body)
+                return [_ERROR_ONLY.pack(6, start.correlation_id, 35)]
+            return encode_response_parts(start, body)
         if not session.authenticated and start.api_key not in AUTH_FREE:
             raise _Close(f"api {start.api_key} before authenticating (SASL is required here)")
         request = decode_request(frame)
         session.client_id = request.client_id
         try:
             body = await api.handler(session, request)
-            return None if body is None else encode_response(request, body)
+            return None if body is None else encode_response_parts(request, body)
         except (MalformedRequest, _Close):
             raise
         except Unauthenticated as error:
