@@ -1,6 +1,7 @@
 """``MessageBatch.first_header`` against each record's decoded headers, for names whose header
-prefix is shorter than, exactly, or not a multiple of the eight-byte words it compares, and for
-batches where every record, some or none have the header."""
+prefix is shorter than, exactly, or not a multiple of the eight-byte words it compares, for
+batches where every record, some or none have the header, and for records of one size (read in
+place, evenly spaced) or of many."""
 
 from __future__ import annotations
 
@@ -27,14 +28,18 @@ def batches(draw: st.DrawFn) -> tuple[str, int, list[NewRecord]]:
     name = draw(st.sampled_from(["k", "kf", "__k", "__kafka", "0123456789", "é"]))
     width = draw(st.sampled_from([0, 1, 8, 10]))
     every = draw(st.booleans())
+    # Records of one size (stored evenly spaced: the strided reads) or of any sizes (gathers).
+    uniform = draw(st.booleans())
+    size = draw(st.integers(0, 20))
+    kinds = ["first", "other"] if uniform else ["first", "none", "other", "width"]
     records = []
     for _ in range(draw(st.integers(1, 60))):
-        value = draw(st.binary(max_size=20))
-        key = draw(st.none() | st.binary(max_size=5))
-        kind = "first" if every else draw(st.sampled_from(["first", "none", "other", "width"]))
+        value = draw(st.binary(min_size=size, max_size=size) if uniform else st.binary(max_size=20))
+        key = None if uniform else draw(st.none() | st.binary(max_size=5))
+        kind = "first" if every else draw(st.sampled_from(kinds))
         if kind == "first":
             headers = {name: draw(st.binary(min_size=width, max_size=width))}
-            if draw(st.booleans()):
+            if not uniform and draw(st.booleans()):
                 headers["more"] = b"x"
         elif kind == "other":  # the same prefix length, another name
             headers = {name[:-1] + chr(ord(name[-1]) ^ 1): b"\0" * width}

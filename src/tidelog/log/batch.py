@@ -12,7 +12,7 @@ from typing import Final
 
 import numpy as np
 import numpy.typing as npt
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from tidelog.log.record import (
     HEADER_SIZE,
@@ -169,14 +169,13 @@ class MessageBatch:
         raw = np.frombuffer(self.data, dtype=np.uint8)
         match = _starts_with(raw, starts[rows], prefix)
         if len(rows) == n and bool(match.all()):  # the common case: every record has it
-            every: npt.NDArray[np.uint8] = sliding_window_view(raw, width)[starts + len(prefix)]
-            return possible, every
+            return possible, _rows_at(raw, starts + len(prefix), width)
         found = rows[match]
         mask = np.zeros(n, dtype=np.bool_)
         mask[found] = True
         values = np.zeros((n, width), dtype=np.uint8)
         if len(found):
-            values[found] = sliding_window_view(raw, width)[starts[found] + len(prefix)]
+            values[found] = _rows_at(raw, starts[found] + len(prefix), width)
         return mask, values
 
     def headers(self) -> list[Mapping[str, bytes]]:
@@ -235,23 +234,51 @@ class MessageBatch:
         )
 
 
+def _stride(starts: Int64Array) -> int | None:
+    """The distance between consecutive ``starts`` when it is one positive constant (records of
+    one size stored back to back), else None."""
+    if len(starts) < 2:
+        return _WORD
+    stride = int(starts[1] - starts[0])
+    if stride <= 0 or int(starts[-1]) != int(starts[0]) + stride * (len(starts) - 1):
+        return None
+    return stride if bool((np.diff(starts) == stride).all()) else None
+
+
+def _rows_at(raw: npt.NDArray[np.uint8], starts: Int64Array, width: int) -> npt.NDArray[np.uint8]:
+    """``raw[start : start + width]`` for each start, as the rows of a new ``(m, width)`` array:
+    one strided copy when the starts are evenly spaced, else a gather of whole rows."""
+    stride = _stride(starts)
+    if stride is not None and len(starts):
+        view = as_strided(raw[int(starts[0]) :], (len(starts), width), (stride, 1), writeable=False)
+        return view.copy()
+    rows: npt.NDArray[np.uint8] = sliding_window_view(raw, width)[starts]
+    return rows
+
+
 def _starts_with(
     raw: npt.NDArray[np.uint8], starts: Int64Array, pattern: bytes
 ) -> npt.NDArray[np.bool_]:
     """Whether ``raw[start : start + len(pattern)] == pattern`` for each start (every span lies
-    inside ``raw``): compared eight bytes at a time, as one integer per record, the last word
-    overlapping the one before when the length is not a multiple of eight."""
+    inside ``raw``): compared eight bytes at a time, as one integer per record (read in place
+    when the starts are evenly spaced), the last word overlapping the one before when the length
+    is not a multiple of eight."""
     size = len(pattern)
     if not len(starts):
         return np.zeros(0, dtype=np.bool_)
     if size < _WORD:
-        window = sliding_window_view(raw, size)[starts]
         expected = np.frombuffer(pattern, dtype=np.uint8)
-        same: npt.NDArray[np.bool_] = (window == expected).all(axis=1)
+        same: npt.NDArray[np.bool_] = (_rows_at(raw, starts, size) == expected).all(axis=1)
         return same
-    words = sliding_window_view(raw, _WORD)
+    stride = _stride(starts)
     match = np.ones(len(starts), dtype=np.bool_)
     for at in sorted({*range(0, size - _WORD + 1, _WORD), size - _WORD}):
-        expected_word = int.from_bytes(pattern[at : at + _WORD], "little")
-        match &= words[starts + at].view("<u8").reshape(-1) == np.uint64(expected_word)
+        expected_word = np.uint64(int.from_bytes(pattern[at : at + _WORD], "little"))
+        if stride is not None:
+            words: npt.NDArray[np.uint64] = np.ndarray(
+                (len(starts),), "<u8", raw, int(starts[0]) + at, (stride,)
+            )
+        else:
+            words = sliding_window_view(raw, _WORD)[starts + at].view("<u8").reshape(-1)
+        match &= words == expected_word
     return match
