@@ -22,6 +22,8 @@ from tidelog.process import free_port
 
 COUNT = 2 * READ_RECORDS + 500
 
+pytestmark = pytest.mark.slow  # a real server and ~17,000 records through librdkafka
+
 
 @pytest.fixture
 def kafka(tmp_path: Path) -> Iterator[tuple[ServerProcess, int]]:
