@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 
 from tidelog.kafka.layout import (
-    RECORDS_PER_RUN,
     HeaderList,
     lay_out,
     lay_out_gathered,
@@ -136,8 +135,7 @@ def test_runs_lay_out_the_same_bytes_as_the_gather(shape: list[Block], data: st.
 
 
 def test_a_uniform_batch_is_laid_out_in_runs_and_kafka_python_reads_it() -> None:
-    n = 20_000
-    assert n >= 4 * RECORDS_PER_RUN
+    n = 20_000  # a few runs: offset deltas of 1, 2 and 3 bytes, and each record with headers
     rng = np.random.default_rng(3)
     values = rng.integers(0, 256, n * 100, dtype=np.uint8).tobytes()
     starts = np.arange(n, dtype=np.int64) * 100

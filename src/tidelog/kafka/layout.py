@@ -40,9 +40,13 @@ Columns = tuple[bytes | memoryview | UInt8Array, Int64Array, Int64Array]
 SparseHeaders = Sequence[HeaderList | None] | Mapping[int, HeaderList]
 """The header lists of the records that have any: a list with None for the others, or by place."""
 
-RECORDS_PER_RUN: Final = 64
-"""Runs pay (their fixed cost is a few dozen numpy calls) while they average at least this
-many records; a batch with shorter runs is gathered."""
+FEW_RUNS: Final = 8
+RECORDS_PER_RUN: Final = 32
+"""A batch is laid out in runs when it has at most ``FEW_RUNS`` more runs than one per
+``RECORDS_PER_RUN`` records, else gathered. A run costs ~20 numpy calls (~20 us), the gather
+~180 us plus ~0.85 us a record of varying size (measured: 6 records in one run 60 us against
+180 us gathered; 1,024 records in runs of 32: 0.70 ms against 1.03 ms; in runs of 16: 1.31 ms
+against 1.06 ms)."""
 _MAX_HEAD: Final = 26
 """The widest head: a length (5), attributes (1), timestamp delta (10), offset delta (5) and key
 length (5)."""
@@ -174,7 +178,7 @@ def lay_out_into(
     array: the caller fills the front and sends the array without another copy."""
     plan = _Plan(offset_deltas, timestamp_deltas, keys, values, headers, n)
     starts = plan.run_starts() if n else np.zeros(0, dtype=np.int64)
-    if n and len(starts) * RECORDS_PER_RUN <= n:
+    if n and len(starts) <= FEW_RUNS + n // RECORDS_PER_RUN:
         return _in_runs(plan, starts, front)
     return _gathered(plan, front)
 
