@@ -2,9 +2,11 @@
 until at least ``min_bytes`` are there.
 
 Records are read from the partition's log (committed records only: below the high watermark,
-which in a cluster the in-sync replicas hold) and sent as one uncompressed RecordBatch per
-partition, built from the stored records (``convert.py``); offsets are the log's, so a compacted
-or trimmed log's gaps show as gaps in the batch's offset deltas.
+which in a cluster the in-sync replicas hold) and sent as uncompressed RecordBatches, one per
+read of the log (at most ``READ_RECORDS`` records and ``READ_BYTES`` stored bytes), built from the
+stored records (``convert.py``); offsets are the log's, so a compacted or trimmed log's gaps show
+as gaps in the batch's offset deltas. The batches go to the socket as they were built: the
+response is written as a list of buffers (``protocol.encode_response_parts``), never joined.
 
 Theory of the wait. Before reading, the fetch takes each partition's commit signal (a future the
 next commit resolves); if what it read is below ``min_bytes`` and time remains, it awaits any of
@@ -37,11 +39,15 @@ from tidelog.broker import Partition
 from tidelog.errors import TidelogError
 from tidelog.kafka.convert import to_kafka
 from tidelog.kafka.offsets import earliest, latest
-from tidelog.kafka.protocol import Request, answer, nested
+from tidelog.kafka.protocol import RecordChunks, Request, answer, nested
 from tidelog.kafka.session import Session
 from tidelog.kafka.status import code_of
 
-MAX_RECORDS_PER_READ: Final = 100_000
+READ_RECORDS: Final = 8192
+READ_BYTES: Final = 1 << 20
+"""One read of the log, and so one record batch of the answer, holds at most this many records
+and stored bytes: reads this size keep the conversion's arrays in cache (bigger ones cost more
+per record), as the subscriptions' reads do (``DEFAULT_SUBSCRIBER_BATCH_BYTES``)."""
 
 
 class _Wanted:
@@ -56,6 +62,7 @@ class _Wanted:
         "offset",
         "partition",
         "records",
+        "size",
         "topic",
     )
 
@@ -77,7 +84,9 @@ class _Wanted:
         self.allowed = allowed
         self.error = ErrorCode.none if allowed else ErrorCode.topic_authorization_failed
         self.partition: Partition | None = None
-        self.records = b""
+        self.records: list[bytes] = []
+        """The record batches read, one per read of the log, sent as they are (not joined)."""
+        self.size = 0
 
 
 def _open(session: Session, wanted: _Wanted) -> None:
@@ -107,16 +116,17 @@ def _read(wanted: _Wanted, budget: int, whole_first: bool) -> int:
         parts: list[bytes] = []
         got = 0
         while got < limit or (not parts and whole_first):
-            batch = reader.read(MAX_RECORDS_PER_READ, max(limit - got, 1))
+            batch = reader.read(READ_RECORDS, max(min(limit - got, READ_BYTES), 1))
             if not batch:
                 break
             parts.append(to_kafka(batch, log_append_time=wanted.append_time))
             got += batch.byte_size
-        wanted.records = b"".join(parts)
     except TidelogError as failure:
         wanted.error = code_of(failure)[0]
         return 0
-    return len(wanted.records)
+    wanted.records = parts
+    wanted.size = sum(map(len, parts))
+    return wanted.size
 
 
 async def handle(session: Session, request: Request) -> Any:
@@ -156,6 +166,13 @@ async def handle(session: Session, request: Request) -> Any:
     return _answer(request, wanted)
 
 
+def _records_field(parts: list[bytes]) -> bytes | RecordChunks:
+    """One partition's batches as its ``records`` field: several stay separate buffers."""
+    if len(parts) > 1:
+        return RecordChunks(parts)
+    return parts[0] if parts else b""
+
+
 def _answer(request: Request, wanted: list[_Wanted]) -> Any:
     by_topic: dict[str, list[Any]] = {}
     for w in wanted:
@@ -178,7 +195,7 @@ def _answer(request: Request, wanted: list[_Wanted]) -> Any:
                 log_start_offset=start,
                 aborted_transactions=None,
                 preferred_read_replica=-1,
-                records=w.records,
+                records=_records_field(w.records),
             )
         )
     topics = tuple(

@@ -11,12 +11,17 @@ The bodies are encoded and decoded by ``kio``: dataclasses generated from Kafka'
 one module per api and version, with a native decoder. This module knows the schema of no api
 (that is :mod:`tidelog.kafka.apis`'s table); it turns bytes into a :class:`Request` and a
 response object back into bytes, and raises :class:`MalformedRequest` for anything it cannot read.
+
+A response is written as a list of buffers (:func:`encode_response_parts`): kio writes each field
+to a :class:`_Parts` sink, which keeps the small writes together and every large one (a Fetch
+answer's records, or :class:`RecordChunks`, several batches that make one ``records`` field) as
+the object it was given, so the records reach the socket without being copied into a frame.
 """
 
 from __future__ import annotations
 
-import io
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Final
@@ -129,22 +134,79 @@ def decode_request(frame: bytes) -> Request:
 _WRITERS: dict[type[Any], Any] = {}
 
 
-def encode_response(request: FrameStart | Request, body: Any) -> bytes:
-    """The response frame (size included) answering ``request`` with ``body``."""
+LARGE_WRITE: Final = 16 * 1024
+"""A write of at least this many bytes stays its own part of the response, not copied."""
+
+
+class RecordChunks:
+    """A ``records`` field made of several buffers (record batches back to back), written in
+    order and never joined: its ``len`` is theirs together, as kio's writer asks."""
+
+    __slots__ = ("chunks", "size")
+
+    def __init__(self, chunks: Sequence[bytes | memoryview]) -> None:
+        self.chunks = tuple(chunks)
+        self.size = sum(len(c) for c in self.chunks)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def tobytes(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+class _Parts:
+    """A sink for kio's writers: small writes gathered in a bytearray, large ones kept as the
+    objects given (the caller does not change them afterwards)."""
+
+    __slots__ = ("parts", "size", "small")
+
+    def __init__(self) -> None:
+        self.small = bytearray()
+        self.parts: list[bytes | bytearray | memoryview] = [self.small]
+        self.size = 0
+
+    def write(self, data: bytes | bytearray | memoryview | RecordChunks) -> int:
+        size = len(data)
+        self.size += size
+        if isinstance(data, RecordChunks):
+            self._large(data.chunks)
+        elif size >= LARGE_WRITE:
+            self._large((data,))
+        else:
+            self.small += data
+        return size
+
+    def _large(self, chunks: Sequence[bytes | bytearray | memoryview]) -> None:
+        self.parts += chunks
+        self.small = bytearray()
+        self.parts.append(self.small)
+
+
+def encode_response_parts(
+    request: FrameStart | Request, body: Any
+) -> list[bytes | bytearray | memoryview]:
+    """The response frame (size included) answering ``request`` with ``body``, as buffers to
+    send in order (module docstring)."""
     cls = type(body)
-    write = _WRITERS.get(cls)
+    write: Any = _WRITERS.get(cls)  # kio's writers take any object with ``write``
     if write is None:
         write = _WRITERS[cls] = entity_writer(cls)
-    out = io.BytesIO()
+    out = _Parts()
     out.write(b"\0\0\0\0")
     out.write(_CORRELATION.pack(request.correlation_id))
     if cls.__flexible__ and request.api_key != API_VERSIONS_KEY:
         out.write(b"\0")  # the response header's tagged fields: none
     write(out, body)
-    frame = out.getbuffer()
-    SIZE.pack_into(frame, 0, len(frame) - SIZE.size)
-    del frame
-    return out.getvalue()
+    first = out.parts[0]
+    assert isinstance(first, bytearray)  # the size, at least, was a small write
+    SIZE.pack_into(first, 0, out.size - SIZE.size)
+    return [part for part in out.parts if len(part)]
+
+
+def encode_response(request: FrameStart | Request, body: Any) -> bytes:
+    """The response frame (size included) answering ``request`` with ``body``."""
+    return b"".join(encode_response_parts(request, body))
 
 
 def response_module(request: FrameStart | Request) -> ModuleType:

@@ -48,7 +48,14 @@ from crc32c import crc32c
 from tidelog.kafka import varint
 from tidelog.kafka.compression import Codec, codec_of, compress, decompress
 from tidelog.kafka.errors import CorruptBatch, InvalidRecord, UnsupportedMessageFormat
-from tidelog.kafka.layout import Columns, HeaderList, SparseHeaders, encode_headers, lay_out
+from tidelog.kafka.layout import (
+    Columns,
+    HeaderList,
+    SparseHeaders,
+    encode_headers,
+    lay_out,
+    lay_out_into,
+)
 from tidelog.kafka.varint import Int64Array, UInt8Array
 
 MAGIC: Final = 2
@@ -508,11 +515,9 @@ def build_batch(
     timestamps = np.asarray(timestamps, dtype=np.int64)
     base = int(offsets[0]) if base_offset is None and n else int(base_offset or 0)
     base_timestamp = int(timestamps[0]) if n else -1
-    records = lay_out(offsets - base, timestamps - base_timestamp, keys, values, headers, n)
     attributes = int(codec) | (TIMESTAMP_TYPE if timestamp_type == LOG_APPEND_TIME else 0)
     if is_transactional:
         attributes |= TRANSACTIONAL
-    body = compress(codec, records)
     tail = _TAIL.pack(
         attributes,
         int(offsets[-1]) - base if n else -1,
@@ -523,6 +528,17 @@ def build_batch(
         base_sequence,
         n,
     )
+    offset_deltas, timestamp_deltas = offsets - base, timestamps - base_timestamp
+    if codec is Codec.NONE:  # the records laid out after room for the header: no copy to frame
+        out = lay_out_into(offset_deltas, timestamp_deltas, keys, values, headers, n, HEADER_SIZE)
+        frame = out.data
+        frame[CRC_START:HEADER_SIZE] = tail
+        length = len(out) - LENGTH_END
+        _PREFIX.pack_into(frame, 0, base, length, partition_leader_epoch, MAGIC)
+        _CRC.pack_into(frame, CRC_START - _CRC.size, crc32c(frame[CRC_START:]))
+        return out.tobytes()
+    records = lay_out(offset_deltas, timestamp_deltas, keys, values, headers, n)
+    body = compress(codec, records)
     crc = crc32c(body, crc32c(tail))
     length = HEADER_SIZE - LENGTH_END + len(body)
     return b"".join(

@@ -50,13 +50,20 @@ from tidelog.errors import Unauthenticated
 from tidelog.kafka import sasl
 from tidelog.kafka.apis import APIS, AUTH_FREE, WAITING, unsupported
 from tidelog.kafka.inbox import Inbox, PeerClosed
-from tidelog.kafka.protocol import SIZE, MalformedRequest, decode_request, encode_response
+from tidelog.kafka.protocol import (
+    SIZE,
+    MalformedRequest,
+    decode_request,
+    encode_response_parts,
+)
 from tidelog.kafka.protocol import frame_start as read_frame_start
 from tidelog.kafka.session import ClusterPeers, Gate, KafkaConfig, OpenGate, Session
 
 LOG = logging.getLogger("tidelog.kafka")
 _MIN_FRAME: Final = 8
 _ERROR_ONLY: Final = struct.Struct(">iih")
+Response = list[bytes | bytearray | memoryview]
+"""A response frame as buffers to write in order (``protocol.encode_response_parts``)."""
 
 
 def certificate_context(tls: ssl.SSLObject | None) -> Mapping[str, list[bytes]]:
@@ -243,7 +250,8 @@ class KafkaListener:
                 LOG.warning("kafka connection from %s closed: %s", session.peer, close)
                 return
             if response is not None:
-                writer.write(response)
+                for part in response:  # the records as the fetch built them: not joined
+                    writer.write(part)
                 await writer.drain()
             if session.closing is not None:
                 LOG.warning("kafka connection from %s closed: %s", session.peer, session.closing)
@@ -269,7 +277,7 @@ class KafkaListener:
             return None
         return await inbox.readexactly(size)
 
-    async def _answer(self, session: Session, frame: bytes, inbox: Inbox) -> bytes | None:
+    async def _answer(self, session: Session, frame: bytes, inbox: Inbox) -> Response | None:
         start = read_frame_start(frame)
         api = APIS.get(start.api_key)
         if api is None or not api.min_version <= start.version <= api.max_version:
@@ -281,8 +289,8 @@ class KafkaListener:
             )
             body = unsupported(start)
             if body is None:
-                return _ERROR_ONLY.pack(6, start.correlation_id, 35)
-            return encode_response(start, body)
+                return [_ERROR_ONLY.pack(6, start.correlation_id, 35)]
+            return encode_response_parts(start, body)
         if start.api_key not in AUTH_FREE:
             if not session.authenticated:
                 raise _Close(
@@ -297,7 +305,7 @@ class KafkaListener:
                 body = await inbox.unless_closed(api.handler(session, request))
             else:
                 body = await api.handler(session, request)
-            return None if body is None else encode_response(request, body)
+            return None if body is None else encode_response_parts(request, body)
         except (MalformedRequest, _Close, PeerClosed):
             raise
         except Unauthenticated as error:

@@ -82,7 +82,10 @@ def widths(values: Int64Array) -> Int64Array:
     """The bytes each of ``values`` takes as a zigzag varint."""
     raw = zigzag(values)
     width = np.ones(len(values), dtype=np.int64)
+    top = int(raw.max()) if len(raw) else 0
     for shift in range(7, 64, 7):
+        if top < 1 << shift:  # no value needs another byte
+            break
         width += raw >= np.uint64(1 << shift)
     return width
 

@@ -12,6 +12,7 @@ from typing import Final
 
 import numpy as np
 import numpy.typing as npt
+from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from tidelog.log.record import (
     HEADER_SIZE,
@@ -23,6 +24,7 @@ from tidelog.log.record import (
 )
 
 _EMPTY_I64: Final[Int64Array] = np.empty(0, dtype=np.int64)
+_WORD: Final = 8
 
 
 class MessageBatch:
@@ -156,23 +158,24 @@ class MessageBatch:
         array (rows of the other records are zeros). Read for all records at once, without
         decoding any header: a front that keeps a fixed-width header first reads it in bulk."""
         n = len(self)
-        values = np.zeros((n, width), dtype=np.uint8)
-        mask = np.zeros(n, dtype=np.bool_)
         if self._header is None:
-            return mask, values
-        prefix = np.frombuffer(header_prefix(name, width), dtype=np.uint8)
+            return np.zeros(n, dtype=np.bool_), np.zeros((n, width), dtype=np.uint8)
+        prefix = header_prefix(name, width)
         span = len(prefix) + width
         starts = self._starts() + self._header["vallen"]
         ends = self.positions + self.sizes
-        rows = np.flatnonzero((self._header["hcount"] > 0) & (starts + span <= ends))
-        if not len(rows):
-            return mask, values
+        possible = (self._header["hcount"] > 0) & (starts + span <= ends)
+        rows = np.flatnonzero(possible)
         raw = np.frombuffer(self.data, dtype=np.uint8)
-        window = raw[starts[rows][:, None] + np.arange(span, dtype=np.int64)]
-        match = (window[:, : len(prefix)] == prefix).all(axis=1)
+        match = _starts_with(raw, starts[rows], prefix)
+        if len(rows) == n and bool(match.all()):  # the common case: every record has it
+            return possible, _rows_at(raw, starts + len(prefix), width)
         found = rows[match]
+        mask = np.zeros(n, dtype=np.bool_)
         mask[found] = True
-        values[found] = window[match, len(prefix) :]
+        values = np.zeros((n, width), dtype=np.uint8)
+        if len(found):
+            values[found] = _rows_at(raw, starts[found] + len(prefix), width)
         return mask, values
 
     def headers(self) -> list[Mapping[str, bytes]]:
@@ -229,3 +232,53 @@ class MessageBatch:
         return MessageBatch(
             self.data, self.positions[:count], self.sizes[:count], self._header[:count]
         )
+
+
+def _stride(starts: Int64Array) -> int | None:
+    """The distance between consecutive ``starts`` when it is one positive constant (records of
+    one size stored back to back), else None."""
+    if len(starts) < 2:
+        return _WORD
+    stride = int(starts[1] - starts[0])
+    if stride <= 0 or int(starts[-1]) != int(starts[0]) + stride * (len(starts) - 1):
+        return None
+    return stride if bool((np.diff(starts) == stride).all()) else None
+
+
+def _rows_at(raw: npt.NDArray[np.uint8], starts: Int64Array, width: int) -> npt.NDArray[np.uint8]:
+    """``raw[start : start + width]`` for each start, as the rows of a new ``(m, width)`` array:
+    one strided copy when the starts are evenly spaced, else a gather of whole rows."""
+    stride = _stride(starts)
+    if stride is not None and len(starts):
+        view = as_strided(raw[int(starts[0]) :], (len(starts), width), (stride, 1), writeable=False)
+        return view.copy()
+    rows: npt.NDArray[np.uint8] = sliding_window_view(raw, width)[starts]
+    return rows
+
+
+def _starts_with(
+    raw: npt.NDArray[np.uint8], starts: Int64Array, pattern: bytes
+) -> npt.NDArray[np.bool_]:
+    """Whether ``raw[start : start + len(pattern)] == pattern`` for each start (every span lies
+    inside ``raw``): compared eight bytes at a time, as one integer per record (read in place
+    when the starts are evenly spaced), the last word overlapping the one before when the length
+    is not a multiple of eight."""
+    size = len(pattern)
+    if not len(starts):
+        return np.zeros(0, dtype=np.bool_)
+    if size < _WORD:
+        expected = np.frombuffer(pattern, dtype=np.uint8)
+        same: npt.NDArray[np.bool_] = (_rows_at(raw, starts, size) == expected).all(axis=1)
+        return same
+    stride = _stride(starts)
+    match = np.ones(len(starts), dtype=np.bool_)
+    for at in sorted({*range(0, size - _WORD + 1, _WORD), size - _WORD}):
+        expected_word = np.uint64(int.from_bytes(pattern[at : at + _WORD], "little"))
+        if stride is not None:
+            words: npt.NDArray[np.uint64] = np.ndarray(
+                (len(starts),), "<u8", raw, int(starts[0]) + at, (stride,)
+            )
+        else:
+            words = sliding_window_view(raw, _WORD)[starts + at].view("<u8").reshape(-1)
+        match &= words == expected_word
+    return match
