@@ -238,9 +238,11 @@ class KafkaListener:
                 return
             if frame is None:
                 return
+            response: Response | None
             try:
                 if sasl.in_raw_exchange(session):
-                    response = sasl.answer_raw(session, frame)
+                    raw = sasl.answer_raw(session, frame)
+                    response = None if raw is None else [raw]
                 else:
                     response = await self._answer(session, frame, inbox)
             except MalformedRequest as error:
