@@ -196,7 +196,7 @@ def main() -> None:
                     f"ssl.certificate.location={certs / 'admin.pem'} "
                     f"ssl.key.location={certs / 'admin.key'}"
                 )
-                print(f"Kafka clients (docs/kafka-cluster.md): bootstrap.servers={bootstrap}{tls}")
+                print(f"Kafka clients (docs/kafka.md): bootstrap.servers={bootstrap}{tls}")
             print(
                 f"try:  tidelog stream create orders --replication-factor 3 --min-isr 2 "
                 f"--server {first}{flags}\n"

@@ -1,6 +1,6 @@
 """The Kafka admin apis: topics created, deleted and described, and the cluster described.
 
-A topic is a stream (``docs/kafka-admin.md``). Each api answers per topic or resource, never
+A topic is a stream (``docs/kafka.md``). Each api answers per topic or resource, never
 failing the whole request for one entry's sake, and checks access per entry through the session
 (the guard of this moment), as the gRPC front does per call:
 

@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 @dataclass(frozen=True, slots=True)
 class GroupLimits:
-    """The coordinator's bounds and timings (constants; ``docs/kafka-groups.md``)."""
+    """The coordinator's bounds and timings (constants; ``docs/kafka.md``)."""
 
     min_session_timeout_s: float = 6.0
     """Kafka's ``group.min.session.timeout.ms``."""

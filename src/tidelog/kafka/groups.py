@@ -6,7 +6,7 @@ here; OffsetCommit and OffsetFetch, which keep the committed offsets as tidelog 
 the waiting and the timers :mod:`group_coordinator`; a handler checks what the caller may do,
 reads the request into those calls and their answer into the response of its version.
 
-Access (``docs/kafka-groups.md``). Every call about a group needs ``group`` on that group
+Access (``docs/kafka.md``). Every call about a group needs ``group`` on that group
 (``GROUP_AUTHORIZATION_FAILED``), except FindCoordinator, DescribeGroups and ListGroups, which
 need only to see it (any grant on the group; ListGroups lists only the groups the caller may
 see), so a monitoring principal finds and describes groups it may not join. A member belongs to the

@@ -7,7 +7,7 @@ may not describe answers ``TOPIC_AUTHORIZATION_FAILED``, so a name's existence i
 those who may not see it.
 
 In a cluster the brokers listed are the live ones that run a Kafka listener (each registers its
-Kafka address beside its gRPC one: ``docs/kafka-cluster.md``), read from the control at each
+Kafka address beside its gRPC one: ``docs/kafka.md``), read from the control at each
 request, so the list follows membership. A partition whose leader is not among them (down and
 not yet replaced, or without a Kafka listener) answers ``LEADER_NOT_AVAILABLE`` with leader -1:
 the client asks again. Every broker names itself the controller: any of them takes what Kafka

@@ -6,7 +6,7 @@ names into settings (refusing, with :class:`InvalidConfig` naming the key, any k
 take and any value out of range), and :func:`topic_entries` / :func:`broker_entries` describe
 settings as the config entries ``DescribeConfigs`` and ``CreateTopics`` v5+ answer with.
 
-The mapping (``docs/kafka-admin.md`` has it as a table):
+The mapping (``docs/kafka.md`` has it as a table):
 
 ========================  =====================================================================
 Kafka key                 tidelog setting
