@@ -1119,6 +1119,11 @@ def liftbridge_phases(
             payloads,
             _live_publisher_argv,
         )
+        record["pids"] = {"tidelog": ours.pid, "liftbridge": theirs.pid}
+        record["directories"] = {
+            "tidelog": str(ours.directory),
+            "liftbridge": str(theirs.directory),
+        }
         ours.stop()
         theirs.stop()
         record["exit_codes"] = {"tidelog": ours.exit_code, "liftbridge": theirs.exit_code}
