@@ -13,7 +13,7 @@ second. ``make liftbridge`` runs the same build.
 ``LiftbridgeServer`` starts that server on 127.0.0.1 (free ports for its API and its embedded
 NATS) from a configuration written into a fresh temporary directory (data directory, NATS
 configuration and log inside), waits for its metadata-leader line (bounded), and always stops it
-by PID (SIGTERM, SIGKILL after a time-out) and removes the directory.
+by PID (SIGINT, its graceful stop; SIGKILL after a time-out) and removes the directory.
 
 ``measure`` runs the Liftbridge phases against a tidelog server and a Liftbridge server, each
 phase on tidelog and then on Liftbridge, seconds apart (the machine is shared and its load moves;
@@ -189,11 +189,11 @@ def _cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _stop_pid(proc: subprocess.Popen[Any]) -> int | None:
-    """SIGTERM, then SIGKILL after ``STOP_TIMEOUT``; the exit code."""
+def _stop_pid(proc: subprocess.Popen[Any], first: signal.Signals) -> int | None:
+    """``first``, then SIGKILL after ``STOP_TIMEOUT``; the exit code."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGTERM)
+            os.kill(proc.pid, first)
         try:
             proc.wait(timeout=STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -278,7 +278,8 @@ class LiftbridgeServer:
         proc, self.proc = self.proc, None
         try:
             if proc is not None:
-                self.exit_code = _stop_pid(proc)
+                # SIGINT: Liftbridge's graceful stop (it exits 0); SIGTERM ends it with 1
+                self.exit_code = _stop_pid(proc, signal.SIGINT)
         finally:
             if self.directory is not None:
                 shutil.rmtree(self.directory, ignore_errors=True)
