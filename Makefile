@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PEERS_STAMP := $(VENV)/.peers-installed
 
-.PHONY: install peers chromium kcat maven kafka-java kafka-dist spark-kafka serve test demo sites cluster demo-broker bench bench-e2e bench-peers bench-cursors bench-windows bench-spark bench-isolation bench-browse bench-cluster bench-cluster-idle bench-replication java lint proto clean
+.PHONY: install peers chromium kcat maven kafka-java kafka-dist spark-kafka liftbridge serve test demo sites cluster demo-broker bench bench-e2e bench-liftbridge bench-peers bench-cursors bench-windows bench-spark bench-isolation bench-browse bench-cluster bench-cluster-idle bench-replication java lint proto clean
 
 install: $(STAMP)
 
@@ -85,10 +85,20 @@ $(KAFKA_BUILD)/.spark-kafka.stamp: tests/support/kafka_dist.py | maven
 	$(PYTHON) scripts/kafka_dist.py spark-kafka
 	touch $@
 
+# Liftbridge's own server (with its embedded NATS) and the benchmark's driver on Liftbridge's
+# official Go client, built from Go modules (versions pinned in benchmarks/go/go.mod) into
+# build/go/bin, with Go's own module and build caches: seconds once built on the machine. The
+# side-by-side phases of bench-e2e and the harness's smoke test use them (docs/performance.md, "Liftbridge
+# side by side").
+GO_BUILD := build/go
+
+liftbridge: install
+	$(BIN)/python benchmarks/liftbridge_side.py build --build-dir $(GO_BUILD)
+
 serve: install
 	$(BIN)/tidelog serve --kafka-port 9092
 
-test: install peers java chromium kcat kafka-java kafka-dist spark-kafka
+test: install peers java chromium kcat kafka-java kafka-dist spark-kafka liftbridge
 	$(BIN)/python -m pytest -q
 
 demo: install java
@@ -110,8 +120,12 @@ demo-broker: install
 bench: install
 	$(BIN)/python benchmarks/log_throughput.py
 
-bench-e2e: install peers
-	$(BIN)/python benchmarks/e2e_throughput.py
+bench-e2e: install peers liftbridge
+	$(BIN)/python benchmarks/e2e_throughput.py --liftbridge-build $(GO_BUILD)
+
+# The Liftbridge phases alone: the same Go client against tidelog and Liftbridge's own server.
+bench-liftbridge: install liftbridge
+	$(BIN)/python benchmarks/e2e_throughput.py --only-liftbridge --liftbridge-build $(GO_BUILD)
 
 bench-peers: install peers
 	$(BIN)/python benchmarks/peers.py

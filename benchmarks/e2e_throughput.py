@@ -53,6 +53,21 @@ Phases, each on its own fresh stream of one partition:
   each); pairing phases seconds apart keeps the shared machine's moving load out of them.
   ``details.tls.rounds`` has every rate.
 
+- Liftbridge side by side (``--skip-liftbridge`` leaves it out; ``--only-liftbridge`` runs it
+  alone), after the peers: Liftbridge's own server (v1.9.0, its embedded NATS) and a driver on
+  its official Go client (go-liftbridge v2.3.0, ``benchmarks/go/lbbench``), both built from Go
+  modules before the first phase (``benchmarks/liftbridge_side.py``: ``go build`` under
+  ``--liftbridge-build``, default ``build/go``), a fresh ``tidelog serve`` and that server
+  started side by side; the same driver runs each phase against tidelog, then against
+  Liftbridge: ``PublishAsync`` with ack LEADER and with ack ALL (``--publish-async-messages``,
+  ``--publish-async-window``), a catch-up of ``--liftbridge-catchup-messages`` (1,000,000)
+  through ``Subscribe``, and live latency through ``Subscribe`` at ``--live-rate`` (each
+  server's own fast publisher by default; ``--liftbridge-live-publisher go`` sends
+  ``PublishAsync`` to both). ``--liftbridge-rounds`` rounds; ``vs_liftbridge_publish_async``,
+  ``vs_liftbridge_catchup`` and ``vs_liftbridge_live_p99`` hold the medians of the rounds'
+  ratios (tidelog over Liftbridge, for latency Liftbridge's p99 over tidelog's: >= 1 is
+  tidelog as good or better) with both sides' numbers; ``details.liftbridge`` every record.
+
 ``peers`` runs ``benchmarks/peers.py`` (``measure_redis``, ``measure_nats``) with the same
 payloads after tidelog's server is stopped; ``--skip-peers`` leaves its numbers ``null``.
 ``ratios`` compares them with the targets, each with a boolean ``met`` (``false`` when a side was
@@ -71,6 +86,9 @@ are slower: compare their numbers with unprofiled runs only.
         [--publish-async-messages 200000] [--publish-async-window 1000] [--live-seconds 5]
         [--live-rate 10000] [--live-batch 10] [--flush-policy interval] [--timeout 300]
         [--profile DIR] [--profile-native] [--skip-tls] [--tls-rounds 3]
+        [--skip-liftbridge | --only-liftbridge] [--liftbridge-rounds 1]
+        [--liftbridge-catchup-messages 1000000] [--liftbridge-live-publisher native|go]
+        [--liftbridge-build DIR]
 """
 
 from __future__ import annotations
@@ -1054,10 +1072,64 @@ async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) ->
 # Peers, ratios, environment
 
 
-def _peers() -> ModuleType:
+def _bench_module(name: str) -> ModuleType:
     if str(BENCH_DIR) not in sys.path:
         sys.path.insert(0, str(BENCH_DIR))
-    return importlib.import_module("peers")
+    return importlib.import_module(name)
+
+
+def _peers() -> ModuleType:
+    return _bench_module("peers")
+
+
+def _live_publisher_argv(config: dict[str, Any]) -> list[str]:
+    """This script's paced publisher (``--live-publisher``) for one configuration."""
+    return [sys.executable, str(Path(__file__).resolve()), "--live-publisher", json.dumps(config)]
+
+
+def liftbridge_phases(
+    args: argparse.Namespace, payloads: Sequence[bytes], binaries: Any
+) -> dict[str, Any]:
+    """The Liftbridge phases on a fresh ``tidelog serve`` and on Liftbridge's own server, both
+    running side by side (``benchmarks/liftbridge_side.py``); every record."""
+    side = _bench_module("liftbridge_side")
+    settings = side.Settings(
+        publish_messages=args.publish_async_messages,
+        window=args.publish_async_window,
+        catchup_messages=args.liftbridge_catchup_messages,
+        size=args.size,
+        live_rate=args.live_rate,
+        live_batch=args.live_batch,
+        live_seconds=args.live_seconds,
+        live_warmup=LIVE_WARMUP_S,
+        live_publisher=args.liftbridge_live_publisher,
+        rounds=args.liftbridge_rounds,
+        timeout=args.timeout,
+    )
+    before = _loadavg()
+    with (
+        TidelogServer(args.flush_policy) as ours,
+        side.LiftbridgeServer(binaries.liftbridge) as theirs,
+    ):
+        record: dict[str, Any] = side.measure(
+            side.Target("tidelog", ours.address, ours.pid),
+            side.Target("liftbridge", theirs.address, theirs.pid),
+            binaries,
+            settings,
+            payloads,
+            _live_publisher_argv,
+        )
+        record["pids"] = {"tidelog": ours.pid, "liftbridge": theirs.pid}
+        record["directories"] = {
+            "tidelog": str(ours.directory),
+            "liftbridge": str(theirs.directory),
+        }
+        ours.stop()
+        theirs.stop()
+        record["exit_codes"] = {"tidelog": ours.exit_code, "liftbridge": theirs.exit_code}
+    record["loadavg_before"], record["loadavg_after"] = before, _loadavg()
+    record["summary"] = side.summary(record)
+    return record
 
 
 def ratio(value: float | None, base: float | None, target: float, compare: str) -> dict[str, Any]:
@@ -1152,7 +1224,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--tls-rounds", type=int, default=3, help="paired plaintext/TLS rounds (default 3)"
     )
+    parser.add_argument(
+        "--skip-liftbridge", action="store_true", help="leave out Liftbridge side by side"
+    )
+    parser.add_argument(
+        "--only-liftbridge", action="store_true", help="run Liftbridge side by side alone"
+    )
+    parser.add_argument(
+        "--liftbridge-build",
+        type=Path,
+        default=None,
+        help="where Go builds the driver and Liftbridge (default build/go, or $TIDELOG_GO_BUILD)",
+    )
+    parser.add_argument("--liftbridge-rounds", type=int, default=1)
+    parser.add_argument("--liftbridge-catchup-messages", type=int, default=1_000_000)
+    parser.add_argument(
+        "--liftbridge-live-publisher",
+        choices=("native", "go"),
+        default="native",
+        help="live publishers: each server's fast path (default) or Go PublishAsync for both",
+    )
     args = parser.parse_args(argv)
+    if args.skip_liftbridge and args.only_liftbridge:
+        parser.error("--skip-liftbridge and --only-liftbridge exclude each other")
+    if args.liftbridge_rounds < 1 or args.liftbridge_catchup_messages < 1:
+        parser.error("--liftbridge-rounds and --liftbridge-catchup-messages must be positive")
     if args.messages < 1 or args.size < 1:
         parser.error("--messages and --size must be positive")
     if args.publish_async_window < 1 or args.live_rate < 1 or args.live_batch < 1:
@@ -1165,6 +1261,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
 
+    # Go builds first (a second when built before), so that no phase shares the machine with
+    # a compiler.
+    binaries = (
+        None
+        if args.skip_liftbridge
+        else _bench_module("liftbridge_side").build(args.liftbridge_build)
+    )
     loadavg_start = _loadavg()
     started_utc = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     wall_start = time.perf_counter()
@@ -1175,6 +1278,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     # and the peers' alike), which would charge each phase for the fixture's size.
     gc.collect()
     gc.freeze()
+    if args.only_liftbridge:
+        liftbridge = liftbridge_phases(args, payloads, binaries)
+        only: dict[str, Any] = {
+            **liftbridge["summary"],
+            "environment": {
+                **environment(),
+                "started_utc": started_utc,
+                "loadavg_start": loadavg_start,
+                "loadavg_end": _loadavg(),
+                "wall_seconds": round(time.perf_counter() - wall_start, 1),
+            },
+            "details": {"liftbridge": liftbridge},
+        }
+        json.dump(only, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
     tidelog = asyncio.run(tidelog_phases(args, payloads))
     results, details = tidelog["results"], tidelog["details"]
 
@@ -1186,6 +1305,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         nats = peers.measure_nats(payloads, timeout=args.timeout)
         details["peers_loadavg_after"] = _loadavg()
         details["peers"] = {"redis": redis, "nats": nats, "versions": peers.versions()}
+    liftbridge: dict[str, Any] = {}
+    if binaries is not None:
+        liftbridge = liftbridge_phases(args, payloads, binaries)
+        details["liftbridge"] = liftbridge
 
     def peer(result: dict[str, Any] | None, *keys: str) -> dict[str, Any]:
         return {k: None if result is None else result.get(k) for k in keys}
@@ -1238,6 +1361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "tls_publish_vs_plaintext": tls_publish_ratio,
             "tls_catchup_vs_plaintext": tls_catchup_ratio,
         },
+        **liftbridge.get("summary", {}),
         "messages": args.messages,
         "message_bytes": args.size,
         "publish_async_messages": args.publish_async_messages,
