@@ -429,7 +429,7 @@ def test_a_huge_metadata_is_refused_at_once_and_a_large_fetch_holds_no_one_up(
         with connect(port, timeout=60) as large, connect(port) as other:
             started = time.monotonic()
             large.sendall(large_frame)
-            time.sleep(0.2)  # decoded by now; being served
+            time.sleep(0.5)  # decoded by now; being served
             asked = time.monotonic()
             versions = call(
                 other, ApiVersionsRequest(client_software_name="t", client_software_version="1")

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Hashable
-from typing import Any, Final
+from types import UnionType
+from typing import Any, Final, Union, get_args, get_origin
 
 LIGHT_REQUEST_MAX_BYTES: Final = 4 << 20
 """The largest frame of every api but those in :data:`HEAVY_APIS`."""
@@ -61,16 +62,17 @@ def check_frame(api_key: int, size: int, request_max_bytes: int) -> None:
 
 def check_counts(body: Any) -> int:
     """The elements of every array of ``body`` (a decoded kio request); :class:`RequestTooBig`
-    when they are more than the bounds allow. Stops counting at the bound, so a refusal costs
-    no more than an allowed request's count."""
+    when they are more than the bounds allow. Stops counting at the bound, and visits only
+    elements that hold arrays themselves (a Fetch's topics, not their partitions), so a
+    refusal costs no more than an allowed request's count."""
     total = 0
     pending: list[Any] = [body]
     top = True
     while pending:
         entity = pending.pop()
-        for name in entity.__dataclass_fields__:
+        for name in _array_fields(type(entity)):
             value = getattr(entity, name)
-            if not isinstance(value, tuple) or not value:
+            if not value:
                 continue
             if top and len(value) > MAX_TOP_ITEMS:
                 raise RequestTooBig(
@@ -81,10 +83,27 @@ def check_counts(body: Any) -> int:
                 raise RequestTooBig(
                     f"{type(body).__name__}: over {MAX_ITEMS} elements in its arrays"
                 )
-            if hasattr(value[0], "__dataclass_fields__"):
+            if _array_fields(type(value[0])):
                 pending.extend(value)
         top = False
     return total
+
+
+_ARRAY_FIELDS: dict[type[Any], tuple[str, ...]] = {}
+
+
+def _array_fields(cls: type[Any]) -> tuple[str, ...]:
+    """The fields of kio class ``cls`` that hold arrays (none for any other class)."""
+    found = _ARRAY_FIELDS.get(cls)
+    if found is None:
+        names = []
+        for name, spec in getattr(cls, "__dataclass_fields__", {}).items():
+            kind = spec.type
+            options = get_args(kind) if get_origin(kind) in (Union, UnionType) else (kind,)
+            if any(get_origin(option) is tuple for option in options):
+                names.append(name)
+        found = _ARRAY_FIELDS[cls] = tuple(names)
+    return found
 
 
 class Seen:
