@@ -296,6 +296,7 @@ class Server:
                 advertised_port=advertised_port,
                 message_max_bytes=settings.kafka_message_max_bytes,
                 request_max_bytes=settings.kafka_request_max_bytes,
+                fetch_max_bytes=settings.kafka_fetch_max_bytes,
                 auto_create_topics=settings.kafka_auto_create_topics,
                 default_partitions=settings.kafka_default_partitions,
                 cluster_id=settings.cluster_name if settings.cluster else "tidelog",

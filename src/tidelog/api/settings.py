@@ -60,6 +60,7 @@ from tidelog.broker import (
 )
 from tidelog.cluster import DEFAULT_ACK_TIMEOUT_S, DEFAULT_LEASE_TTL_S, DEFAULT_REPLICA_LAG_MAX_S
 from tidelog.kafka import (
+    DEFAULT_FETCH_MAX_BYTES,
     DEFAULT_KAFKA_MESSAGE_MAX_BYTES,
     DEFAULT_REQUEST_MAX_BYTES,
     KAFKA_SASL_MECHANISMS,
@@ -251,6 +252,13 @@ class ServerSettings(BaseSettings):
         ge=1 << 16,
         description="largest Kafka request frame; a larger one closes the connection "
         "(Kafka's socket.request.max.bytes)",
+    )
+    kafka_fetch_max_bytes: int = Field(
+        DEFAULT_FETCH_MAX_BYTES,
+        ge=1 << 16,
+        le=1 << 30,
+        description="most record bytes one Kafka Fetch answer carries, whatever the client asks "
+        "(Kafka's fetch.max.bytes)",
     )
     kafka_auto_create_topics: bool = Field(
         True,

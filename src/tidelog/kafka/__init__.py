@@ -10,6 +10,7 @@ through the control seam, so it never asks whether the server is one broker or a
 from tidelog.kafka.sasl import MECHANISMS as KAFKA_SASL_MECHANISMS
 from tidelog.kafka.serving import KafkaListener
 from tidelog.kafka.session import (
+    DEFAULT_FETCH_MAX_BYTES,
     DEFAULT_KAFKA_MESSAGE_MAX_BYTES,
     DEFAULT_REQUEST_MAX_BYTES,
     Gate,
@@ -17,6 +18,7 @@ from tidelog.kafka.session import (
 )
 
 __all__ = [
+    "DEFAULT_FETCH_MAX_BYTES",
     "DEFAULT_KAFKA_MESSAGE_MAX_BYTES",
     "DEFAULT_REQUEST_MAX_BYTES",
     "KAFKA_SASL_MECHANISMS",

@@ -95,6 +95,20 @@ def to_tidelog(batch: KafkaBatch) -> RecordBodies:
     )
 
 
+def joined(parts: list[RecordBodies]) -> RecordBodies:
+    """The records of ``parts`` in order, as one batch to publish atomically."""
+    if len(parts) == 1:
+        return parts[0]
+    return RecordBodies(
+        b"".join(p.blob for p in parts),
+        np.concatenate([p.keylens for p in parts]),
+        np.concatenate([p.vallens for p in parts]),
+        np.concatenate([p.hcounts for p in parts]),
+        np.concatenate([p.sizes for p in parts]),
+        frozenset().union(*(p.header_names for p in parts)),
+    )
+
+
 def _as_tidelog_headers(raw: list[RawHeader]) -> dict[str, bytes] | None:
     """Kafka headers as tidelog headers, or None when they cannot be (module docstring)."""
     if len(raw) > MAX_KAFKA_HEADERS:

@@ -14,8 +14,11 @@ them, then reads again. A commit between the read and the wait resolves a future
 no wake-up is lost, and an idle fetch costs nothing until data arrives or its time is up.
 
 Budgets: each partition gives at most ``partition_max_bytes`` and the response at most
-``max_bytes``, except that the first record of the first partition with data is sent whole even
-when larger (KIP-74), so a consumer is never stuck behind one large record.
+``max_bytes``, both lowered to the listener's ``fetch_max_bytes`` (Kafka's ``fetch.max.bytes``:
+a client cannot make the broker hold more), except that the first record of the first partition
+with data is sent whole even when larger (KIP-74), so a consumer is never stuck behind one large
+record. A partition named twice in one request is read once: each repeat is answered
+``INVALID_REQUEST`` without records (``bounds.py``).
 
 Fetch sessions (KIP-227) are not kept: every answer says ``session_id`` 0, which tells a client
 that asked for one that none was made, so its next fetch names every partition again.
@@ -37,6 +40,7 @@ from kio.schema.errors import ErrorCode
 from tidelog.access import Kind, Operation
 from tidelog.broker import Partition
 from tidelog.errors import TidelogError
+from tidelog.kafka.bounds import Seen, turn
 from tidelog.kafka.convert import to_kafka
 from tidelog.kafka.offsets import earliest, latest
 from tidelog.kafka.protocol import RecordChunks, Request, answer, nested
@@ -131,31 +135,36 @@ def _read(wanted: _Wanted, budget: int, whole_first: bool) -> int:
 
 async def handle(session: Session, request: Request) -> Any:
     body = request.body
+    cap = session.config.fetch_max_bytes
     wanted: list[_Wanted] = []
+    seen = Seen()
     for topic in body.topics:
         allowed = session.allowed(Operation.SUBSCRIBE, Kind.STREAM, topic.topic)
         stream = session.control.find_stream(topic.topic)
         stamped = stream is not None and stream.config.log_append_time
         for p in topic.partitions:
-            wanted.append(
-                _Wanted(
-                    topic.topic,
-                    p.partition,
-                    p.fetch_offset,
-                    p.partition_max_bytes,
-                    allowed,
-                    stamped,
-                )
+            entry = _Wanted(
+                topic.topic,
+                p.partition,
+                p.fetch_offset,
+                min(p.partition_max_bytes, cap),
+                allowed,
+                stamped,
             )
-    max_bytes = getattr(body, "max_bytes", 0x7FFFFFFF)
+            if not seen.first((topic.topic, p.partition)):
+                entry.error = ErrorCode.invalid_request
+            wanted.append(entry)
+    max_bytes = min(getattr(body, "max_bytes", cap), cap)
     wait_s = min(max(body.max_wait.total_seconds(), 0.0), session.config.fetch_max_wait_s)
     deadline = time.monotonic() + wait_s
     total = 0
     while True:
-        for w in wanted:
+        for i, w in enumerate(wanted):
+            await turn(i)
             _open(session, w)
         signals = [w.partition.signal.current() for w in wanted if w.partition is not None]
-        for w in wanted:
+        for i, w in enumerate(wanted):
+            await turn(i)
             total += _read(w, max_bytes - total, whole_first=total == 0)
         remaining = deadline - time.monotonic()
         if total >= body.min_bytes or remaining <= 0 or not signals or session.control.draining:
@@ -163,7 +172,7 @@ async def handle(session: Session, request: Request) -> Any:
         if any(w.error is not ErrorCode.none for w in wanted):
             break
         await asyncio.wait(signals, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-    return _answer(request, wanted)
+    return await _answer(request, wanted)
 
 
 def _records_field(parts: list[bytes]) -> bytes | RecordChunks:
@@ -173,9 +182,10 @@ def _records_field(parts: list[bytes]) -> bytes | RecordChunks:
     return parts[0] if parts else b""
 
 
-def _answer(request: Request, wanted: list[_Wanted]) -> Any:
+async def _answer(request: Request, wanted: list[_Wanted]) -> Any:
     by_topic: dict[str, list[Any]] = {}
-    for w in wanted:
+    for i, w in enumerate(wanted):
+        await turn(i)
         partition = w.partition
         high = latest(partition) if partition is not None else -1
         start = -1

@@ -15,6 +15,12 @@ Invariants:
 - the bytes every group holds (members' metadata and assignments) stay under
   ``max_total_bytes``, groups under ``max_groups`` (the least recently used Empty group is
   evicted for a new one; none evictable: ``COORDINATOR_NOT_AVAILABLE``, retriable);
+- per identified principal too: the bytes of its members under ``max_bytes_per_principal``,
+  the groups it created (by its first join or commit) under ``max_groups_per_principal`` (its
+  own least recently used Empty group is evicted for a new one), so one principal cannot deny
+  the others their groups. Anonymous callers cannot be told apart: they share the global
+  bounds only;
+- a member's rebalance timeout is at most ``max_rebalance_timeout_s``;
 - :meth:`Coordinator.close` (the server drains) cancels every timer and answers every waiting
   request ``NOT_COORDINATOR``; a closed coordinator answers ``COORDINATOR_NOT_AVAILABLE``.
 
@@ -30,16 +36,17 @@ as Kafka's do when their coordinator moves.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 import weakref
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final
 
 from kio.schema.errors import ErrorCode
 
-from tidelog.access import GROUP_CURSOR_PREFIX, Kind, Operation
+from tidelog.access import ANONYMOUS, GROUP_CURSOR_PREFIX, Kind, Operation
 from tidelog.broker import MAX_CURSOR_ID_BYTES
 from tidelog.control import Control
 from tidelog.errors import TidelogError
@@ -112,6 +119,14 @@ class Coordinator:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._sizes: dict[str, int] = {}
         self._total = 0
+        self._shares: dict[str, dict[str, int]] = {}
+        """Each group's bytes by the principal of the members holding them."""
+        self._spent: dict[str, int] = {}
+        """Bytes held by each principal's members, every group together."""
+        self._founders: dict[str, str] = {}
+        """The principal that created each group (its first join or commit)."""
+        self._founded: dict[str, int] = {}
+        """Groups kept that each principal created."""
         self._seen: dict[str, tuple[GroupState, int]] = {}
         """What the log said last of each group (a line per change of state or generation)."""
 
@@ -123,6 +138,14 @@ class Coordinator:
     def room(self) -> int:
         """Bytes of metadata and assignments the groups may still take."""
         return max(self.limits.max_total_bytes - self._total, 0)
+
+    def room_for(self, principal: str) -> int:
+        """Bytes ``principal``'s members may still take: the global room, and an identified
+        principal's own budget."""
+        if principal == ANONYMOUS:
+            return self.room
+        own = self.limits.max_bytes_per_principal - self._spent.get(principal, 0)
+        return max(min(self.room, own), 0)
 
     def find(self, group_id: str) -> Group | None:
         return self.groups.get(group_id)
@@ -137,10 +160,14 @@ class Coordinator:
         if group is None:
             if request.member_id:  # a member of a group this coordinator does not know
                 return JoinAnswer(ErrorCode.unknown_member_id, request.member_id)
-            group = self._create(group_id)
+            group = self._create(group_id, request.principal)
             if group is None:
                 return JoinAnswer(ErrorCode.coordinator_not_available)
-        step = join(group, request, self._now(), self.room)
+        if request.rebalance_timeout_s > self.limits.max_rebalance_timeout_s:
+            request = dataclasses.replace(
+                request, rebalance_timeout_s=self.limits.max_rebalance_timeout_s
+            )
+        step = join(group, request, self._now(), self.room_for(request.principal))
         if created and isinstance(step.answer, JoinAnswer) and group.evictable:
             self._drop(group_id)  # refused before anyone joined: no trace of it is kept
             return step.answer
@@ -171,7 +198,7 @@ class Coordinator:
             protocol,
             assignments,
             self._now(),
-            self.room,
+            self.room_for(principal),
         )
         answer = await self._answer(group, step, SyncAnswer)
         assert isinstance(answer, SyncAnswer)
@@ -210,7 +237,8 @@ class Coordinator:
         if group is None:
             if generation >= 0:
                 return ErrorCode.illegal_generation
-            self._create(group_id)  # listed from now on, when there is room; allowed either way
+            # listed from now on, when there is room; allowed either way
+            self._create(group_id, principal)
             return ErrorCode.none
         code = group.check_commit(member_id, instance_id, principal, generation, self._now())
         self._settle(group, ())
@@ -246,6 +274,10 @@ class Coordinator:
         self._seen.clear()
         self._sizes.clear()
         self._total = 0
+        self._shares.clear()
+        self._spent.clear()
+        self._founders.clear()
+        self._founded.clear()
 
     # -- inside ----------------------------------------------------------------------------------
 
@@ -255,15 +287,31 @@ class Coordinator:
             self.groups[group_id] = group  # most recently used last
         return group
 
-    def _create(self, group_id: str) -> Group | None:
-        if len(self.groups) >= self.limits.max_groups:
-            victim = next((g for g in self.groups.values() if g.evictable), None)
-            if victim is None:
-                return None
-            victim.unload()
-            self._drop(victim.group_id)
+    def _create(self, group_id: str, principal: str) -> Group | None:
+        """A new group ``principal`` creates; None when neither the coordinator nor the
+        principal has room for one and no Empty group can make it (module docstring)."""
+        over = self._founded.get(principal, 0) >= self.limits.max_groups_per_principal
+        if (
+            principal != ANONYMOUS
+            and over
+            and not self._evict(lambda g: self._founders.get(g.group_id) == principal)
+        ):
+            return None
+        if len(self.groups) >= self.limits.max_groups and not self._evict(lambda _: True):
+            return None
         group = self.groups[group_id] = Group(group_id, self.limits, _member_id)
+        self._founders[group_id] = principal
+        self._founded[principal] = self._founded.get(principal, 0) + 1
         return group
+
+    def _evict(self, which: Callable[[Group], bool]) -> bool:
+        """Forget the least recently used Empty group ``which`` accepts; whether one was."""
+        victim = next((g for g in self.groups.values() if g.evictable and which(g)), None)
+        if victim is None:
+            return False
+        victim.unload()
+        self._drop(victim.group_id)
+        return True
 
     def _drop(self, group_id: str) -> None:
         self.groups.pop(group_id, None)
@@ -271,7 +319,24 @@ class Coordinator:
         if handle is not None:
             handle.cancel()
         self._total -= self._sizes.pop(group_id, 0)
+        self._charge(group_id, {})
+        founder = self._founders.pop(group_id, None)
+        if founder is not None:
+            self._founded[founder] -= 1
+            if not self._founded[founder]:
+                del self._founded[founder]
         self._seen.pop(group_id, None)
+
+    def _charge(self, group_id: str, shares: dict[str, int]) -> None:
+        """Make ``shares`` (bytes by principal) the group's part of each principal's bytes."""
+        for principal, size in self._shares.pop(group_id, {}).items():
+            self._spent[principal] -= size
+            if not self._spent[principal]:
+                del self._spent[principal]
+        for principal, size in shares.items():
+            self._spent[principal] = self._spent.get(principal, 0) + size
+        if shares:
+            self._shares[group_id] = shares
 
     async def _answer(self, group: Group, step: Step, kind: type[Answer]) -> Answer:
         if step.answer is not None:
@@ -309,6 +374,11 @@ class Coordinator:
         size = group.size
         self._total += size - self._sizes.get(group.group_id, 0)
         self._sizes[group.group_id] = size
+        shares: dict[str, int] = {}
+        for member in group.members.values():
+            if member.size:
+                shares[member.principal] = shares.get(member.principal, 0) + member.size
+        self._charge(group.group_id, shares)
         handle = self._timers.pop(group.group_id, None)
         if handle is not None:
             handle.cancel()

@@ -34,6 +34,14 @@ class GroupLimits:
     """Groups the coordinator keeps in memory (an Empty one is evicted to make room)."""
     max_total_bytes: int = 256 << 20
     """Metadata and assignments of every group together."""
+    max_groups_per_principal: int = 1_250
+    """Groups one identified principal may have created and still kept (1/8 of ``max_groups``),
+    so that no principal fills the coordinator for the others."""
+    max_bytes_per_principal: int = 32 << 20
+    """Metadata and assignments of one identified principal's members (1/8 of
+    ``max_total_bytes``)."""
+    max_rebalance_timeout_s: float = 300.0
+    """A member's rebalance timeout is lowered to this: a rebalance waits no longer for it."""
 
 
 Protocols = tuple[tuple[str, bytes], ...]

@@ -19,8 +19,8 @@ Checks, per request: ``group`` on the group and the group's own rules
 group has no members), whose refusal every partition carries; then per topic ``subscribe`` for a
 commit (Kafka's READ) or ``describe`` for a fetch (``TOPIC_AUTHORIZATION_FAILED``). A commit
 names partitions that exist (``UNKNOWN_TOPIC_OR_PARTITION``), with an offset >= 0
-(``INVALID_REQUEST``). The cursor is written by the server itself: the caller's checks were made
-here.
+(``INVALID_REQUEST``), each once (a repeat is ``INVALID_REQUEST``, and not written). The
+cursor is written by the server itself: the caller's checks were made here.
 
 In a cluster, the cursor of each (topic, partition) lives on the ``__cursors`` partition its key
 hashes to, as every cursor does (tidelog's groups and Liftbridge clients rely on that placement),
@@ -47,6 +47,7 @@ from kio.schema.errors import ErrorCode
 from tidelog.access import Kind, Operation
 from tidelog.control import Forwarded
 from tidelog.errors import BrokerClosed, NotEnoughReplicas, NotLeader, TidelogError
+from tidelog.kafka.bounds import Seen
 from tidelog.kafka.group_coordinator import coordinator_of, cursor_id, refusal
 from tidelog.kafka.protocol import Request, answer, nested
 from tidelog.kafka.session import Session
@@ -119,10 +120,13 @@ async def offset_commit(session: Session, request: Request) -> Any:
     codes: dict[tuple[int, int], ErrorCode] = {}
     writes: list[tuple[tuple[int, int], Coroutine[Any, Any, None]]] = []
     control = session.control
+    seen = Seen()
     for t, topic in enumerate(body.topics):
         readable = session.allowed(Operation.SUBSCRIBE, Kind.STREAM, topic.name)
         for p, partition in enumerate(topic.partitions):
-            if code is not ErrorCode.none:
+            if not seen.first((topic.name, partition.partition_index)):
+                codes[(t, p)] = ErrorCode.invalid_request
+            elif code is not ErrorCode.none:
                 codes[(t, p)] = code
             elif not readable:
                 codes[(t, p)] = ErrorCode.topic_authorization_failed

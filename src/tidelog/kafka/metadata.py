@@ -16,6 +16,9 @@ sends to its controller (tidelog's own controller decides inside the cluster).
 A topic a producer asks for that does not exist is created when the listener allows it
 (``auto_create_topics``, and the request's ``allow_auto_topic_creation``) and the caller may
 ``create`` it, with ``default_partitions`` partitions, as Kafka's ``auto.create.topics.enable``.
+
+A name asked for twice is answered once (Kafka's broker keeps a set of them too), and the loop
+over the names lets other connections run every ``bounds.TURN_EVERY`` of them.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from tidelog.access import Kind, Operation
 from tidelog.broker import StreamConfig, validate_stream_name
 from tidelog.control import PartitionInfo, StreamInfo
 from tidelog.errors import InvalidArgument, StreamExists, TidelogError
+from tidelog.kafka.bounds import turn
 from tidelog.kafka.protocol import Request, answer, nested
 from tidelog.kafka.session import Session, node_id
 from tidelog.kafka.status import code_of
@@ -148,7 +152,8 @@ async def handle(session: Session, request: Request) -> Any:
     known = Brokers.of(session)
     topics = []
     if body.topics is None or (request.version == 0 and not body.topics):
-        for name in control.stream_names():
+        for i, name in enumerate(control.stream_names()):
+            await turn(i)
             if session.may_see(Kind.STREAM, name):
                 info = control.describe_stream(name)
                 topics.append(topic_entry(request, name, info, ErrorCode.none, known))
@@ -156,8 +161,9 @@ async def handle(session: Session, request: Request) -> Any:
         auto = session.config.auto_create_topics and getattr(
             body, "allow_auto_topic_creation", True
         )
-        for wanted in body.topics:
-            name = wanted.name
+        names = dict.fromkeys(wanted.name for wanted in body.topics)
+        for i, name in enumerate(names):
+            await turn(i)
             if name is None:
                 continue  # a topic by id (v10+): tidelog names topics only
             if not session.may_see(Kind.STREAM, name):

@@ -9,6 +9,9 @@ by the time index's binary search. Kafka searches its records' own timestamps, w
 producers' CreateTime by default; tidelog's index holds the time each record was stored, which
 never goes backwards along offsets (``docs/kafka.md`` says where the two differ: a producer that
 stamps records far from the time it sends them).
+
+A partition named twice in one request is answered ``INVALID_REQUEST`` for each repeat, as
+Kafka's broker does.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from tidelog.access import Kind, Operation
 from tidelog.broker import Partition
 from tidelog.errors import TidelogError
+from tidelog.kafka.bounds import Seen, turn
 from tidelog.kafka.protocol import Request, answer, nested
 from tidelog.kafka.session import Session
 from tidelog.kafka.status import code_of
@@ -66,13 +70,19 @@ def lookup(partition: Partition, timestamp: int) -> tuple[int, int]:
 
 async def list_offsets(session: Session, request: Request) -> Any:
     topics = []
+    seen = Seen()
+    count = 0
     for topic in request.body.topics:
         name = topic.name
         allowed = session.allowed(Operation.SUBSCRIBE, Kind.STREAM, name)
         partitions = []
         for wanted in topic.partitions:
+            count += 1
+            await turn(count)
             error, offset, timestamp = ErrorCode.none, -1, -1
-            if not allowed:
+            if not seen.first((name, wanted.partition_index)):
+                error = ErrorCode.invalid_request
+            elif not allowed:
                 error = ErrorCode.topic_authorization_failed
             else:
                 try:

@@ -1,10 +1,17 @@
 """``Produce``: record batches appended to partitions, with Kafka's idempotence.
 
 Each partition's ``records`` is parsed and checked whole (CRC, codec, sizes: ``records.py``)
-before anything is appended, so a bad batch leaves nothing half-written; its records become
-tidelog records (``convert.py``) and are appended as one atomic batch. ``acks`` 1 answers once
-the leader holds the batch, ``acks`` -1 (all) once it is durable: on disk, and in a cluster held
-by the in-sync replicas (tidelog's ack ALL); ``acks`` 0 gets no answer at all, as in Kafka.
+before anything is appended, so a bad batch leaves nothing half-written; the records of all its
+batches become tidelog records (``convert.py``) and are appended as one atomic batch, so a
+refusal of any of them (a record above the stream's ``max_message_bytes``, say) writes none.
+An idempotent producer's batches each carry their own sequence, so a partition holding more than
+one batch with a producer id is refused whole (``INVALID_REQUEST``; Kafka's clients send one
+batch per partition and request). A partition named twice in one request is served once: each
+repeat is answered ``INVALID_REQUEST`` (appending it beside the first would race it).
+
+``acks`` 1 answers once the leader holds the batch, ``acks`` -1 (all) once it is durable: on
+disk, and in a cluster held by the in-sync replicas (tidelog's ack ALL); ``acks`` 0 gets no
+answer at all, as in Kafka.
 
 In a cluster only a partition's leader appends: any other broker answers
 ``NOT_LEADER_OR_FOLLOWER`` (the client refreshes its metadata), checked before anything else
@@ -20,7 +27,9 @@ last is answered with its offsets, an older epoch's batch is fenced. Kafka also 
 to follow the previous one exactly (its base sequence is the previous batch's last plus one) so a
 retried batch that failed while a later one succeeded is refused rather than taken as a duplicate
 and lost; this front checks that before appending (:func:`sequence_error`), as Kafka's
-``ProducerStateManager`` does:
+``ProducerStateManager`` does, after the owner check: a producer id another principal owns is
+refused (``ProducerIdTaken``, ``TOPIC_AUTHORIZATION_FAILED``) before its sequence is looked at,
+so the codes tell nobody else anything of its epoch or sequence:
 
 =========================================  ==========================================
 the batch, against the producer's latest    answer
@@ -54,8 +63,10 @@ from kio.schema.errors import ErrorCode
 
 from tidelog.access import Kind, Operation
 from tidelog.broker import Partition
+from tidelog.broker.producers import ProducerIdTaken
 from tidelog.errors import NotEnoughReplicas, TidelogError
-from tidelog.kafka.convert import to_tidelog
+from tidelog.kafka.bounds import Seen
+from tidelog.kafka.convert import joined, to_tidelog
 from tidelog.kafka.errors import KafkaError
 from tidelog.kafka.offsets import earliest
 from tidelog.kafka.protocol import Request, answer, nested
@@ -100,20 +111,33 @@ class _Refused(Exception):
         self.code = code
 
 
-async def _append(
-    session: Session, topic: str, index: int, batch: KafkaBatch, acks: int
-) -> tuple[int, int]:
-    """Append one Kafka batch; (its first offset, the time its records were stored, ns). The
-    first offset is -1 for a duplicate older than the latest; the time is 0 for a duplicate."""
-    if batch.is_transactional or batch.is_control:
+def _check(batches: list[KafkaBatch]) -> None:
+    """Refuse a partition's batches that cannot be appended together (module docstring)."""
+    if any(batch.is_transactional or batch.is_control for batch in batches):
         raise _Refused(
             ErrorCode.invalid_request,
             "transactional producing is not supported by tidelog's Kafka front (docs/kafka.md)",
         )
+    if len(batches) > 1 and any(batch.producer_id >= 0 for batch in batches):
+        raise _Refused(
+            ErrorCode.invalid_request,
+            f"{len(batches)} record batches for one partition from an idempotent producer "
+            f"(one per partition and request)",
+        )
+
+
+async def _append(
+    session: Session, topic: str, index: int, batches: list[KafkaBatch], acks: int
+) -> tuple[int, int]:
+    """Append a partition's Kafka batches as one; (the first offset, the time its records were
+    stored, ns). The first offset is -1 for a duplicate older than the latest; the time is 0
+    for a duplicate."""
+    _check(batches)
     control = session.control
-    records = to_tidelog(batch)
     durable = acks == ACKS_ALL
+    batch = batches[0]
     if batch.producer_id < 0:
+        records = joined([to_tidelog(b) for b in batches])
         published = await control.publish(topic, index, records, durable=durable)
         return published.offsets.start, published.timestamp
     name = producer_name(batch.producer_id)
@@ -126,6 +150,10 @@ async def _append(
         partition.role.check_publish()
     table = partition.producers
     latest = table.get(name) if table is not None else None
+    if latest is not None and latest.owner and latest.owner != session.identity:
+        # the owner first: the sequence rules' codes would tell another principal the
+        # producer's epoch and sequence
+        raise _Refused(*code_of(ProducerIdTaken(name)))
     stored = None if latest is None else (latest.sequence, latest.count)
     refusal = sequence_error(stored, batch.producer_epoch, batch.base_sequence)
     if refusal is not None:
@@ -137,7 +165,7 @@ async def _append(
     published = await control.publish_idempotent(
         topic,
         index,
-        records,
+        to_tidelog(batch),
         name,
         batch.producer_epoch << EPOCH_SHIFT | batch.base_sequence,
         durable=durable,
@@ -166,10 +194,15 @@ async def _partition(
     acks: int,
     request: Request,
     log_append_time: bool,
+    repeated: bool = False,
 ) -> Any:
     error, message, base_offset, start = ErrorCode.none, None, -1, -1
     appended: datetime | None = None
     try:
+        if repeated:
+            raise _Refused(
+                ErrorCode.invalid_request, f"partition {data.index} of {topic} named twice"
+            )
         if not allowed:
             raise _Refused(ErrorCode.topic_authorization_failed, f"no publish grant on {topic}")
         records = data.records or b""
@@ -182,11 +215,7 @@ async def _partition(
         batches = parse_batches(records, max_bytes=session.config.message_max_bytes)
         if not batches:
             raise _Refused(ErrorCode.invalid_record, "no record batch in the request")
-        stamp = 0
-        for batch in batches:
-            first, stored = await _append(session, topic, data.index, batch, acks)
-            if base_offset < 0:
-                base_offset, stamp = first, stored
+        base_offset, stamp = await _append(session, topic, data.index, batches, acks)
         partition = session.control.partition(topic, data.index)
         start = earliest(partition)
         if log_append_time and base_offset >= 0:
@@ -218,13 +247,23 @@ async def handle(session: Session, request: Request) -> Any:
     body = request.body
     acks = body.acks
     topics = []
+    seen = Seen()
     for topic in body.topic_data:
         allowed = session.allowed(Operation.PUBLISH, Kind.STREAM, topic.name)
         stream = session.control.find_stream(topic.name)
         stamped = stream is not None and stream.config.log_append_time
         answers = await asyncio.gather(
             *(
-                _partition(session, topic.name, allowed, data, acks, request, stamped)
+                _partition(
+                    session,
+                    topic.name,
+                    allowed,
+                    data,
+                    acks,
+                    request,
+                    stamped,
+                    repeated=not seen.first((topic.name, data.index)),
+                )
                 for data in topic.partition_data
             )
         )

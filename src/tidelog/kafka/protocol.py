@@ -38,6 +38,15 @@ _CORRELATION: Final = struct.Struct(">i")
 API_VERSIONS_KEY: Final = 18
 
 
+MAX_FRAME: Final = 0x7FFFFFFF
+"""A frame's size is an int32: no response can be larger."""
+
+
+class ResponseTooLarge(Exception):
+    """A response whose frame would not fit an int32 size: not sent; the connection is closed
+    after a log line (the handlers' budgets should never let one be built)."""
+
+
 class MalformedRequest(Exception):
     """A frame that does not decode as the request its header names: the connection is closed
     (Kafka's answer to a request it cannot read), after a log line."""
@@ -198,6 +207,11 @@ def encode_response_parts(
     if cls.__flexible__ and request.api_key != API_VERSIONS_KEY:
         out.write(b"\0")  # the response header's tagged fields: none
     write(out, body)
+    if out.size - SIZE.size > MAX_FRAME:
+        raise ResponseTooLarge(
+            f"the answer to api {request.api_key} (correlation id {request.correlation_id}) "
+            f"is {out.size - SIZE.size} bytes, above a frame's {MAX_FRAME}"
+        )
     first = out.parts[0]
     assert isinstance(first, bytearray)  # the size, at least, was a small write
     SIZE.pack_into(first, 0, out.size - SIZE.size)

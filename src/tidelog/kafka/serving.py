@@ -13,7 +13,9 @@ and answered in their turn.
 What a connection does with each frame:
 
 - a size below a header's or above ``request_max_bytes``, or a frame that does not decode: a log
-  line and the connection is closed (a framing error leaves nothing to answer on);
+  line and the connection is closed (a framing error leaves nothing to answer on); so does a
+  request over the bounds of ``bounds.py`` (its frame's size by api, its arrays' elements), and
+  an answer too large for a frame (``protocol.ResponseTooLarge``);
 - an api or version not in :data:`~tidelog.kafka.apis.APIS`: ``ApiVersions`` is answered in its
   version-0 shape with ``UNSUPPORTED_VERSION`` and the served ranges (the client then retries at a
   version it shares); any other is answered with the correlation id and ``UNSUPPORTED_VERSION``,
@@ -49,10 +51,12 @@ from tidelog.control import Control
 from tidelog.errors import Unauthenticated
 from tidelog.kafka import sasl
 from tidelog.kafka.apis import APIS, AUTH_FREE, WAITING, unsupported
+from tidelog.kafka.bounds import ENCODE_APART_ITEMS, RequestTooBig, check_counts, check_frame
 from tidelog.kafka.inbox import Inbox, PeerClosed
 from tidelog.kafka.protocol import (
     SIZE,
     MalformedRequest,
+    ResponseTooLarge,
     decode_request,
     encode_response_parts,
 )
@@ -245,7 +249,7 @@ class KafkaListener:
                     response = None if raw is None else [raw]
                 else:
                     response = await self._answer(session, frame, inbox)
-            except MalformedRequest as error:
+            except (MalformedRequest, RequestTooBig) as error:
                 LOG.warning("kafka connection from %s closed: %s", session.peer, error)
                 return
             except _Close as close:
@@ -300,16 +304,24 @@ class KafkaListener:
                     f"(a client certificate, or a SASL login)"
                 )
             session.settled = True
+        check_frame(start.api_key, len(frame), self.config.request_max_bytes)
         request = decode_request(frame)
+        items = check_counts(request.body)
         session.client_id = request.client_id
         try:
             if start.api_key in WAITING:
                 body = await inbox.unless_closed(api.handler(session, request))
             else:
                 body = await api.handler(session, request)
-            return None if body is None else encode_response_parts(request, body)
+            if body is None:
+                return None
+            if items > ENCODE_APART_ITEMS:
+                return await asyncio.to_thread(encode_response_parts, request, body)
+            return encode_response_parts(request, body)
         except (MalformedRequest, _Close, PeerClosed):
             raise
+        except ResponseTooLarge as error:
+            raise _Close(str(error)) from error
         except Unauthenticated as error:
             raise _Close(str(error)) from error
         except Exception as error:

@@ -22,6 +22,9 @@ DEFAULT_KAFKA_MESSAGE_MAX_BYTES = 1 << 20
 """Kafka's own default for ``message.max.bytes`` (a record batch) is about 1 MiB."""
 DEFAULT_REQUEST_MAX_BYTES = 100 << 20
 """``socket.request.max.bytes``: a frame above it closes the connection before it is read."""
+DEFAULT_FETCH_MAX_BYTES = 50 << 20
+"""A Fetch answer's records at most (Kafka's ``fetch.max.bytes`` is 55 MB): a client's larger
+``max_bytes`` is lowered to it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +40,9 @@ class KafkaConfig:
     message_max_bytes: int = DEFAULT_KAFKA_MESSAGE_MAX_BYTES
     """The largest record batch a produce may carry, decompressed (``MESSAGE_TOO_LARGE``)."""
     request_max_bytes: int = DEFAULT_REQUEST_MAX_BYTES
+    fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
+    """The records one Fetch answer carries at most, and each of its partitions: the request's
+    ``max_bytes`` and ``partition_max_bytes`` are lowered to it."""
     auto_create_topics: bool = True
     """Create a topic a producer's Metadata names (Kafka's ``auto.create.topics.enable``)."""
     default_partitions: int = 1
