@@ -442,7 +442,8 @@ def test_a_huge_metadata_is_refused_at_once_and_a_large_fetch_holds_no_one_up(
             _, answer = decode(1, 12, data)
             assert len(answer.responses) == 1000
             assert took > 0.5  # the test measures something
-            assert waited < took / 4, f"ApiVersions waited {waited:.2f} s of a {took:.2f} s Fetch"
+            # Served with turns: ~0.2-0.45 s of a 1.7 s Fetch here; without them 0.70-0.76 s.
+            assert waited < took / 3, f"ApiVersions waited {waited:.2f} s of a {took:.2f} s Fetch"
 
     async def scenario() -> None:
         async with kafka_served(tmp_path / "data") as server:
