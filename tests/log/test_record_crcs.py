@@ -61,7 +61,9 @@ def test_record_crcs_of_any_ranges_equals_the_calls(
 
 def test_the_cost_model_takes_the_vectorised_pass_for_many_small_records_only() -> None:
     assert vectorised_pays(COUNT, HEADER_SIZE - 4 + VALUE)
-    assert vectorised_pays(1900, 132)  # a 256 KiB subscription frame of 100-byte values
+    assert vectorised_pays(7700, 132)  # a 1 MiB read of 100-byte values
+    assert vectorised_pays(4600, 52)  # a 256 KiB frame of 20-byte values
+    assert not vectorised_pays(1927, 132)  # a 256 KiB frame of 100-byte values: too close
     assert not vectorised_pays(50, 132)  # a live frame of a few records
     assert not vectorised_pays(10_000, 1_000)  # large records: one call each is cheaper
 

@@ -40,15 +40,18 @@ POLYNOMIAL: Final = 0x82F63B78
 """CRC-32C (Castagnoli), reflected."""
 CALL_NS: Final = 170
 """One ``crc32c`` call over a small record, with its slice."""
-STEP_NS: Final = 2_700
+STEP_NS: Final = 4_000
 """The fixed cost of one vectorised step (one word of every record): four numpy calls."""
 FEWEST: Final = 256
 """Below this many records the cost model is not even asked (it never pays there), so that a
 live read of a few records costs what it did."""
-WORD_NS: Final = 2.5
-"""The cost of one vectorised step per record. (The three costs were fitted on this project's
-2-core machines: 1,000 and 10,000 records of 132 bytes, 171 and 906 µs vectorised; one call
-each, about 0.17 µs per record.)"""
+WORD_NS: Final = 3.5
+"""The cost of one vectorised step per record. (Fitted on this project's 2-core machines, then
+made cautious: quiet, 1,000 and 10,000 records of 132 bytes took 171 and 906 µs vectorised,
+one call each about 0.17 µs per record; but the two tables' lookups miss the cache when other
+processes share it, and at 1,927 records (a 256 KiB subscription frame of 100-byte values) the
+vectorised pass measured from 10 % faster to 20 % slower. The constants keep it to where it
+wins clearly: from about 2,400 such records, from about 420 records of 20-byte values.)"""
 
 
 @cache
