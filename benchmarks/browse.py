@@ -11,8 +11,9 @@ the data (nothing cached in its memory) and everything is timed through the clie
 - ``newest50_small_ms`` / ``newest50_large_ms``: ``client.browse(stream, limit=50)``, the median
   of ``--runs`` calls (the first call, cold, is reported apart);
 - ``forward_baseline_ms``: what a console must do without a reverse read: read every partition
-  forward from the start (8 concurrent ``subscribe_batches``, raw columnar batches), keep each
-  partition's last 50, merge them by timestamp, take the newest 50 (one run: it is long);
+  forward from the start (8 concurrent ``subscribe_batches``, their columns as numpy arrays),
+  keep each partition's last 50, merge them by timestamp, take the newest 50 (one run: it is
+  long);
 - ``search_msgs_per_s``: a key search over the newest 1,000,000 messages of ``large``
   (``browse(key=..., max_scan=1_000_000)``; the key matches 10 messages of every 1,000,000, so
   the scan runs to its budget), messages scanned on the server per second of the call;
@@ -47,7 +48,6 @@ from typing import Any
 from tidelog.client import AsyncClient, Client
 from tidelog.log import LogConfig, NewRecord, SegmentedLog
 from tidelog.process import ServerProcess
-from tidelog.wire import columns
 
 PARTITIONS = 8
 KEYS = 100_000
@@ -112,8 +112,8 @@ async def forward_newest50(address: str, stream: str) -> list[tuple[int, int, in
         async for batch in client.subscribe_batches(
             stream, partition, start="earliest", stop="latest"
         ):
-            offsets = columns.unpack_int64(batch.offsets)[-50:].tolist()
-            stamps = columns.unpack_int64(batch.timestamps)[-50:].tolist()
+            offsets = batch.offsets[-50:].tolist()
+            stamps = batch.timestamps[-50:].tolist()
             tail = (tail + [(t, partition, o) for t, o in zip(stamps, offsets, strict=True)])[-50:]
         return tail
 

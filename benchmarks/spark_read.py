@@ -18,10 +18,24 @@ columns it needs). Each side runs once to warm up, then ``--runs`` times (defaul
 median wall time gives ``tidelog_rows_per_s`` and ``parquet_rows_per_s``, and ``ratio`` is
 tidelog / Parquet (target: >= 0.5). Both results are checked against the published counts.
 
+Then, in the same run, three more queries (``queries`` in the JSON), each over Parquet, over the
+tidelog source with every column (``all``), and over the tidelog source narrowed to the columns
+the query needs (``narrowed``: a user-specified schema, ``.schema("partition INT")``, which the
+source answers with only those Arrow columns; docs/spark.md, "Reading fast"):
+
+- ``count``: ``df.count()`` (narrowed to ``partition``; Parquet answers from its footers);
+- ``group_by_partition``: ``groupBy("partition").count()`` (narrowed to ``partition``);
+- ``select_value``: ``select("value")`` written to Spark's ``noop`` sink, so every value is
+  materialised and nothing is written (narrowed to ``value``);
+
+and the first query narrowed too (``narrowed_rows_per_s``, ``narrowed_ratio``: ``partition`` and
+``value``). A source without column narrowing (an older tidelog) records ``null`` for it.
+``--skip-streaming`` leaves out the streaming copy (``streaming_rows_per_s`` is then ``null``).
+
 Prints one JSON object. ``--messages N`` for a smaller run.
 
     python benchmarks/spark_read.py [--messages 5000000] [--size 100] [--partitions 4]
-        [--runs 3] [--max-offsets-per-partition 500000]
+        [--runs 3] [--max-offsets-per-partition 500000] [--skip-streaming]
 """
 
 from __future__ import annotations
@@ -80,6 +94,26 @@ def timed(query: Any, runs: int) -> tuple[float, list[Any], list[float]]:
     return statistics.median(times), result, times
 
 
+def rate(messages: int, seconds: float | None) -> int | None:
+    return None if seconds is None else round(messages / seconds)
+
+
+def ratio(numerator: int | None, denominator: int | None) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return round(numerator / denominator, 3)
+
+
+def narrowed_or_none(run: Any) -> Any:
+    """``run()``, or ``None`` when the source refuses a user-specified schema (a tidelog
+    without column narrowing)."""
+    try:
+        return run()
+    except Exception as error:  # an older source: Spark's analysis error names the schema
+        print(f"narrowed read unsupported: {str(error).splitlines()[0]}", file=sys.stderr)
+        return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=5_000_000)
@@ -87,6 +121,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--max-offsets-per-partition", type=int, default=None)
+    parser.add_argument("--skip-streaming", action="store_true")
     args = parser.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -98,6 +133,7 @@ def main() -> None:
     from tidelog.process import ServerProcess
     from tidelog.spark import TidelogDataSource
 
+    load_before = list(os.getloadavg())
     work = Path(tempfile.mkdtemp(prefix="tidelog-spark-bench-"))
     server = ServerProcess(work / "data")
     spark = None
@@ -124,11 +160,21 @@ def main() -> None:
         spark.sparkContext.setLogLevel("ERROR")
         spark.dataSource.register(TidelogDataSource)
 
-        reader = (
-            spark.read.format("tidelog").option("servers", server.address).option("stream", "bench")
-        )
-        if args.max_offsets_per_partition:
-            reader = reader.option("maxOffsetsPerPartition", str(args.max_offsets_per_partition))
+        def tidelog_reader() -> Any:
+            """A new reader each time: ``DataFrameReader.schema`` changes the reader it is
+            called on."""
+            reader = (
+                spark.read.format("tidelog")
+                .option("servers", server.address)
+                .option("stream", "bench")
+            )
+            if args.max_offsets_per_partition:
+                reader = reader.option(
+                    "maxOffsetsPerPartition", str(args.max_offsets_per_partition)
+                )
+            return reader
+
+        reader = tidelog_reader()
 
         def aggregate(df: Any) -> Any:
             return df.groupBy("partition").agg(
@@ -148,20 +194,48 @@ def main() -> None:
             lambda: aggregate(spark.read.parquet(str(parquet))), args.runs
         )
 
-        for name, result in (("tidelog", tidelog_result), ("parquet", parquet_result)):
+        def narrowed(ddl: str) -> Any:
+            return tidelog_reader().schema(ddl).load()
+
+        narrowed_run = narrowed_or_none(
+            lambda: timed(lambda: aggregate(narrowed("partition INT, value BINARY")), args.runs)
+        )
+        results = [("tidelog", tidelog_result), ("parquet", parquet_result)]
+        if narrowed_run is not None:
+            results.append(("tidelog narrowed", narrowed_run[1]))
+        for name, result in results:
             rows = sum(r["n"] for r in result)
             size = sum(r["bytes"] for r in result)
             if rows != args.messages or size != args.messages * args.size:
                 raise RuntimeError(f"{name} counted {rows} rows / {size} bytes")
 
+        queries = {}
+        for query, ddl, run_query in (
+            ("count", "partition INT", lambda df: df.count()),
+            ("group_by_partition", "partition INT", lambda df: df.groupBy("partition").count()),
+            ("select_value", "value BINARY", lambda df: df.select("value")),
+        ):
+            queries[query] = measure_query(
+                query,
+                run_query,
+                all_columns=reader.load,
+                narrowed=lambda ddl=ddl: narrowed(ddl),
+                parquet=lambda: spark.read.parquet(str(parquet)),
+                runs=args.runs,
+                messages=args.messages,
+            )
+
         # The sink's number (benchmarks/spark_stream_sink.py): a streaming tidelog -> tidelog
         # copy of the same stream through the exactly-once sink.
         from spark_stream_sink import streaming_copy
 
-        sink = streaming_copy(spark, server.address, "bench", args.messages, work / "sink-cp")
+        sink: dict[str, Any] = {"streaming_rows_per_s": None, "streaming_seconds": None}
+        if not args.skip_streaming:
+            sink = streaming_copy(spark, server.address, "bench", args.messages, work / "sink-cp")
 
         tidelog_rate = args.messages / tidelog_s
         parquet_rate = args.messages / parquet_s
+        narrowed_rate = rate(args.messages, None if narrowed_run is None else narrowed_run[0])
         print(
             json.dumps(
                 {
@@ -171,6 +245,11 @@ def main() -> None:
                     "target_ratio": 0.5,
                     "met": tidelog_rate / parquet_rate >= 0.5,
                     "streaming_rows_per_s": sink["streaming_rows_per_s"],
+                    "narrowed_rows_per_s": narrowed_rate,
+                    "narrowed_ratio": ratio(narrowed_rate, round(parquet_rate)),
+                    "queries": queries,
+                    "load_average_before": load_before,
+                    "load_average_after": list(os.getloadavg()),
                     "settings": {
                         "messages": args.messages,
                         "size": args.size,
@@ -184,6 +263,9 @@ def main() -> None:
                     "details": {
                         "tidelog_seconds": [round(t, 3) for t in tidelog_times],
                         "parquet_seconds": [round(t, 3) for t in parquet_times],
+                        "narrowed_seconds": None
+                        if narrowed_run is None
+                        else [round(t, 3) for t in narrowed_run[2]],
                         "publish_seconds": round(publish_s, 2),
                         "parquet_write_seconds": round(parquet_write_s, 2),
                         "streaming_seconds": sink["streaming_seconds"],
@@ -198,6 +280,75 @@ def main() -> None:
             spark.stop()
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def measure_query(
+    name: str,
+    run_query: Any,
+    *,
+    all_columns: Any,
+    narrowed: Any,
+    parquet: Any,
+    runs: int,
+    messages: int,
+) -> dict[str, Any]:
+    """One query over the three inputs: medians as rows/s, ratios to Parquet, every time.
+
+    ``run_query(df)`` returns a number (``count``) or a DataFrame, which is run to the end
+    through the ``noop`` sink (every row computed, nothing written or collected)."""
+
+    def action(make_df: Any) -> Any:
+        def run() -> Any:
+            outcome = run_query(make_df())
+            if isinstance(outcome, int):
+                return _Counted(outcome)
+            return _Written(outcome)
+
+        return run
+
+    seconds: dict[str, Any] = {}
+    for side, make_df in (("all", all_columns), ("narrowed", narrowed), ("parquet", parquet)):
+        runner = action(make_df)
+        got = (
+            narrowed_or_none(lambda runner=runner: timed(runner, runs))
+            if side == "narrowed"
+            else timed(runner, runs)
+        )
+        seconds[side] = got
+        if got is not None and isinstance(got[1], _Counted) and got[1].rows != messages:
+            raise RuntimeError(f"{name} over {side} counted {got[1].rows} rows, not {messages}")
+    rates = {side: rate(messages, None if got is None else got[0]) for side, got in seconds.items()}
+    return {
+        "tidelog_all_columns_rows_per_s": rates["all"],
+        "tidelog_narrowed_rows_per_s": rates["narrowed"],
+        "parquet_rows_per_s": rates["parquet"],
+        "ratio_all_columns": ratio(rates["all"], rates["parquet"]),
+        "ratio_narrowed": ratio(rates["narrowed"], rates["parquet"]),
+        "seconds": {
+            side: None if got is None else [round(t, 3) for t in got[2]]
+            for side, got in seconds.items()
+        },
+    }
+
+
+class _Counted:
+    """A ``count()`` result, shaped for :func:`timed` (which calls ``.collect()``)."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+    def collect(self) -> _Counted:
+        return self
+
+
+class _Written:
+    """A DataFrame run to the end through the ``noop`` sink when :func:`timed` collects it."""
+
+    def __init__(self, df: Any) -> None:
+        self.df = df
+
+    def collect(self) -> None:
+        self.df.write.format("noop").mode("overwrite").save()
 
 
 if __name__ == "__main__":

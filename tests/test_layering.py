@@ -64,7 +64,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "store": {"errors"},
     # talk to brokers only over gRPC, through the client
     "client": {"errors", "wire", "_proto", "security"},
-    "spark": {"client", "errors", "wire", "_proto"},
+    "spark": {"client", "errors", "wire"},
     # the web console: a client application, like spark (never the broker, the api or the log)
     "console": {"access", "client", "errors", "wire"},
     # the package root re-exports the client

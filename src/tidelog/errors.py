@@ -479,6 +479,11 @@ class StoreLayoutMismatch(StoreError):
         super().__init__(f"store at {path}: {detail}")
 
 
+class MissingExtra(TidelogError, ImportError):
+    """A feature needs a package of an optional extra that is not installed (Arrow batches need
+    pyarrow, the ``spark`` extra); the message names the extra to install."""
+
+
 # -- the Spark data source (tidelog.spark) --------------------------------------------------------
 # Spark wraps whatever a data source raises (``PythonException`` / ``AnalysisException``), so the
 # type is for tests and Python callers; the message is what a Spark user sees, and it names the
@@ -503,3 +508,8 @@ class UnknownPartition(SparkSourceError):
 
 class OffsetsLost(SparkSourceError):
     """Retention removed offsets the query still needed, and ``failOnDataLoss`` is true."""
+
+
+class UnknownColumn(SparkSourceError, ValueError):
+    """A user-specified schema or the ``columns`` option names a column the source does not
+    have, or gives one of its columns another type."""

@@ -24,7 +24,7 @@ from pyspark.sql.types import (
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog.wire import columns
-from tidelog.wire.arrow import ARROW_SCHEMA, MalformedBatch, arrow_batch, gather
+from tidelog.wire.arrow import COLUMNS, MalformedBatch, arrow_batch, arrow_schema, gather
 
 SPARK_SCHEMA = StructType(
     [
@@ -56,9 +56,37 @@ def frame(
     )
 
 
+ARROW_SCHEMA = arrow_schema()
+
+
 def test_schema_is_what_spark_expects() -> None:
     # Spark refuses any batch whose schema differs from this (DATA_SOURCE_RETURN_SCHEMA_MISMATCH).
     assert to_arrow_schema(SPARK_SCHEMA, timezone="UTC").equals(ARROW_SCHEMA)
+
+
+@pytest.mark.parametrize(
+    "names",
+    [("value",), ("partition",), ("partition", "value"), ("headers", "offset", "key"), COLUMNS],
+)
+def test_a_narrowed_schema_is_what_spark_expects_of_those_columns(names: tuple[str, ...]) -> None:
+    """A read narrowed to some columns (a user-specified schema) emits exactly Spark's Arrow
+    form of those fields, in the user's order."""
+    spark_fields = StructType([SPARK_SCHEMA[name] for name in names])
+    assert to_arrow_schema(spark_fields, timezone="UTC").equals(arrow_schema(names))
+
+
+def test_a_narrowed_batch_holds_those_columns_only() -> None:
+    messages = columns.pack([b"a", b"bc"], [b"k", None], [{"h": b"1"}, {}])
+    full = arrow_batch(frame([4, 5], [10, 20], messages), "s", 2)
+    narrowed = arrow_batch(frame([4, 5], [10, 20], messages), "s", 2, ("value", "partition"))
+    assert narrowed.schema.names == ["value", "partition"]
+    assert narrowed.to_pydict() == {"value": [b"a", b"bc"], "partition": [2, 2]}
+    assert full.select(["value", "partition"]).equals(narrowed)
+
+
+def test_an_unknown_column_is_refused() -> None:
+    with pytest.raises(ValueError, match="no column 'topic'"):
+        arrow_schema(("topic",))
 
 
 def test_offsets_timestamps_keys_with_nulls_and_headers() -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pyspark
-from pyspark.sql.types import StructType
 from pyspark.sql.worker import data_source_pushdown_filters, plan_data_source_read
 
+from tidelog.spark.columns import source_schema
 from tidelog.spark.source import (
     PUSHDOWN_WORKER_FILE,
     TidelogBatchReader,
@@ -73,7 +73,7 @@ def test_the_plan_worker_refuses_push_filters_when_pushdown_is_off() -> None:
 
 def test_only_the_pushdown_worker_gets_the_reader_with_push_filters(tmp_path: Path) -> None:
     source = TidelogDataSource({"stream": "events"})
-    schema = StructType()
+    schema = source_schema()  # what Spark hands reader(): the source's (or the user's) schema
     assert type(source.reader(schema)) is TidelogBatchReader
     # The same call, made from code whose file is named like PySpark's pushdown worker.
     worker = compile("reader = source.reader(schema)", str(tmp_path / PUSHDOWN_WORKER_FILE), "exec")

@@ -10,6 +10,9 @@ offset). The modes, each a walk of pages:
 - ``--follow``: after the backlog, oldest-first pages from where it ended, polled while nothing is
   new, merging every partition's new messages.
 
+``--json`` prints each page from its columns (``ReceivedBatch``: offsets, timestamps, keys,
+values, headers, partitions), without a message object per line; the human form reads messages.
+
 An offset names a message of one partition, so ``--from offset:N`` starts *each* partition read
 at its offset N (with one partition, exactly the old behaviour). Filters (``--key``, ``--header``,
 ``--grep``, ``--since``, ``--until``) are data sent to the server, which scans within its budget;
@@ -21,15 +24,16 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from itertools import repeat
 from typing import Annotated, Any
 
 import typer
 
 from tidelog.cli.common import PLAINTEXT, ServerOption, client_command, fail, guarded, printable
-from tidelog.client import DEFAULT_SERVER, Client, ClientTls, ReceivedMessage
+from tidelog.client import DEFAULT_SERVER, Client, ClientTls, ReceivedBatch, ReceivedMessage
 from tidelog.wire import POSITION_HEADER, RECEIVE_QUEUE_PREFIX, SNAPSHOT_HEADER
 from tidelog.wire.browse_token import BrowsePosition, encode_token
 
@@ -76,8 +80,11 @@ def parse_headers(pairs: list[str]) -> dict[str, bytes]:
 def header_value(m: ReceivedMessage, name: str) -> int | str | None:
     """Header ``name`` of ``m`` as shown: a receive queue's position or snapshot id as its number,
     anything else as text (``printable``)."""
-    value = m.headers[name]
-    if name in NUMBER_HEADERS and len(value) == 8 and m.stream.startswith(RECEIVE_QUEUE_PREFIX):
+    return shown_header(m.stream, name, m.headers[name])
+
+
+def shown_header(stream: str, name: str, value: bytes) -> int | str | None:
+    if name in NUMBER_HEADERS and len(value) == 8 and stream.startswith(RECEIVE_QUEUE_PREFIX):
         return int.from_bytes(value, "big", signed=True)
     return printable(value)
 
@@ -93,6 +100,35 @@ def message_json(m: ReceivedMessage) -> str:
             "partition": m.partition,
         }
     )
+
+
+def batch_json(batch: ReceivedBatch, limit: int | None = None) -> list[str]:
+    """What :func:`message_json` prints for each of the first ``limit`` messages of ``batch``,
+    made from its columns (no message object each)."""
+    n = len(batch) if limit is None else min(limit, len(batch))
+    keys = batch.keys
+    stream = batch.stream
+    return [
+        json.dumps(
+            {
+                "offset": offset,
+                "timestamp": stamp,
+                "key": printable(key),
+                "value": printable(value),
+                "headers": {k: shown_header(stream, k, v) for k, v in headers.items()},
+                "partition": partition,
+            }
+        )
+        for offset, stamp, key, value, headers, partition in zip(
+            batch.offsets[:n].tolist(),
+            batch.timestamps[:n].tolist(),
+            repeat(None, n) if keys is None else keys[:n],
+            batch.values[:n],
+            batch.headers[:n],
+            batch.partitions[:n].tolist(),
+            strict=True,
+        )
+    ]
 
 
 def human(m: ReceivedMessage, merged: bool) -> str:
@@ -117,12 +153,12 @@ class Walk:
 
     def pages(
         self, *, newest_first: bool, start: datetime | None, token: str | None
-    ) -> Iterator[tuple[list[ReceivedMessage], str | None]]:
+    ) -> Iterator[tuple[Sequence[ReceivedMessage], str | None]]:
         """Every page until the walk ends: newest first, the oldest message passed; oldest
         first, caught up with what is there (the token then continues with what comes)."""
         while True:
             page = self.page(limit=PAGE, newest_first=newest_first, start=start, token=token)
-            yield list(page.messages), page.next_token
+            yield page.messages, page.next_token
             if page.next_token is None:
                 return
             token = page.next_token
@@ -143,11 +179,14 @@ class Walk:
                 break
         return got[::-1]
 
-    def after(self, last: ReceivedMessage) -> Iterator[tuple[list[ReceivedMessage], str | None]]:
-        """Oldest-first pages of what follows ``last`` in merged order (up to what is there),
-        anchored at its position: the messages sharing its timestamp are told apart."""
-        page = self.page(limit=PAGE, newest_first=False, anchor=last.merge_key)
-        yield list(page.messages), page.next_token
+    def after(
+        self, last: tuple[int, int, int]
+    ) -> Iterator[tuple[Sequence[ReceivedMessage], str | None]]:
+        """Oldest-first pages of what follows the message at ``last`` (its merge key) in merged
+        order (up to what is there), anchored at its position: the messages sharing its
+        timestamp are told apart."""
+        page = self.page(limit=PAGE, newest_first=False, anchor=last)
+        yield page.messages, page.next_token
         if page.next_token is not None and (page.messages or page.budget_exhausted):
             yield from self.pages(newest_first=False, start=None, token=page.next_token)
 
@@ -237,15 +276,36 @@ class _Printer:
     follow: bool
     count: int | None
     shown: int = 0
-    last: ReceivedMessage | None = None
+    last: tuple[int, int, int] | None = None
+    """The merge key of the last message shown."""
 
-    def __call__(self, messages: list[ReceivedMessage]) -> None:
+    def __call__(self, messages: Sequence[ReceivedMessage]) -> None:
+        if self.as_json and isinstance(messages, ReceivedBatch):
+            self._columns(messages)
+            return
         for m in messages:
             print(message_json(m) if self.as_json else human(m, self.merged), flush=self.follow)
-            self.last = m
+            self.last = m.merge_key
             self.shown += 1
             if self.count is not None and self.shown >= self.count:
                 raise _Enough
+
+    def _columns(self, batch: ReceivedBatch) -> None:
+        """``--json`` of a page: its lines made from the columns, printed in one write."""
+        room = None if self.count is None else self.count - self.shown
+        lines = batch_json(batch, room)
+        if not lines:
+            return
+        print("\n".join(lines), flush=self.follow)
+        at = len(lines) - 1
+        self.last = (
+            int(batch.timestamps[at]),
+            int(batch.partitions[at]),
+            int(batch.offsets[at]),
+        )
+        self.shown += len(lines)
+        if self.count is not None and self.shown >= self.count:
+            raise _Enough
 
 
 def _offset_token(stream: str, numbers: list[int], offset: int, newest_first: bool) -> str:
@@ -271,7 +331,7 @@ def _run(
         if begin == "new":
             return
         if begin == "earliest":  # newest first from the oldest message: that one alone
-            show(list(walk.page(limit=1, newest_first=False).messages))
+            show(walk.page(limit=1, newest_first=False).messages)
             return
         for messages, _ in walk.pages(newest_first=True, start=start, token=token):
             show(messages)
@@ -297,7 +357,7 @@ def _run(
             live = next_token
     while follow and live is not None:
         page = walk.page(limit=PAGE, newest_first=False, token=live)
-        show(list(page.messages))
+        show(page.messages)
         live = page.next_token
         if not page.messages and not page.budget_exhausted:
             time.sleep(FOLLOW_POLL_S)

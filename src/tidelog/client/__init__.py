@@ -1,6 +1,7 @@
 """The tidelog client: :class:`AsyncClient` (asyncio) and :class:`Client` (blocking)."""
 
 from tidelog.client.aio import DEFAULT_SERVER, AsyncClient
+from tidelog.client.batches import BinaryColumn, ReceivedBatch
 from tidelog.client.cluster_calls import ClusterStatus, PartitionReplicas
 from tidelog.client.describe_calls import (
     GroupInfo,
@@ -46,6 +47,7 @@ __all__ = [
     "Ack",
     "AlreadyExists",
     "AsyncClient",
+    "BinaryColumn",
     "BrowsePage",
     "Client",
     "ClientError",
@@ -67,6 +69,7 @@ __all__ = [
     "PartitionPaused",
     "PartitionReadonly",
     "PartitionReplicas",
+    "ReceivedBatch",
     "ReceivedMessage",
     "RoutedMessage",
     "SiteInfo",

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from itertools import repeat
-from types import MappingProxyType
 from typing import Any
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
+from tidelog.client.batches import ReceivedBatch, decode_frame
 from tidelog.client.errors import InvalidArgument
 from tidelog.client.models import BrowsePage, Message, ReceivedMessage, Start, Stop
 from tidelog.wire import columns
@@ -68,32 +67,14 @@ def pack_messages(messages: Sequence[bytes | Message]) -> v1.Messages:
     )
 
 
-_NO_HEADERS: Mapping[str, bytes] = MappingProxyType({})
-
-
-def decode(batch: v1.RecordBatch, stream: str, partition: int) -> list[ReceivedMessage]:
-    """The messages of one columnar batch, in delivery order."""
-    offsets = columns.int64_list(batch.offsets)
-    timestamps = columns.int64_list(batch.timestamps)
-    values, keys, headers = columns.unpack(batch.messages)
-    n = len(values)
-    # tuple.__new__ through map stays in C: no Python call per message.
-    return list(
-        map(
-            tuple.__new__,
-            repeat(ReceivedMessage, n),
-            zip(
-                offsets,
-                timestamps,
-                repeat(None, n) if keys is None else keys,
-                values,
-                repeat(_NO_HEADERS, n) if headers is None else headers,
-                repeat(partition, n),
-                repeat(stream, n),
-                strict=True,
-            ),
-        )
-    )
+def decode(
+    batch: v1.RecordBatch | ReceivedBatch, stream: str, partition: int
+) -> list[ReceivedMessage]:
+    """The messages of one batch, in delivery order: a raw frame, or what ``subscribe_batches``
+    hands out (whose own ``messages()`` this is; iterating it gives the same)."""
+    if isinstance(batch, ReceivedBatch):
+        return batch.messages()
+    return decode_frame(batch, stream, partition)
 
 
 def _raw(text: bytes | str) -> bytes:
@@ -165,35 +146,18 @@ def browse_request(
 
 
 def browse_page(response: v1.BrowseResponse, stream: str) -> BrowsePage:
-    """The client's page for a ``Browse`` response."""
-    batch = response.batch
+    """The client's page for a ``Browse`` response: its messages are a :class:`ReceivedBatch`
+    (columns, with each message's partition; messages built when first read)."""
     if len(response.partitions) % 4:
         raise ValueError("malformed page: partitions is not a whole number of int32 entries")
-    partitions = columns.int32_list(response.partitions)
-    offsets = columns.int64_list(batch.offsets)
-    timestamps = columns.int64_list(batch.timestamps)
-    values, keys, headers = columns.unpack(batch.messages)
-    n = len(values)
-    messages = tuple(
-        ReceivedMessage(
-            offset,
-            stamp,
-            None if keys is None else keys[i],
-            values[i],
-            _NO_HEADERS if headers is None else MappingProxyType(headers[i]),
-            partition,
-            stream,
-        )
-        for i, (offset, stamp, partition) in enumerate(
-            zip(offsets, timestamps, partitions, strict=True)
-        )
-    )
-    if len(messages) != n:
-        raise ValueError("malformed page: its columns have different lengths")
+    partitions = response.partitions
+    first = int.from_bytes(partitions[:4], "little", signed=True) if partitions else -1
+    batch = ReceivedBatch(response.batch, stream, first, partitions=partitions)
     return BrowsePage(
-        messages,
+        batch,
         response.next_token or None,
         int(response.scanned),
         response.budget_exhausted,
         response.reached_timestamp if response.HasField("reached_timestamp") else None,
+        batch,
     )

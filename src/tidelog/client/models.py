@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, NamedTuple, overload
+from typing import TYPE_CHECKING, Literal, NamedTuple, overload
+
+if TYPE_CHECKING:
+    from tidelog.client.batches import ReceivedBatch
 
 Start = Literal["earliest", "latest", "new"] | int | datetime
 """Where a subscription starts: a keyword, an offset, or a time (first message at or after it)."""
@@ -52,7 +55,9 @@ class ReceivedMessage(NamedTuple):
 class BrowsePage:
     """A page of a stream's messages merged across partitions (``browse``), in page order."""
 
-    messages: tuple[ReceivedMessage, ...]
+    messages: Sequence[ReceivedMessage]
+    """The messages (from ``browse``: the page's :attr:`batch`, whose messages are built when
+    first read)."""
     next_token: str | None
     """Pass it as ``token`` (same direction and filters) for the next page; None when there is
     nothing more in this direction. An oldest-first page at the live end still has one: the
@@ -63,6 +68,9 @@ class BrowsePage:
     """The scan stopped at its budget before the page was full: continue with ``next_token``."""
     reached_timestamp: int | None
     """Timestamp (ns) of the last message examined: how far the scan got (None: none was)."""
+    batch: ReceivedBatch | None = None
+    """The page as columns, with each message's partition (``tidelog.client.batches``): what
+    ``browse`` returns has it; a page made by hand may not."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Reading from the client: subscriptions (columnar batches or decoded messages), the
+"""Reading from the client: subscriptions (columnar batches or messages), the
 :class:`~tidelog.client.consumer.Consumer` with prefetch, seeking and commits, and ``browse``, a
 page merged across partitions and filtered on the server.
 
@@ -8,6 +8,10 @@ away is opened again on the new leader from the offset after the last one delive
 neither repeats nor skips a message; a reverse subscription or a consumer ends instead, and the
 next one opens at the new leader. ``browse`` is a read any broker answers, retried while the
 server is unreachable (``tidelog.client.retry``).
+
+A subscription hands out :class:`~tidelog.client.batches.ReceivedBatch` es: a frame's columns as
+numpy views, with messages built only when a batch is iterated (``subscribe`` does that for
+every batch).
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ import grpc
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
-from tidelog.client.codec import browse_page, browse_request, decode, start_fields, stop_fields
+from tidelog.client.batches import ReceivedBatch
+from tidelog.client.codec import browse_page, browse_request, start_fields, stop_fields
 from tidelog.client.consumer import DEFAULT_PREFETCH, Consumer
 from tidelog.client.errors import Unavailable, from_rpc_error
 from tidelog.client.leaders import LeaderRouter
@@ -64,9 +69,10 @@ class SubscribeCalls:
         reverse: bool = False,
         resume: bool = False,
         max_messages: int = 0,
-    ) -> AsyncGenerator[v1.RecordBatch, None]:
+    ) -> AsyncGenerator[ReceivedBatch, None]:
         """Open a subscription now (the server's handshake is awaited, so errors raise here and
-        ``start="new"`` means new from this call on); iterate the result for the batches.
+        ``start="new"`` means new from this call on); iterate the result for the batches
+        (:class:`~tidelog.client.batches.ReceivedBatch`: columns; iterate one for its messages).
 
         In a cluster, a forward subscription whose leader goes away (a crash, a new election)
         is opened again on the new leader from the offset after the last one delivered: its
@@ -86,13 +92,14 @@ class SubscribeCalls:
         stop: Stop,
         reverse: bool,
         max_messages: int,
-    ) -> AsyncGenerator[v1.RecordBatch, None]:
+    ) -> AsyncGenerator[ReceivedBatch, None]:
         last: int | None = None
         while True:
             try:
-                async for batch in batches:
+                async for frame in batches:
+                    batch = ReceivedBatch(frame, stream, partition)
                     if not reverse:
-                        last = int.from_bytes(batch.offsets[-8:], "little", signed=True)
+                        last = batch.last_offset
                     yield batch
                 return
             except grpc.RpcError as error:
@@ -157,9 +164,12 @@ class SubscribeCalls:
         reverse: bool = False,
         resume: bool = False,
         max_messages: int = 0,
-    ) -> AsyncGenerator[v1.RecordBatch, None]:
-        """Raw columnar batches, for throughput (see ``tidelog.wire.columns``). Lazy: the
-        subscription opens at the first iteration (``open_subscription`` opens it at once)."""
+    ) -> AsyncGenerator[ReceivedBatch, None]:
+        """Columnar batches, for throughput: each a
+        :class:`~tidelog.client.batches.ReceivedBatch`, its columns numpy views of the frame
+        received (``offsets``, ``timestamps``, ``values``, ``keys``, ``headers``,
+        ``to_arrow()``), its messages built only when it is iterated. Lazy: the subscription
+        opens at the first iteration (``open_subscription`` opens it at once)."""
         batches = await self.open_subscription(
             stream,
             partition,
@@ -193,7 +203,7 @@ class SubscribeCalls:
         async for batch in self.subscribe_batches(
             stream, partition, start=start, stop=stop, reverse=reverse, resume=resume
         ):
-            for message in decode(batch, stream, partition):
+            for message in batch.messages():
                 yield message
 
     async def browse(

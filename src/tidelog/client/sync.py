@@ -16,10 +16,9 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, TypeVar, overload
 
-from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog.client.aio import DEFAULT_SERVER, AsyncClient
+from tidelog.client.batches import ReceivedBatch
 from tidelog.client.cluster_calls import ClusterStatus, PartitionReplicas
-from tidelog.client.codec import decode
 from tidelog.client.consumer import DEFAULT_PREFETCH, Consumer
 from tidelog.client.describe_calls import DescribeCalls, SyncDescribeCalls
 from tidelog.client.errors import InvalidArgument
@@ -223,8 +222,9 @@ class Client(SyncViewCalls, SyncSiteCalls, SyncDescribeCalls):
         reverse: bool = False,
         resume: bool = False,
         max_messages: int = 0,
-    ) -> Iterator[v1.RecordBatch]:
-        """Columnar batches. The subscription is open when this returns (errors raise here, and
+    ) -> Iterator[ReceivedBatch]:
+        """Columnar batches (see ``AsyncClient.subscribe_batches``; iterate one for its
+        messages). The subscription is open when this returns (errors raise here, and
         ``start="new"`` means new from this call on), as with :meth:`open_subscription`."""
         return self.open_subscription(
             stream,
@@ -246,7 +246,7 @@ class Client(SyncViewCalls, SyncSiteCalls, SyncDescribeCalls):
         reverse: bool = False,
         resume: bool = False,
         max_messages: int = 0,
-    ) -> Iterator[v1.RecordBatch]:
+    ) -> Iterator[ReceivedBatch]:
         """See ``AsyncClient.open_subscription``: open when this returns; iterate the result for
         the columnar batches (in a cluster a forward one follows a new leader)."""
         batches = self._run(
@@ -262,8 +262,8 @@ class Client(SyncViewCalls, SyncSiteCalls, SyncDescribeCalls):
         )
         return self._iterate(batches)
 
-    def _iterate(self, batches: AsyncGenerator[v1.RecordBatch, None]) -> Iterator[v1.RecordBatch]:
-        async def step() -> v1.RecordBatch:
+    def _iterate(self, batches: AsyncGenerator[ReceivedBatch, None]) -> Iterator[ReceivedBatch]:
+        async def step() -> ReceivedBatch:
             return await batches.__anext__()
 
         try:
@@ -294,7 +294,7 @@ class Client(SyncViewCalls, SyncSiteCalls, SyncDescribeCalls):
         batches = self.subscribe_batches(
             stream, partition, start=start, stop=stop, reverse=reverse, resume=resume
         )
-        return (m for batch in batches for m in decode(batch, stream, partition))
+        return (m for batch in batches for m in batch.messages())
 
     def browse(
         self,

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Final
 
 from tidelog.client import DEFAULT_SERVER, ClientTls
-from tidelog.errors import InvalidOption
+from tidelog.errors import InvalidOption, UnknownColumn
+from tidelog.wire.arrow import COLUMNS
 
 EARLIEST: Final = -2
 """In offset JSON and :class:`OffsetSpec`: the oldest retained offset of the partition."""
@@ -69,6 +70,9 @@ class ReadOptions:
     fail_on_data_loss: bool = True
     max_offsets_per_partition: int = DEFAULT_MAX_OFFSETS_PER_PARTITION
     min_partitions: int | None = None
+    columns: tuple[str, ...] | None = None
+    """Option ``columns``: the only columns the source has, in this order (None: all of
+    them); a user-specified schema narrows them the same way."""
 
     def require_stream(self) -> str:
         if not self.stream:
@@ -114,6 +118,7 @@ def parse(options: Mapping[str, str]) -> ReadOptions:
         max_offsets_per_partition=integer_option(given, "maxOffsetsPerPartition", minimum=1)
         or DEFAULT_MAX_OFFSETS_PER_PARTITION,
         min_partitions=integer_option(given, "minPartitions", minimum=1),
+        columns=column_list(given.get("columns")),
     )
     _check_order(parsed)
     return parsed
@@ -137,6 +142,22 @@ def _check_order(options: ReadOptions) -> None:
                 f"endingOffsets {end} is before startingOffsets {first} for partition "
                 f"{partition} (the ending offset is exclusive)"
             )
+
+
+def column_list(text: str | None) -> tuple[str, ...] | None:
+    """Option ``columns``: names of the source's columns, separated by commas, each once."""
+    if text is None or not text.strip():
+        return None
+    names = tuple(name.strip() for name in text.split(","))
+    for name in names:
+        if name not in COLUMNS:
+            raise UnknownColumn(
+                f"columns: no column {name!r}; the source's columns are {', '.join(COLUMNS)} "
+                f"(got {text!r})"
+            )
+    if len(set(names)) != len(names):
+        raise InvalidOption(f"columns: a column is named twice in {text!r}")
+    return names
 
 
 def _servers(text: str | None) -> tuple[str, ...]:

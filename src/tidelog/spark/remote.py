@@ -1,7 +1,8 @@
 """What the data source asks the broker, over gRPC through :class:`tidelog.client.Client`.
 
 Driver side (planning): partition bounds ``[oldest, next)`` and timestamp lookups. Executor side:
-:func:`read_range`, the frames of exactly the offsets ``[start, stop)`` of one partition. Every
+:func:`read_range`, the batches (``ReceivedBatch``: columns, no object per record) of exactly the
+offsets ``[start, stop)`` of one partition. Every
 caller opens its own connection with :func:`connect` and closes it: a connection never crosses
 a process boundary (Spark pickles readers to executors).
 
@@ -19,13 +20,13 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog.client import (
     Client,
     ClientSettings,
     ClientTls,
     InvalidArgument,
     NotFound,
+    ReceivedBatch,
     StreamInfo,
     Unavailable,
 )
@@ -85,14 +86,14 @@ def oldest_offset(client: Client, stream: str, partition: int) -> int | None:
         stream, partition, start="earliest", reverse=True, max_messages=1
     )
     try:
-        for frame in frames:
-            return int.from_bytes(frame.offsets[:8], "little", signed=True)
+        for batch in frames:
+            return batch.first_offset
     finally:
         _close(frames)
     return None
 
 
-def _close(frames: Iterator[v1.RecordBatch]) -> None:
+def _close(frames: Iterator[ReceivedBatch]) -> None:
     """End a subscription early (the client's iterators are generators)."""
     close = getattr(frames, "close", None)
     if close is not None:
@@ -126,12 +127,10 @@ def last_at_or_before(client: Client, stream: str, partition: int, nanos: int) -
         stream, partition, start=moment, reverse=True, max_messages=1000
     )
     try:
-        for frame in frames:
-            timestamps = np.frombuffer(frame.timestamps, dtype="<i8")
-            hits = np.flatnonzero(timestamps <= nanos)  # descending: the first hit is the last
+        for batch in frames:
+            hits = np.flatnonzero(batch.timestamps <= nanos)  # descending: the first is the last
             if hits.size:
-                offsets = np.frombuffer(frame.offsets, dtype="<i8")
-                return int(offsets[hits[0]])
+                return int(batch.offsets[hits[0]])
     finally:
         _close(frames)
     return None
@@ -159,8 +158,8 @@ def read_range(
     *,
     reverse: bool = False,
     fail_on_data_loss: bool = True,
-) -> Iterator[v1.RecordBatch]:
-    """The frames holding exactly the committed records of offsets ``[start, stop)``, oldest
+) -> Iterator[ReceivedBatch]:
+    """The batches holding exactly the committed records of offsets ``[start, stop)``, oldest
     first (``reverse``: newest first). Offsets below the oldest retained one are lost to
     retention: :class:`OffsetsLost` with ``fail_on_data_loss``, else a warning in the log and
     the rest of the range. Gaps (compaction) are not losses."""
@@ -172,14 +171,14 @@ def read_range(
         frames = _subscribe(client, stream, partition, start, stop, reverse=False)
     lowest = None
     try:
-        for frame in frames or ():
+        for batch in frames or ():
             if not reverse and lowest is None:
-                lowest = int.from_bytes(frame.offsets[:8], "little", signed=True)
+                lowest = batch.first_offset
                 if lowest > start:
                     _check_loss(client, stream, partition, start, stop, fail_on_data_loss)
             elif reverse:
-                lowest = int.from_bytes(frame.offsets[-8:], "little", signed=True)
-            yield frame
+                lowest = batch.last_offset
+            yield batch
     finally:
         if frames is not None:
             _close(frames)
@@ -189,7 +188,7 @@ def read_range(
 
 def _subscribe(
     client: Client, stream: str, partition: int, start: int, stop: int, *, reverse: bool
-) -> Iterator[v1.RecordBatch] | None:
+) -> Iterator[ReceivedBatch] | None:
     """The subscription for ``[start, stop)``; ``None`` when retention removed all of it
     (the server refuses a stop below the retained start)."""
     first, last = (stop - 1, start) if reverse else (start, stop - 1)

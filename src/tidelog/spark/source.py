@@ -12,6 +12,10 @@ Planning turns options (and, for batch reads, pushed filters) into per-partition
 Spark tasks. ``read()`` fetches exactly its range with a stop offset, so a replayed task or
 micro-batch reads the same records (unless retention removed some meanwhile: ``failOnDataLoss``).
 
+Columns: a read emits the columns of the schema Spark gives ``reader(schema)`` (the user's, or
+the source's own, narrowed by option ``columns``), and only those are built
+(``tidelog.spark.columns``): a query that needs two columns does not pay Spark for seven.
+
 Streaming offsets (Spark's checkpoint) are ``{"<stream>": {"<partition>": next offset}}``; a
 micro-batch reads ``[previous end, end)`` of each partition. A partition that appears during the
 query (absent from the previous end) is read from its oldest retained offset.
@@ -45,6 +49,7 @@ from pyspark.sql.types import StructType
 from tidelog.client import Client, ClientTls
 from tidelog.errors import InvalidOption, OffsetsLost
 from tidelog.spark import remote
+from tidelog.spark.columns import columns_of, ddl
 from tidelog.spark.options import EARLIEST, LATEST, ReadOptions, parse
 from tidelog.spark.planning import (
     OffsetRange,
@@ -58,13 +63,11 @@ from tidelog.spark.planning import (
 )
 from tidelog.spark.pushdown import PushedFilters, push
 from tidelog.spark.sink import batch_writer, stream_writer
-from tidelog.wire.arrow import arrow_batch
+from tidelog.wire.arrow import COLUMNS
 
-SPARK_SCHEMA_DDL: Final = (
-    "key BINARY, value BINARY, stream STRING, partition INT, offset BIGINT, "
-    "timestamp TIMESTAMP, headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
-)
-"""The source's schema; ``tidelog.wire.arrow.ARROW_SCHEMA`` is its Arrow form, field for field."""
+SPARK_SCHEMA_DDL: Final = ddl()
+"""The source's schema; ``tidelog.wire.arrow.arrow_schema()`` is its Arrow form, field for
+field."""
 
 
 @dataclass(frozen=True)
@@ -82,16 +85,18 @@ class ReadRange(InputPartition):
     from_oldest: bool = False
     """A partition new to a streaming query: whatever retention removed before it was ever
     seen is not a loss."""
+    columns: tuple[str, ...] = COLUMNS
+    """The columns the read emits, in order (``tidelog.spark.columns``)."""
 
 
 def read_range(task: InputPartition) -> Iterator[pa.RecordBatch]:
-    """The records of one task as Arrow batches (``InputPartition(None)``: Spark's stand-in
-    for a plan without ranges, reads nothing)."""
+    """The records of one task as Arrow batches of the task's columns (``InputPartition(None)``:
+    Spark's stand-in for a plan without ranges, reads nothing)."""
     if not isinstance(task, ReadRange):
         return
     client = remote.connect(task.servers, task.tls)
     try:
-        for frame in remote.read_range(
+        for batch in remote.read_range(
             client,
             task.stream,
             task.partition,
@@ -100,7 +105,7 @@ def read_range(task: InputPartition) -> Iterator[pa.RecordBatch]:
             reverse=task.reverse,
             fail_on_data_loss=task.fail_on_data_loss and not task.from_oldest,
         ):
-            yield arrow_batch(frame, task.stream, task.partition)
+            yield batch.to_arrow(task.columns)
     finally:
         client.close()
 
@@ -118,24 +123,27 @@ class TidelogDataSource(DataSource):
         return "tidelog"
 
     def schema(self) -> str:
-        """The fixed schema (Kafka's, with ``stream`` for ``topic``). Spark asks for it in
-        ``load()``, so an unknown stream is reported there."""
+        """The schema (Kafka's, with ``stream`` for ``topic``), narrowed to option ``columns``
+        when given. Spark asks for it in ``load()`` (unless the user gave a schema), so an
+        unknown stream is reported there."""
         if self.read_options.stream:
             client = remote.connect(self.read_options.servers, self.read_options.tls)
             try:
                 remote.stream_info(client, self.read_options.stream)
             finally:
                 client.close()
-        return SPARK_SCHEMA_DDL
+        return ddl(self.read_options.columns or COLUMNS)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        """``schema``: the user's, or the one :meth:`schema` gave; the read emits its columns."""
+        columns = columns_of(schema)
         if called_by_pyspark_pushdown_worker():
-            return TidelogPushdownReader(self.read_options)
-        return TidelogBatchReader(self.read_options)
+            return TidelogPushdownReader(self.read_options, columns=columns)
+        return TidelogBatchReader(self.read_options, columns=columns)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         self.read_options.check_streaming()
-        return TidelogStreamReader(self.read_options)
+        return TidelogStreamReader(self.read_options, columns=columns_of(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """The exactly-once sink (``tidelog.spark.sink``); ``overwrite`` is refused."""
@@ -191,9 +199,16 @@ def called_by_pyspark_pushdown_worker() -> bool:
 class TidelogBatchReader(DataSourceReader):
     """A batch read: each selected partition's range from the options, split into tasks."""
 
-    def __init__(self, options: ReadOptions, bounds: PushedFilters | None = None) -> None:
+    def __init__(
+        self,
+        options: ReadOptions,
+        bounds: PushedFilters | None = None,
+        *,
+        columns: tuple[str, ...] = COLUMNS,
+    ) -> None:
         self.options = options
         self.bounds = bounds
+        self.columns = columns
 
     def partitions(self) -> list[InputPartition]:
         options = self.options
@@ -219,6 +234,7 @@ class TidelogBatchReader(DataSourceReader):
                 r.stop,
                 reverse=options.reverse,
                 fail_on_data_loss=options.fail_on_data_loss,
+                columns=self.columns,
             )
             for r in pieces
         ]
@@ -325,8 +341,9 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ``maxOffsetsPerTrigger``; ``Trigger.AvailableNow`` reads up to what was there when the
     query started."""
 
-    def __init__(self, options: ReadOptions) -> None:
+    def __init__(self, options: ReadOptions, *, columns: tuple[str, ...] = COLUMNS) -> None:
         self.options = options
+        self.columns = columns
         self.stream = options.require_stream()
         self._initial: dict[int, int] | None = None
         self._available_now: dict[int, int] | None = None
@@ -413,6 +430,7 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 r.stop,
                 fail_on_data_loss=options.fail_on_data_loss,
                 from_oldest=r.partition not in begin,
+                columns=self.columns,
             )
             for r in split(ranges, options.max_offsets_per_partition, options.min_partitions)
         ]

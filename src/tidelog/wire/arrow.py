@@ -1,6 +1,6 @@
 """``tidelog.v1.RecordBatch`` frames as Arrow record batches: the one frame→Arrow decoder.
 
-Its schema (:data:`ARROW_SCHEMA`) is Kafka's record as Spark's Kafka source gives it, with
+Its schema (:func:`arrow_schema`) is Kafka's record as Spark's Kafka source gives it, with
 ``stream`` for ``topic``; the Spark source (``tidelog.spark.source``) hands these batches to
 Spark, which accepts a Python data source's Arrow batches only if their schema equals, field for
 field, the Arrow form of its Spark schema, and moves them into the JVM without touching single
@@ -8,8 +8,15 @@ rows. So every column here is built from the frame's byte columns with numpy and
 ``pa.Array.from_buffers``: no Python work per record, except for headers, which the protocol
 itself carries as one protobuf list per record.
 
-Needs pyarrow (the ``spark`` extra): ``tidelog.wire`` does not import this module, so only its
-users load pyarrow.
+A batch may hold a subset of the columns, in any order (``columns``): the ones not asked for are
+not built at all, which is how a Spark read narrowed to a few columns saves the work of the
+others (``docs/spark.md``, "Reading fast"). Every column asked for is checked against the
+frame; offsets and timestamps always are.
+
+pyarrow is an optional extra (``spark``) and numpy is loaded only when a batch is built: this
+module imports neither at import time, so a client that never builds an Arrow batch loads
+neither. Without pyarrow, :func:`arrow_batch` raises :class:`~tidelog.errors.MissingExtra`
+naming the extra.
 
 Values: without ``value_positions`` the frame's ``values`` buffer is used as is. With it (the
 server points into the stored records instead of copying values out), the values are gathered
@@ -22,88 +29,134 @@ Timestamps arrive in ns; Spark's are µs, so they are floored to the µs.
 
 from __future__ import annotations
 
-from typing import Final
-
-import numpy as np
-import numpy.typing as npt
-import pyarrow as pa  # type: ignore[import-untyped]  # no stubs, no py.typed
+from collections.abc import Sequence
+from functools import cache
+from typing import TYPE_CHECKING, Any, Final
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
+from tidelog.errors import MissingExtra
+from tidelog.wire.columns import FrameBytes
 
-HEADER_TYPE: Final = pa.struct(
-    [pa.field("key", pa.string(), nullable=True), pa.field("value", pa.binary(), nullable=True)]
-)
-HEADERS_TYPE: Final = pa.list_(pa.field("element", HEADER_TYPE, nullable=True))
-TIMESTAMP_TYPE: Final = pa.timestamp("us", tz="UTC")
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
-ARROW_SCHEMA: Final = pa.schema(
-    [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("stream", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", TIMESTAMP_TYPE),
-        pa.field("headers", HEADERS_TYPE),
-    ]
-)
-"""What ``pyspark.sql.pandas.types.to_arrow_schema`` makes of the Spark source's schema
-(``tidelog.spark.source.SPARK_SCHEMA_DDL``), checked by ``tests/spark/test_spark_arrow.py``."""
-
-_U32: Final = np.dtype("<u4")
-_I32: Final = np.dtype("<i4")
-_I64: Final = np.dtype("<i8")
+COLUMNS: Final = ("key", "value", "stream", "partition", "offset", "timestamp", "headers")
+"""The source's columns, in the order of its full schema."""
 
 
 class MalformedBatch(ValueError):
     """A frame whose columns do not fit together (a server bug, or not a tidelog server)."""
 
 
-def arrow_batch(frame: v1.RecordBatch, stream: str, partition: int) -> pa.RecordBatch:
-    """The records of one frame, in delivery order, as an Arrow batch in :data:`ARROW_SCHEMA`."""
-    if len(frame.offsets) % 8 or len(frame.timestamps) != len(frame.offsets):
-        raise MalformedBatch("malformed batch: offsets and timestamps must be n int64 each")
-    n = len(frame.offsets) // 8
-    offsets = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(frame.offsets)])
-    nanos = np.frombuffer(frame.timestamps, dtype=_I64)
-    micros = np.floor_divide(nanos, 1000)
-    timestamps = pa.Array.from_buffers(TIMESTAMP_TYPE, n, [None, pa.py_buffer(micros)])
-    messages = frame.messages
-    return pa.RecordBatch.from_arrays(
-        [
-            _keys(messages, n),
-            _values(messages, n),
-            pa.repeat(pa.scalar(stream, pa.string()), n),
-            pa.repeat(pa.scalar(partition, pa.int32()), n),
-            offsets,
-            timestamps,
-            _headers(messages, n),
-        ],
-        schema=ARROW_SCHEMA,
+def pyarrow() -> Any:
+    """The ``pyarrow`` module; :class:`MissingExtra` when it is not installed."""
+    try:
+        import pyarrow as pa  # type: ignore[import-untyped]  # optional extra: loaded on first use
+    except ImportError as error:
+        raise MissingExtra(
+            "Arrow batches need pyarrow, which tidelog's 'spark' extra installs: "
+            "pip install 'tidelog[spark]' (or pip install pyarrow)"
+        ) from error
+    return pa
+
+
+@cache
+def _types() -> dict[str, Any]:
+    pa = pyarrow()
+    header = pa.struct(
+        [pa.field("key", pa.string(), nullable=True), pa.field("value", pa.binary(), nullable=True)]
     )
+    return {
+        "key": pa.binary(),
+        "value": pa.binary(),
+        "stream": pa.string(),
+        "partition": pa.int32(),
+        "offset": pa.int64(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+        "headers": pa.list_(pa.field("element", header, nullable=True)),
+    }
 
 
-def _values(messages: v1.Messages, n: int) -> pa.Array:
-    if len(messages.value_sizes) != 4 * n:
+@cache
+def arrow_schema(columns: tuple[str, ...] = COLUMNS) -> Any:
+    """The Arrow schema of ``columns`` (all nullable): with every column, what
+    ``pyspark.sql.pandas.types.to_arrow_schema`` makes of the Spark source's schema
+    (``tidelog.spark.source.SPARK_SCHEMA_DDL``), checked by ``tests/spark/test_spark_arrow.py``."""
+    unknown = [c for c in columns if c not in COLUMNS]
+    if unknown:
+        raise ValueError(f"no column {unknown[0]!r}: the columns are {', '.join(COLUMNS)}")
+    pa = pyarrow()
+    types = _types()
+    return pa.schema([pa.field(name, types[name]) for name in columns])
+
+
+def arrow_batch(
+    frame: v1.RecordBatch | FrameBytes,
+    stream: str,
+    partition: int,
+    columns: Sequence[str] = COLUMNS,
+    *,
+    partitions: bytes | None = None,
+) -> Any:
+    """The records of one frame, in delivery order, as a ``pyarrow.RecordBatch`` of ``columns``
+    (:func:`arrow_schema`). ``partitions``: a browse page's per-record partitions (n
+    little-endian int32), in place of the one ``partition``."""
+    import numpy as np  # with pyarrow: see the module's docstring
+
+    pa = pyarrow()
+    wanted = tuple(columns)
+    schema = arrow_schema(wanted)
+    got = frame if isinstance(frame, FrameBytes) else FrameBytes.of(frame)
+    if len(got.offsets) % 8 or len(got.timestamps) != len(got.offsets):
+        raise MalformedBatch("malformed batch: offsets and timestamps must be n int64 each")
+    n = len(got.offsets) // 8
+    if partitions is not None and len(partitions) != 4 * n:
+        raise MalformedBatch(f"malformed batch: partitions must hold {n} int32 entries")
+    builders = {
+        "key": lambda: _keys(got, n),
+        "value": lambda: _values(got, n),
+        "stream": lambda: pa.repeat(pa.scalar(stream, pa.string()), n),
+        "partition": lambda: (
+            pa.repeat(pa.scalar(partition, pa.int32()), n)
+            if partitions is None
+            else pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(partitions)])
+        ),
+        "offset": lambda: pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(got.offsets)]),
+        "timestamp": lambda: pa.Array.from_buffers(
+            _types()["timestamp"],
+            n,
+            [None, pa.py_buffer(np.floor_divide(np.frombuffer(got.timestamps, "<i8"), 1000))],
+        ),
+        "headers": lambda: _headers(got, n),
+    }
+    return pa.RecordBatch.from_arrays([builders[name]() for name in wanted], schema=schema)
+
+
+def _values(got: FrameBytes, n: int) -> Any:
+    import numpy as np
+
+    pa = pyarrow()
+    if len(got.value_sizes) != 4 * n:
         raise MalformedBatch(f"malformed batch: value_sizes must hold {n} u32 entries")
-    sizes = np.frombuffer(messages.value_sizes, dtype=_U32).astype(np.int64)
+    sizes = np.frombuffer(got.value_sizes, dtype="<u4").astype(np.int64)
     ends = np.cumsum(sizes)
     total = int(ends[-1]) if n else 0
     if total >= 1 << 31:
         raise MalformedBatch("a batch's values exceed 2 GiB, more than one Arrow array holds")
     arrow_offsets = np.zeros(n + 1, dtype=np.int32)
     arrow_offsets[1:] = ends
-    blob = messages.values
-    if not messages.value_positions:
+    blob = got.values
+    if not got.value_positions:
         if total != len(blob):
             raise MalformedBatch(
                 f"malformed batch: value sizes add up to {total} bytes but {len(blob)} were sent"
             )
         data = pa.py_buffer(blob)
     else:
-        if len(messages.value_positions) != 4 * n:
+        if len(got.value_positions) != 4 * n:
             raise MalformedBatch(f"malformed batch: value_positions must hold {n} u32 entries")
-        starts = np.frombuffer(messages.value_positions, dtype=_U32).astype(np.int64)
+        starts = np.frombuffer(got.value_positions, dtype="<u4").astype(np.int64)
         if n and int((starts + sizes).max()) > len(blob):
             raise MalformedBatch("malformed batch: a value position points past the values sent")
         data = pa.py_buffer(gather(np.frombuffer(blob, dtype=np.uint8), starts, sizes))
@@ -114,6 +167,8 @@ def gather(
     buffer: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64]
 ) -> npt.NDArray[np.uint8]:
     """The bytes ``buffer[starts[i] : starts[i] + sizes[i]]`` for every i, concatenated."""
+    import numpy as np
+
     n = len(starts)
     if n == 0:
         return np.empty(0, dtype=np.uint8)
@@ -140,41 +195,50 @@ def gather(
         pattern = np.zeros(2 * n, dtype=np.bool_)
         pattern[1::2] = True
         keep = np.repeat(pattern, counts)
-        return buffer[: len(keep)][keep]
+        picked: npt.NDArray[np.uint8] = buffer[: len(keep)][keep]
+        return picked
     out_starts = np.cumsum(sizes) - sizes
     index = np.repeat(starts - out_starts, sizes) + np.arange(int(sizes.sum()))
-    return buffer[index]
+    indexed: npt.NDArray[np.uint8] = buffer[index]
+    return indexed
 
 
-def _keys(messages: v1.Messages, n: int) -> pa.Array:
-    if not messages.key_sizes:
-        if messages.keys:
+def _keys(got: FrameBytes, n: int) -> Any:
+    import numpy as np
+
+    pa = pyarrow()
+    if not got.key_sizes:
+        if got.keys:
             raise MalformedBatch("malformed batch: keys were sent without key_sizes")
         return pa.nulls(n, pa.binary())
-    if len(messages.key_sizes) != 4 * n:
+    if len(got.key_sizes) != 4 * n:
         raise MalformedBatch(f"malformed batch: key_sizes must hold {n} i32 entries")
-    sizes = np.frombuffer(messages.key_sizes, dtype=_I32)
+    sizes = np.frombuffer(got.key_sizes, dtype="<i4")
     present = sizes >= 0
     arrow_offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(np.maximum(sizes, 0), out=arrow_offsets[1:])
-    if int(arrow_offsets[-1]) != len(messages.keys) or int(sizes.min(initial=0)) < -1:
+    if int(arrow_offsets[-1]) != len(got.keys) or int(sizes.min(initial=0)) < -1:
         raise MalformedBatch("malformed batch: key sizes do not add up to the keys sent")
     nulls = n - int(np.count_nonzero(present))
     validity = pa.py_buffer(np.packbits(present, bitorder="little")) if nulls else None
     return pa.Array.from_buffers(
         pa.binary(),
         n,
-        [validity, pa.py_buffer(arrow_offsets), pa.py_buffer(messages.keys)],
+        [validity, pa.py_buffer(arrow_offsets), pa.py_buffer(got.keys)],
         null_count=nulls,
     )
 
 
-def _headers(messages: v1.Messages, n: int) -> pa.Array:
+def _headers(got: FrameBytes, n: int) -> Any:
     """One list of (key, value) per record; null for a record without headers, as in Spark's
     Kafka source (and cheaper for Spark than an empty array per row)."""
-    lists = messages.headers
+    import numpy as np
+
+    pa = pyarrow()
+    headers_type = _types()["headers"]
+    lists = got.headers
     if not len(lists):
-        return pa.nulls(n, HEADERS_TYPE)
+        return pa.nulls(n, headers_type)
     if len(lists) != n:
         raise MalformedBatch(f"malformed batch: {len(lists)} header lists for {n} values")
     # The protocol carries one protobuf list per record: a Python pass per header is the least.
@@ -185,13 +249,13 @@ def _headers(messages: v1.Messages, n: int) -> pa.Array:
     values = [h.value for hs in lists for h in hs.headers]
     entries = pa.StructArray.from_arrays(
         [pa.array(names, type=pa.string()), pa.array(values, type=pa.binary())],
-        fields=list(HEADER_TYPE),
+        fields=list(headers_type.value_type),
     )
     present = counts > 0
     nulls = n - int(np.count_nonzero(present))
     validity = pa.py_buffer(np.packbits(present, bitorder="little")) if nulls else None
     return pa.Array.from_buffers(
-        HEADERS_TYPE,
+        headers_type,
         n,
         [validity, pa.py_buffer(arrow_offsets)],
         null_count=nulls,

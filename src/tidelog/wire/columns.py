@@ -39,6 +39,65 @@ _SWAP: Final = sys.byteorder == "big"
 """The wire is little-endian; ``array`` holds the machine's order."""
 
 
+class FrameBytes:
+    """The byte columns of one ``RecordBatch`` frame, each read from the message once, when
+    first asked for.
+
+    Reading a bytes field of a parsed protobuf message makes a new ``bytes`` object (a copy)
+    every time: whoever views a frame's columns (numpy arrays, Arrow buffers) goes through one
+    of these, so that each column is copied out of the message at most once, and a column
+    nobody asks for (the values, for a read of offsets only) never is."""
+
+    __slots__ = ("_read", "frame")
+
+    def __init__(self, frame: v1.RecordBatch) -> None:
+        self.frame = frame
+        self._read: dict[str, bytes] = {}
+
+    @classmethod
+    def of(cls, frame: v1.RecordBatch) -> FrameBytes:
+        return cls(frame)
+
+    def _field(self, name: str, holder: object) -> bytes:
+        got = self._read.get(name)
+        if got is None:
+            got = self._read[name] = getattr(holder, name)
+        return got
+
+    @property
+    def offsets(self) -> bytes:
+        return self._field("offsets", self.frame)
+
+    @property
+    def timestamps(self) -> bytes:
+        return self._field("timestamps", self.frame)
+
+    @property
+    def values(self) -> bytes:
+        return self._field("values", self.frame.messages)
+
+    @property
+    def value_sizes(self) -> bytes:
+        return self._field("value_sizes", self.frame.messages)
+
+    @property
+    def value_positions(self) -> bytes:
+        return self._field("value_positions", self.frame.messages)
+
+    @property
+    def keys(self) -> bytes:
+        return self._field("keys", self.frame.messages)
+
+    @property
+    def key_sizes(self) -> bytes:
+        return self._field("key_sizes", self.frame.messages)
+
+    @property
+    def headers(self) -> Sequence[v1.HeaderList]:
+        """One list per message, or none at all (not copied: protobuf lists)."""
+        return self.frame.messages.headers
+
+
 def _encoded(column: array[int]) -> bytes:
     if _SWAP:
         column.byteswap()
@@ -131,9 +190,10 @@ def _split(blob: bytes, sizes: Iterable[int]) -> tuple[list[bytes], int]:
 
 
 def unpack(
-    columns: v1.Messages,
+    columns: v1.Messages | FrameBytes,
 ) -> tuple[list[bytes], list[bytes | None] | None, list[dict[str, bytes]] | None]:
-    """Values, keys (None: no keys) and headers (None: no headers) of a batch.
+    """Values, keys (None: no keys) and headers (None: no headers) of a batch (its ``Messages``,
+    or the :class:`FrameBytes` of its frame, which read each column once).
 
     Raises ``ValueError`` naming the inconsistency when the columns do not fit together.
     """
