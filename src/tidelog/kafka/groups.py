@@ -58,7 +58,10 @@ async def _find(session: Session, key_type: int, key: str) -> tuple[int, str, in
     code = await refusal(session, key, Operation.DESCRIBE)  # Kafka's: describe on the group
     broker = session.control.broker_id
     if code is ErrorCode.not_coordinator:
-        found = await coordinator_broker(session.control, key)
+        try:
+            found = await coordinator_broker(session.control, key)
+        except TidelogError:  # the cursor store moved since refusal() asked: retriable
+            found = None
         address = None if found is None else session.broker_address(found)
         if found is None or address is None:
             return -1, "", -1, ErrorCode.coordinator_not_available, "no coordinator now"

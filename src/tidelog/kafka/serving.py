@@ -180,6 +180,8 @@ class KafkaListener:
             pass  # the client went away
         except asyncio.CancelledError:
             pass  # the listener stops, or a reload revoked the connection's login
+        except Exception:  # a bug outside a handler: this connection only
+            LOG.exception("kafka connection from %s failed; closed", where)
         finally:
             self._connections.discard(task)
             self._sessions.pop(task, None)

@@ -34,7 +34,8 @@ class KafkaConfig:
     host: str = "127.0.0.1"
     port: int = 0
     advertised_host: str = ""
-    """The host clients are told to connect to (Metadata); empty: ``host``."""
+    """The host clients are told to connect to (Metadata); empty: ``host`` (the server passes
+    ``advertised_host``, or 127.0.0.1 for a wildcard ``host``)."""
     advertised_port: int = 0
     """The port clients are told (Metadata); 0: the bound port."""
     message_max_bytes: int = DEFAULT_KAFKA_MESSAGE_MAX_BYTES
