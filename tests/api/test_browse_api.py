@@ -101,7 +101,7 @@ def test_filters_on_the_server(client: Client, filled: str) -> None:
 
 def test_a_budget_says_how_far_it_got(client: Client, filled: str) -> None:
     page = client.browse(filled, key="nothing-has-this", max_scan=10)
-    assert (page.messages, page.scanned, page.budget_exhausted) == ((), 10, True)
+    assert (tuple(page.messages), page.scanned, page.budget_exhausted) == ((), 10, True)
     assert page.reached_timestamp is not None and page.next_token is not None
     on = client.browse(filled, key="nothing-has-this", token=page.next_token, max_scan=1000)
     assert on.budget_exhausted is False and on.next_token is None

@@ -183,7 +183,8 @@ def gather(
             view = np.lib.stride_tricks.as_strided(
                 buffer[first:], shape=(n, size), strides=(stride, 1), writeable=False
             )
-            return view.reshape(-1)  # reshape of a non-contiguous view copies
+            # a copy: reshape alone may keep a strided view (values of one byte)
+            return np.ascontiguousarray(view).reshape(-1)
     ends = starts + sizes
     gaps = np.empty(n, dtype=np.int64)
     gaps[0] = first
