@@ -159,9 +159,10 @@ def _batches(address: str, stream: str) -> list[Seen]:
             for partition in range(PARTITIONS):
                 batches = aio.subscribe_batches(stream, partition, start="earliest", stop="latest")
                 async for batch in batches:
-                    values, keys, headers = columns.unpack(batch.messages)
-                    offsets = columns.int64_list(batch.offsets)
-                    stamps = columns.int64_list(batch.timestamps)
+                    frame = batch.frame  # the columns as they arrived (ReceivedBatch.frame)
+                    values, keys, headers = columns.unpack(frame.messages)
+                    offsets = columns.int64_list(frame.offsets)
+                    stamps = columns.int64_list(frame.timestamps)
                     for i, value in enumerate(values):
                         out.append(
                             Seen(
