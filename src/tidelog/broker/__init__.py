@@ -73,7 +73,7 @@ from tidelog.broker.groups import (
 from tidelog.broker.limits import check_new_stream, client_streams
 from tidelog.broker.partition import HW_CHECKPOINT, Partition, ReplicaRole, saved_high_watermark
 from tidelog.broker.partition_view import ViewEntry, ViewKind, ViewSpec
-from tidelog.broker.producers import Published
+from tidelog.broker.producers import ProducerIdTaken, Published
 from tidelog.broker.stream import Stream
 from tidelog.broker.stream_views import (
     StreamViews,
@@ -149,6 +149,7 @@ __all__ = [
     "NewRecord",
     "PackedValues",
     "Partition",
+    "ProducerIdTaken",
     "Published",
     "RecordBodies",
     "ReplicaRole",

@@ -62,8 +62,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from tidelog.access import Kind, Operation
-from tidelog.broker import Partition
-from tidelog.broker.producers import ProducerIdTaken
+from tidelog.broker import Partition, ProducerIdTaken
 from tidelog.errors import NotEnoughReplicas, TidelogError
 from tidelog.kafka.bounds import Seen
 from tidelog.kafka.convert import joined, to_tidelog
