@@ -222,7 +222,7 @@ async def _partition(
     except _Refused as refused:
         error, message = refused.code, str(refused)
     except KafkaError as bad:
-        error, message = ErrorCode(bad.code), str(bad)
+        error, message = bad.code, str(bad)
     except NotEnoughReplicas as short:
         # Raised only after the append (the ISR did not copy it in time, or the leadership
         # moved first): the batch may be stored, which is Kafka's "after append" code.
