@@ -1,12 +1,14 @@
-"""Kafka's error codes, and the errors the record layer raises, each carrying its code.
+"""Kafka's error codes, and the errors the Kafka front raises, each carrying its code.
 
 :class:`ErrorCode` is kio's table of the numbers the Kafka protocol answers with (generated from
 Kafka's ``Errors.java``, named in lower case: ``ErrorCode.corrupt_message``). It is the one table
 of codes in ``tidelog.kafka``, re-exported here beside the errors that carry them. A
-:class:`KafkaError` is a failure a handler answers with its ``code`` for the partition concerned;
-its message says what was wrong with the request and what the client can change. The record
-layer's errors are about one partition's records (a Produce request's ``records``): the other
-partitions of the request are unaffected.
+:class:`KafkaError` is a failure a handler answers with its ``code`` for the entry of the request
+concerned (a partition, a topic); its message says what was wrong with the request and what the
+client can change. :class:`Refused` is the one a handler raises with the code of its case (a
+missing grant, a partition named twice), caught where it answers that entry. The record layer's
+errors are about one partition's records (a Produce request's ``records``): the other partitions
+of the request are unaffected.
 """
 
 from __future__ import annotations
@@ -24,6 +26,16 @@ class KafkaError(TidelogError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class Refused(KafkaError):
+    """A handler's refusal of one entry of a request (a partition, a topic, a config resource)
+    with the code it names: for checks whose code depends on the case, where the record layer's
+    errors each have one."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class CorruptBatch(KafkaError):
@@ -58,6 +70,7 @@ __all__ = [
     "ErrorCode",
     "InvalidRecord",
     "KafkaError",
+    "Refused",
     "UnsupportedCompression",
     "UnsupportedMessageFormat",
 ]
