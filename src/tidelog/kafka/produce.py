@@ -65,7 +65,7 @@ from tidelog.access import Kind, Operation
 from tidelog.broker import Partition, ProducerIdTaken
 from tidelog.errors import NotEnoughReplicas, TidelogError
 from tidelog.kafka.bounds import Seen
-from tidelog.kafka.convert import joined, to_tidelog
+from tidelog.kafka.convert import NS_PER_MS, joined, to_tidelog
 from tidelog.kafka.errors import KafkaError, Refused
 from tidelog.kafka.offsets import earliest
 from tidelog.kafka.protocol import Request, answer, nested
@@ -77,7 +77,6 @@ EPOCH_SHIFT: Final = 31
 SEQUENCE_MASK: Final = (1 << EPOCH_SHIFT) - 1
 ACKS_NONE: Final = 0
 ACKS_ALL: Final = -1
-NS_PER_MS: Final = 1_000_000
 
 
 def producer_name(producer_id: int) -> str:
