@@ -131,6 +131,10 @@ from tidelog.client.codec import decode
 from tidelog.security.testca import issue, make_ca
 
 BENCH_DIR = Path(__file__).resolve().parent
+if str(BENCH_DIR) not in sys.path:  # processes.py beside this file, however it was loaded
+    sys.path.insert(0, str(BENCH_DIR))
+
+from processes import ServerProcess  # noqa: E402
 
 DEFAULT_MESSAGES = 1_000_000
 DEFAULT_SIZE = 100
@@ -196,46 +200,28 @@ def percentile(sorted_values: Sequence[float], q: float) -> float | None:
 # The tidelog server
 
 
-class TidelogServer:
+class TidelogServer(ServerProcess):
     """``python -m tidelog.cli serve`` on 127.0.0.1, port 0, in a temporary directory.
 
-    A context manager: entering starts it and waits for its ready line on stdout (bounded by
-    ``STARTUP_TIMEOUT``); leaving stops it by PID (SIGTERM, SIGKILL after ``STOP_TIMEOUT``) and
-    removes the directory, whatever happened in between.
+    A context manager (``processes.ServerProcess``): entering starts it and waits for its ready
+    line on stdout (bounded by ``STARTUP_TIMEOUT``); leaving stops it by PID (SIGTERM, SIGKILL
+    after ``STOP_TIMEOUT``) and removes the directory, whatever happened in between.
     """
 
+    stop_timeout = STOP_TIMEOUT
+
     def __init__(self, flush_policy: str, *extra: str) -> None:
+        super().__init__()
         self.flush_policy = flush_policy
         self.extra = extra
         """More ``tidelog serve`` flags (the TLS phases' certificates)."""
-        self.directory: Path | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.port = 0
-        self.pid = 0
-        self.exit_code: int | None = None
-        self._log: Any = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def __enter__(self) -> TidelogServer:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self) -> None:
-        self.directory = Path(tempfile.mkdtemp(prefix="e2e-tidelog-"))
-        data = self.directory / "data"
+        directory = self.make_directory("e2e-tidelog-")
+        data = directory / "data"
         # Settings from the flags only: no TIDELOG_* variable from the caller's shell leaks in.
         env = {k: v for k, v in os.environ.items() if not k.startswith("TIDELOG_")}
-        self._log = open(self.directory / "server.log", "wb")  # noqa: SIM115 - closed in stop
+        self._log = open(directory / "server.log", "wb")  # noqa: SIM115 - closed in stop
         argv = [
             sys.executable, "-m", "tidelog.cli", "serve",
             "--data-dir", str(data), "--host", "127.0.0.1", "--port", "0",
@@ -272,40 +258,8 @@ class TidelogServer:
                 return
         raise RuntimeError(f"tidelog serve did not become ready: {self.log_tail()}")
 
-    def log_tail(self, limit: int = 2000) -> str:
-        if self.directory is None:
-            return ""
-        try:
-            return (self.directory / "server.log").read_bytes()[-limit:].decode(errors="replace")
-        except OSError:
-            return ""
-
     def cpu_seconds(self) -> float | None:
         return process_cpu_seconds(self.pid) if self.pid else None
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        try:
-            if proc is not None:
-                if proc.poll() is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(proc.pid, signal.SIGTERM)
-                    try:
-                        proc.wait(timeout=STOP_TIMEOUT)
-                    except subprocess.TimeoutExpired:
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(proc.pid, signal.SIGKILL)
-                        proc.wait(timeout=STOP_TIMEOUT)
-                self.exit_code = proc.returncode
-                if proc.stdout is not None:
-                    proc.stdout.close()
-        finally:
-            if self._log is not None:
-                self._log.close()
-                self._log = None
-            if self.directory is not None:
-                shutil.rmtree(self.directory, ignore_errors=True)
-                self.directory = None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import shutil
@@ -56,7 +55,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -67,6 +65,11 @@ from tidelog.client.aio import AsyncClient
 from tidelog.process import free_port
 
 BENCH_DIR = Path(__file__).resolve().parent
+if str(BENCH_DIR) not in sys.path:  # processes.py beside this file, however it was loaded
+    sys.path.insert(0, str(BENCH_DIR))
+
+from processes import ServerProcess  # noqa: E402
+
 GO_MODULE = BENCH_DIR / "go"
 LIFTBRIDGE_PACKAGE = "github.com/liftbridge-io/liftbridge"
 BUILD_ENV = "TIDELOG_GO_BUILD"
@@ -188,56 +191,28 @@ def _cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _stop_pid(proc: subprocess.Popen[Any], first: signal.Signals) -> int | None:
-    """``first``, then SIGKILL after ``STOP_TIMEOUT``; the exit code."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, first)
-        try:
-            proc.wait(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=STOP_TIMEOUT)
-    return proc.returncode
-
-
-class LiftbridgeServer:
+class LiftbridgeServer(ServerProcess):
     """Liftbridge's server with its embedded NATS on 127.0.0.1, in a temporary directory; a
-    context manager that always stops it by PID and removes the directory."""
+    context manager (``processes.ServerProcess``) that always stops it by PID (SIGINT:
+    Liftbridge's graceful stop, which exits 0; SIGTERM ends it with 1) and removes the
+    directory."""
+
+    stop_signal = signal.SIGINT
+    stop_timeout = STOP_TIMEOUT
 
     def __init__(self, binary: Path) -> None:
+        super().__init__()
         self.binary = binary
-        self.directory: Path | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.port = 0
-        self.pid = 0
-        self.exit_code: int | None = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def __enter__(self) -> LiftbridgeServer:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self) -> None:
-        self.directory = Path(tempfile.mkdtemp(prefix="e2e-liftbridge-"))
+        directory = self.make_directory("e2e-liftbridge-")
         self.port, nats_port = free_port(), free_port()
-        nats_conf = self.directory / "nats.conf"
+        nats_conf = directory / "nats.conf"
         nats_conf.write_text(f"listen: 127.0.0.1:{nats_port}\n")
-        config = self.directory / "liftbridge.yaml"
+        config = directory / "liftbridge.yaml"
         config.write_text(
             f"listen: 127.0.0.1:{self.port}\n"
-            f"data.dir: {self.directory / 'data'}\n"
+            f"data.dir: {directory / 'data'}\n"
             "logging.level: info\n"
             "nats:\n"
             f"  embedded.config: {nats_conf}\n"
@@ -246,7 +221,7 @@ class LiftbridgeServer:
             "  server.id: bench\n"
             "  raft.bootstrap.seed: true\n"
         )
-        log = self.directory / "server.log"
+        log = directory / "server.log"
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [str(self.binary), "--config", str(config)],
@@ -264,25 +239,6 @@ class LiftbridgeServer:
                 break
             time.sleep(0.05)
         raise RuntimeError(f"liftbridge did not become ready: {self.log_tail()}")
-
-    def log_tail(self, limit: int = 2000) -> str:
-        if self.directory is None:
-            return ""
-        try:
-            return (self.directory / "server.log").read_bytes()[-limit:].decode(errors="replace")
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        try:
-            if proc is not None:
-                # SIGINT: Liftbridge's graceful stop (it exits 0); SIGTERM ends it with 1
-                self.exit_code = _stop_pid(proc, signal.SIGINT)
-        finally:
-            if self.directory is not None:
-                shutil.rmtree(self.directory, ignore_errors=True)
-                self.directory = None
 
 
 def run_driver(

@@ -60,16 +60,19 @@ import os
 import platform
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+if str(BENCH_DIR) not in sys.path:  # processes.py beside this file, however it was loaded
+    sys.path.insert(0, str(BENCH_DIR))
+
+from processes import ServerProcess  # noqa: E402
 
 DEFAULT_MESSAGES = 1_000_000
 DEFAULT_SIZE = 100
@@ -134,49 +137,32 @@ def _rate(count: int, seconds: float) -> float:
     return round(count / seconds, 1) if count > 0 and seconds > 0 else 0.0
 
 
-class Server:
+class Server(ServerProcess):
     """A broker subprocess on 127.0.0.1 with its own temporary data directory.
 
-    Use as a context manager: entering starts it and waits until its port accepts connections
-    (bounded by ``STARTUP_TIMEOUT``); leaving stops it by PID and removes the directory, whatever
-    happened in between. ``command(port, directory)`` builds the argv.
+    Use as a context manager (``processes.ServerProcess``): entering starts it and waits until its
+    port accepts connections (bounded by ``STARTUP_TIMEOUT``); leaving stops it by PID and
+    removes the directory, whatever happened in between. ``command(port, directory)`` builds the
+    argv.
     """
 
+    stop_timeout = STOP_TIMEOUT
+
     def __init__(self, name: str, binary: str, command: Any, attempts: int = 3) -> None:
+        super().__init__()
         self.name = name
         self.binary = binary
         self.command = command
         self.attempts = attempts
-        self.port = 0
-        self.pid = 0
-        self.directory: Path | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._log: Any = None
-
-    def __enter__(self) -> Server:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
-        self.directory = Path(tempfile.mkdtemp(prefix=f"peers-{self.name}-"))
-        data = self.directory / "data"
+        directory = self.make_directory(f"peers-{self.name}-")
+        data = directory / "data"
         data.mkdir()
         last_error = ""
         for _ in range(self.attempts):
             self.port = free_port()
-            self._log = open(self.directory / "server.log", "wb")  # noqa: SIM115 - closed in stop
+            self._log = open(directory / "server.log", "wb")  # noqa: SIM115 - closed in stop
             self.proc = subprocess.Popen(
                 [self.binary, *self.command(self.port, data)],
                 stdin=subprocess.DEVNULL,
@@ -188,7 +174,7 @@ class Server:
             if self._wait_ready():
                 return
             last_error = self.log_tail()
-            self._stop_process()  # lost the port race or failed: try another port
+            self.stop_process()  # lost the port race or failed: try another port
         raise RuntimeError(f"{self.name} did not become ready: {last_error}")
 
     def _wait_ready(self) -> bool:
@@ -203,39 +189,6 @@ class Server:
             except OSError:
                 time.sleep(0.02)
         return False
-
-    def log_tail(self, limit: int = 2000) -> str:
-        if self.directory is None:
-            return ""
-        try:
-            return (self.directory / "server.log").read_bytes()[-limit:].decode(errors="replace")
-        except OSError:
-            return ""
-
-    def _stop_process(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=STOP_TIMEOUT)
-        elif proc is not None:
-            proc.wait()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def stop(self) -> None:
-        try:
-            self._stop_process()
-        finally:
-            if self.directory is not None:
-                shutil.rmtree(self.directory, ignore_errors=True)
-                self.directory = None
 
 
 def redis_server() -> Server:

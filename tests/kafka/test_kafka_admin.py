@@ -42,6 +42,7 @@ from tests.kafka.kadmin_support import (
     record_batch,
     schema,
 )
+from tests.kafka.kafka_wire import fetch_request
 
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
@@ -439,35 +440,7 @@ def test_log_append_time_topics_answer_the_time_the_broker_stored_records(
                 else:
                     assert partition.log_append_time is None
                 stamped.clear()
-                module = schema(1, 12)
-                fetched = kafka.call(
-                    module.FetchRequest(
-                        replica_id=-1,
-                        max_wait=timedelta(milliseconds=100),
-                        min_bytes=1,
-                        max_bytes=1 << 20,
-                        isolation_level=0,
-                        session_id=0,
-                        session_epoch=-1,
-                        topics=(
-                            module.FetchTopic(
-                                topic=topic,
-                                partitions=(
-                                    module.FetchPartition(
-                                        partition=0,
-                                        current_leader_epoch=-1,
-                                        fetch_offset=0,
-                                        last_fetched_epoch=-1,
-                                        log_start_offset=-1,
-                                        partition_max_bytes=1 << 20,
-                                    ),
-                                ),
-                            ),
-                        ),
-                        forgotten_topics_data=(),
-                        rack_id="",
-                    )
-                )
+                fetched = kafka.call(fetch_request(topic))
                 assert fetched.responses[0].partitions[0].records
                 assert stamped and set(stamped) == {appended}
 

@@ -8,36 +8,31 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.describe_groups.v3.request import DescribeGroupsRequest
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
-from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.sync_group.v3.request import SyncGroupRequest, SyncGroupRequestAssignment
-from tests.kafka.kafka_wire import call, connect, decode, frame, receive
-from tests.support.server import ServerProcess, served
-
-from tidelog.process import free_port
+from tests.kafka.kafka_wire import (
+    call,
+    connect,
+    decode,
+    fetch_request,
+    frame,
+    metadata_request,
+    receive,
+)
+from tests.support.server import ServerProcess
 
 pytestmark = pytest.mark.slow  # a real server
 
 GROUP = "dead-connections"
 LONG = timedelta(seconds=60)
 """The members' rebalance timeout: what a test would wait for if a dead join were kept."""
-
-
-@pytest.fixture
-def kafka(tmp_path: Path) -> Iterator[tuple[ServerProcess, int]]:
-    port = free_port()
-    with served(tmp_path / "data", "--kafka-port", str(port)) as process:
-        yield process, port
 
 
 def _join(member_id: str = "") -> JoinGroupRequest:
@@ -119,42 +114,10 @@ def test_requests_pipelined_behind_a_waiting_fetch_are_answered_in_their_turn(
 ) -> None:
     _, port = kafka
     with connect(port, timeout=30) as sock:
-        made = call(
-            sock,
-            MetadataRequest(
-                topics=(MetadataRequestTopic(name="quiet", topic_id=None),),
-                allow_auto_topic_creation=True,
-                include_topic_authorized_operations=False,
-            ),
-        )
+        made = call(sock, metadata_request("quiet"))
         assert made.topics[0].error_code in (ErrorCode.none, ErrorCode.leader_not_available)
         wait = timedelta(milliseconds=700)
-        fetch = FetchRequest(
-            replica_id=-1,
-            max_wait=wait,
-            min_bytes=1,  # nothing there: it waits its max_wait
-            max_bytes=1 << 20,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=(
-                FetchTopic(
-                    topic="quiet",
-                    partitions=(
-                        FetchPartition(
-                            partition=0,
-                            current_leader_epoch=-1,
-                            fetch_offset=0,
-                            last_fetched_epoch=-1,
-                            log_start_offset=-1,
-                            partition_max_bytes=1 << 20,
-                        ),
-                    ),
-                ),
-            ),
-            forgotten_topics_data=(),
-            rack_id="",
-        )
+        fetch = fetch_request("quiet", max_wait=wait)  # nothing there: it waits its max_wait
         versions = ApiVersionsRequest(client_software_name="t", client_software_version="1")
         started = time.monotonic()
         # three requests in one write: the two behind the fetch arrive while it waits

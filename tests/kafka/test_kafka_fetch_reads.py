@@ -4,32 +4,18 @@ order, and a real consumer (librdkafka) reads them all."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import timedelta
-from pathlib import Path
-
 import pytest
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-from kio.static.primitive import i32, i64
-from tests.kafka.kafka_wire import call, connect
+from tests.kafka.kafka_wire import call, connect, fetch_request
 from tests.support.kafka_clients import Outgoing, confluent_consume, confluent_produce
-from tests.support.server import ServerProcess, served
+from tests.support.server import ServerProcess
 
 from tidelog.kafka.fetch import READ_RECORDS
 from tidelog.kafka.records import parse_batches
-from tidelog.process import free_port
 
 COUNT = 2 * READ_RECORDS + 500
 
 pytestmark = pytest.mark.slow  # a real server and ~17,000 records through librdkafka
-
-
-@pytest.fixture
-def kafka(tmp_path: Path) -> Iterator[tuple[ServerProcess, int]]:
-    port = free_port()
-    with served(tmp_path / "data", "--kafka-port", str(port)) as process:
-        yield process, port
 
 
 def _messages() -> list[Outgoing]:
@@ -44,32 +30,7 @@ def _messages() -> list[Outgoing]:
 
 
 def _fetch(port: int, topic: str) -> bytes:
-    request = FetchRequest(
-        replica_id=i32(-1),
-        max_wait=timedelta(milliseconds=100),
-        min_bytes=i32(1),
-        max_bytes=i32(64 << 20),
-        isolation_level=0,
-        session_id=i32(0),
-        session_epoch=i32(-1),
-        topics=(
-            FetchTopic(
-                topic=topic,
-                partitions=(
-                    FetchPartition(
-                        partition=i32(0),
-                        current_leader_epoch=i32(-1),
-                        fetch_offset=i64(0),
-                        last_fetched_epoch=i32(-1),
-                        log_start_offset=i64(-1),
-                        partition_max_bytes=i32(64 << 20),
-                    ),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
+    request = fetch_request(topic, max_bytes=64 << 20)
     with connect(port) as sock:
         response = call(sock, request)
     partition = response.responses[0].partitions[0]

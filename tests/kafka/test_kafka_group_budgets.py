@@ -4,21 +4,12 @@ lowered to the bound."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
-
 from kio.schema.errors import ErrorCode
+from tests.kafka.kafka_wire import run
 
 from tidelog.access import ANONYMOUS
 from tidelog.kafka.group_coordinator import Coordinator
 from tidelog.kafka.group_model import GroupLimits, JoinRequest
-
-T = TypeVar("T")
-
-
-def run(scenario: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    return asyncio.run(asyncio.wait_for(scenario(), 20))
 
 
 def joining(

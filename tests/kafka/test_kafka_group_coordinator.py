@@ -4,22 +4,18 @@ expire members, a waiting request that goes away, closing, and the bounds on gro
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 from kio.schema.errors import ErrorCode
+from tests.kafka.kafka_wire import run
 
 from tidelog.kafka.group_coordinator import Coordinator, coordinator_of
 from tidelog.kafka.group_model import GroupLimits, JoinAnswer, JoinRequest
 from tidelog.kafka.group_state import GroupState
 
-T = TypeVar("T")
 FAST = GroupLimits(min_session_timeout_s=0.05, initial_rebalance_delay_s=0.0)
-
-
-def run(scenario: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    return asyncio.run(asyncio.wait_for(scenario(), 20))
 
 
 def joining(

@@ -7,20 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.kafka.kafka_wire import run
 
 from tidelog.kafka.inbox import Inbox, PeerClosed
-
-T = TypeVar("T")
-
-
-def run(scenario: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    return asyncio.run(asyncio.wait_for(scenario(), 10))
 
 
 class Waiting:

@@ -7,36 +7,28 @@ from __future__ import annotations
 import random
 import socket
 import struct
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import numpy as np
 import pytest
 from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsV0
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-from kio.schema.list_offsets.v7.request import (
-    ListOffsetsPartition,
-    ListOffsetsRequest,
-    ListOffsetsTopic,
+from tests.kafka.kadmin_support import produce_request
+from tests.kafka.kafka_wire import (
+    call,
+    connect,
+    decode,
+    fetch_request,
+    frame,
+    list_offsets_request,
+    metadata_request,
+    receive,
 )
-from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from tests.kafka.kafka_wire import call, connect, decode, frame, receive
-from tests.support.server import ServerProcess, served
+from tests.support.server import ServerProcess
 
 from tidelog.kafka.compression import Codec
 from tidelog.kafka.records import build_batch
-from tidelog.process import free_port
-
-
-@pytest.fixture
-def kafka(tmp_path: Path) -> Iterator[tuple[ServerProcess, int]]:
-    port = free_port()
-    with served(tmp_path / "data", "--kafka-port", str(port)) as process:
-        yield process, port
 
 
 def _versions(port: int) -> dict[int, tuple[int, int]]:
@@ -105,13 +97,7 @@ def test_a_body_that_does_not_decode_closes_its_connection(
     kafka: tuple[ServerProcess, int],
 ) -> None:
     with connect(kafka[1]) as sock:
-        good = frame(
-            MetadataRequest(
-                topics=None,
-                allow_auto_topic_creation=False,
-                include_topic_authorized_operations=False,
-            )
-        )
+        good = frame(metadata_request(create=False))
         # Cut the body: the header is whole, the topics array claims more than there is.
         bad = good[4:16] + b"\x7f\xff\xff\xff"
         sock.sendall(struct.pack(">i", len(bad)) + bad)
@@ -121,14 +107,7 @@ def test_a_body_that_does_not_decode_closes_its_connection(
 
 def test_metadata_names_this_broker_and_unknown_topics(kafka: tuple[ServerProcess, int]) -> None:
     with connect(kafka[1]) as sock:
-        answer = call(
-            sock,
-            MetadataRequest(
-                topics=(MetadataRequestTopic(topic_id=None, name="absent"),),
-                allow_auto_topic_creation=False,
-                include_topic_authorized_operations=False,
-            ),
-        )
+        answer = call(sock, metadata_request("absent", create=False))
     assert [(b.host, b.port) for b in answer.brokers] == [("127.0.0.1", kafka[1])]
     assert answer.controller_id == answer.brokers[0].node_id
     (topic,) = answer.topics
@@ -137,39 +116,12 @@ def test_metadata_names_this_broker_and_unknown_topics(kafka: tuple[ServerProces
 
 def test_metadata_creates_a_topic_a_producer_names(kafka: tuple[ServerProcess, int]) -> None:
     with connect(kafka[1]) as sock:
-        answer = call(
-            sock,
-            MetadataRequest(
-                topics=(MetadataRequestTopic(topic_id=None, name="made"),),
-                allow_auto_topic_creation=True,
-                include_topic_authorized_operations=False,
-            ),
-        )
+        answer = call(sock, metadata_request("made"))
         (topic,) = answer.topics
         assert topic.error_code == ErrorCode.none
         assert [p.partition_index for p in topic.partitions] == [0]
         assert topic.partitions[0].leader_id == answer.brokers[0].node_id
-        offsets = call(
-            sock,
-            ListOffsetsRequest(
-                replica_id=-1,
-                isolation_level=0,
-                topics=(
-                    ListOffsetsTopic(
-                        name="made",
-                        partitions=(
-                            ListOffsetsPartition(
-                                partition_index=0, current_leader_epoch=-1, timestamp=-2
-                            ),
-                            ListOffsetsPartition(
-                                partition_index=9, current_leader_epoch=-1, timestamp=-1
-                            ),
-                        ),
-                    ),
-                ),
-            ),
-            correlation_id=2,
-        )
+        offsets = call(sock, list_offsets_request("made", (0, -2), (9, -1)), correlation_id=2)
     first, missing = offsets.topics[0].partitions
     assert (first.error_code, first.offset) == (ErrorCode.none, 0)
     assert missing.error_code == ErrorCode.unknown_topic_or_partition
@@ -223,50 +175,13 @@ def _batch(count: int, codec: Codec = Codec.NONE) -> bytes:
     )
 
 
-def _produce(topic: str, records: bytes, acks: int = -1) -> ProduceRequest:
-    return ProduceRequest(
-        transactional_id=None,
-        acks=acks,
-        timeout=timedelta(seconds=5),
-        topic_data=(
-            TopicProduceData(
-                name=topic, partition_data=(PartitionProduceData(index=0, records=records),)
-            ),
-        ),
-    )
-
-
 def _latest(sock: socket.socket, topic: str) -> int:
-    answer = call(
-        sock,
-        ListOffsetsRequest(
-            replica_id=-1,
-            isolation_level=0,
-            topics=(
-                ListOffsetsTopic(
-                    name=topic,
-                    partitions=(
-                        ListOffsetsPartition(
-                            partition_index=0, current_leader_epoch=-1, timestamp=-1
-                        ),
-                    ),
-                ),
-            ),
-        ),
-        correlation_id=99,
-    )
+    answer = call(sock, list_offsets_request(topic, (0, -1)), correlation_id=99)
     return int(answer.topics[0].partitions[0].offset)
 
 
 def _made(sock: socket.socket, topic: str) -> None:
-    made = call(
-        sock,
-        MetadataRequest(
-            topics=(MetadataRequestTopic(topic_id=None, name=topic),),
-            allow_auto_topic_creation=True,
-            include_topic_authorized_operations=False,
-        ),
-    )
+    made = call(sock, metadata_request(topic))
     assert made.topics[0].error_code == ErrorCode.none
 
 
@@ -276,13 +191,13 @@ def test_a_corrupt_batch_is_refused_and_nothing_is_written(
     with connect(kafka[1]) as sock:
         _made(sock, "crc")
         good = _batch(5)
-        answer = call(sock, _produce("crc", good))
+        answer = call(sock, produce_request("crc", 0, good))
         part = answer.responses[0].partition_responses[0]
         assert (part.error_code, part.base_offset) == (ErrorCode.none, 0)
         bad = bytearray(_batch(5))
         bad[-3] ^= 0xFF  # inside the last record: the CRC no longer matches
         # A good batch and a corrupt one in the same partition's records: neither is written.
-        answer = call(sock, _produce("crc", good + bytes(bad)), correlation_id=2)
+        answer = call(sock, produce_request("crc", 0, good + bytes(bad)), correlation_id=2)
         part = answer.responses[0].partition_responses[0]
         assert part.error_code == ErrorCode.corrupt_message
         assert part.error_message
@@ -297,44 +212,11 @@ def test_mutated_requests_never_stop_the_listener(kafka: tuple[ServerProcess, in
     with connect(port) as sock:
         _made(sock, "fz")
     seeds = [
-        frame(
-            MetadataRequest(
-                topics=(MetadataRequestTopic(topic_id=None, name="fz"),),
-                allow_auto_topic_creation=True,
-                include_topic_authorized_operations=False,
-            )
-        ),
-        frame(_produce("fz", _batch(4))),
-        frame(_produce("fz", _batch(4, Codec.ZSTD))),
-        frame(_produce("fz", _batch(4, Codec.GZIP))),
-        frame(
-            FetchRequest(
-                replica_id=-1,
-                max_wait=timedelta(milliseconds=5),
-                min_bytes=1,
-                max_bytes=1 << 20,
-                isolation_level=0,
-                session_id=0,
-                session_epoch=-1,
-                topics=(
-                    FetchTopic(
-                        topic="fz",
-                        partitions=(
-                            FetchPartition(
-                                partition=0,
-                                current_leader_epoch=-1,
-                                fetch_offset=0,
-                                last_fetched_epoch=-1,
-                                log_start_offset=-1,
-                                partition_max_bytes=1 << 20,
-                            ),
-                        ),
-                    ),
-                ),
-                forgotten_topics_data=(),
-                rack_id="",
-            )
-        ),
+        frame(metadata_request("fz")),
+        frame(produce_request("fz", 0, _batch(4))),
+        frame(produce_request("fz", 0, _batch(4, Codec.ZSTD))),
+        frame(produce_request("fz", 0, _batch(4, Codec.GZIP))),
+        frame(fetch_request("fz", max_wait=timedelta(milliseconds=5))),
     ]
     sock: socket.socket | None = None
     for i in range(600):
@@ -359,7 +241,7 @@ def test_mutated_requests_never_stop_the_listener(kafka: tuple[ServerProcess, in
     assert kafka[0].process is not None and kafka[0].process.poll() is None
     with connect(port) as sock:
         before = _latest(sock, "fz")
-        answer = call(sock, _produce("fz", _batch(3)), correlation_id=5)
+        answer = call(sock, produce_request("fz", 0, _batch(3)), correlation_id=5)
         part = answer.responses[0].partition_responses[0]
         assert (part.error_code, part.base_offset) == (ErrorCode.none, before)
         assert _latest(sock, "fz") == before + 3

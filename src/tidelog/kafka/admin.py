@@ -43,6 +43,7 @@ from tidelog.broker import MAX_PARTITIONS, validate_stream_name
 from tidelog.control import StreamInfo
 from tidelog.errors import InvalidArgument, TidelogError
 from tidelog.kafka import producer_ids
+from tidelog.kafka.errors import Refused
 from tidelog.kafka.metadata import INTERNAL_PREFIX, NO_TOPIC_ID
 from tidelog.kafka.protocol import Request, answer, nested, response_module
 from tidelog.kafka.session import Session, node_id
@@ -62,12 +63,6 @@ BROKER_RESOURCE: Final = 4
 BROKERS_ENDPOINT: Final = 1
 DEFAULT: Final = -1
 NO_OPERATIONS: Final = -(2**31)
-
-
-class _Refused(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def _config_entries(
@@ -102,12 +97,12 @@ def _described(session: Session, info: StreamInfo) -> list[ConfigEntry]:
 
 def _settings(session: Session, topic: Any) -> tuple[TopicSettings, int]:
     """The checked settings and replication factor of one CreateTopics entry (its name is
-    checked already); ``_Refused`` with the entry's error otherwise."""
+    checked already); ``Refused`` with the entry's error otherwise."""
     partitions = topic.num_partitions
     if partitions == DEFAULT:
         partitions = session.config.default_partitions
     if not 1 <= partitions <= MAX_PARTITIONS:
-        raise _Refused(
+        raise Refused(
             ErrorCode.invalid_partitions,
             f"{topic.num_partitions} partitions: use 1 to {MAX_PARTITIONS}, or -1 for the "
             f"server's default ({session.config.default_partitions})",
@@ -115,12 +110,12 @@ def _settings(session: Session, topic: Any) -> tuple[TopicSettings, int]:
     brokers = len(session.control.brokers())
     factor = topic.replication_factor
     if factor != DEFAULT and not 1 <= factor <= brokers:
-        raise _Refused(
+        raise Refused(
             ErrorCode.invalid_replication_factor,
             f"replication factor {factor}: use 1 to {brokers} (the brokers there are), or -1",
         )
     if topic.assignments:
-        raise _Refused(
+        raise Refused(
             ErrorCode.invalid_replica_assignment,
             "tidelog places replicas itself: give num_partitions and replication_factor instead "
             "of an assignment",
@@ -128,10 +123,10 @@ def _settings(session: Session, topic: Any) -> tuple[TopicSettings, int]:
     try:
         settings = topic_settings(partitions, ((c.name, c.value) for c in topic.configs))
     except InvalidConfig as bad:
-        raise _Refused(ErrorCode.invalid_config, str(bad)) from None
+        raise Refused(ErrorCode.invalid_config, str(bad)) from None
     replicas = 1 if factor == DEFAULT else factor
     if settings.min_isr > replicas:
-        raise _Refused(
+        raise Refused(
             ErrorCode.invalid_config,
             f"min.insync.replicas={settings.min_isr} is more than the topic's {replicas} replicas",
         )
@@ -142,19 +137,19 @@ async def _create(
     session: Session, topic: Any, validate_only: bool
 ) -> tuple[int, int, list[ConfigEntry]]:
     """(partitions, replication factor, configs) of a created (or validated) topic;
-    ``_Refused`` with its error otherwise."""
+    ``Refused`` with its error otherwise."""
     name = topic.name
     if not session.allowed(Operation.CREATE, Kind.STREAM, name):
-        raise _Refused(ErrorCode.topic_authorization_failed, f"no create grant on {name}")
+        raise Refused(ErrorCode.topic_authorization_failed, f"no create grant on {name}")
     try:
         if name.startswith(INTERNAL_PREFIX):
             raise InvalidArgument(f"{name}: names starting with '__' are tidelog's own")
         validate_stream_name(name)
     except InvalidArgument as bad:
-        raise _Refused(ErrorCode.invalid_topic_exception, str(bad)) from None
+        raise Refused(ErrorCode.invalid_topic_exception, str(bad)) from None
     control = session.control
     if control.describe_stream(name) is not None:
-        raise _Refused(ErrorCode.topic_already_exists, f"topic {name} already exists")
+        raise Refused(ErrorCode.topic_already_exists, f"topic {name} already exists")
     settings, factor = _settings(session, topic)
     if validate_only:
         entries = topic_entries(settings.config, control.log_defaults, max(settings.min_isr, 1))
@@ -165,10 +160,10 @@ async def _create(
         code, message = code_of(failure)
         if isinstance(failure, InvalidArgument):
             code = ErrorCode.invalid_config
-        raise _Refused(code, message) from None
+        raise Refused(code, message) from None
     info = control.describe_stream(name)
     if info is None or info.config is None:  # deleted again at once
-        raise _Refused(ErrorCode.unknown_topic_or_partition, f"topic {name} is gone already")
+        raise Refused(ErrorCode.unknown_topic_or_partition, f"topic {name} is gone already")
     return info.config.partitions, info.replication_factor, _described(session, info)
 
 
@@ -182,11 +177,11 @@ async def create_topics(session: Session, request: Request) -> Any:
         entries: list[ConfigEntry] = []
         try:
             if counts[topic.name] > 1:
-                raise _Refused(
+                raise Refused(
                     ErrorCode.invalid_request, f"topic {topic.name} is named more than once"
                 )
             partitions, factor, entries = await _create(session, topic, body.validate_only)
-        except _Refused as refused:
+        except Refused as refused:
             error, message = refused.code, str(refused)
         results.append(
             nested(
@@ -253,22 +248,22 @@ def _resource_configs(session: Session, resource: Any) -> list[ConfigEntry]:
     kind, name = resource.resource_type, resource.resource_name
     if kind == TOPIC_RESOURCE:
         if not session.may_see(Kind.STREAM, name):
-            raise _Refused(ErrorCode.topic_authorization_failed, f"no describe grant on {name}")
+            raise Refused(ErrorCode.topic_authorization_failed, f"no describe grant on {name}")
         info = session.control.describe_stream(name)
         if info is None or info.config is None:
-            raise _Refused(ErrorCode.unknown_topic_or_partition, f"no topic {name}")
+            raise Refused(ErrorCode.unknown_topic_or_partition, f"no topic {name}")
         return _described(session, info)
     if kind == BROKER_RESOURCE:
         here = node_id(session.control.broker_id)
         if name not in ("", str(here)):
-            raise _Refused(
+            raise Refused(
                 ErrorCode.invalid_request,
                 f"broker {name}: this is broker {here}; ask each broker for its own configs",
             )
         if not session.allowed(Operation.DESCRIBE, Kind.CLUSTER, ANY):
-            raise _Refused(ErrorCode.cluster_authorization_failed, "no describe grant on cluster")
+            raise Refused(ErrorCode.cluster_authorization_failed, "no describe grant on cluster")
         return broker_entries(session.config, session.control.log_defaults, here)
-    raise _Refused(
+    raise Refused(
         ErrorCode.invalid_request,
         f"resource type {kind}: tidelog describes topics (2) and brokers (4)",
     )
@@ -281,7 +276,7 @@ async def describe_configs(session: Session, request: Request) -> Any:
         entries: list[ConfigEntry] = []
         try:
             entries = selected(_resource_configs(session, resource), resource.configuration_keys)
-        except _Refused as refused:
+        except Refused as refused:
             error, message = refused.code, str(refused)
         results.append(
             nested(

@@ -59,7 +59,8 @@ MAX_KAFKA_HEADERS: Final = 0xFFFF - 3
 """Kafka headers a record can hold as tidelog headers: a record holds 65535, less ``__kafka``
 and the ``__producer`` and ``__owner`` an idempotent batch's last record gets."""
 MAX_NAME_BYTES: Final = 0xFFFF
-_NS_PER_MS: Final = 1_000_000
+NS_PER_MS: Final = 1_000_000
+"""Nanoseconds in a millisecond: tidelog keeps times in ns, Kafka answers and asks in ms."""
 
 
 def to_tidelog(batch: KafkaBatch) -> RecordBodies:
@@ -144,7 +145,7 @@ def to_kafka(
     simple = (
         found & (counts == 1) & (meta[:, 0] == VERSION) & ((meta[:, 1] | NULL_VALUE) == NULL_VALUE)
     )
-    broker_ms = batch.timestamps // _NS_PER_MS
+    broker_ms = batch.timestamps // NS_PER_MS
     sent = np.ascontiguousarray(meta[:, 2:]).view("<i8").reshape(n).astype(np.int64)
     use_sent = simple & (sent != NO_TIMESTAMP)
     timestamps = np.where(use_sent, sent, broker_ms)

@@ -25,6 +25,7 @@ from tidelog.access import Kind, Operation
 from tidelog.broker import Partition
 from tidelog.errors import TidelogError
 from tidelog.kafka.bounds import Seen, turn
+from tidelog.kafka.convert import NS_PER_MS
 from tidelog.kafka.protocol import Request, answer, nested
 from tidelog.kafka.session import Session
 from tidelog.kafka.status import code_of
@@ -32,7 +33,6 @@ from tidelog.kafka.status import code_of
 EARLIEST: Final = -2
 LATEST: Final = -1
 MAX_TIMESTAMP: Final = -3
-NS_PER_MS: Final = 1_000_000
 
 
 def latest(partition: Partition) -> int:

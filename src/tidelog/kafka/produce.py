@@ -65,8 +65,8 @@ from tidelog.access import Kind, Operation
 from tidelog.broker import Partition, ProducerIdTaken
 from tidelog.errors import NotEnoughReplicas, TidelogError
 from tidelog.kafka.bounds import Seen
-from tidelog.kafka.convert import joined, to_tidelog
-from tidelog.kafka.errors import KafkaError
+from tidelog.kafka.convert import NS_PER_MS, joined, to_tidelog
+from tidelog.kafka.errors import KafkaError, Refused
 from tidelog.kafka.offsets import earliest
 from tidelog.kafka.protocol import Request, answer, nested
 from tidelog.kafka.records import KafkaBatch, parse_batches
@@ -77,7 +77,6 @@ EPOCH_SHIFT: Final = 31
 SEQUENCE_MASK: Final = (1 << EPOCH_SHIFT) - 1
 ACKS_NONE: Final = 0
 ACKS_ALL: Final = -1
-NS_PER_MS: Final = 1_000_000
 
 
 def producer_name(producer_id: int) -> str:
@@ -104,21 +103,15 @@ def sequence_error(
     return ErrorCode.out_of_order_sequence_number
 
 
-class _Refused(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 def _check(batches: list[KafkaBatch]) -> None:
     """Refuse a partition's batches that cannot be appended together (module docstring)."""
     if any(batch.is_transactional or batch.is_control for batch in batches):
-        raise _Refused(
+        raise Refused(
             ErrorCode.invalid_request,
             "transactional producing is not supported by tidelog's Kafka front (docs/kafka.md)",
         )
     if len(batches) > 1 and any(batch.producer_id >= 0 for batch in batches):
-        raise _Refused(
+        raise Refused(
             ErrorCode.invalid_request,
             f"{len(batches)} record batches for one partition from an idempotent producer "
             f"(one per partition and request)",
@@ -141,7 +134,7 @@ async def _append(
         return published.offsets.start, published.timestamp
     name = producer_name(batch.producer_id)
     if not 0 <= batch.producer_epoch <= 0x7FFF or batch.base_sequence < 0:
-        raise _Refused(ErrorCode.invalid_record, "a negative producer epoch or sequence")
+        raise Refused(ErrorCode.invalid_record, "a negative producer epoch or sequence")
     partition = control.partition(topic, index)
     if partition.role is not None:
         # Not the leader: say so before reading the producer table, which on a follower may
@@ -152,11 +145,11 @@ async def _append(
     if latest is not None and latest.owner and latest.owner != session.identity:
         # the owner first: the sequence rules' codes would tell another principal the
         # producer's epoch and sequence
-        raise _Refused(*code_of(ProducerIdTaken(name)))
+        raise Refused(*code_of(ProducerIdTaken(name)))
     stored = None if latest is None else (latest.sequence, latest.count)
     refusal = sequence_error(stored, batch.producer_epoch, batch.base_sequence)
     if refusal is not None:
-        raise _Refused(
+        raise Refused(
             refusal,
             f"producer {batch.producer_id} epoch {batch.producer_epoch}: batch sequence "
             f"{batch.base_sequence} does not follow the stored one",
@@ -199,30 +192,28 @@ async def _partition(
     appended: datetime | None = None
     try:
         if repeated:
-            raise _Refused(
+            raise Refused(
                 ErrorCode.invalid_request, f"partition {data.index} of {topic} named twice"
             )
         if not allowed:
-            raise _Refused(ErrorCode.topic_authorization_failed, f"no publish grant on {topic}")
+            raise Refused(ErrorCode.topic_authorization_failed, f"no publish grant on {topic}")
         records = data.records or b""
         if len(records) > session.config.message_max_bytes:
-            raise _Refused(
+            raise Refused(
                 ErrorCode.message_too_large,
                 f"a record batch of {len(records)} bytes (message.max.bytes is "
                 f"{session.config.message_max_bytes}: --kafka-message-max-bytes)",
             )
         batches = parse_batches(records, max_bytes=session.config.message_max_bytes)
         if not batches:
-            raise _Refused(ErrorCode.invalid_record, "no record batch in the request")
+            raise Refused(ErrorCode.invalid_record, "no record batch in the request")
         base_offset, stamp = await _append(session, topic, data.index, batches, acks)
         partition = session.control.partition(topic, data.index)
         start = earliest(partition)
         if log_append_time and base_offset >= 0:
             appended = append_time(partition, base_offset, stamp)
-    except _Refused as refused:
+    except KafkaError as refused:  # a Refused raised above, or the record layer's errors
         error, message = refused.code, str(refused)
-    except KafkaError as bad:
-        error, message = ErrorCode(bad.code), str(bad)
     except NotEnoughReplicas as short:
         # Raised only after the append (the ISR did not copy it in time, or the leadership
         # moved first): the batch may be stored, which is Kafka's "after append" code.
