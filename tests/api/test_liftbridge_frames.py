@@ -147,3 +147,19 @@ def test_uvarint_matches_protobuf() -> None:
         assert b"\x08" + uvarint(value) == pb.Message(offset=value).SerializeToString() or (
             value == 0
         )
+
+
+def test_gathered_layouts_of_mixed_sizes() -> None:
+    """Values of many sizes take the gathered path: as a padded grid when their lengths are
+    alike, one index per byte when one large value would make the grid mostly padding."""
+    for sizes in (
+        [50 + i % 101 for i in range(300)],
+        [3000 if i == 5 else i % 7 for i in range(300)],
+    ):
+        records = [NewRecord(b"v" * s, b"k" * (i % 3) or None) for i, s in enumerate(sizes)]
+        batch = message_batch(records, list(range(300)), [i * 7 for i in range(300)])
+        plan = _Plan(batch, message_tail("s", 3, ""))
+        assert len(plan.run_starts()) > 8 + 300 // 32  # lay_out gathers these
+        expected = [m.SerializeToString() for m in _messages(batch, "s", 3, "")]
+        assert split([Framed(_gathered(plan).tobytes(), 300)]) == expected
+        assert split(list(framed_messages(batch, "s", 3, ""))) == expected

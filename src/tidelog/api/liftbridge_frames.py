@@ -158,10 +158,12 @@ class _Plan:
         "key_start",
         "n",
         "offset_field",
+        "offset_septets",
         "offsets",
         "size",
         "tail",
         "timestamp_field",
+        "timestamp_septets",
         "timestamps",
         "value_head",
         "value_len",
@@ -181,6 +183,8 @@ class _Plan:
         self.key_len = np.maximum(key_len, 0)  # no key and an empty key: no field
         self.offset_field = _field_widths(self.offsets)
         self.timestamp_field = _field_widths(self.timestamps)
+        self.offset_septets = _septets(self.offsets, np.maximum(self.offset_field - 1, 1))
+        self.timestamp_septets = _septets(self.timestamps, np.maximum(self.timestamp_field - 1, 1))
         self.key_head = _field_widths(self.key_len.astype(np.uint64))
         self.value_head = _field_widths(self.value_len.astype(np.uint64))
         self.block_len = np.zeros(n, dtype=np.int64)
@@ -272,7 +276,7 @@ def _run(plan: _Plan, a: int, b: int, grid: UInt8Array, tail: UInt8Array) -> Non
     width = int(plan.offset_field[a])
     if width:
         grid[:, at] = _OFFSET_TAG
-        _varint_columns(grid, at + 1, plan.offsets[a:b], width - 1)
+        grid[:, at + 1 : at + width] = plan.offset_septets[a:b, : width - 1]
         at += width
     for tag, starts, length in (
         (_KEY_TAG, plan.key_start, int(plan.key_len[a])),
@@ -287,7 +291,7 @@ def _run(plan: _Plan, a: int, b: int, grid: UInt8Array, tail: UInt8Array) -> Non
     width = int(plan.timestamp_field[a])
     if width:
         grid[:, at] = _TIMESTAMP_TAG
-        _varint_columns(grid, at + 1, plan.timestamps[a:b], width - 1)
+        grid[:, at + 1 : at + width] = plan.timestamp_septets[a:b, : width - 1]
         at += width
     if len(tail):
         grid[:, at : at + len(tail)] = tail
@@ -295,16 +299,6 @@ def _run(plan: _Plan, a: int, b: int, grid: UInt8Array, tail: UInt8Array) -> Non
     block = int(plan.block_len[a])
     if block:
         grid[:, at:] = _rows(plan.blob, plan.block_at[a:b], block)
-
-
-def _varint_columns(grid: UInt8Array, at: int, raw: UInt64Array, width: int) -> None:
-    """Each of ``raw`` as a varint of exactly ``width`` bytes in ``grid[:, at : at + width]``."""
-    if width == 1:
-        grid[:, at] = raw
-        return
-    for k in range(width):
-        septet = (raw >> np.uint64(7 * k)) & np.uint64(0x7F)
-        grid[:, at + k] = septet | np.uint64(0x80) if k < width - 1 else septet
 
 
 def _rows(source: UInt8Array, starts: Int64Array, length: int) -> UInt8Array:
@@ -342,14 +336,14 @@ def _table(plan: _Plan) -> UInt8Array:
     table[:, _T_PREFIX + 1 : _T_PREFIX + PREFIX] = (
         plan.body.astype(">u4").view(np.uint8).reshape(n, 4)
     )
-    for at, tag, raw, field in (
-        (_T_OFFSET, _OFFSET_TAG, plan.offsets, plan.offset_field),
-        (_T_KEY, _KEY_TAG, plan.key_len.astype(np.uint64), plan.key_head),
-        (_T_VALUE, _VALUE_TAG, plan.value_len.astype(np.uint64), plan.value_head),
-        (_T_TIMESTAMP, _TIMESTAMP_TAG, plan.timestamps, plan.timestamp_field),
+    for at, tag, septets in (
+        (_T_OFFSET, _OFFSET_TAG, plan.offset_septets),
+        (_T_KEY, _KEY_TAG, _septets(plan.key_len.astype(np.uint64), plan.key_head - 1)),
+        (_T_VALUE, _VALUE_TAG, _septets(plan.value_len.astype(np.uint64), plan.value_head - 1)),
+        (_T_TIMESTAMP, _TIMESTAMP_TAG, plan.timestamp_septets),
     ):
         table[:, at] = tag
-        table[:, at + 1 : at + 1 + _VARINT_MAX] = _septets(raw, np.maximum(field - 1, 1))
+        table[:, at + 1 : at + 1 + _VARINT_MAX] = septets
     return table
 
 
@@ -389,10 +383,41 @@ def _gathered(plan: _Plan) -> UInt8Array:
         ],
         axis=1,
     )
-    lengths = seg_len.reshape(-1)
+    return _gather(source, seg_start, seg_len)
+
+
+def _gather(source: UInt8Array, starts: Int64Array, lengths: Int64Array) -> UInt8Array:
+    """Per row of ``starts``/``lengths`` (``(n, k)``: k segments of each of n messages), its
+    segments ``source[start : start + length]`` in order, row after row.
+
+    Mostly a segment's lengths are alike across messages: then each segment is gathered as rows
+    of its widest length into one grid (a row gather each), and a mask keeps each row's true
+    bytes. When lengths differ so much that the grid would be mostly padding, one index per
+    byte and one take."""
     total = int(lengths.sum())
-    dst = np.cumsum(lengths) - lengths
-    index = np.repeat(seg_start.reshape(-1) - dst, lengths)
-    index += np.arange(total, dtype=np.int64)
-    out: UInt8Array = np.take(source, index)
-    return out
+    widths = lengths.max(axis=0)
+    n = len(lengths)
+    if n * int(widths.sum()) > 2 * total + 4096:
+        flat = lengths.reshape(-1)
+        index = np.repeat(starts.reshape(-1) - (np.cumsum(flat) - flat), flat)
+        index += np.arange(total, dtype=np.int64)
+        taken: UInt8Array = np.take(source, index)
+        return taken
+    safe = np.where(lengths > 0, starts, 0)
+    source = np.concatenate([source, np.zeros(int(widths.max()), dtype=np.uint8)])
+    grid = np.empty((n, int(widths.sum())), dtype=np.uint8)
+    mask = np.empty(grid.shape, dtype=np.bool_)
+    column = 0
+    for j, width in enumerate(widths.tolist()):
+        if width:
+            grid[:, column : column + width] = sliding_window_view(source, width)[safe[:, j]]
+            column_lengths = lengths[:, j]
+            if bool((column_lengths == width).all()):
+                mask[:, column : column + width] = True
+            else:  # 32-bit compares: the widest mask is the one of the values
+                mask[:, column : column + width] = (
+                    np.arange(width, dtype=np.int32) < column_lengths.astype(np.int32)[:, None]
+                )
+            column += width
+    kept: UInt8Array = grid[mask]
+    return kept
