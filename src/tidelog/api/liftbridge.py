@@ -20,7 +20,9 @@ import grpc
 
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog.access import ANY, Kind, Operation, caller, on
+from tidelog.api.framed import Framed, takes_framed
 from tidelog.api.inflight import InFlight
+from tidelog.api.liftbridge_frames import framed_messages
 from tidelog.api.liftbridge_publish import PublishService
 from tidelog.api.metrics import Metrics
 from tidelog.api.status import (
@@ -220,9 +222,9 @@ class LiftbridgeService(PublishService):
 
     # -- subscribing -----------------------------------------------------------------------------
 
-    async def Subscribe(
+    async def Subscribe(  # type: ignore[override]  # Framed, for a transport that takes them
         self, request: pb.SubscribeRequest, context: Context
-    ) -> AsyncIterator[pb.Message]:
+    ) -> AsyncIterator[pb.Message | Framed]:
         consumer = request.consumer
         group = None
         if consumer.groupId:
@@ -259,13 +261,21 @@ class LiftbridgeService(PublishService):
         name, number = request.stream, request.partition
         yield pb.Message()  # the handshake: the subscription exists
         gate = delivery_gate()
+        # A transport that writes Framed as they are gets each batch laid out at once
+        # (liftbridge_frames.py), a block of messages per write; grpcio one message per write.
+        framed = takes_framed(context)
         async for batch in subscription.batches():
-            # One send per message: take a turn for the batch (broker/delivery.py).
+            # Take a turn for the batch (broker/delivery.py); each completed write is progress.
             turn = await gate.turn()
             try:
-                for message in _messages(batch, name, number, subject):
-                    yield message
-                    turn.progress()
+                if framed:
+                    for block in framed_messages(batch, name, number, subject):
+                        yield block
+                        turn.progress()
+                else:
+                    for message in _messages(batch, name, number, subject):
+                        yield message
+                        turn.progress()
             finally:
                 turn.release()
 
