@@ -152,6 +152,8 @@ LIVE_HEADER = 16  # send time (i64) + sequence number (u64) at the start of ever
 LIVE_WARMUP_S = 0.5
 LIVE_MAX_IN_FLIGHT = 200
 LIVE_DRAIN_S = 10.0  # how long the subscriber may lag behind the publisher's end
+START_CPUS = os.sched_getaffinity(0)
+"""The CPUs this script may use, as started: what a pinned phase's helpers (py-spy) keep."""
 GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", 64 << 20),
     ("grpc.max_send_message_length", 64 << 20),
@@ -378,9 +380,10 @@ class Profiler:
         argv += ["--format", "raw", "--output", str(out)]
         # py-spy cannot unwind native stacks without pausing the process
         argv.append("--native" if self.native else "--nonblocking")
-        proc = subprocess.Popen(
-            argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-        )
+        with pinned_thread(START_CPUS):  # not on the pinned phase's CPU (inherited otherwise)
+            proc = subprocess.Popen(
+                argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+            )
         self.running.append((name, proc, out))
         time.sleep(0.3)  # let it attach before the phase starts
 
