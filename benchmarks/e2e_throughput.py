@@ -42,6 +42,12 @@ Phases, each on its own fresh stream of one partition:
   after 0.5 s of warm-up that is not counted. Each payload starts with its send time
   (``time.time_ns()``, little-endian i64) and a sequence number; latency = the subscriber's
   ``time.time_ns()`` after decoding the batch minus the send time. Percentiles are nearest-rank.
+- ``live_latency_pinned_p50_ms`` / ``live_latency_pinned_p99_ms`` (``--pin-cpu N``): the same
+  live phase once more against a second fresh server, with the server, this process (every
+  thread, for the phase only) and the publisher process all confined to CPU ``N``
+  (``os.sched_setaffinity``): one core for everything imitates a slower machine.
+  ``details.live_pinned`` has its CPU seconds per process and per message. ``--only-live`` runs
+  the live phase (and the pinned one, when asked) alone.
 
 - TLS (``--skip-tls`` leaves it out), right after the catch-up phases: a second fresh
   ``tidelog serve`` requiring mutual TLS (``--tls-cert``, ``--tls-key``, ``--tls-client-ca``;
@@ -88,7 +94,7 @@ are slower: compare their numbers with unprofiled runs only.
         [--profile DIR] [--profile-native] [--skip-tls] [--tls-rounds 3]
         [--skip-liftbridge | --only-liftbridge] [--liftbridge-rounds 1]
         [--liftbridge-catchup-messages 1000000] [--liftbridge-live-publisher native|go]
-        [--liftbridge-build DIR]
+        [--liftbridge-build DIR] [--pin-cpu N] [--only-live]
 """
 
 from __future__ import annotations
@@ -114,7 +120,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
@@ -150,6 +156,8 @@ LIVE_HEADER = 16  # send time (i64) + sequence number (u64) at the start of ever
 LIVE_WARMUP_S = 0.5
 LIVE_MAX_IN_FLIGHT = 200
 LIVE_DRAIN_S = 10.0  # how long the subscriber may lag behind the publisher's end
+START_CPUS = os.sched_getaffinity(0)
+"""The CPUs this script may use, as started: what a pinned phase's helpers (py-spy) keep."""
 GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", 64 << 20),
     ("grpc.max_send_message_length", 64 << 20),
@@ -196,6 +204,43 @@ def percentile(sorted_values: Sequence[float], q: float) -> float | None:
     return sorted_values[rank - 1]
 
 
+@contextlib.contextmanager
+def pinned_thread(cpus: set[int] | None) -> Iterator[None]:
+    """Confine the calling thread to ``cpus`` meanwhile (a process it starts inherits that)."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+@contextlib.contextmanager
+def pinned_process(cpus: set[int] | None) -> Iterator[None]:
+    """Confine every thread of this process (gRPC's too) to ``cpus`` meanwhile; threads
+    started meanwhile inherit it from their creator. Restores each thread's affinity after."""
+    if cpus is None:
+        yield
+        return
+    saved: dict[int, set[int]] = {}
+    try:
+        for name in os.listdir("/proc/self/task"):
+            tid = int(name)
+            with contextlib.suppress(ProcessLookupError):
+                saved[tid] = os.sched_getaffinity(tid)
+                os.sched_setaffinity(tid, cpus)
+        yield
+    finally:
+        everywhere = saved.get(threading.get_native_id(), os.sched_getaffinity(0))
+        for name in os.listdir("/proc/self/task"):
+            tid = int(name)
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(tid, saved.get(tid, everywhere))
+
+
 # ---------------------------------------------------------------------------------------------
 # The tidelog server
 
@@ -210,11 +255,13 @@ class TidelogServer(ServerProcess):
 
     stop_timeout = STOP_TIMEOUT
 
-    def __init__(self, flush_policy: str, *extra: str) -> None:
+    def __init__(self, flush_policy: str, *extra: str, cpus: set[int] | None = None) -> None:
         super().__init__()
         self.flush_policy = flush_policy
         self.extra = extra
         """More ``tidelog serve`` flags (the TLS phases' certificates)."""
+        self.cpus = cpus
+        """The CPUs the server may run on (all its threads: inherited at start), or any."""
 
     def start(self) -> None:
         directory = self.make_directory("e2e-tidelog-")
@@ -227,14 +274,15 @@ class TidelogServer(ServerProcess):
             "--data-dir", str(data), "--host", "127.0.0.1", "--port", "0",
             "--metrics-port", "0", "--flush-policy", self.flush_policy, *self.extra,
         ]  # fmt: skip
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            env=env,
-            start_new_session=True,  # a Ctrl-C reaches us, and we stop the server by PID
-        )
+        with pinned_thread(self.cpus):  # the child inherits the spawning thread's affinity
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=self._log,
+                env=env,
+                start_new_session=True,  # a Ctrl-C reaches us, and we stop the server by PID
+            )
         self.pid = self.proc.pid
         lines: queue.Queue[bytes] = queue.Queue()
         assert self.proc.stdout is not None
@@ -286,9 +334,10 @@ class Profiler:
         argv += ["--format", "raw", "--output", str(out)]
         # py-spy cannot unwind native stacks without pausing the process
         argv.append("--native" if self.native else "--nonblocking")
-        proc = subprocess.Popen(
-            argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-        )
+        with pinned_thread(START_CPUS):  # not on the pinned phase's CPU (inherited otherwise)
+            proc = subprocess.Popen(
+                argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+            )
         self.running.append((name, proc, out))
         time.sleep(0.3)  # let it attach before the phase starts
 
@@ -777,6 +826,68 @@ async def live_phase(
     }
 
 
+def live_cpu_per_message(record: dict[str, Any]) -> None:
+    """Add each process's CPU microseconds per measured message to a live phase's record."""
+    count = record.get("sent_measured") or 0
+    sent = record.get("publisher", {}).get("sent") or 0
+    if not count or not sent:
+        return
+    # CPU seconds cover the warm-up too: divide by every message sent, not only the measured.
+    for key, name in (
+        ("server_cpu_s", "server"),
+        ("client_cpu_s", "subscriber"),
+        ("publisher_cpu_s", "publisher"),
+    ):
+        if record.get(key) is not None:
+            record[f"{name}_cpu_us_per_msg"] = round(record[key] / sent * 1e6, 1)
+
+
+async def live_on_fresh_server(
+    args: argparse.Namespace, details: dict[str, Any], name: str, cpus: set[int] | None
+) -> dict[str, Any]:
+    """The live phase against a fresh server of its own; with ``cpus``, the server, every
+    thread of this process and the publisher run on those CPUs only (for the phase)."""
+    timeout = args.timeout
+    with TidelogServer(args.flush_policy, cpus=cpus) as server:
+        async with AsyncClient(server.address) as client:
+            await client.create_stream(STREAM_LIVE)
+        with pinned_process(cpus):
+            async with asyncio.timeout(timeout + 2 * SAFETY + LIVE_DRAIN_S):
+                with Phase(name, server, details, args.profile, args.profile_native) as p:
+                    r = await live_phase(
+                        server,
+                        STREAM_LIVE,
+                        max(args.size, LIVE_HEADER),
+                        args.live_rate,
+                        args.live_batch,
+                        args.live_seconds,
+                        timeout,
+                        p.profiler,
+                    )
+                    p.record.update(r)
+        server.stop()
+    record = details[name]
+    record["cpus"] = None if cpus is None else sorted(cpus)
+    live_cpu_per_message(record)
+    return r
+
+
+async def live_only(args: argparse.Namespace) -> dict[str, Any]:
+    """``--only-live``: the live phase on a fresh server, then (``--pin-cpu``) pinned."""
+    details: dict[str, Any] = {}
+    out: dict[str, Any] = {}
+    live = await live_on_fresh_server(args, details, "live", None)
+    out["live_latency_p50_ms"], out["live_latency_p99_ms"] = live["p50_ms"], live["p99_ms"]
+    if args.pin_cpu is not None:
+        pinned = await live_on_fresh_server(args, details, "live_pinned", {args.pin_cpu})
+        out["live_latency_pinned_p50_ms"] = pinned["p50_ms"]
+        out["live_latency_pinned_p99_ms"] = pinned["p99_ms"]
+    timed_out = [n for n in ("live", "live_pinned") if n in details]
+    details["timed_out_phases"] = [n for n in timed_out if details[n]["publisher"]["timed_out"]]
+    out["details"] = details
+    return out
+
+
 async def _live_publisher(config: dict[str, Any]) -> dict[str, Any]:
     """The paced publisher (run in its own process): ``batch`` messages per request on one
     ``PublishStream`` (``AsyncClient.publisher``) every ``batch / rate`` seconds on an absolute
@@ -999,6 +1110,11 @@ async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) ->
             results["live"] = r
         server.stop()
         details["server"]["exit_code"] = server.exit_code
+    live_cpu_per_message(details["live"])
+    if args.pin_cpu is not None:
+        results["live_pinned"] = await live_on_fresh_server(
+            args, details, "live_pinned", {args.pin_cpu}
+        )
     measured = [
         "publish_batch",
         "publish_pipelined",
@@ -1013,8 +1129,9 @@ async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) ->
         rec["seconds"] = round(rec["seconds"], 3)
         if rec["timed_out"]:
             timed_out_phases.append(name)
-    if details["live"]["publisher"]["timed_out"]:
-        timed_out_phases.append("live")
+    for name in ("live", "live_pinned"):
+        if name in details and details[name]["publisher"]["timed_out"]:
+            timed_out_phases.append(name)
     if details.get("tls", {}).get("timed_out"):
         timed_out_phases.append("tls")
     details["publish_batch"]["messages"] = n
@@ -1198,7 +1315,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="native",
         help="live publishers: each server's fast path (default) or Go PublishAsync for both",
     )
+    parser.add_argument(
+        "--pin-cpu",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also run the live phase with server, subscriber and publisher on CPU N only",
+    )
+    parser.add_argument(
+        "--only-live", action="store_true", help="run the live phase (and --pin-cpu's) alone"
+    )
     args = parser.parse_args(argv)
+    if args.pin_cpu is not None and args.pin_cpu not in os.sched_getaffinity(0):
+        parser.error(f"--pin-cpu {args.pin_cpu}: not a CPU this process may run on")
     if args.skip_liftbridge and args.only_liftbridge:
         parser.error("--skip-liftbridge and --only-liftbridge exclude each other")
     if args.liftbridge_rounds < 1 or args.liftbridge_catchup_messages < 1:
@@ -1219,12 +1348,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     # a compiler.
     binaries = (
         None
-        if args.skip_liftbridge
+        if args.skip_liftbridge or args.only_live
         else _bench_module("liftbridge_side").build(args.liftbridge_build)
     )
     loadavg_start = _loadavg()
     started_utc = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     wall_start = time.perf_counter()
+    if args.only_live:
+        live_out = asyncio.run(live_only(args))
+        live_out["environment"] = {
+            **environment(),
+            "started_utc": started_utc,
+            "loadavg_start": loadavg_start,
+            "loadavg_end": _loadavg(),
+            "wall_seconds": round(time.perf_counter() - wall_start, 1),
+        }
+        json.dump(live_out, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
     peers = _peers()
     payloads = peers.make_payloads(args.messages, args.size)
     # The payloads are the benchmark's fixture, alive for the whole run: keep the garbage
@@ -1289,6 +1430,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "subscribe_reverse_msgs_per_s": reverse,
         "live_latency_p50_ms": live["p50_ms"],
         "live_latency_p99_ms": live["p99_ms"],
+        "live_latency_pinned_p50_ms": results.get("live_pinned", {}).get("p50_ms"),
+        "live_latency_pinned_p99_ms": results.get("live_pinned", {}).get("p99_ms"),
         "tls_publish_batch_msgs_per_s": tls.get("tls_publish_msgs_per_s"),
         "tls_subscribe_batch_msgs_per_s": tls.get("tls_catchup_msgs_per_s"),
         "tls_publish_ratio": tls_publish_ratio["value"],
@@ -1312,6 +1455,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             ),
             "reverse_vs_forward_catch_up": ratio(reverse, forward, 0.9, ">="),
             "live_p99_ms": ratio(live["p99_ms"], None, 5, "<="),
+            "live_pinned_p99_ms": ratio(
+                results.get("live_pinned", {}).get("p99_ms"), None, 5, "<="
+            ),
             "tls_publish_vs_plaintext": tls_publish_ratio,
             "tls_catchup_vs_plaintext": tls_catchup_ratio,
         },

@@ -283,6 +283,14 @@ class Subscription:
         """Set by seek, grant and cancel: what a waiting seekable subscription wakes on."""
         self._log = partition.log  # a pause closes it; a resume opens another: this one is over
         self._reader = self._open_reader(bounds)
+        self._tails = (
+            not seekable
+            and not bounds.reverse
+            and bounds.stop_offset is None
+            and bounds.stop_timestamp is None
+        )
+        """Forward without stop bounds and no seeks: a read that reached the high watermark
+        means caught up (see :meth:`_at_tip`)."""
 
     def _open_reader(self, bounds: Bounds) -> Reader | None:
         if bounds.empty:
@@ -368,7 +376,8 @@ class Subscription:
             batch = self._read()
             if batch:
                 yield batch
-                continue
+                if not self._at_tip():
+                    continue
             ended = self._ended()
             if ended is None:
                 self._on(Event.CAUGHT_UP)
@@ -435,6 +444,20 @@ class Subscription:
                 self._permits = permits - len(batch)
             self.batch_epoch = epoch
         return batch
+
+    def _at_tip(self) -> bool:
+        """True when a tailing subscription's reads have reached the high watermark, so the
+        next read could only return nothing: it is caught up without paying for that read. A
+        live subscriber is woken once per commit, and this halves the reads of each wake-up.
+        (Anything committed meanwhile has fired the signal captured before the reads.)"""
+        reader = self._reader
+        return (
+            self._tails
+            and not self._cancelled
+            and reader is not None
+            and not reader.done
+            and reader.next_offset > self._log.high_watermark
+        )
 
     def _ended(self) -> EndReason | None:
         """Why a read that returned nothing means the end, or None: wait for more."""
