@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import inspect
 import logging
 import time
@@ -360,8 +361,9 @@ class Call:
             elif handler.response_streaming:
                 result = self._behaviour(request, context)
                 if hasattr(result, "__aiter__"):
-                    async for response in result:
-                        await context.write(response)
+                    async with contextlib.aclosing(result):
+                        async for response in result:
+                            await context.write(response)
                 else:
                     await result
             else:
