@@ -94,7 +94,7 @@ are slower: compare their numbers with unprofiled runs only.
         [--profile DIR] [--profile-native] [--skip-tls] [--tls-rounds 3]
         [--skip-liftbridge | --only-liftbridge] [--liftbridge-rounds 1]
         [--liftbridge-catchup-messages 1000000] [--liftbridge-live-publisher native|go]
-        [--liftbridge-build DIR] [--pin-cpu N] [--only-live]
+        [--liftbridge-build DIR] [--pin-cpu N] [--only-live] [--grpc-transport grpcio|native]
 """
 
 from __future__ import annotations
@@ -1179,7 +1179,7 @@ def liftbridge_phases(
     )
     before = _loadavg()
     with (
-        TidelogServer(args.flush_policy) as ours,
+        TidelogServer(args.flush_policy, "--grpc-transport", args.grpc_transport) as ours,
         side.LiftbridgeServer(binaries.liftbridge) as theirs,
     ):
         record: dict[str, Any] = side.measure(
@@ -1308,6 +1308,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="where Go builds the driver and Liftbridge (default build/go, or $TIDELOG_GO_BUILD)",
     )
     parser.add_argument("--liftbridge-rounds", type=int, default=1)
+    parser.add_argument(
+        "--grpc-transport",
+        choices=("grpcio", "native"),
+        default="grpcio",
+        help="what serves tidelog's gRPC port in the Liftbridge phases (tidelog serve "
+        "--grpc-transport; default grpcio)",
+    )
     parser.add_argument("--liftbridge-catchup-messages", type=int, default=1_000_000)
     parser.add_argument(
         "--liftbridge-live-publisher",

@@ -32,6 +32,7 @@ from tidelog.api.liftbridge import LiftbridgeService
 from tidelog.api.metrics import Metrics
 from tidelog.api.replica_service import ClusterAdminService, ReplicationService
 from tidelog.api.settings import ServerSettings
+from tidelog.api.transport import NativeServer
 from tidelog.api.v1 import TidelogService
 from tidelog.broker import Broker
 from tidelog.cluster import ClusterNode, ClusterSettings
@@ -97,7 +98,8 @@ class Server:
         self.port = 0
         self.metrics_port = 0
         self.console_port = 0
-        self._grpc: grpc.aio.Server | None = None
+        self._grpc: Any = None
+        """grpc.aio's server, or the native one (``_grpc_server``)."""
         self.sites: SiteHost | None = None
         """Where this server's site runs, when ``site_id`` is set (multi-site replication):
         here, or on one broker of the cluster (``site_host.py``)."""
@@ -124,23 +126,7 @@ class Server:
             except OSError:
                 self.http.close()
                 raise
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", MAX_FRAME),
-                ("grpc.max_send_message_length", MAX_FRAME),
-                ("grpc.so_reuseport", 0),
-            ]
-        )
-        address = f"{settings.host}:{settings.port}"
-        try:
-            tls = self.security.tls
-            self.port = (
-                server.add_secure_port(address, tls.grpc_credentials())
-                if tls is not None
-                else server.add_insecure_port(address)
-            )
-        except RuntimeError:
-            self.port = 0
+        server, self.port = _grpc_server(settings, self.security)
         if self.port == 0:
             self._close_http()
             raise OSError(
@@ -331,7 +317,7 @@ class Server:
         if self.console_http is not None:
             self.console_http.close()
 
-    def _add_services(self, server: grpc.aio.Server) -> None:
+    def _add_services(self, server: Any) -> None:
         settings = self.settings
         advertised = Advertised(
             broker_id=self.broker.broker_id,
@@ -389,6 +375,41 @@ class Server:
         await self.broker.close()
         self._grpc = None
         LOG.info("stopped; every log synced and closed")
+
+
+def _grpc_server(settings: ServerSettings, security: ServerSecurity) -> tuple[Any, int]:
+    """The gRPC server ``grpc_transport`` names, bound (port 0 when it cannot bind): the one
+    place that chooses. ``native`` is tidelog's own HTTP/2 server (``tidelog.api.transport``),
+    which takes the same registrations, the same TLS material (an ``ssl`` context offering
+    ALPN h2, client certificates required as grpcio's credentials require them) and the same
+    message size limit."""
+    address = f"{settings.host}:{settings.port}"
+    tls = security.tls
+    server: Any
+    try:
+        if settings.grpc_transport == "native":
+            server = NativeServer(max_message_length=MAX_FRAME)
+            port = (
+                server.add_secure_port(address, tls.ssl_context(alpn=("h2",)))
+                if tls is not None
+                else server.add_insecure_port(address)
+            )
+            return server, port
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_FRAME),
+                ("grpc.max_send_message_length", MAX_FRAME),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        port = (
+            server.add_secure_port(address, tls.grpc_credentials())
+            if tls is not None
+            else server.add_insecure_port(address)
+        )
+    except RuntimeError:
+        port = 0
+    return server, port
 
 
 def _connectable(host: str) -> str:

@@ -344,6 +344,12 @@ class ServerSettings(BaseSettings):
     shutdown_grace_s: float = Field(5.0, ge=0, description="time in-flight calls get on SIGTERM")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["text", "json"] = "text"
+    grpc_transport: Literal["grpcio", "native"] = Field(
+        "grpcio",
+        description="what serves the gRPC port: grpcio's server, or tidelog's own HTTP/2 server "
+        "(native: many stream messages per write, far less CPU per Subscribe message; "
+        "docs/architecture.md)",
+    )
 
     @model_validator(mode="after")
     def _sites_need_a_site_id(self) -> ServerSettings:

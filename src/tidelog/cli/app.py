@@ -128,6 +128,10 @@ def serve(
         str | None, typer.Option(help="always, interval or never [interval]")
     ] = None,
     log_format: Annotated[str | None, typer.Option(help="text or json [text]")] = None,
+    grpc_transport: Annotated[
+        str | None,
+        typer.Option(help="what serves the gRPC port: grpcio or native [grpcio]"),
+    ] = None,
     log_level: Annotated[
         str | None, typer.Option(help="DEBUG, INFO, WARNING, ERROR [INFO]")
     ] = None,
@@ -220,6 +224,7 @@ def serve(
             advertise=advertise,
             flush_policy=flush_policy,
             log_format=log_format,
+            grpc_transport=grpc_transport,
             log_level=log_level.upper() if log_level else None,
             tls_cert=tls_cert,
             tls_key=tls_key,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ssl
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,9 +107,9 @@ class ServerTls:
         self._material = _load(files)
         self._pending: grpc.ServerCertificateConfiguration | None = None
         self._lock = threading.Lock()
-        self._current: ssl.SSLContext | None = None
-        """What :meth:`ssl_context`'s handshakes use: built at its first call, rebuilt by each
-        reload."""
+        self._currents: dict[tuple[str, ...], ssl.SSLContext] = {}
+        """What :meth:`ssl_context`'s handshakes use, per ALPN offer: built at its first call,
+        rebuilt by each reload."""
 
     @property
     def mutual(self) -> bool:
@@ -133,28 +134,36 @@ class ServerTls:
             pending, self._pending = self._pending, None
         return pending
 
-    def ssl_context(self) -> ssl.SSLContext:
-        """A server context for the HTTP and Kafka ports: each handshake on it switches, once
-        the client's hello is read (with a server name or without), to the context of the
-        material loaded last (module docstring)."""
-        if self._current is None:
-            self._current = self._new_context()
-        context = self._new_context()
-        context.sni_callback = self._switch
+    def ssl_context(self, alpn: tuple[str, ...] = ()) -> ssl.SSLContext:
+        """A server context for the HTTP and Kafka ports (and the native gRPC port, with
+        ``alpn=("h2",)``): each handshake on it switches, once the client's hello is read (with
+        a server name or without), to the context of the material loaded last (module
+        docstring), which offers the same ALPN protocols."""
+        if alpn not in self._currents:
+            self._currents[alpn] = self._new_context(alpn)
+        context = self._new_context(alpn)
+        context.sni_callback = self._switch_to(alpn)
         return context
 
-    def _new_context(self) -> ssl.SSLContext:
+    def _new_context(self, alpn: tuple[str, ...] = ()) -> ssl.SSLContext:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if alpn:
+            context.set_alpn_protocols(list(alpn))
         self._fill(context)
         return context
 
-    def _switch(
-        self, connection: ssl.SSLObject | ssl.SSLSocket, _name: str | None, _ctx: ssl.SSLContext
-    ) -> None:
-        current = self._current
-        if current is not None:
-            connection.context = current
+    def _switch_to(
+        self, alpn: tuple[str, ...]
+    ) -> Callable[[ssl.SSLObject | ssl.SSLSocket, str | None, ssl.SSLContext], None]:
+        def switch(
+            connection: ssl.SSLObject | ssl.SSLSocket, _name: str | None, _ctx: ssl.SSLContext
+        ) -> None:
+            current = self._currents.get(alpn)
+            if current is not None:
+                connection.context = current
+
+        return switch
 
     def _fill(self, context: ssl.SSLContext) -> None:
         _load_chain(context, self.files)
@@ -168,8 +177,8 @@ class ServerTls:
         with self._lock:
             self._material = material
             self._pending = self._configuration()
-        if self._current is not None:
-            self._current = self._new_context()
+        for alpn in list(self._currents):
+            self._currents[alpn] = self._new_context(alpn)
 
 
 def channel_credentials(

@@ -1,0 +1,412 @@
+"""One gRPC call on one HTTP/2 stream: its requests in, its handler's task, its responses out.
+
+Theory of operation. The connection (``connection.py``) hands a call the DATA of its stream
+(:meth:`Call.on_data`), its end (:meth:`Call.on_end`) and a reset (:meth:`Call.on_reset`). The
+call cuts the DATA into messages and queues them for the handler; the handler's task (started
+at the headers for a client stream, at the end of the one request otherwise) runs the
+method's behaviour with a :class:`~tidelog.api.transport.context.ServicerContext`.
+
+Responses are appended, framed, to the call's ``pending`` bytes; the call asks its connection
+for one flush on the next turn of the loop, which sends as much of every call's pending bytes
+as the flow-control windows allow, as DATA frames in one socket write. So every response a
+handler yields while the loop has not turned goes out together.
+
+Bounds: ``pending`` stops growing at :data:`HIGH_WATER` (``write`` then waits until a flush
+takes it under), whatever the peer reads; requests decoded but not taken by the handler hold
+back the stream's WINDOW_UPDATE beyond :data:`RECEIVE_BUFFER` (the peer then stops sending);
+a message longer than the server's limit ends the call with RESOURCE_EXHAUSTED, like grpcio.
+
+Endings: the handler returns (its context's code, OK by default), aborts (the aborted status),
+raises (UNKNOWN, ``Unexpected <class>: text``, as grpc.aio), the deadline passes (the task is
+cancelled; DEADLINE_EXCEEDED), the peer resets the stream or the connection goes (the task is
+cancelled; nothing is sent). The trailers go out after the last pending byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import inspect
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Final, Protocol
+
+import grpc
+from h2.connection import H2Connection
+
+from tidelog.api.transport.context import Metadata, ServicerContext, SyncContext
+from tidelog.api.transport.messages import (
+    PREFIX,
+    FramingError,
+    MessageReader,
+    MessageTooLarge,
+    encode_message,
+    header_value,
+)
+
+LOG = logging.getLogger("tidelog.api.transport")
+
+HIGH_WATER: Final = 1 << 20
+"""Pending response bytes of one call beyond which ``write`` waits for the peer."""
+RECEIVE_BUFFER: Final = 1 << 20
+"""Decoded request bytes of one call not yet taken by its handler beyond which the stream's
+window is not reopened."""
+
+Handler = Any
+"""A ``grpc.RpcMethodHandler``."""
+
+_DONE: Final = object()
+
+
+class Link(Protocol):
+    """What a call needs of its connection."""
+
+    h2: H2Connection
+    executor: Any
+
+    def schedule(self, call: Call) -> None: ...
+
+    def reopen(self, stream_id: int, size: int) -> None: ...
+
+
+class Call:
+    """One stream's call (module docstring)."""
+
+    def __init__(
+        self,
+        link: Link,
+        stream_id: int,
+        handler: Handler,
+        metadata: Metadata,
+        timeout: float | None,
+        peer: str,
+        auth: dict[str, list[bytes]],
+        limit: int,
+    ) -> None:
+        self.link = link
+        self.stream_id = stream_id
+        self.handler = handler
+        self.metadata = metadata
+        self.peer = peer
+        self.auth = auth
+        self.limit = limit
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.pending = bytearray()
+        self.headers_sent = False
+        self._initial: list[tuple[bytes, bytes]] = []
+        self.trailers: list[tuple[bytes, bytes]] | None = None
+        self.finished = False
+        """The status is decided (trailers queued or sent)."""
+        self.closed = False
+        """The stream is gone (reset, connection lost, or trailers sent)."""
+        self._reader = MessageReader(limit)
+        self._requests: collections.deque[bytes] = collections.deque()
+        self._queued = 0
+        self._owed = 0
+        self._ended = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._drain: asyncio.Future[None] | None = None
+        self._deadline_hit = False
+        self.task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        sync = not (
+            inspect.iscoroutinefunction(self._behaviour)
+            or inspect.isasyncgenfunction(self._behaviour)
+        )
+        self.context: ServicerContext | SyncContext = (
+            SyncContext(self) if sync else ServicerContext(self, handler.response_serializer)
+        )
+        if timeout is not None:
+            self._timer = asyncio.get_running_loop().call_later(timeout, self._expire)
+        if handler.request_streaming:
+            self.start()
+
+    @property
+    def _behaviour(self) -> Callable[..., Any]:
+        h = self.handler
+        return h.unary_unary or h.unary_stream or h.stream_unary or h.stream_stream  # type: ignore[no-any-return]
+
+    def start(self) -> None:
+        if self.task is None and not self.finished:
+            self.task = asyncio.get_running_loop().create_task(self._run())
+
+    # -- from the connection --------------------------------------------------------------
+
+    def on_data(self, data: bytes, flow: int) -> None:
+        if self.finished:
+            self.link.reopen(self.stream_id, flow)
+            return
+        try:
+            messages = self._reader.feed(data)
+        except MessageTooLarge as error:
+            self._fail(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+            return
+        except FramingError as error:
+            self._fail(grpc.StatusCode.INTERNAL, str(error))
+            return
+        for message in messages:
+            self._requests.append(message)
+            self._queued += len(message)
+        if self._queued <= RECEIVE_BUFFER:
+            self.link.reopen(self.stream_id, flow + self._owed)
+            self._owed = 0
+        else:
+            self._owed += flow
+        self._wake()
+
+    def on_end(self) -> None:
+        self._ended = True
+        if self._reader.partial and not self.finished:
+            self._fail(grpc.StatusCode.INTERNAL, "stream ended inside a message")
+            return
+        self._wake()
+        self.start()
+
+    def on_reset(self) -> None:
+        """The peer reset the stream or the connection is gone: cancel, send nothing."""
+        self.closed = True
+        self.finished = True
+        self.pending.clear()
+        self._cancel_timer()
+        self._wake()
+        self._release_drain()
+        if self.task is not None:
+            self.task.cancel()
+        else:
+            self.context.ended()
+
+    def cancel(self, code: grpc.StatusCode, details: str) -> None:
+        """End the call with ``code`` now (the server stops): the task is cancelled."""
+        self._fail(code, details)
+
+    def is_active(self) -> bool:
+        return not self.finished
+
+    @property
+    def ended_by_peer(self) -> bool:
+        """Whether the client has sent all its requests (half-closed its side)."""
+        return self._ended
+
+    # -- for the context ------------------------------------------------------------------
+
+    def send(self, data: bytes | bytearray | memoryview, framed: bool) -> bool:
+        """Queue a response (``framed``: already prefixed); True when ``pending`` is full."""
+        if self.finished:
+            raise asyncio.CancelledError
+        pending = self.pending
+        if not framed:
+            if len(data) > self.limit:
+                context = self.context
+                context._record_abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"Sent message larger than max ({len(data)} vs. {self.limit})",
+                    (),
+                )
+                raise grpc.aio.AbortError("message too large")
+            pending += PREFIX.pack(0, len(data))
+        pending += data
+        self.link.schedule(self)
+        return len(pending) >= HIGH_WATER
+
+    async def drained(self) -> None:
+        while len(self.pending) >= HIGH_WATER and not self.closed:
+            if self._drain is None:
+                self._drain = asyncio.get_running_loop().create_future()
+            await self._drain
+        if self.closed:
+            raise asyncio.CancelledError
+
+    async def receive(self) -> object:
+        while not self._requests:
+            if self._ended or self.finished:
+                return grpc.aio.EOF
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        raw = self._requests.popleft()
+        self._queued -= len(raw)
+        if self._owed and self._queued <= RECEIVE_BUFFER:
+            self.link.reopen(self.stream_id, self._owed)
+            self._owed = 0
+        decode = self.handler.request_deserializer
+        return decode(raw) if decode is not None else raw
+
+    async def send_headers(self, metadata: Sequence[tuple[str, str | bytes]]) -> None:
+        if self.headers_sent or self._initial:
+            raise grpc.aio.UsageError("initial metadata was already sent")
+        self._initial = [(k.encode(), header_value(k, v)) for k, v in metadata]
+        self.link.schedule(self)
+
+    # -- for the connection's flush -------------------------------------------------------
+
+    def pump(self, h2: H2Connection) -> bool:
+        """Send what the windows allow; True when something is left for a later flush."""
+        if self.closed:
+            return False
+        sid = self.stream_id
+        if not self.headers_sent and (self.pending or self._initial or self.trailers is not None):
+            if self.trailers is not None and not self.pending and self.trailers[0][0] == b":status":
+                h2.send_headers(sid, self.trailers, end_stream=True)
+                self._closed_by_us()
+                return False
+            h2.send_headers(
+                sid, [(b":status", b"200"), (b"content-type", b"application/grpc"), *self._initial]
+            )
+            self.headers_sent = True
+        pending = self.pending
+        if pending:
+            sent = 0
+            total = len(pending)
+            frame_size = h2.max_outbound_frame_size
+            with memoryview(pending) as view:
+                while sent < total:
+                    window = h2.local_flow_control_window(sid)
+                    if window <= 0:
+                        break
+                    size = min(window, frame_size, total - sent)
+                    h2.send_data(sid, view[sent : sent + size])
+                    sent += size
+            del pending[:sent]
+            if len(pending) < HIGH_WATER:
+                self._release_drain()
+            if pending:
+                return True
+        if self.trailers is not None:
+            h2.send_headers(sid, self.trailers, end_stream=True)
+            self._closed_by_us()
+        return False
+
+    # -- inside ---------------------------------------------------------------------------
+
+    def _closed_by_us(self) -> None:
+        self.closed = True
+        self.trailers = None
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _release_drain(self) -> None:
+        drain, self._drain = self._drain, None
+        if drain is not None and not drain.done():
+            drain.set_result(None)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self) -> None:
+        self._timer = None
+        self._deadline_hit = True
+        self._fail(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+    def _fail(self, code: grpc.StatusCode, details: str) -> None:
+        """End with ``code`` at once, whatever the handler is doing (cancelled)."""
+        if self.finished:
+            return
+        self._finish(code, details, ())
+        self._wake()
+        self._release_drain()
+        if self.task is not None:
+            self.task.cancel()
+        else:
+            self.context.ended()
+
+    def _finish(
+        self, code: grpc.StatusCode, details: str, trailing: Sequence[tuple[str, str | bytes]]
+    ) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self._cancel_timer()
+        status = [(b"grpc-status", str(code.value[0]).encode())]
+        if details:
+            status.append((b"grpc-message", encode_message(details)))
+        status += [(k.encode(), header_value(k, v)) for k, v in trailing]
+        if not self.headers_sent and not self.pending and not self._initial:
+            status = [(b":status", b"200"), (b"content-type", b"application/grpc"), *status]
+        self.trailers = status
+        self.link.schedule(self)
+
+    async def _requests_iterator(self) -> AsyncIterator[object]:
+        while True:
+            message = await self.receive()
+            if message is grpc.aio.EOF:
+                return
+            yield message
+
+    async def _single(self) -> object:
+        first = await self.receive()
+        if first is grpc.aio.EOF:
+            raise _Unframed("Missing request message")
+        if self._requests:
+            raise _Unframed("Too many requests for a unary call")
+        return first
+
+    async def _run(self) -> None:
+        context = self.context
+        handler = self.handler
+        try:
+            request = (
+                self._requests_iterator() if handler.request_streaming else await self._single()
+            )
+            if isinstance(context, SyncContext):
+                await self._run_sync(request, context)
+            elif handler.response_streaming:
+                result = self._behaviour(request, context)
+                if hasattr(result, "__aiter__"):
+                    async with contextlib.aclosing(result):
+                        async for response in result:
+                            await context.write(response)
+                else:
+                    await result
+            else:
+                response = await self._behaviour(request, context)
+                if context.status.code == grpc.StatusCode.OK:
+                    await context.write(response)
+            status = context.status
+            self._finish(status.code, status.details, status.trailing)
+        except grpc.aio.AbortError:
+            status = context.status
+            self._finish(status.code, status.details, status.trailing)
+        except asyncio.CancelledError:
+            pass  # the status (deadline, reset, server stop) was decided by who cancelled
+        except _Unframed as error:
+            self._finish(grpc.StatusCode.INTERNAL, str(error), ())
+        except Exception as error:
+            LOG.error("exception in the handler of stream %d", self.stream_id, exc_info=True)
+            self._finish(grpc.StatusCode.UNKNOWN, f"Unexpected {type(error)}: {error}", ())
+        finally:
+            context.ended()
+
+    async def _run_sync(self, request: object, context: SyncContext) -> None:
+        """A synchronous behaviour in the server's worker threads (grpcio's health servicer)."""
+        loop = asyncio.get_running_loop()
+        handler = self.handler
+        if handler.request_streaming:
+            request = iter([m async for m in request])  # type: ignore[attr-defined]
+        if handler.response_streaming:
+            iterator = await loop.run_in_executor(
+                self.link.executor, lambda: iter(self._behaviour(request, context))
+            )
+            serialize = handler.response_serializer
+            while True:
+                item = await loop.run_in_executor(self.link.executor, next, iterator, _DONE)
+                if item is _DONE:
+                    return
+                if self.send(serialize(item) if serialize else item, False):  # type: ignore[arg-type]
+                    await self.drained()
+        response = await loop.run_in_executor(self.link.executor, self._behaviour, request, context)
+        if context.status.code == grpc.StatusCode.OK:
+            serialize = handler.response_serializer
+            self.send(serialize(response) if serialize else response, False)
+
+
+class _Unframed(Exception):
+    """A unary call without exactly one request."""

@@ -1,0 +1,322 @@
+"""One client connection of the native gRPC server: an asyncio protocol over an h2 state machine.
+
+Theory of operation. Bytes in go to ``h2`` (``receive_data``); its events open calls
+(``call.py``) for new streams, feed them DATA, end or reset them. Whatever h2 has to say
+(SETTINGS and PING acknowledgements, WINDOW_UPDATE, RST_STREAM) is written at the end of each
+``data_received``, so a client's keepalive and BDP pings are answered at once.
+
+Out: calls ask for a flush (:meth:`Connection.schedule`); one flush per turn of the loop sends,
+for every call with something to say, what the peer's windows allow (DATA frames up to its
+maximum frame size) and then the trailers, in one socket write. A call left with bytes when
+its window is empty waits for a WINDOW_UPDATE (or a SETTINGS change of the initial window);
+while the socket's buffer is above asyncio's high-water mark (``pause_writing``) nothing is
+flushed, and the handlers' writes wait (``call.HIGH_WATER``).
+
+In: the connection's window is reopened as DATA arrives (in steps of a quarter of it); each
+stream's window is reopened by its call as its handler takes requests (``RECEIVE_BUFFER``).
+
+Settings: :data:`MAX_CONCURRENT_STREAMS`, :data:`STREAM_WINDOW`, :data:`MAX_HEADER_LIST`,
+:data:`MAX_FRAME_SIZE` (what the peer may send us). Going away (the server stops): a GOAWAY
+naming the last stream opened is written, later streams are refused (RST_STREAM
+REFUSED_STREAM), the calls open go on until they end or the server cancels them; the socket
+closes once none is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import contextlib
+import logging
+from typing import Any, Final, Protocol
+
+import grpc
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.errors import ErrorCodes
+from h2.events import (
+    ConnectionTerminated,
+    DataReceived,
+    RemoteSettingsChanged,
+    RequestReceived,
+    StreamEnded,
+    StreamReset,
+    WindowUpdated,
+)
+from h2.exceptions import H2Error
+from h2.settings import SettingCodes
+from hyperframe.frame import GoAwayFrame
+
+from tidelog.api.transport.call import Call
+from tidelog.api.transport.messages import (
+    RESERVED_HEADERS,
+    encode_message,
+    metadata_value,
+    parse_timeout,
+    peer_name,
+)
+from tidelog.api.transport.peer import auth_context
+
+LOG = logging.getLogger("tidelog.api.transport")
+
+MAX_CONCURRENT_STREAMS: Final = 4096
+STREAM_WINDOW: Final = 1 << 20
+CONNECTION_WINDOW: Final = 16 << 20
+MAX_HEADER_LIST: Final = 16 << 10
+MAX_FRAME_SIZE: Final = 1 << 20
+_DEFAULT_WINDOW: Final = 65535
+
+
+class Router(Protocol):
+    """What a connection needs of its server (``server.py``)."""
+
+    executor: Any
+    limit: int
+    connections: set[Connection]
+
+    def lookup(self, method: str, metadata: tuple[tuple[str, str | bytes], ...]) -> Any: ...
+
+
+class Connection(asyncio.Protocol):
+    """One HTTP/2 connection (module docstring)."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+        self.executor = router.executor
+        self.h2 = H2Connection(H2Configuration(client_side=False, header_encoding=None))
+        self.calls: dict[int, Call] = {}
+        self._ready: dict[int, Call] = {}
+        self._blocked: dict[int, Call] = {}
+        self._flush_handle: asyncio.Handle | None = None
+        self._paused = False
+        self._transport: asyncio.Transport | None = None
+        self._owed = 0
+        self._going_away = False
+        self.peer = "unknown"
+        self.auth: dict[str, list[bytes]] = {}
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    # -- asyncio.Protocol -----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self.peer = peer_name(transport.get_extra_info("peername"))
+        tls = transport.get_extra_info("ssl_object")
+        if tls is not None and tls.selected_alpn_protocol() not in (None, "h2"):
+            transport.close()
+            return
+        self.auth = auth_context(tls)
+        self.router.connections.add(self)
+        h2 = self.h2
+        h2.initiate_connection()
+        h2.update_settings(
+            {
+                SettingCodes.MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS,
+                SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+                SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST,
+                SettingCodes.MAX_FRAME_SIZE: MAX_FRAME_SIZE,
+            }
+        )
+        h2.increment_flow_control_window(CONNECTION_WINDOW - _DEFAULT_WINDOW)
+        self._write()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self.h2.receive_data(data)
+        except H2Error as error:
+            LOG.debug("%s: HTTP/2 protocol error: %s", self.peer, error)
+            self._write()
+            self._close()
+            return
+        for event in events:
+            if isinstance(event, DataReceived):
+                self._on_data(event)
+            elif isinstance(event, RequestReceived):
+                self._on_request(event.stream_id, event.headers or [])
+            elif isinstance(event, StreamEnded):
+                call = self.calls.get(event.stream_id)
+                if call is not None:
+                    call.on_end()
+            elif isinstance(event, StreamReset):
+                call = self.calls.pop(event.stream_id, None)
+                if call is not None:
+                    call.on_reset()
+            elif isinstance(event, WindowUpdated | RemoteSettingsChanged):
+                self._unblock()
+            elif isinstance(event, ConnectionTerminated):
+                self._going_away = True
+        self._write()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._schedule_flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        calls, self.calls = self.calls, {}
+        for call in calls.values():
+            call.on_reset()
+        self.router.connections.discard(self)
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    # -- for calls ------------------------------------------------------------------------
+
+    def schedule(self, call: Call) -> None:
+        self._ready[call.stream_id] = call
+        if self._flush_handle is None:
+            self._schedule_flush()
+
+    def reopen(self, stream_id: int, size: int) -> None:
+        if size <= 0:
+            return
+        with contextlib.suppress(H2Error):  # the stream may have ended meanwhile
+            self.h2.increment_flow_control_window(size, stream_id)
+        if self._flush_handle is None:
+            self._schedule_flush()
+
+    # -- for the server -------------------------------------------------------------------
+
+    def go_away(self) -> None:
+        """Refuse new streams from now on and say so (module docstring)."""
+        if self._going_away or self._transport is None:
+            self._going_away = True
+            return
+        self._going_away = True
+        self._write()
+        last = self.h2.highest_inbound_stream_id
+        self._transport.write(GoAwayFrame(0, last_stream_id=last, error_code=0).serialize())
+        if not self.calls:
+            self._close()
+
+    def cancel_calls(self, code: grpc.StatusCode, details: str) -> None:
+        for call in list(self.calls.values()):
+            call.cancel(code, details)
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    # -- inside ---------------------------------------------------------------------------
+
+    def _on_data(self, event: DataReceived) -> None:
+        flow = event.flow_controlled_length or 0
+        self._owed += flow
+        if self._owed >= CONNECTION_WINDOW // 4:
+            self.h2.increment_flow_control_window(self._owed)
+            self._owed = 0
+        call = self.calls.get(event.stream_id)
+        if call is not None:
+            call.on_data(event.data or b"", flow)
+        else:
+            with contextlib.suppress(H2Error):
+                self.h2.increment_flow_control_window(flow, event.stream_id)
+
+    def _on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
+        h2 = self.h2
+        if self._going_away:
+            h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
+            return
+        pseudo: dict[bytes, bytes] = {}
+        metadata: list[tuple[str, str | bytes]] = []
+        timeout: float | None = None
+        for raw_key, raw_value in headers:
+            if raw_key.startswith(b":"):
+                pseudo[raw_key] = raw_value
+                continue
+            key = raw_key.decode("latin-1")
+            if key == "grpc-timeout":
+                timeout = parse_timeout(raw_value.decode("latin-1"))
+            elif key == "content-type":
+                pseudo[b"content-type"] = raw_value
+            elif key not in RESERVED_HEADERS or key == "user-agent":
+                try:
+                    metadata.append((key, metadata_value(key, raw_value)))
+                except (binascii.Error, ValueError):
+                    continue
+        if pseudo.get(b":method") != b"POST":
+            h2.send_headers(stream_id, [(b":status", b"405")], end_stream=True)
+            return
+        if not pseudo.get(b"content-type", b"").startswith(b"application/grpc"):
+            h2.send_headers(stream_id, [(b":status", b"415")], end_stream=True)
+            return
+        method = pseudo.get(b":path", b"").decode("latin-1")
+        handler = self.router.lookup(method, tuple(metadata))
+        if handler is None:
+            self._answer(stream_id, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+            return
+        call = Call(
+            self,
+            stream_id,
+            handler,
+            tuple(metadata),
+            timeout,
+            self.peer,
+            self.auth,
+            self.router.limit,
+        )
+        self.calls[stream_id] = call
+
+    def _answer(self, stream_id: int, code: grpc.StatusCode, details: str) -> None:
+        """A trailers-only response for a stream that gets no call."""
+        self.h2.send_headers(
+            stream_id,
+            [
+                (b":status", b"200"),
+                (b"content-type", b"application/grpc"),
+                (b"grpc-status", str(code.value[0]).encode()),
+                (b"grpc-message", encode_message(details)),
+            ],
+            end_stream=True,
+        )
+
+    def _unblock(self) -> None:
+        if self._blocked:
+            self._ready.update(self._blocked)
+            self._blocked.clear()
+            self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if self._flush_handle is None and self._transport is not None:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        if self._transport is None:
+            return
+        if not self._paused and self._ready:
+            ready, self._ready = self._ready, {}
+            h2 = self.h2
+            for stream_id, call in ready.items():
+                try:
+                    left = call.pump(h2)
+                except H2Error:  # the peer closed the stream in the meantime
+                    self.calls.pop(stream_id, None)
+                    call.on_reset()
+                    continue
+                if left:
+                    self._blocked[stream_id] = call
+                elif call.closed:
+                    self.calls.pop(stream_id, None)
+                    if not call.ended_by_peer:
+                        with contextlib.suppress(H2Error):
+                            h2.reset_stream(stream_id, ErrorCodes.NO_ERROR)
+        self._write()
+        if self._going_away and not self.calls:
+            self._close()
+
+    def _write(self) -> None:
+        data = self.h2.data_to_send()
+        if data and self._transport is not None:
+            self._transport.write(data)
+
+    def _close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
