@@ -102,6 +102,12 @@ def plan(records: Sequence[Rec], request: SubscribeRequest) -> Plan | End:
     else:
         at_or_after = [o for o, t in records if t >= request.start_timestamp]
         start = at_or_after[0] if at_or_after else hw + 1
+    if stop_timestamp is not None and records and records[-1][1] >= stop_timestamp:
+        # The partition has reached the stop time: the stop is the last message at or before it.
+        at_or_before = [o for o, t in records if t <= stop_timestamp]
+        if not at_or_before or at_or_before[-1] < start:
+            return End.STOP
+        stop_offset, stop_timestamp = at_or_before[-1], None
     if stop_offset is not None and stop_offset < start:
         return End.INVALID
     return Plan(start, stop_offset, stop_timestamp, reverse=False)
@@ -278,6 +284,8 @@ CASES: tuple[Case, ...] = (
     Case(S.EARLIEST, None, P.TIMESTAMP, Pos("ts", 3)),
     Case(S.EARLIEST, None, P.TIMESTAMP, BEFORE_FIRST),
     Case(S.EARLIEST, None, P.TIMESTAMP, AFTER_NEWEST),  # waits until a later message
+    # the stop is the newest message's time (a batch may share it): ends after it, as Liftbridge
+    Case(S.EARLIEST, None, P.TIMESTAMP, Pos("ts", -1)),
     Case(S.OFFSET, _off(-1)),
     Case(S.EARLIEST, None, P.OFFSET, _off(-1)),
     # reverse

@@ -205,6 +205,15 @@ def _resolve_forward(
     else:
         found = log.offset_at_or_after_timestamp(request.start_timestamp)
         offset = high_watermark + 1 if found is None else found
+    if stop_timestamp is not None and log.offset_at_or_after_timestamp(stop_timestamp) is not None:
+        # The log has reached the stop time: stop after the last message at or before it, now
+        # known (as Liftbridge resolves STOP_TIMESTAMP). Waiting for a later timestamp instead
+        # would hold a read whose newest messages share the stop's timestamp until another
+        # message arrives.
+        found = log.offset_at_or_before_timestamp(stop_timestamp)
+        if found is None or found < offset:
+            return Bounds(offset, found, None, reverse=False, empty=True)
+        stop_offset, stop_timestamp = found, None
     if stop_offset is not None and stop_offset < offset:
         if request.stop is StopPosition.LATEST:
             # Nothing lies between a start past the latest message and the latest message.
