@@ -19,7 +19,8 @@ from tidelog.log import NewRecord, open_log
 def test_encoded_frame_is_what_protobuf_serialises(tmp_path: Path, shape: str) -> None:
     rng = np.random.default_rng(7)
     n = 3000 if shape == "large" else 40
-    values = [b"" if shape == "empty values" else rng.bytes(int(s)) for s in rng.integers(1, 300, n)]
+    sizes = rng.integers(1, 300, n)
+    values = [b"" if shape == "empty values" else rng.bytes(int(s)) for s in sizes]
     keys = [None if i % 3 else f"k{i}".encode() for i in range(n)] if shape == "keys" else None
     records = [
         NewRecord(
