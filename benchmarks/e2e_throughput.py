@@ -17,9 +17,13 @@ Phases, each on its own fresh stream of one partition:
 - ``publish_pipelined_msgs_per_s``: the same batches through ``AsyncClient.publisher`` (one
   ``tidelog.v1/PublishStream``), up to 4 batches in flight so client and server work overlap.
 - ``subscribe_batch_msgs_per_s``: catch-up, ``AsyncClient.subscribe_batches`` from EARLIEST to
-  STOP_LATEST over the whole partition; every batch decoded with ``tidelog.client.aio.decode``
-  (one ``ReceivedMessage`` with its value as ``bytes`` per message) and every value's length
-  summed, as the Redis XRANGE reader does.
+  STOP_LATEST over the whole partition, consumed as columns (issue 27's consumer API): every
+  batch's value lengths summed from ``batch.values.sizes`` (no Python object per message), the
+  first and last values checked against the payloads. The XRANGE reader sums every value's
+  length too.
+- ``subscribe_batch_decoded_msgs_per_s``: the same catch-up with every batch decoded with
+  ``tidelog.client.aio.decode`` (one ``ReceivedMessage`` with its value as ``bytes`` per
+  message) and every value's length summed: the figure the key above measured before issue 27.
 - ``subscribe_reverse_msgs_per_s``: the same in reverse, from LATEST to the oldest.
 - ``publish_async_msgs_per_s``: the Liftbridge path, ``proto.API/PublishAsync`` (bidi stream), one
   ``PublishRequest`` per message with ``ackPolicy=LEADER``, a ``correlationId`` and
@@ -497,9 +501,11 @@ async def subscribe_phase(
     timeout: float,
     *,
     reverse: bool,
+    columns: bool = False,
 ) -> dict[str, Any]:
     """Catch-up over the whole partition (forward EARLIEST..STOP_LATEST, or reverse LATEST..the
-    oldest), every batch decoded into ``ReceivedMessage`` values."""
+    oldest), every batch decoded into ``ReceivedMessage`` values, or (``columns``) read as
+    columns."""
     count = 0
     nbytes = 0
     first: Any = None
@@ -516,14 +522,23 @@ async def subscribe_phase(
     deadline = start + timeout
     try:
         async for batch in batches:
-            messages = decode(batch, stream, 0)
-            for message in messages:
-                nbytes += len(message.value)
-            if messages:
-                if first is None:
-                    first = messages[0]
-                last = messages[-1]
-            count += len(messages)
+            if columns:
+                n = len(batch)
+                if n:
+                    nbytes += int(batch.values.sizes.sum())
+                    if first is None:
+                        first = batch[0]
+                    last = batch  # its last message is built once, after the loop
+                count += n
+            else:
+                messages = decode(batch, stream, 0)
+                for message in messages:
+                    nbytes += len(message.value)
+                if messages:
+                    if first is None:
+                        first = messages[0]
+                    last = messages[-1]
+                count += len(messages)
             if count > expected:
                 raise RuntimeError(f"subscribe: {count} messages, more than the {expected} stored")
             if time.perf_counter() >= deadline:
@@ -532,6 +547,8 @@ async def subscribe_phase(
     finally:
         await batches.aclose()
     seconds = time.perf_counter() - start
+    if columns and last is not None:
+        last = last[len(last) - 1]
     if not timed_out:
         size = len(payloads[0]) if payloads else 0
         want_first, want_last = (expected - 1, 0) if reverse else (0, expected - 1)
@@ -1049,13 +1066,24 @@ async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) ->
                     )
             results["publish_pipelined"] = r
 
-            for name, reverse in (("subscribe_batch", False), ("subscribe_reverse", True)):
+            for name, reverse, columns in (
+                ("subscribe_batch", False, True),
+                ("subscribe_batch_decoded", False, False),
+                ("subscribe_reverse", True, False),
+            ):
                 async with asyncio.timeout(timeout + SAFETY):
                     with phase(name) as p:
                         r = await subscribe_phase(
-                            client, STREAM_BATCH, payloads, stored, timeout, reverse=reverse
+                            client,
+                            STREAM_BATCH,
+                            payloads,
+                            stored,
+                            timeout,
+                            reverse=reverse,
+                            columns=columns,
                         )
-                        p.record.update(r, method="AsyncClient.subscribe_batches + decode")
+                        how = "columns (values.sizes)" if columns else "decode"
+                        p.record.update(r, method=f"AsyncClient.subscribe_batches + {how}")
                 results[name] = r
 
             if not args.skip_tls:
@@ -1119,6 +1147,7 @@ async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) ->
         "publish_batch",
         "publish_pipelined",
         "subscribe_batch",
+        "subscribe_batch_decoded",
         "subscribe_reverse",
         "publish_async",
         "publish_async_go_style",
@@ -1422,6 +1451,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     publish_async = details["publish_async"]["msgs_per_s"]
     publish_async_go = details["publish_async_go_style"]["msgs_per_s"]
     forward = details["subscribe_batch"]["msgs_per_s"]
+    forward_decoded = details["subscribe_batch_decoded"]["msgs_per_s"]
     reverse = details["subscribe_reverse"]["msgs_per_s"]
     live = results["live"]
     tls = details.get("tls", {})  # ratios already (medians of paired rounds): over 1
@@ -1434,6 +1464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "publish_async_msgs_per_s": publish_async,
         "publish_async_go_style_msgs_per_s": publish_async_go,
         "subscribe_batch_msgs_per_s": forward,
+        "subscribe_batch_decoded_msgs_per_s": forward_decoded,
         "subscribe_reverse_msgs_per_s": reverse,
         "live_latency_p50_ms": live["p50_ms"],
         "live_latency_p99_ms": live["p99_ms"],
@@ -1454,13 +1485,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             "subscribe_batch_vs_redis_xrange": ratio(
                 forward, redis_out["read_msgs_per_s"], 3, ">="
             ),
+            "subscribe_batch_decoded_vs_redis_xrange": ratio(
+                forward_decoded, redis_out["read_msgs_per_s"], 3, ">="
+            ),
             "publish_async_vs_nats_publish": ratio(
                 publish_async, nats_out["publish_msgs_per_s"], 1, ">="
             ),
             "publish_async_go_style_vs_nats_publish": ratio(
                 publish_async_go, nats_out["publish_msgs_per_s"], 0.5, ">="
             ),
-            "reverse_vs_forward_catch_up": ratio(reverse, forward, 0.9, ">="),
+            "reverse_vs_forward_catch_up": ratio(reverse, forward_decoded, 0.9, ">="),
             "live_p99_ms": ratio(live["p99_ms"], None, 5, "<="),
             "live_pinned_p99_ms": ratio(
                 results.get("live_pinned", {}).get("p99_ms"), None, 5, "<="

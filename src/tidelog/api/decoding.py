@@ -18,7 +18,9 @@ error reach grpc:
 Each failure is logged as one WARNING line, at most one per method every
 :data:`WARNING_INTERVAL_S` (the next line says how many were suppressed in between).
 
-Streaming responses go through ``context.write`` (grpc's reader/writer form) rather than a second
+A streamed response that is already ``bytes`` is sent as it is (:func:`passing_bytes`): a
+handler may lay a frame out itself rather than build the message. Streaming responses go through
+``context.write`` (grpc's reader/writer form) rather than a second
 async generator, so guarding costs no extra generator step per response.
 """
 
@@ -96,7 +98,9 @@ class GuardedRegistry:
         if known is not None:
             return known
         if handler.request_deserializer is None:  # raw bytes: nothing to decode, still guarded
-            guarded = handler._replace(**_behaviour(method, handler, self._access))
+            guarded = handler._replace(
+                **_behaviour(method, handler, self._access), **_serializer(handler)
+            )
             self._guarded[method] = guarded
             return guarded
         decode = handler.request_deserializer
@@ -122,7 +126,9 @@ class GuardedRegistry:
                 return Undecodable(failure)
 
         guarded = handler._replace(
-            request_deserializer=guarded_decode, **_behaviour(method, handler, self._access)
+            request_deserializer=guarded_decode,
+            **_behaviour(method, handler, self._access),
+            **_serializer(handler),
         )
         self._guarded[method] = guarded
         return guarded
@@ -141,6 +147,24 @@ class _GuardedGeneric(grpc.GenericRpcHandler):
 
 
 _INVALID = grpc.StatusCode.INVALID_ARGUMENT
+
+
+def passing_bytes(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    """``serialize``, except that a response already serialised (``bytes``: a protobuf message
+    never is) is sent as it is."""
+
+    def serialized(message: Any) -> bytes:
+        return message if type(message) is bytes else serialize(message)
+
+    return serialized
+
+
+def _serializer(handler: Handler) -> dict[str, Callable[[Any], bytes]]:
+    """A streamed response may be yielded already serialised (``SubscribeBatches`` frames,
+    ``tidelog.api.frames.encoded_record_batch``)."""
+    if not handler.response_streaming or handler.response_serializer is None:
+        return {}
+    return {"response_serializer": passing_bytes(handler.response_serializer)}
 
 
 def _behaviour(method: str, handler: Handler, access: Door) -> dict[str, Callable[..., Any]]:

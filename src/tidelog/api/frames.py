@@ -1,4 +1,16 @@
-"""The broker's batches and end reasons as ``tidelog.v1`` frames."""
+"""The broker's batches and end reasons as ``tidelog.v1`` frames.
+
+Two forms of the same frame: :func:`record_batch` builds the protobuf message (``Consume`` nests
+it in its own), and :func:`encoded_record_batch` lays out the very bytes that message serialises
+to, without building it. The second is what ``SubscribeBatches`` sends: building a
+``RecordBatch`` copies every column into the message and serialising it copies them again (for a
+256 KiB frame of 100-byte values, measured 0.06 µs per message, a tenth of the server's read
+path), while one join copies them once. grpcio's serializer for the method is told to pass
+``bytes`` through as they are (``tidelog.api.decoding.passing_bytes``).
+
+Invariant: ``encoded_record_batch(b) == record_batch(b).SerializeToString()`` byte for byte
+(fields in field-number order, as protobuf writes them; ``tests/api/test_encoded_frames.py``).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +25,28 @@ END_REASONS = {
     None: v1.END_REASON_NONE,
 }
 """Why a subscription ended, as the frame that says so."""
+
+# Protobuf tags of the length-delimited fields written by hand: (field number << 3) | 2.
+_RECORD_BATCH_OFFSETS = b"\x0a"
+_RECORD_BATCH_TIMESTAMPS = b"\x12"
+_RECORD_BATCH_MESSAGES = b"\x1a"
+_MESSAGES_VALUES = b"\x0a"
+_MESSAGES_VALUE_SIZES = b"\x12"
+_MESSAGES_VALUE_POSITIONS = b"\x32"
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(tag: bytes, payload: bytes | bytearray) -> list[bytes | bytearray]:
+    """A length-delimited field; proto3 leaves an empty one out."""
+    return [tag, _varint(len(payload)), payload] if payload else []
 
 
 def record_batch(batch: MessageBatch) -> v1.RecordBatch:
@@ -29,4 +63,36 @@ def record_batch(batch: MessageBatch) -> v1.RecordBatch:
             batch.keys() if batch.has_keys() else None,
             batch.headers() if batch.has_headers() else None,
         ),
+    )
+
+
+def encoded_record_batch(batch: MessageBatch) -> bytes:
+    """``record_batch(batch).SerializeToString()``, laid out directly: one copy of the records."""
+    starts, sizes = batch.value_spans()
+    # Keys and headers (fields 3 to 5 of Messages) are rare in a catch-up: protobuf writes them.
+    middle = b""
+    if batch.has_keys() or batch.has_headers():
+        rest = v1.Messages()
+        columns.add_keys_and_headers(
+            rest,
+            len(batch),
+            batch.keys() if batch.has_keys() else None,
+            batch.headers() if batch.has_headers() else None,
+        )
+        middle = rest.SerializeToString()
+    messages = [
+        *_field(_MESSAGES_VALUES, batch.data),
+        *_field(_MESSAGES_VALUE_SIZES, sizes.astype("<u4").tobytes()),
+        middle,
+        *_field(_MESSAGES_VALUE_POSITIONS, starts.astype("<u4").tobytes()),
+    ]
+    length = sum(map(len, messages))
+    return b"".join(
+        [
+            *_field(_RECORD_BATCH_OFFSETS, columns.pack_int64(batch.offsets)),
+            *_field(_RECORD_BATCH_TIMESTAMPS, columns.pack_int64(batch.timestamps)),
+            _RECORD_BATCH_MESSAGES,
+            _varint(length),
+            *messages,
+        ]
     )

@@ -14,7 +14,7 @@ from tidelog.api.browse_service import BrowseService
 from tidelog.api.consume import consume
 from tidelog.api.describe_service import DescribeService
 from tidelog.api.draining import until_draining
-from tidelog.api.frames import END_REASONS, record_batch
+from tidelog.api.frames import END_REASONS, encoded_record_batch
 from tidelog.api.inflight import InFlight
 from tidelog.api.metrics import Metrics
 from tidelog.api.site_service import SiteService
@@ -135,9 +135,9 @@ class TidelogService(
                 code = grpc.StatusCode.INVALID_ARGUMENT
             return v1.PublishBatchResponse(error_code=code.value[0], error_message=detail)
 
-    async def SubscribeBatches(
+    async def SubscribeBatches(  # type: ignore[override]  # frames may come serialised
         self, request: v1.SubscribeBatchesRequest, context: Context
-    ) -> AsyncIterator[v1.RecordBatch]:
+    ) -> AsyncIterator[v1.RecordBatch | bytes]:
         subscription = await self.control.subscribe(
             request.stream,
             request.partition,
@@ -158,7 +158,7 @@ class TidelogService(
         gate = delivery_gate()
         try:
             async for batch in subscription.batches():
-                frame = record_batch(batch)
+                frame = encoded_record_batch(batch)  # the bytes of its RecordBatch
                 turn = await gate.turn()  # one send per frame (broker/delivery.py)
                 try:
                     yield frame

@@ -52,6 +52,13 @@ from tidelog.errors import (
 )
 from tidelog.log import CommitLog, MessageBatch, Reader
 
+READAHEAD_BYTES: Final = 1 << 20
+"""A forward subscription reads the log this many bytes at a time and sends them in batches of
+its own size (``ForwardReader``'s read-ahead): one index lookup, one ``pread`` and one CRC pass
+(vectorised at this size, ``tidelog.log.crcs``) per span rather than per batch. A catching-up
+subscription therefore holds up to this much of verified records besides the batch it sends;
+a live one reads only what was committed since its last read."""
+
 
 class StartPosition(enum.IntEnum):
     """Numbered as Liftbridge's ``StartPosition``."""
@@ -314,6 +321,7 @@ class Subscription:
             bounds.start_offset,
             stop_offset=bounds.stop_offset,
             stop_timestamp=bounds.stop_timestamp,
+            readahead_bytes=READAHEAD_BYTES,
         )
 
     def _on(self, event: Event) -> None:

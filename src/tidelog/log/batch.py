@@ -225,6 +225,17 @@ class MessageBatch:
             self.data, self.positions[indices], self.sizes[indices], self._header[indices]
         )
 
+    def cut(self, start: int, end: int) -> MessageBatch:
+        """Records ``[start, end)`` of an ascending batch with their own bytes only (copied out
+        of ``data``): a piece of a larger read that travels alone."""
+        end = min(end, len(self))
+        if self._header is None or (start == 0 and end == len(self)):
+            return self
+        positions = self.positions[start:end]
+        first = int(positions[0])
+        data = self.data[first : int(self.positions[end - 1] + self.sizes[end - 1])]
+        return MessageBatch(data, positions - first, self.sizes[start:end], self._header[start:end])
+
     def head(self, count: int) -> MessageBatch:
         """The first ``count`` records in delivery order."""
         if self._header is None or count >= len(self):

@@ -179,11 +179,13 @@ class CommitLog(Protocol):
         stop_offset: int | None = None,
         stop_timestamp: int | None = None,
         past_limit: bool = False,
+        readahead_bytes: int = 0,
     ) -> Reader:
         """Read ascending offsets from ``start_offset`` (inclusive; below the oldest: from the
         oldest; inside a gap: from the next record) up to ``stop_offset`` and the last record with
         timestamp <= ``stop_timestamp`` (both inclusive; None: no bound). ``past_limit``: up to
-        the newest committed record, above a commit limit too."""
+        the newest committed record, above a commit limit too. ``readahead_bytes``: read and
+        verify up to this many bytes at once and hand them out in the pieces asked for."""
         ...
 
     def reverse_reader(

@@ -416,7 +416,21 @@ def _encode_small(
 
 
 def gather_headers(chunk: bytes, positions: Int64Array) -> npt.NDArray[np.void]:
-    """The fixed 36-byte headers of the records starting at ``positions`` in ``chunk``."""
+    """The fixed 36-byte headers of the records starting at ``positions`` in ``chunk``: one
+    strided copy when the records lie at a fixed stride (records of one size), else a gather."""
+    count = len(positions)
+    if count > 1:
+        first = int(positions[0])
+        stride = int(positions[1]) - first
+        if (
+            stride >= HEADER_SIZE
+            and int(positions[-1]) == first + stride * (count - 1)
+            and bool((np.diff(positions) == stride).all())
+        ):
+            strided: npt.NDArray[np.void] = np.ndarray(
+                (count,), dtype=HEADER_DTYPE, buffer=chunk, offset=first, strides=(stride,)
+            )
+            return strided.copy()
     raw = np.frombuffer(chunk, dtype=np.uint8)
     header: npt.NDArray[np.void] = raw[positions[:, None] + _BYTE_RANGE].view(HEADER_DTYPE)
     return header.reshape(-1)

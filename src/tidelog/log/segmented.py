@@ -294,15 +294,17 @@ class SegmentedLog:
         stop_offset: int | None = None,
         stop_timestamp: int | None = None,
         past_limit: bool = False,
+        readahead_bytes: int = 0,
     ) -> ForwardReader:
         """``past_limit``: read every committed record, above a commit limit too (replicas
-        copying the leader's log)."""
+        copying the leader's log). ``readahead_bytes``: see :class:`ForwardReader`."""
         return ForwardReader(
             self,
             start_offset,
             stop_offset=stop_offset,
             stop_timestamp=stop_timestamp,
             past_limit=past_limit,
+            readahead_bytes=readahead_bytes,
         )
 
     def reverse_reader(

@@ -126,16 +126,18 @@ def pack(
     columns = v1.Messages(
         values=b"".join(values), value_sizes=_encoded(array(_U32, map(len, values)))
     )
-    _add_keys_and_headers(columns, len(values), keys, headers)
+    add_keys_and_headers(columns, len(values), keys, headers)
     return columns
 
 
-def _add_keys_and_headers(
+def add_keys_and_headers(
     columns: v1.Messages,
     n: int,
     keys: Sequence[bytes | None] | None,
     headers: Sequence[Mapping[str, bytes]] | None,
 ) -> None:
+    """Set the key and header columns of ``columns`` (n messages); none when no message has
+    one."""
     if keys is not None and any(k is not None for k in keys):
         if len(keys) != n:
             raise ValueError(f"{len(keys)} keys for {n} values")
@@ -161,7 +163,7 @@ def pack_at(
         value_sizes=sizes.astype("<u4").tobytes(),
         value_positions=starts.astype("<u4").tobytes(),
     )
-    _add_keys_and_headers(columns, len(sizes), keys, headers)
+    add_keys_and_headers(columns, len(sizes), keys, headers)
     return columns
 
 
