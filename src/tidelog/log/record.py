@@ -37,6 +37,7 @@ import numpy.typing as npt
 from crc32c import crc32c
 
 from tidelog.errors import CorruptRecord, MessageTooLarge
+from tidelog.log.batchcrcs import continued_crcs, laid_out_crcs, sliced_crcs, tail_crcs
 from tidelog.log.crcs import record_crcs
 
 MAGIC: Final = 1
@@ -320,9 +321,10 @@ def encode_batch(
     before the flag existed).
 
     Raises :class:`MessageTooLarge` (naming the message and both sizes) or ``TypeError`` before
-    anything is built. The work is vectorised: headers are packed as one numpy array, records are
-    laid out with one join (one reshape when all bodies have the same length), and the per-record
-    CRCs are computed over slices of the laid-out batch by one C-level ``map``.
+    anything is built. The work is vectorised: headers are packed as one numpy array, their CRCs
+    computed before the layout (``batchcrcs.py``: the tails' part vectorised, then one C call per
+    body on the body as given), and records laid out once with one join (one reshape when all
+    bodies have the same length).
     """
     n = len(messages)
     bodies, vallens, keylens, hcounts = _bodies(messages)
@@ -355,9 +357,18 @@ def encode_batch(
         for i, m in enumerate(bodies):
             _as_message(m, i)
         raise
-    ends = np.cumsum(sizes)
-    starts = ends - sizes
-    if n and int(body_lens.min()) == int(body_lens.max()):
+    same_size = int(body_lens.min()) == int(body_lens.max())
+    pieces: Sequence[bytes] | None = None
+    if not isinstance(bodies, PackedValues):
+        pieces = bodies
+    elif not same_size:
+        pieces = bodies.split()
+    seeds = tail_crcs(header.view(np.uint8).reshape(n, HEADER_SIZE))
+    early = pieces is not None and set(map(type, pieces)) == {bytes}
+    if early:
+        # Immutable bodies: what is checksummed here is what the layout below copies.
+        header["crc"] = continued_crcs(seeds, cast(Sequence[bytes], pieces))
+    if same_size:
         # Every record has the same size: lay the batch out as one 2-D array.
         width = int(sizes[0])
         grid = np.empty((n, width), dtype=np.uint8)
@@ -366,19 +377,21 @@ def encode_batch(
             n, width - HEADER_SIZE
         )
         flat = grid.reshape(-1)
+        if not early:  # checksummed as laid out (a mutable body may change under us)
+            crcs = laid_out_crcs(flat, seeds, HEADER_SIZE, width, width - HEADER_SIZE, n)
+            grid[:, :4] = crcs.view(np.uint8).reshape(n, 4)
     else:
+        assert pieces is not None
         heads = header.tobytes()
         parts: list[bytes] = [b""] * (2 * n)
         parts[0::2] = [heads[i : i + HEADER_SIZE] for i in range(0, HEADER_SIZE * n, HEADER_SIZE)]
-        parts[1::2] = bodies.split() if isinstance(bodies, PackedValues) else bodies
+        parts[1::2] = pieces
         flat = np.frombuffer(bytearray(b"".join(parts)), dtype=np.uint8)
-    view = flat.data
-    crcs = np.fromiter(
-        map(crc32c, map(view.__getitem__, map(slice, (starts + 4).tolist(), ends.tolist()))),
-        dtype=np.uint32,
-        count=n,
-    )
-    flat[starts[:, None] + _CRC_BYTES] = crcs.view(np.uint8).reshape(n, 4)
+        if not early:
+            ends = np.cumsum(sizes)
+            starts = ends - sizes
+            crcs = sliced_crcs(flat, seeds, starts + HEADER_SIZE, ends)
+            flat[starts[:, None] + _CRC_BYTES] = crcs.view(np.uint8).reshape(n, 4)
     return EncodedBatch(flat, offsets, sizes, timestamp)
 
 
