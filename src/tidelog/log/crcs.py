@@ -76,23 +76,12 @@ def vectorised_pays(count: int, length: int) -> bool:
     return count * CALL_NS > words * (STEP_NS + count * WORD_NS)
 
 
-def same_size_crcs(
-    chunk: bytes,
-    first: int,
-    stride: int,
-    count: int,
-    length: int,
-    seeds: UInt32Array | None = None,
-) -> UInt32Array:
+def same_size_crcs(chunk: bytes, first: int, stride: int, count: int, length: int) -> UInt32Array:
     """CRC-32C of ``chunk[first + i * stride : first + i * stride + length]`` for each of
-    ``count`` records (``stride >= length``), vectorised; continued from ``seeds[i]`` (what
-    ``crc32c(data, seeds[i])`` gives) when given."""
+    ``count`` records (``stride >= length``), vectorised."""
     byte, low, high = _tables()
     words = length // 4
-    if seeds is None:
-        registers = np.full(count, 0xFFFFFFFF, dtype=np.uint32)
-    else:
-        registers = seeds ^ np.uint32(0xFFFFFFFF)
+    registers = np.full(count, 0xFFFFFFFF, dtype=np.uint32)
     if words:
         grid = np.ndarray(
             (count, words), dtype="<u4", buffer=chunk, offset=first, strides=(stride, 4)
