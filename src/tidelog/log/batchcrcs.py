@@ -17,11 +17,9 @@ batch. The body then continues each record's checksum from its tail's, ``crc32c(
 call is most of the cost (about 0.1 µs for a 100-byte body), half of what a call over a slice of
 the laid-out batch costs, which was what the append path did before.
 
-Bodies that are not immutable ``bytes`` (one buffer of ``PackedValues``, a ``bytearray`` the
-caller might change) are checksummed after the layout, in the laid-out batch, so the CRC is
-always of the bytes written: when the bodies are many, small and of one size, vectorised
-(``crcs.same_size_crcs``, started from each record's tail CRC), otherwise one call per
-memoryview slice.
+Only immutable ``bytes`` bodies are checksummed this way (``record.encode_batch`` decides): a
+``bytearray`` the caller might change between the checksum and the layout is checksummed in the
+laid-out batch instead (``crcs.record_crcs``), so a stored CRC is always of the bytes written.
 
 Invariant: the result equals ``crc32c`` of each record's bytes [4, size) for every input
 (``tests/log/test_batch_crcs.py`` checks it with hypothesis against the ``crc32c`` package).
@@ -37,15 +35,12 @@ import numpy as np
 import numpy.typing as npt
 from crc32c import crc32c
 
-from tidelog.log.crcs import UInt32Array, same_size_crcs, vectorised_pays
+from tidelog.log.crcs import UInt32Array
 
 TAIL_START: Final = 4
 """The CRC covers a record from its byte 4: the header after its own CRC field."""
 TAIL_SIZE: Final = 32
 """Bytes of the fixed header the CRC covers (36 - 4)."""
-
-Int64Array = npt.NDArray[np.int64]
-UInt8Array = npt.NDArray[np.uint8]
 
 
 @cache
@@ -63,17 +58,19 @@ def _position_tables() -> tuple[int, UInt32Array]:
     return zero, tables
 
 
-def tail_crcs(heads: UInt8Array) -> UInt32Array:
-    """CRC-32C of bytes [4, 36) of every row of ``heads`` (n x 36 header bytes; n > 0)."""
-    tails = heads[:, TAIL_START:]
-    first = tails[0]
-    differ = tails ^ first
-    columns = np.flatnonzero(np.bitwise_or.reduce(differ, axis=0)).tolist()
-    result = np.full(len(tails), crc32c(first.tobytes()), dtype=np.uint32)
+def tail_crcs(header: npt.NDArray[np.void]) -> UInt32Array:
+    """CRC-32C of bytes [4, 36) of every record header in ``header`` (a contiguous array of n > 0
+    36-byte headers, ``record.HEADER_DTYPE``)."""
+    words = header.view("<u4").reshape(len(header), 9)[:, 1:]  # the tails as 8 words each
+    first = words[0]
+    differ = words ^ first
+    columns = np.flatnonzero(np.bitwise_or.reduce(differ, axis=0).view(np.uint8)).tolist()
+    result = np.full(len(words), crc32c(first.tobytes()), dtype=np.uint32)
     if columns:
         _, tables = _position_tables()
+        differ_bytes = differ.view(np.uint8)
         for j in columns:
-            result ^= tables[j].take(differ[:, j])
+            result ^= tables[j].take(differ_bytes[:, j])
     return result
 
 
@@ -85,23 +82,3 @@ def continued_crcs(seeds: UInt32Array, bodies: Iterable[object]) -> UInt32Array:
         dtype=np.uint32,
         count=len(seeds),
     )
-
-
-def laid_out_crcs(
-    data: object, seeds: UInt32Array, first: int, stride: int, length: int, count: int
-) -> UInt32Array:
-    """``crc32c(data[first + i * stride :][:length], seeds[i])`` for each of ``count`` bodies at
-    a fixed stride (``stride >= length``): vectorised when that pays, else sliced."""
-    if vectorised_pays(count, length):
-        return same_size_crcs(data, first, stride, count, length, seeds)  # type: ignore[arg-type]
-    starts = np.arange(first, first + count * stride, stride, dtype=np.int64)
-    return sliced_crcs(data, seeds, starts, starts + length)
-
-
-def sliced_crcs(
-    data: object, seeds: UInt32Array, starts: Int64Array, ends: Int64Array
-) -> UInt32Array:
-    """``crc32c(data[starts[i] : ends[i]], seeds[i])`` for every i, one call per memoryview
-    slice."""
-    view = memoryview(data)  # type: ignore[arg-type]
-    return continued_crcs(seeds, map(view.__getitem__, map(slice, starts.tolist(), ends.tolist())))
