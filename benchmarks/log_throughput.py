@@ -10,7 +10,9 @@ one. In the same run the same payloads go to a plain buffered file as the baseli
 Writes are timed until the bytes are durable (the log's ``flush()`` / the file's ``fsync`` at the
 end, on both sides); the ``page_cache`` block gives the same runs timed before that sync. The
 machine is noisy, so the write side runs ``--rounds`` interleaved rounds (raw, raw batch, log) and
-reports medians with the min-max spread. Prints one JSON object.
+reports medians with the min-max spread, and the CPU time per message of each write phase
+(user + system, this process: less sensitive to other processes than the wall rates) with the
+load average at the end. Prints one JSON object.
 
     python benchmarks/log_throughput.py [--messages 1000000] [--size 100] [--batch 1000]
                                         [--rounds 3] [--small 10000] [--dir DIR]
@@ -31,7 +33,9 @@ from pathlib import Path
 
 from tidelog.log import SegmentedLog
 
-Timing = tuple[float, float]  # seconds until written to the OS, seconds until synced
+Timing = tuple[float, float, float]
+"""Seconds until written to the OS, seconds until synced, CPU seconds of this process (user +
+system) over the same span."""
 
 
 def make_batches(batch: int, size: int, distinct: int = 8) -> list[list[bytes]]:
@@ -44,6 +48,7 @@ def make_batches(batch: int, size: int, distinct: int = 8) -> list[list[bytes]]:
 
 
 def raw_write(path: Path, batches: list[list[bytes]], rounds: int, per_message: bool) -> Timing:
+    cpu = time.process_time()
     start = time.perf_counter()
     with open(path, "wb") as f:
         for r in range(rounds):
@@ -56,16 +61,17 @@ def raw_write(path: Path, batches: list[list[bytes]], rounds: int, per_message: 
         f.flush()
         written = time.perf_counter() - start
         os.fsync(f.fileno())
-    return written, time.perf_counter() - start
+    return written, time.perf_counter() - start, time.process_time() - cpu
 
 
 def log_append(log: SegmentedLog, batches: list[list[bytes]], rounds: int) -> Timing:
+    cpu = time.process_time()
     start = time.perf_counter()
     for r in range(rounds):
         log.append(batches[r % len(batches)])
     written = time.perf_counter() - start
     log.flush()
-    return written, time.perf_counter() - start
+    return written, time.perf_counter() - start, time.process_time() - cpu
 
 
 def timed_forward(log: SegmentedLog) -> tuple[float, int]:
@@ -183,6 +189,11 @@ def main() -> None:
             "last_100_big_vs_small": round(last_100_big / last_100_small, 3),
         },
         "spread_mb_per_s": {name: spread(name) for name in times},
+        "cpu_us_per_msg": {
+            name: round(statistics.median(t[2] for t in times[name]) / messages * 1e6, 3)
+            for name in times
+        },
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "page_cache": {
             "append_mb_per_s": round(mb_per_s("append", False), 1),
             "raw_write_mb_per_s": round(mb_per_s("raw_write", False), 1),

@@ -37,6 +37,7 @@ import numpy.typing as npt
 from crc32c import crc32c
 
 from tidelog.errors import CorruptRecord, MessageTooLarge
+from tidelog.log.batchcrcs import continued_crcs, tail_crcs
 from tidelog.log.crcs import record_crcs
 
 MAGIC: Final = 1
@@ -320,9 +321,10 @@ def encode_batch(
     before the flag existed).
 
     Raises :class:`MessageTooLarge` (naming the message and both sizes) or ``TypeError`` before
-    anything is built. The work is vectorised: headers are packed as one numpy array, records are
-    laid out with one join (one reshape when all bodies have the same length), and the per-record
-    CRCs are computed over slices of the laid-out batch by one C-level ``map``.
+    anything is built. The work is vectorised: headers are packed as one numpy array, their CRCs
+    computed before the layout (``batchcrcs.py``: the tails' part vectorised, then one C call per
+    body on the body as given), and records laid out once with one join (one reshape when all
+    bodies have the same length).
     """
     n = len(messages)
     bodies, vallens, keylens, hcounts = _bodies(messages)
@@ -339,25 +341,35 @@ def encode_batch(
     sizes = body_lens + HEADER_SIZE
     if n <= _SMALL_BATCH:
         return _encode_small(bodies, offsets, sizes, timestamp, vallens, keylens, hcounts, atomic)
-    header = np.zeros(n, dtype=HEADER_DTYPE)
-    header["size"] = sizes
-    header["offset"] = offsets
-    header["timestamp"] = timestamp
-    header["magic"] = MAGIC
-    if atomic:
-        header["attrs"][:-1] = CONTINUES
-    header["hcount"] = hcounts
-    header["keylen"] = keylens
-    header["vallen"] = vallens
+    same_size = int(body_lens.min()) == int(body_lens.max())
+    if same_size:  # and so, for plain values (the value is the body), one value length
+        header = _headers(
+            offsets,
+            timestamp,
+            int(sizes[0]),
+            int(vallens[0]) if vallens is body_lens else vallens,
+            keylens,
+            hcounts,
+            atomic,
+        )
+    else:
+        header = _headers(offsets, timestamp, sizes, vallens, keylens, hcounts, atomic)
     try:
         joined = bodies.blob if isinstance(bodies, PackedValues) else b"".join(bodies)
     except TypeError:
         for i, m in enumerate(bodies):
             _as_message(m, i)
         raise
-    ends = np.cumsum(sizes)
-    starts = ends - sizes
-    if n and int(body_lens.min()) == int(body_lens.max()):
+    pieces: Sequence[bytes] | None = bodies
+    if isinstance(bodies, PackedValues):
+        # Bodies of one size in one buffer are checksummed in the layout (as fast as splitting
+        # the buffer into objects first, measured); others are split for the layout anyway.
+        pieces = None if same_size else bodies.split()
+    early = pieces is not None and set(map(type, pieces)) == {bytes}
+    if early:
+        # Immutable bodies: what is checksummed here is what the layout below copies.
+        header["crc"] = continued_crcs(tail_crcs(header), cast(Sequence[bytes], pieces))
+    if same_size:
         # Every record has the same size: lay the batch out as one 2-D array.
         width = int(sizes[0])
         grid = np.empty((n, width), dtype=np.uint8)
@@ -370,16 +382,44 @@ def encode_batch(
         heads = header.tobytes()
         parts: list[bytes] = [b""] * (2 * n)
         parts[0::2] = [heads[i : i + HEADER_SIZE] for i in range(0, HEADER_SIZE * n, HEADER_SIZE)]
-        parts[1::2] = bodies.split() if isinstance(bodies, PackedValues) else bodies
+        assert pieces is not None  # only bodies of one size are left in one buffer
+        parts[1::2] = pieces
         flat = np.frombuffer(bytearray(b"".join(parts)), dtype=np.uint8)
-    view = flat.data
-    crcs = np.fromiter(
-        map(crc32c, map(view.__getitem__, map(slice, (starts + 4).tolist(), ends.tolist()))),
-        dtype=np.uint32,
-        count=n,
-    )
-    flat[starts[:, None] + _CRC_BYTES] = crcs.view(np.uint8).reshape(n, 4)
+    if not early:  # checksummed as laid out (a mutable body may change under us)
+        ends = np.cumsum(sizes)
+        starts = ends - sizes
+        crcs = record_crcs(flat, starts + 4, ends)  # type: ignore[arg-type]
+        flat[starts[:, None] + _CRC_BYTES] = crcs.view(np.uint8).reshape(n, 4)
     return EncodedBatch(flat, offsets, sizes, timestamp)
+
+
+def _headers(
+    offsets: Int64Array,
+    timestamp: int,
+    sizes: Int64Array | int,
+    vallens: Int64Array | int,
+    keylens: Int64Array | int,
+    hcounts: Int64Array | int,
+    atomic: bool,
+) -> npt.NDArray[np.void]:
+    """The batch's record headers (CRC field 0): one row with every field the records share
+    (the ``int`` arguments) copied to all, then the fields that differ column by column."""
+    row = np.zeros((), dtype=HEADER_DTYPE)
+    row["timestamp"] = timestamp
+    row["magic"] = MAGIC
+    columns = {"size": sizes, "keylen": keylens, "hcount": hcounts, "vallen": vallens}
+    for name, column in list(columns.items()):
+        if isinstance(column, int):
+            row[name] = column
+            del columns[name]
+    header = np.empty(len(offsets), dtype=HEADER_DTYPE)
+    header[...] = row
+    header["offset"] = offsets
+    for name, column in columns.items():
+        header[name] = column
+    if atomic:
+        header["attrs"][:-1] = CONTINUES
+    return header
 
 
 def _encode_small(
