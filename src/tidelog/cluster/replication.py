@@ -115,8 +115,12 @@ class LeaderReplica:
         high_watermark: int = -1,
         min_isr: int = 1,
         clock: Callable[[], float] = time.monotonic,
+        on_advance: Callable[[int], None] | None = None,
     ) -> None:
-        """``high_watermark``: what this replica knew as a follower (it never moves back)."""
+        """``high_watermark``: what this replica knew as a follower (it never moves back).
+        ``on_advance(high_watermark)``: called each time the high watermark rises, once it
+        is set (the role releases the publishes waiting for it)."""
+        self._on_advance = on_advance
         self.partition = partition
         self.broker_id = broker_id
         self.leader_epoch = leader_epoch
@@ -153,6 +157,8 @@ class LeaderReplica:
             if floor > self.high_watermark:
                 self.high_watermark = floor
                 self.partition.log.set_commit_limit(floor)
+                if self._on_advance is not None:
+                    self._on_advance(floor)
         return self.high_watermark
 
     @property
