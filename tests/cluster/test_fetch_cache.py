@@ -97,3 +97,24 @@ def test_a_divergence_is_found_against_the_sent_records(tmp_path: Path) -> None:
             assert leader.fetch("c", 1, 3, previous_crc=crc ^ 1).diverged
 
     asyncio.run(main())
+
+
+def test_a_fetch_after_what_the_follower_was_sent_is_checked_against_the_sent_crc(
+    tmp_path: Path,
+) -> None:
+    """The leader remembers the CRC of the last record it sent each follower: a fetch from the
+    next offset naming it holds the leader's record; naming another one, it has diverged."""
+
+    async def main() -> None:
+        async with replicas(tmp_path, "a", "b") as parts:
+            leader = LeaderReplica(parts["a"], "a", 1, isr=["a", "b"])
+            b = FollowerReplica(parts["b"], "b")
+            b.follow(1, leader.end_offset_for)
+            await publish(parts["a"], *(b"x%d" % i for i in range(5)))
+            after = b.apply(leader.fetch("b", 1, 0, previous_crc=b.last_crc))
+            assert after == 5 and b.last_crc is not None
+            assert leader._sent.last_offset == -1, "no other follower: nothing kept"
+            assert not leader.fetch("b", 1, 5, previous_crc=b.last_crc).diverged
+            assert leader.fetch("b", 1, 5, previous_crc=b.last_crc ^ 1).diverged
+
+    asyncio.run(main())

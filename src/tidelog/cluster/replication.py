@@ -86,6 +86,9 @@ class _Follower:
     waiting: int = 0
     """Its fetches held at the leader's log end now (:meth:`LeaderReplica.hold`): while one
     waits, the follower has everything the leader has."""
+    sent: tuple[int, int] = (-1, 0)
+    """(offset, CRC) of the last record this leader sent it: a fetch from the next offset
+    naming that CRC holds this leader's record there (a leader never rewrites its log)."""
 
     def current(self, now: float, max_lag_s: float) -> bool:
         """Caught up within ``max_lag_s`` of ``now``, or waiting at the log end."""
@@ -203,7 +206,12 @@ class LeaderReplica:
             raise StaleEpoch(leader_epoch, self.leader_epoch)
         log = self.partition.log
         committed = log.committed_offset
-        if previous_crc is not None and not again and self._diverges(from_offset, previous_crc):
+        if (
+            previous_crc is not None
+            and not again
+            and self._followers.get(follower, _Follower()).sent != (from_offset - 1, previous_crc)
+            and self._diverges(from_offset, previous_crc)
+        ):
             # It holds a record no leader wrote: not in sync, whatever it held before, until it
             # has cut it and caught up again (it must not be elected while it re-copies).
             state = self._followers.setdefault(follower, _Follower())
@@ -236,6 +244,12 @@ class LeaderReplica:
         start = max(from_offset, log.oldest_offset)
         records = self._read(start, committed, max_records)
         self._keep_sent(follower, records)
+        if records:
+            last_at = len(records.data) - int(records.sizes[-1])
+            self._followers.setdefault(follower, _Follower()).sent = (
+                records.offset_range()[1],
+                _crc_at(records.data, last_at),
+            )
         return FetchAnswer(
             self.leader_epoch,
             self.high_watermark,
