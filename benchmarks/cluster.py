@@ -54,6 +54,7 @@ import json
 import os
 import queue
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -381,6 +382,7 @@ def main() -> None:
     if args.ratio_rounds:
         try:
             result["rounds"] = ratio_rounds(root, args)
+            result["by_tree"] = summary(result["rounds"])
         finally:
             shutil.rmtree(root, ignore_errors=True)
         result["load_after"] = loadavg()
@@ -417,6 +419,26 @@ def ratio_rounds(root: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
             rounds.append(ratio_round(root / f"round-{number}-{len(rounds)}", args, tree))
             print(json.dumps(rounds[-1]), file=sys.stderr, flush=True)
     return rounds
+
+
+def summary(rounds: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per tree: the median of each round's ratio and of the RF 3 phase's CPU per message
+    (leader, both followers, client, and all of them)."""
+    out: dict[str, dict[str, float]] = {}
+    for tree in dict.fromkeys(r["tree"] for r in rounds):
+        mine = [r for r in rounds if r["tree"] == tree]
+        cpu = [r["rf3_all_cpu_us_per_msg"] for r in mine]
+        out[tree] = {
+            "ratio": statistics.median(r["ratio"] for r in mine),
+            "rf1_msgs_per_s": statistics.median(r["rf1_msgs_per_s"] for r in mine),
+            "rf3_all_msgs_per_s": statistics.median(r["rf3_all_msgs_per_s"] for r in mine),
+            "rf3_leader_us": statistics.median(c["leader"] for c in cpu),
+            "rf3_followers_us": statistics.median(sum(c["others"]) for c in cpu),
+            "rf3_total_us": statistics.median(
+                c["leader"] + sum(c["others"]) + c["client"] for c in cpu
+            ),
+        }
+    return out
 
 
 def ratio_round(root: Path, args: argparse.Namespace, tree: str) -> dict[str, Any]:

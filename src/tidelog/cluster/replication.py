@@ -261,9 +261,9 @@ class LeaderReplica:
     def _read(self, start: int, committed: int, max_records: int) -> StoredRecords:
         """The stored records from ``start`` through at most ``committed``: first those the
         leader sent another follower last (``fetch_cache``), then the log's."""
-        if start > committed:
-            return StoredRecords()
         last = min(committed, start + max_records - 1)
+        if start > last:
+            return StoredRecords()
         sent = self._sent.take(start, max_records, FETCH_MAX_BYTES)
         parts: list[bytes] = []
         sizes: list[np.ndarray] = []
