@@ -49,6 +49,7 @@ def test_a_fetch_from_inside_the_sent_records_gets_their_bytes_within_its_bounds
             one = int(everything.sizes[0])
             assert len(sent.take(0, 100, 2 * one)) == 2, "bytes bound the answer"
             assert len(sent.take(0, 100, 1)) == 1, "at least one record, whatever its size"
+            assert not sent.take(0, 0, 1 << 20), "unless none is asked for"
             assert not sent.take(10, 100, 1 << 20), "past the last sent record: the log's"
             leader.fetch("b", 1, 0)  # b asks for everything: c (below) is not in the ISR
             leader._sent.put(everything)

@@ -66,10 +66,16 @@ class SentRecords:
 
     def take(self, start: int, max_records: int, max_bytes: int) -> StoredRecords:
         """The cached records from the first one at or after offset ``start`` on: at most
-        ``max_records`` and ``max_bytes`` (at least one record, whatever its size). Empty when
-        ``start`` is not inside the cached run (before its first offset, or past its last)."""
+        ``max_records`` and ``max_bytes`` (at least one record, whatever its size, unless none is
+        asked for). Empty when ``start`` is not inside the cached run (before its first offset,
+        or past its last)."""
         offsets = self._offsets
-        if not len(offsets) or start < int(offsets[0]) or start > int(offsets[-1]):
+        if (
+            max_records <= 0
+            or not len(offsets)
+            or start < int(offsets[0])
+            or start > int(offsets[-1])
+        ):
             return StoredRecords()
         first = int(np.searchsorted(offsets, start))
         ends = self._starts[first:] + self._records.sizes[first:]
