@@ -34,8 +34,16 @@ cluster recovers.
 
 Prints one JSON object with those keys, the targets and the load average before and after.
 
+``--ratio-rounds N`` runs only the RF 1 / RF 3 ack ALL comparison, ``N`` times on a fresh
+cluster each, and reports for every round both rates, their ratio, the load average, and the
+CPU each process spent per message (``/proc/PID/stat`` around each phase: the RF 3 leader,
+each follower, and the client). ``--trees A,B`` alternates the brokers' code between source
+trees (each a checkout whose ``src`` is put first on the brokers' ``PYTHONPATH``; the client is
+this tree's), so two versions are measured interleaved, under the same load.
+
     python benchmarks/cluster.py [--messages 200000] [--size 100] [--batch 1000]
         [--publishers 4] [--catchup-mb 500] [--tls-only] [--tls-rounds 2]
+        [--ratio-rounds N [--trees A,B]]
 """
 
 from __future__ import annotations
@@ -46,6 +54,8 @@ import json
 import os
 import queue
 import shutil
+import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -62,6 +72,12 @@ from tidelog.security import PLAINTEXT, ClientTls, testca
 
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
+
+
+def cpu_s(pid: int) -> float:
+    """User and system CPU seconds of process ``pid`` so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Brokers:
@@ -351,9 +367,28 @@ def main() -> None:
         "--tls-only", action="store_true", help="only RF 3 ack ALL, plaintext and over TLS"
     )
     parser.add_argument("--tls-rounds", type=int, default=2)
+    parser.add_argument(
+        "--ratio-rounds",
+        type=int,
+        default=0,
+        help="only RF 1 against RF 3 ack ALL, this many rounds, with CPU per message",
+    )
+    parser.add_argument(
+        "--trees", default="", help="comma-separated source trees the brokers alternate between"
+    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="tidelog-cluster-bench-"))
     result: dict[str, Any] = {"load_before": loadavg()}
+    if args.ratio_rounds:
+        try:
+            result["rounds"] = ratio_rounds(root, args)
+            result["by_tree"] = summary(result["rounds"])
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        result["load_after"] = loadavg()
+        result["settings"] = vars(args)
+        print(json.dumps(result))
+        return
     try:
         if not args.tls_only:
             main_run(root, args, result)
@@ -372,6 +407,76 @@ def main() -> None:
     }
     result["settings"] = vars(args)
     print(json.dumps(result))
+
+
+def ratio_rounds(root: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``args.ratio_rounds`` rounds of RF 1 then RF 3 ack ALL, each on a fresh cluster, the
+    brokers' code alternating between ``args.trees`` (module docstring)."""
+    trees = [t for t in args.trees.split(",") if t] or [""]
+    rounds: list[dict[str, Any]] = []
+    for number in range(args.ratio_rounds):
+        for tree in trees:
+            rounds.append(ratio_round(root / f"round-{number}-{len(rounds)}", args, tree))
+            print(json.dumps(rounds[-1]), file=sys.stderr, flush=True)
+    return rounds
+
+
+def summary(rounds: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per tree: the median of each round's ratio and of the RF 3 phase's CPU per message
+    (leader, both followers, client, and all of them)."""
+    out: dict[str, dict[str, float]] = {}
+    for tree in dict.fromkeys(r["tree"] for r in rounds):
+        mine = [r for r in rounds if r["tree"] == tree]
+        cpu = [r["rf3_all_cpu_us_per_msg"] for r in mine]
+        out[tree] = {
+            "ratio": statistics.median(r["ratio"] for r in mine),
+            "rf1_msgs_per_s": statistics.median(r["rf1_msgs_per_s"] for r in mine),
+            "rf3_all_msgs_per_s": statistics.median(r["rf3_all_msgs_per_s"] for r in mine),
+            "rf3_leader_us": statistics.median(c["leader"] for c in cpu),
+            "rf3_followers_us": statistics.median(sum(c["others"]) for c in cpu),
+            "rf3_total_us": statistics.median(
+                c["leader"] + sum(c["others"]) + c["client"] for c in cpu
+            ),
+        }
+    return out
+
+
+def ratio_round(root: Path, args: argparse.Namespace, tree: str) -> dict[str, Any]:
+    """RF 1 then RF 3 ack ALL on a fresh cluster whose brokers run ``tree``'s code (empty: the
+    inherited path), with the CPU per message of each process in each phase."""
+    env: dict[str, str] = {}
+    if tree:
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(Path(tree) / "src"), os.environ.get("PYTHONPATH", "")]
+        )
+    with ExitStack() as stack:
+        url = stack.enter_context(running_etcd(root / "etcd"))
+        brokers = Brokers(root, url, stack, env=lambda _broker: env)
+        for n in (1, 2, 3):
+            brokers.start(f"b{n}")
+        address = brokers.any_live()
+        create(address, "rf1", 1, 1)
+        create(address, "rf3", 3, 2)
+        out: dict[str, Any] = {"tree": tree or ".", "load_before": loadavg()}
+        for stream, ack_all, key in (("rf1", False, "rf1"), ("rf3", True, "rf3_all")):
+            leader = leader_of(address, stream)
+            pids = {b: s.pid for b, s in brokers.servers.items()}
+            before = {b: cpu_s(pid) for b, pid in pids.items()}
+            client_before = time.process_time()
+            rate = asyncio.run(publish_rate(address, stream, args, ack_all=ack_all))
+            client_cpu = time.process_time() - client_before
+            spent = {b: cpu_s(pid) - before[b] for b, pid in pids.items()}
+            messages = (args.messages // args.publishers // args.batch) * args.batch
+            messages *= args.publishers
+            out[f"{key}_msgs_per_s"] = round(rate)
+            out[f"{key}_cpu_us_per_msg"] = {
+                "leader": round(spent.pop(leader) / messages * 1e6, 2),
+                "others": sorted(round(c / messages * 1e6, 2) for c in spent.values()),
+                "client": round(client_cpu / messages * 1e6, 2),
+            }
+        out["ratio"] = round(out["rf3_all_msgs_per_s"] / out["rf1_msgs_per_s"], 3)
+        out["load_after"] = loadavg()
+        return out
 
 
 def main_run(root: Path, args: argparse.Namespace, result: dict[str, Any]) -> None:

@@ -27,9 +27,10 @@ from tidelog._proto.tidelog.v1 import cluster_pb2_grpc
 from tidelog.broker import FlushPolicy
 from tidelog.cluster.leader_epochs import EpochEnd, EpochEntry
 from tidelog.cluster.metadata import ClusterView
-from tidelog.cluster.replication import FETCH_MAX_RECORDS, FetchAnswer, StoredRecords
+from tidelog.cluster.replication import FETCH_MAX_RECORDS, FetchAnswer
 from tidelog.cluster.roles import PartitionRole
 from tidelog.cluster.settings import ClusterSettings
+from tidelog.cluster.stored import StoredRecords
 from tidelog.wire import columns
 
 LOG = logging.getLogger("tidelog.cluster")

@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from tidelog.broker import Partition
+from tidelog.cluster.fetch_cache import SentRecords
 from tidelog.cluster.leader_epochs import (
     UNDEFINED,
     EpochEnd,
@@ -51,37 +52,13 @@ from tidelog.cluster.leader_epochs import (
     LeaderEpochCache,
     truncation_offset,
 )
+from tidelog.cluster.stored import StoredRecords
 from tidelog.durable import replace_json
 from tidelog.errors import StaleEpoch
 
 FETCH_MAX_RECORDS = 10_000
 FETCH_MAX_BYTES = 4 << 20
 """A fetch answers at most this many record bytes (at least one record, whatever its size)."""
-
-
-_NO_SIZES = np.empty(0, dtype=np.int64)
-_OFFSET_AT = 8  # the offset field of a stored record (tidelog.log.record)
-
-
-@dataclass(frozen=True, slots=True)
-class StoredRecords:
-    """Records as the leader's log stores them, back to back (``sizes[i]`` bytes each)."""
-
-    data: bytes = b""
-    sizes: np.ndarray = field(default_factory=lambda: _NO_SIZES)
-
-    def __len__(self) -> int:
-        return len(self.sizes)
-
-    def offset_range(self) -> tuple[int, int]:
-        """The first and last record's offsets (read from their stored headers)."""
-        last_at = len(self.data) - int(self.sizes[-1])
-        return (
-            int.from_bytes(self.data[_OFFSET_AT : _OFFSET_AT + 8], "little", signed=True),
-            int.from_bytes(
-                self.data[last_at + _OFFSET_AT : last_at + _OFFSET_AT + 8], "little", signed=True
-            ),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +86,9 @@ class _Follower:
     waiting: int = 0
     """Its fetches held at the leader's log end now (:meth:`LeaderReplica.hold`): while one
     waits, the follower has everything the leader has."""
+    sent: tuple[int, int] = (-1, 0)
+    """(offset, CRC) of the last record this leader sent it: a fetch from the next offset
+    naming that CRC holds this leader's record there (a leader never rewrites its log)."""
 
     def current(self, now: float, max_lag_s: float) -> bool:
         """Caught up within ``max_lag_s`` of ``now``, or waiting at the log end."""
@@ -138,8 +118,12 @@ class LeaderReplica:
         high_watermark: int = -1,
         min_isr: int = 1,
         clock: Callable[[], float] = time.monotonic,
+        on_advance: Callable[[int], None] | None = None,
     ) -> None:
-        """``high_watermark``: what this replica knew as a follower (it never moves back)."""
+        """``high_watermark``: what this replica knew as a follower (it never moves back).
+        ``on_advance(high_watermark)``: called each time the high watermark rises, once it
+        is set (the role releases the publishes waiting for it)."""
+        self._on_advance = on_advance
         self.partition = partition
         self.broker_id = broker_id
         self.leader_epoch = leader_epoch
@@ -147,6 +131,8 @@ class LeaderReplica:
         self.min_isr = min_isr
         self._clock = clock
         self._followers: dict[str, _Follower] = {}
+        self._sent = SentRecords()
+        """What the last fetch was sent, for the other followers' fetches (``fetch_cache``)."""
         log = partition.log
         self.epochs = load_epochs(partition)
         self.epochs.truncate_from_start(log.oldest_offset)  # a trim a restart lost
@@ -174,6 +160,8 @@ class LeaderReplica:
             if floor > self.high_watermark:
                 self.high_watermark = floor
                 self.partition.log.set_commit_limit(floor)
+                if self._on_advance is not None:
+                    self._on_advance(floor)
         return self.high_watermark
 
     @property
@@ -218,7 +206,12 @@ class LeaderReplica:
             raise StaleEpoch(leader_epoch, self.leader_epoch)
         log = self.partition.log
         committed = log.committed_offset
-        if previous_crc is not None and not again and self._diverges(from_offset, previous_crc):
+        if (
+            previous_crc is not None
+            and not again
+            and self._followers.get(follower, _Follower()).sent != (from_offset - 1, previous_crc)
+            and self._diverges(from_offset, previous_crc)
+        ):
             # It holds a record no leader wrote: not in sync, whatever it held before, until it
             # has cut it and caught up again (it must not be elected while it re-copies).
             state = self._followers.setdefault(follower, _Follower())
@@ -245,23 +238,18 @@ class LeaderReplica:
             state.last_fetch_s = now
             state.leader_end_at_last_fetch = committed + 1
             self.advance()
-        records = StoredRecords()
         # A follower behind the leader's oldest record (retention, or the owner's releases,
         # removed what it lacks) is sent what the leader holds: its log keeps the gap, as
         # every replica's does, and it releases its own older segments (``log_start``).
         start = max(from_offset, log.oldest_offset)
-        if start <= committed:
-            last = min(committed, start + max_records - 1)
-            parts: list[bytes] = []
-            sizes: list[np.ndarray] = []
-            reader = log.forward_reader(start, stop_offset=last, past_limit=True)
-            budget = FETCH_MAX_BYTES
-            while budget > 0 and (batch := reader.read(max_records, budget)):
-                parts.append(_stored_bytes(batch.data, batch.positions, batch.sizes))
-                sizes.append(batch.sizes)
-                budget -= batch.byte_size
-            if parts:
-                records = StoredRecords(b"".join(parts), np.concatenate(sizes).astype(np.int64))
+        records = self._read(start, committed, max_records)
+        self._keep_sent(follower, records)
+        if records:
+            last_at = len(records.data) - int(records.sizes[-1])
+            self._followers.setdefault(follower, _Follower()).sent = (
+                records.offset_range()[1],
+                _crc_at(records.data, last_at),
+            )
         return FetchAnswer(
             self.leader_epoch,
             self.high_watermark,
@@ -269,6 +257,50 @@ class LeaderReplica:
             self._epochs_for(records),
             log.oldest_offset,
         )
+
+    def _read(self, start: int, committed: int, max_records: int) -> StoredRecords:
+        """The stored records from ``start`` through at most ``committed``: first those the
+        leader sent another follower last (``fetch_cache``), then the log's."""
+        last = min(committed, start + max_records - 1)
+        if start > last:
+            return StoredRecords()
+        sent = self._sent.take(start, max_records, FETCH_MAX_BYTES)
+        parts: list[bytes] = []
+        sizes: list[np.ndarray] = []
+        budget = FETCH_MAX_BYTES
+        count = max_records
+        if sent:
+            parts.append(sent.data)
+            sizes.append(sent.sizes)
+            budget -= len(sent.data)
+            count -= len(sent)
+            start = sent.offset_range()[1] + 1
+        if start <= last and budget > 0 and count > 0:
+            reader = self.partition.log.forward_reader(start, stop_offset=last, past_limit=True)
+            while budget > 0 and count > 0 and (batch := reader.read(count, budget)):
+                parts.append(_stored_bytes(batch.data, batch.positions, batch.sizes))
+                sizes.append(batch.sizes)
+                budget -= batch.byte_size
+                count -= len(batch)
+        if not parts:
+            return StoredRecords()
+        if len(parts) == 1:
+            return StoredRecords(parts[0], sizes[0].astype(np.int64, copy=False))
+        return StoredRecords(b"".join(parts), np.concatenate(sizes).astype(np.int64))
+
+    def _keep_sent(self, follower: str, records: StoredRecords) -> None:
+        """Keep what was just sent while another follower may still ask for it (its log end,
+        as its last fetch said, not past it); drop the cache once none may."""
+        newest = records.offset_range()[1] if records else self._sent.last_offset
+        behind = any(
+            state.log_end <= newest
+            for member, state in self._followers.items()
+            if member != follower and member in self.isr
+        )
+        if not behind:
+            self._sent.clear()
+        elif records:
+            self._sent.put(records)
 
     def _diverges(self, from_offset: int, previous_crc: int) -> bool:
         """Whether a follower whose record at ``from_offset - 1`` has ``previous_crc`` holds a
@@ -280,7 +312,9 @@ class LeaderReplica:
             return False
         if offset > log.committed_offset:
             return True
-        mine = record_crc(self.partition, offset)
+        mine = self._sent.crc_at(offset)
+        if mine is None:
+            mine = record_crc(self.partition, offset)
         return mine is not None and mine != previous_crc
 
     def _epochs_for(self, records: StoredRecords) -> list[EpochEntry]:

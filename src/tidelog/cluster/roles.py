@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -77,6 +79,9 @@ class PartitionRole:
         """(leader id, leader epoch) the fetch task follows."""
         self._task: asyncio.Task[None] | None = None
         self._listener: Callable[[int], None] | None = None
+        self._acks: list[tuple[int, int, asyncio.Future[None]]] = []
+        """Publishes waiting for the high watermark: (offset, arrival, future), a heap."""
+        self._ack_order = itertools.count()
         self.state: PartitionState | None = None
         self.saved_hw = -1
         self.known_hw = saved_high_watermark(partition.directory)
@@ -96,24 +101,50 @@ class PartitionRole:
             raise self.refusal()
 
     async def replicated(self, last_offset: int) -> None:
-        deadline = time.monotonic() + self.host.settings.ack_timeout_s
         leader = self.leader
-        while leader is not None and leader.high_watermark < last_offset:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                isr = ", ".join(sorted(leader.isr))
-                raise NotEnoughReplicas(
-                    f"offset {last_offset} of {self.partition.stream}/{self.partition.number} "
-                    f"was not copied by every in-sync replica within "
-                    f"{self.host.settings.ack_timeout_s:g} s (ISR: {isr}; minIsr "
-                    f"{leader.min_isr}): publish again once the replicas are back"
-                )
-            # asyncio.wait, not wait_for: the signal's future is shared, never cancel it.
-            await asyncio.wait([self.partition.signal.current()], timeout=min(remaining, 0.5))
-            if self.leader is not leader:
-                raise self._moved(last_offset)
+        if leader is not None and leader.high_watermark >= last_offset:
+            return
+        deadline = time.monotonic() + self.host.settings.ack_timeout_s
+        # Woken once, when the high watermark reaches ``last_offset`` (``_release``) or the
+        # leadership ends (``step_down``), not at every change of the partition; the timeout
+        # re-checks the leadership in case.
+        released = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._acks, (last_offset, next(self._ack_order), released))
+        try:
+            while leader is not None and leader.high_watermark < last_offset:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    isr = ", ".join(sorted(leader.isr))
+                    raise NotEnoughReplicas(
+                        f"offset {last_offset} of {self.partition.stream}/"
+                        f"{self.partition.number} was not copied by every in-sync replica "
+                        f"within {self.host.settings.ack_timeout_s:g} s (ISR: {isr}; minIsr "
+                        f"{leader.min_isr}): publish again once the replicas are back"
+                    )
+                await asyncio.wait([released], timeout=min(remaining, 0.5))
+                if self.leader is not leader:
+                    raise self._moved(last_offset)
+        finally:
+            released.cancel()  # a no-op once released; else _release drops it when reached
         if leader is None:
             raise self._moved(last_offset)
+
+    def _release(self, high_watermark: int) -> None:
+        """The leader's high watermark rose to ``high_watermark``: every publish waiting for
+        an offset at or below it is acknowledged, in one pass (the waits are kept in offset
+        order)."""
+        acks = self._acks
+        while acks and acks[0][0] <= high_watermark:
+            released = heapq.heappop(acks)[2]
+            if not released.done():
+                released.set_result(None)
+
+    def _release_all(self) -> None:
+        """The leadership ended: every waiting publish looks again (and finds it moved)."""
+        acks, self._acks = self._acks, []
+        for _, _, released in acks:
+            if not released.done():
+                released.set_result(None)
 
     def _moved(self, last_offset: int) -> NotEnoughReplicas:
         """The leadership moved after the append and before the ISR had it: the record may be
@@ -177,6 +208,7 @@ class PartitionRole:
             self.leader.set_isr(state.isr, min_isr)
             return False
         self.stop_following()
+        self._release_all()  # waits on a leader of another epoch find it moved at once
         known = self.high_watermark
         partition = self.partition
         # No rescan of the log: the partition's producer table follows every append, follower
@@ -188,6 +220,7 @@ class PartitionRole:
             state.isr,
             high_watermark=known,
             min_isr=min_isr,
+            on_advance=self._release,
         )
         loop = asyncio.get_running_loop()
         leader = self.leader
@@ -215,7 +248,8 @@ class PartitionRole:
                 with contextlib.suppress(Exception):
                     self.partition.log.remove_listener(self._listener)
                 self._listener = None
-            self.partition.signal.fire()  # ack waiters learn at once
+            self._release_all()  # ack waiters learn at once
+            self.partition.signal.fire()
 
     def follow(self, leader_id: str, leader_epoch: int) -> None:
         if self.following == (leader_id, leader_epoch) and self._task is not None:

@@ -1,0 +1,68 @@
+"""Publishes with ack ALL waiting for the ISR (``PartitionRole.replicated``) are released by
+the high watermark itself: each as soon as it reaches the publish's offset, all of them in one
+pass, none before; and all at once when the leadership ends. Released means within a few turns
+of the event loop, with no timer (the waits re-check the leadership only every 0.5 s)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from tests.cluster.test_replication import publish, replicas
+
+from tidelog.cluster.metadata import ClusterView
+from tidelog.cluster.replication import LeaderReplica
+from tidelog.cluster.roles import PartitionRole
+from tidelog.errors import NotEnoughReplicas
+
+
+async def turns(count: int = 10) -> None:
+    for _ in range(count):
+        await asyncio.sleep(0)
+
+
+def test_acks_are_released_by_the_high_watermark_in_offset_order(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with replicas(tmp_path, "a") as parts:
+            node = SimpleNamespace(
+                settings=SimpleNamespace(ack_timeout_s=5.0),
+                broker_id="a",
+                member=True,
+                view=ClusterView(),
+            )
+            role = PartitionRole(node, parts["a"])  # type: ignore[arg-type]
+            leader = LeaderReplica(
+                parts["a"], "a", 1, isr=["a", "b"], min_isr=2, on_advance=role._release
+            )
+            role.leader = leader
+            await publish(parts["a"], *(b"v%d" % i for i in range(6)))
+            waits = {offset: asyncio.create_task(role.replicated(offset)) for offset in (4, 0, 2)}
+            await turns()
+            assert not any(w.done() for w in waits.values()), "b has copied nothing"
+            leader.fetch("b", 1, 3)  # b holds 0..2
+            await turns()
+            assert waits[0].done() and waits[2].done() and not waits[4].done()
+            leader.fetch("b", 1, 4)  # 0..3: not yet
+            await turns()
+            assert not waits[4].done()
+            leader.fetch("b", 1, 6)
+            await turns()
+            assert waits[4].done()
+            for wait in waits.values():
+                await wait  # acknowledged, no error
+            assert role._acks == []
+            await role.replicated(5)  # already copied: at once
+
+            later = asyncio.create_task(role.replicated(6))
+            await publish(parts["a"], b"v6")
+            await turns()
+            assert not later.done()
+            role.step_down()
+            await turns()
+            assert later.done()
+            with pytest.raises(NotEnoughReplicas, match="may be stored"):
+                await later
+
+    asyncio.run(main())
