@@ -7,7 +7,10 @@ Theory of operation. Bytes in go to ``h2`` (``receive_data``); its events open c
 
 Out: calls ask for a flush (:meth:`Connection.schedule`); one flush per turn of the loop sends,
 for every call with something to say, what the peer's windows allow (DATA frames up to its
-maximum frame size) and then the trailers, in one socket write. A call left with bytes when
+maximum frame size, built beside the responses' bytes by ``outbox.py``, h2 told of the window
+used) and then the trailers, in one socket write: ``writev`` of the pieces straight to a
+plaintext socket while asyncio's transport holds nothing, the transport for the rest and for
+TLS. A call left with bytes when
 its window is empty waits for a WINDOW_UPDATE (or a SETTINGS change of the initial window);
 while the socket's buffer is above asyncio's high-water mark (``pause_writing``) nothing is
 flushed, and the handlers' writes wait (``call.HIGH_WATER``).
@@ -28,6 +31,7 @@ import asyncio
 import binascii
 import contextlib
 import logging
+import os
 from typing import Any, Final, Protocol
 
 import grpc
@@ -55,6 +59,7 @@ from tidelog.api.transport.messages import (
     parse_timeout,
     peer_name,
 )
+from tidelog.api.transport.outbox import Piece
 from tidelog.api.transport.peer import auth_context
 
 LOG = logging.getLogger("tidelog.api.transport")
@@ -65,6 +70,7 @@ CONNECTION_WINDOW: Final = 16 << 20
 MAX_HEADER_LIST: Final = 16 << 10
 MAX_FRAME_SIZE: Final = 1 << 20
 _DEFAULT_WINDOW: Final = 65535
+_IOV_MAX: Final = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
 
 
 class Router(Protocol):
@@ -90,6 +96,8 @@ class Connection(asyncio.Protocol):
         self._flush_handle: asyncio.Handle | None = None
         self._paused = False
         self._transport: asyncio.Transport | None = None
+        self._fd: int | None = None
+        """The socket's descriptor when the connection is plaintext (``_send`` writes to it)."""
         self._owed = 0
         self._going_away = False
         self.peer = "unknown"
@@ -101,6 +109,9 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        if transport.get_extra_info("sslcontext") is None:
+            sock = transport.get_extra_info("socket")
+            self._fd = None if sock is None else sock.fileno()
         self.peer = peer_name(transport.get_extra_info("peername"))
         tls = transport.get_extra_info("ssl_object")
         if tls is not None and tls.selected_alpn_protocol() not in (None, "h2"):
@@ -157,6 +168,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        self._fd = None
         calls, self.calls = self.calls, {}
         for call in calls.values():
             call.on_reset()
@@ -291,12 +303,13 @@ class Connection(asyncio.Protocol):
         self._flush_handle = None
         if self._transport is None:
             return
+        out: list[Piece] = []
         if not self._paused and self._ready:
             ready, self._ready = self._ready, {}
             h2 = self.h2
             for stream_id, call in ready.items():
                 try:
-                    left = call.pump(h2)
+                    left = call.pump(h2, out)
                 except H2Error:  # the peer closed the stream in the meantime
                     self.calls.pop(stream_id, None)
                     call.on_reset()
@@ -308,7 +321,13 @@ class Connection(asyncio.Protocol):
                     if not call.ended_by_peer:
                         with contextlib.suppress(H2Error):
                             h2.reset_stream(stream_id, ErrorCodes.NO_ERROR)
-        self._write()
+        if out:
+            rest = self.h2.data_to_send()
+            if rest:
+                out.append(rest)
+            self._send(out)
+        else:
+            self._write()
         if self._going_away and not self.calls:
             self._close()
 
@@ -317,6 +336,42 @@ class Connection(asyncio.Protocol):
         if data and self._transport is not None:
             self._transport.write(data)
 
+    def _send(self, pieces: list[Piece]) -> None:
+        """Write ``pieces`` in order: straight to the socket with ``writev`` while the
+        transport holds nothing (plaintext), the rest (or all, with TLS) through it."""
+        transport = self._transport
+        if transport is None:
+            return
+        fd = self._fd
+        if fd is not None and not transport.is_closing() and not transport.get_write_buffer_size():
+            pieces = writev(fd, pieces)
+        if pieces:
+            transport.writelines(pieces)
+
     def _close(self) -> None:
         if self._transport is not None:
             self._transport.close()
+
+
+def writev(fd: int, pieces: list[Piece]) -> list[Piece]:
+    """Write ``pieces`` to the non-blocking socket ``fd`` in as few ``writev`` calls as it
+    takes; what it would not take now (or all that follows an error, for the transport to
+    report) is returned, the first piece cut where the socket stopped."""
+    start = 0
+    while start < len(pieces):
+        batch = pieces[start : start + _IOV_MAX]
+        try:
+            written = os.writev(fd, batch)
+        except (BlockingIOError, InterruptedError):
+            break
+        except OSError:
+            break
+        for piece in batch:
+            length = len(piece)
+            if written < length:
+                if written:
+                    pieces[start] = memoryview(piece)[written:]
+                return pieces[start:]
+            written -= length
+            start += 1
+    return pieces[start:]
