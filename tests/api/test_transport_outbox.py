@@ -67,6 +67,14 @@ def test_a_large_immutable_response_is_sent_from_its_own_object() -> None:
     assert _joined(pieces) == prefix + big + prefix + bytes(2 * ZERO_COPY_MIN)
 
 
+def test_a_view_of_wider_items_is_counted_in_bytes() -> None:
+    outbox = Outbox()
+    words = memoryview(bytes(range(256)) * 256).cast("I")  # 16,384 items of 4 bytes
+    outbox.add(words, keeps=True)
+    assert outbox.size == 65_536
+    assert _joined(outbox.take(outbox.size)) == bytes(range(256)) * 256
+
+
 def test_frames_are_data_frames_of_at_most_the_frame_size_around_views() -> None:
     payload = os.urandom(100_000)
     pieces: list[bytes | bytearray | memoryview] = [b"\x00\x00\x01\x86\xa0", payload, b"tail"]

@@ -84,6 +84,8 @@ class Outbox:
     def add(self, data: Piece, prefix: bytes = b"", *, keeps: bool = False) -> None:
         """Queue ``prefix`` then ``data``; ``keeps``: the caller will not change ``data``
         (a Framed's contract), so a long one may be sent from it as it is."""
+        if isinstance(data, memoryview) and (data.itemsize != 1 or data.ndim != 1):
+            data = data.cast("B")  # lengths below are in bytes
         length = len(data)
         tail = self._tail
         if prefix:
