@@ -72,6 +72,11 @@ def _handlers(probe: Probe) -> grpc.GenericRpcHandler:
         finally:  # closed (GeneratorExit) when the call's task is cancelled
             probe.cancelled.set()
 
+    async def sizes(request: bytes, context: Context) -> AsyncIterator[object]:
+        for i, size in enumerate(int(part) for part in request.split(b",")):
+            data = bytes([i % 256]) * size
+            yield Framed(frame(data), 1) if i % 2 else data
+
     async def total(requests: AsyncIterator[bytes], context: Context) -> bytes:
         size = 0
         async for request in requests:
@@ -90,6 +95,7 @@ def _handlers(probe: Probe) -> grpc.GenericRpcHandler:
             "Sleepy": grpc.unary_unary_rpc_method_handler(sleepy),
             "Framed": grpc.unary_stream_rpc_method_handler(framed),
             "Flood": grpc.unary_stream_rpc_method_handler(flood),
+            "Sizes": grpc.unary_stream_rpc_method_handler(sizes),
             "Total": grpc.stream_unary_rpc_method_handler(total),
             "Chat": grpc.stream_stream_rpc_method_handler(chat),
         },
@@ -164,6 +170,22 @@ def test_framed_responses_pass_through_as_messages() -> None:
         call = channel.unary_stream("/t.T/Framed")(b"")
         assert [m async for m in call] == [b"single", b"a", b"bb", b""]
         assert await call.code() == grpc.StatusCode.OK
+
+    run(scenario)
+
+
+def test_large_responses_of_concurrent_streams_arrive_whole_and_in_order() -> None:
+    sizes = [5, 300_000, 16_384, 16_385, 0, 70_000, 1 << 20, 3, 262_144]
+
+    async def scenario(channel: grpc.aio.Channel, probe: Probe, _: NativeServer) -> None:
+        request = ",".join(map(str, sizes)).encode()
+        expected = [bytes([i % 256]) * size for i, size in enumerate(sizes)]
+
+        async def one() -> list[bytes]:
+            return [m async for m in channel.unary_stream("/t.T/Sizes")(request)]
+
+        answers = await asyncio.gather(*(one() for _ in range(4)))
+        assert all(answer == expected for answer in answers)
 
     run(scenario)
 

@@ -8,14 +8,25 @@ default written again as a literal that then drifts from the one the layer below
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 
+import pytest
 import typer
 
-from tidelog.api.settings import ServerSettings
+from tidelog.api.settings import ENV_PREFIX, ServerSettings
 from tidelog.broker import BrokerConfig
 from tidelog.cli.app import app
+
+
+@pytest.fixture(autouse=True)
+def _nothing_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing set means no ``TIDELOG_*`` variable either (a run of the suite with, say,
+    ``TIDELOG_GRPC_TRANSPORT=native`` would otherwise compare the help with that)."""
+    for name in list(os.environ):
+        if name.startswith(ENV_PREFIX):
+            monkeypatch.delenv(name)
 
 
 def test_default_settings_give_the_broker_its_own_defaults() -> None:

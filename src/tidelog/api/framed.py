@@ -7,7 +7,8 @@ them, in order, each with its prefix, instead of one object per message.
 
 Invariants: ``data`` is a whole number of framed messages (never a partial one), ``count`` of
 them; every one is a valid encoding of the method's response type, exactly what the method's
-serializer would produce for the message it stands for.
+serializer would produce for the message it stands for; ``data`` is not written once the
+Framed is yielded (the transport may send from it later, without a copy).
 
 Only a transport whose context says so (:func:`takes_framed`) receives them; grpcio's server
 sends one message per write and is handed messages one by one.

@@ -6,10 +6,11 @@ call cuts the DATA into messages and queues them for the handler; the handler's 
 at the headers for a client stream, at the end of the one request otherwise) runs the
 method's behaviour with a :class:`~tidelog.api.transport.context.ServicerContext`.
 
-Responses are appended, framed, to the call's ``pending`` bytes; the call asks its connection
-for one flush on the next turn of the loop, which sends as much of every call's pending bytes
-as the flow-control windows allow, as DATA frames in one socket write. So every response a
-handler yields while the loop has not turned goes out together.
+Responses are queued, framed, in the call's ``pending`` :class:`~.outbox.Outbox` (a large one
+as the handler's object, not copied); the call asks its connection for one flush on the next
+turn of the loop, which sends as much of every call's pending bytes as the flow-control windows
+allow, as DATA frames in one socket write. So every response a handler yields while the loop
+has not turned goes out together.
 
 Bounds: ``pending`` stops growing at :data:`HIGH_WATER` (``write`` then waits until a flush
 takes it under), whatever the peer reads; requests decoded but not taken by the handler hold
@@ -45,6 +46,7 @@ from tidelog.api.transport.messages import (
     encode_message,
     header_value,
 )
+from tidelog.api.transport.outbox import Outbox, Piece, claim_data, frames
 
 LOG = logging.getLogger("tidelog.api.transport")
 
@@ -93,7 +95,7 @@ class Call:
         self.auth = auth
         self.limit = limit
         self.deadline = None if timeout is None else time.monotonic() + timeout
-        self.pending = bytearray()
+        self.pending = Outbox()
         self.headers_sent = False
         self._initial: list[tuple[bytes, bytes]] = []
         self.trailers: list[tuple[bytes, bytes]] | None = None
@@ -205,8 +207,9 @@ class Call:
                     (),
                 )
                 raise grpc.aio.AbortError("message too large")
-            pending += PREFIX.pack(0, len(data))
-        pending += data
+            pending.add(data, PREFIX.pack(0, len(data)))
+        else:
+            pending.add(data, keeps=True)
         self.link.schedule(self)
         return len(pending) >= HIGH_WATER
 
@@ -243,8 +246,10 @@ class Call:
 
     # -- for the connection's flush -------------------------------------------------------
 
-    def pump(self, h2: H2Connection) -> bool:
-        """Send what the windows allow; True when something is left for a later flush."""
+    def pump(self, h2: H2Connection, out: list[Piece]) -> bool:
+        """Send what the windows allow: HEADERS and trailers through h2, DATA as frames
+        appended to ``out`` (after whatever h2 had to say before them); True when something
+        is left for a later flush."""
         if self.closed:
             return False
         sid = self.stream_id
@@ -259,19 +264,14 @@ class Call:
             self.headers_sent = True
         pending = self.pending
         if pending:
-            sent = 0
-            total = len(pending)
-            frame_size = h2.max_outbound_frame_size
-            with memoryview(pending) as view:
-                while sent < total:
-                    window = h2.local_flow_control_window(sid)
-                    if window <= 0:
-                        break
-                    size = min(window, frame_size, total - sent)
-                    h2.send_data(sid, view[sent : sent + size])
-                    sent += size
-            del pending[:sent]
-            if len(pending) < HIGH_WATER:
+            size = min(h2.local_flow_control_window(sid), pending.size)
+            if size > 0:
+                claim_data(h2, sid, size)
+                before = h2.data_to_send()
+                if before:
+                    out.append(before)
+                out += frames(sid, pending.take(size), h2.max_outbound_frame_size)
+            if pending.size < HIGH_WATER:
                 self._release_drain()
             if pending:
                 return True

@@ -5,21 +5,28 @@ Theory of operation. Bytes in go to ``h2`` (``receive_data``); its events open c
 (SETTINGS and PING acknowledgements, WINDOW_UPDATE, RST_STREAM) is written at the end of each
 ``data_received``, so a client's keepalive and BDP pings are answered at once.
 
-Out: calls ask for a flush (:meth:`Connection.schedule`); one flush per turn of the loop sends,
-for every call with something to say, what the peer's windows allow (DATA frames up to its
-maximum frame size) and then the trailers, in one socket write. A call left with bytes when
-its window is empty waits for a WINDOW_UPDATE (or a SETTINGS change of the initial window);
-while the socket's buffer is above asyncio's high-water mark (``pause_writing``) nothing is
-flushed, and the handlers' writes wait (``call.HIGH_WATER``).
+Out: calls ask for a flush (:meth:`Connection.schedule`); one flush per turn of the loop sends, for
+every call with something to say, what the peer's windows allow (DATA frames up to its maximum
+frame size, built beside the responses' bytes by ``outbox.py``, h2 told of the window used) and
+then the trailers, in one socket write: ``writev`` of the pieces straight to a plaintext socket
+while asyncio's transport holds nothing, the transport for the rest and for TLS. A call left with
+bytes when its window is empty waits for a WINDOW_UPDATE (or a SETTINGS change of the initial
+window); while the socket's buffer is above asyncio's high-water mark (``pause_writing``) nothing
+is flushed, and the handlers' writes wait (``call.HIGH_WATER``).
 
 In: the connection's window is reopened as DATA arrives (in steps of a quarter of it); each
 stream's window is reopened by its call as its handler takes requests (``RECEIVE_BUFFER``).
 
 Settings: :data:`MAX_CONCURRENT_STREAMS`, :data:`STREAM_WINDOW`, :data:`MAX_HEADER_LIST`,
-:data:`MAX_FRAME_SIZE` (what the peer may send us). Going away (the server stops): a GOAWAY
-naming the last stream opened is written, later streams are refused (RST_STREAM
-REFUSED_STREAM), the calls open go on until they end or the server cancels them; the socket
-closes once none is left.
+:data:`MAX_FRAME_SIZE` (what the peer may send us).
+
+Going away (the server stops), in grpc's two steps: a GOAWAY naming the highest stream id possible
+(2^31-1: stop opening streams) and a PING; streams the client opened before it saw that GOAWAY
+arrive before the PING's acknowledgement and are served. At the acknowledgement (or after
+:data:`GOAWAY_PING_TIMEOUT_S`, or at once when the server is about to cancel what is left) the
+final GOAWAY names the highest stream opened; later streams are refused (RST_STREAM REFUSED_STREAM:
+never processed, so a client may retry them elsewhere). The calls open go on until they end or the
+server cancels them; the socket closes once the final GOAWAY is out and no call is left.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import asyncio
 import binascii
 import contextlib
 import logging
+import os
 from typing import Any, Final, Protocol
 
 import grpc
@@ -37,6 +45,7 @@ from h2.errors import ErrorCodes
 from h2.events import (
     ConnectionTerminated,
     DataReceived,
+    PingAckReceived,
     RemoteSettingsChanged,
     RequestReceived,
     StreamEnded,
@@ -55,6 +64,7 @@ from tidelog.api.transport.messages import (
     parse_timeout,
     peer_name,
 )
+from tidelog.api.transport.outbox import Piece
 from tidelog.api.transport.peer import auth_context
 
 LOG = logging.getLogger("tidelog.api.transport")
@@ -64,7 +74,12 @@ STREAM_WINDOW: Final = 1 << 20
 CONNECTION_WINDOW: Final = 16 << 20
 MAX_HEADER_LIST: Final = 16 << 10
 MAX_FRAME_SIZE: Final = 1 << 20
+GOAWAY_PING_TIMEOUT_S: Final = 1.0
+"""How long the first GOAWAY's PING may go unanswered before the final GOAWAY is sent."""
 _DEFAULT_WINDOW: Final = 65535
+_MAX_STREAM_ID: Final = (1 << 31) - 1
+_DRAIN_PING: Final = b"tl-drain"
+_IOV_MAX: Final = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
 
 
 class Router(Protocol):
@@ -90,8 +105,15 @@ class Connection(asyncio.Protocol):
         self._flush_handle: asyncio.Handle | None = None
         self._paused = False
         self._transport: asyncio.Transport | None = None
+        self._fd: int | None = None
+        """The socket's descriptor when the connection is plaintext (``_send`` writes to it)."""
         self._owed = 0
         self._going_away = False
+        """New streams are refused (the final GOAWAY is sent, or the peer said GOAWAY)."""
+        self._draining = False
+        """The first GOAWAY (any stream) and its PING are sent."""
+        self._goaway_sent = False
+        self._drain_timer: asyncio.TimerHandle | None = None
         self.peer = "unknown"
         self.auth: dict[str, list[bytes]] = {}
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -101,6 +123,9 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        if transport.get_extra_info("sslcontext") is None:
+            sock = transport.get_extra_info("socket")
+            self._fd = None if sock is None else sock.fileno()
         self.peer = peer_name(transport.get_extra_info("peername"))
         tls = transport.get_extra_info("ssl_object")
         if tls is not None and tls.selected_alpn_protocol() not in (None, "h2"):
@@ -146,6 +171,8 @@ class Connection(asyncio.Protocol):
                 self._unblock()
             elif isinstance(event, ConnectionTerminated):
                 self._going_away = True
+            elif isinstance(event, PingAckReceived) and event.ping_data == _DRAIN_PING:
+                self._final_go_away()
         self._write()
 
     def pause_writing(self) -> None:
@@ -157,6 +184,10 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        self._fd = None
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
         calls, self.calls = self.calls, {}
         for call in calls.values():
             call.on_reset()
@@ -184,21 +215,55 @@ class Connection(asyncio.Protocol):
 
     # -- for the server -------------------------------------------------------------------
 
-    def go_away(self) -> None:
-        """Refuse new streams from now on and say so (module docstring)."""
-        if self._going_away or self._transport is None:
+    def go_away(self, *, final: bool = False) -> None:
+        """Refuse new streams and say so, in two steps (module docstring); ``final``: take
+        the second step now (the server is about to cancel what is left)."""
+        transport = self._transport
+        if transport is None:
             self._going_away = True
             return
-        self._going_away = True
+        if final or self._going_away:
+            self._final_go_away()
+            return
+        if self._draining:
+            return
+        self._draining = True
         self._write()
-        last = self.h2.highest_inbound_stream_id
-        self._transport.write(GoAwayFrame(0, last_stream_id=last, error_code=0).serialize())
-        if not self.calls:
-            self._close()
+        transport.write(GoAwayFrame(0, last_stream_id=_MAX_STREAM_ID, error_code=0).serialize())
+        self.h2.ping(_DRAIN_PING)
+        self._write()
+        self._drain_timer = asyncio.get_running_loop().call_later(
+            GOAWAY_PING_TIMEOUT_S, self._final_go_away
+        )
+
+    @property
+    def settled(self) -> bool:
+        """Going away is done here: the final GOAWAY is out (or the socket gone) and no call
+        is open."""
+        return not self.calls and (self._goaway_sent or self._transport is None)
 
     def cancel_calls(self, code: grpc.StatusCode, details: str) -> None:
         for call in list(self.calls.values()):
             call.cancel(code, details)
+
+    def _final_go_away(self) -> None:
+        """The second GOAWAY: the last stream this connection serves is the highest opened
+        so far; later ones are refused. Closes at once when no call is open."""
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
+        if self._going_away and self._goaway_sent:
+            return
+        self._going_away = True
+        transport = self._transport
+        if transport is None:
+            return
+        self._goaway_sent = True
+        self._write()
+        last = self.h2.highest_inbound_stream_id
+        transport.write(GoAwayFrame(0, last_stream_id=last, error_code=0).serialize())
+        if not self.calls:
+            self._close()
 
     def abort(self) -> None:
         if self._transport is not None:
@@ -291,12 +356,13 @@ class Connection(asyncio.Protocol):
         self._flush_handle = None
         if self._transport is None:
             return
+        out: list[Piece] = []
         if not self._paused and self._ready:
             ready, self._ready = self._ready, {}
             h2 = self.h2
             for stream_id, call in ready.items():
                 try:
-                    left = call.pump(h2)
+                    left = call.pump(h2, out)
                 except H2Error:  # the peer closed the stream in the meantime
                     self.calls.pop(stream_id, None)
                     call.on_reset()
@@ -308,8 +374,14 @@ class Connection(asyncio.Protocol):
                     if not call.ended_by_peer:
                         with contextlib.suppress(H2Error):
                             h2.reset_stream(stream_id, ErrorCodes.NO_ERROR)
-        self._write()
-        if self._going_away and not self.calls:
+        if out:
+            rest = self.h2.data_to_send()
+            if rest:
+                out.append(rest)
+            self._send(out)
+        else:
+            self._write()
+        if self._going_away and self._goaway_sent and not self.calls:
             self._close()
 
     def _write(self) -> None:
@@ -317,6 +389,42 @@ class Connection(asyncio.Protocol):
         if data and self._transport is not None:
             self._transport.write(data)
 
+    def _send(self, pieces: list[Piece]) -> None:
+        """Write ``pieces`` in order: straight to the socket with ``writev`` while the
+        transport holds nothing (plaintext), the rest (or all, with TLS) through it."""
+        transport = self._transport
+        if transport is None:
+            return
+        fd = self._fd
+        if fd is not None and not transport.is_closing() and not transport.get_write_buffer_size():
+            pieces = writev(fd, pieces)
+        if pieces:
+            transport.writelines(pieces)
+
     def _close(self) -> None:
         if self._transport is not None:
             self._transport.close()
+
+
+def writev(fd: int, pieces: list[Piece]) -> list[Piece]:
+    """Write ``pieces`` to the non-blocking socket ``fd`` in as few ``writev`` calls as it
+    takes; what it would not take now (or all that follows an error, for the transport to
+    report) is returned, the first piece cut where the socket stopped."""
+    start = 0
+    while start < len(pieces):
+        batch = pieces[start : start + _IOV_MAX]
+        try:
+            written = os.writev(fd, batch)
+        except (BlockingIOError, InterruptedError):
+            break
+        except OSError:
+            break
+        for piece in batch:
+            length = len(piece)
+            if written < length:
+                if written:
+                    pieces[start] = memoryview(piece)[written:]
+                return pieces[start:]
+            written -= length
+            start += 1
+    return pieces[start:]

@@ -12,10 +12,11 @@ Why it exists: grpcio's server spends tens of microseconds of CPU on every messa
 this one appends every response of a turn of the loop to its stream's bytes and writes them in
 one go (``call.py``), and writes a handler's :class:`~tidelog.api.framed.Framed` as it is.
 
-Stop: the listening sockets close, every connection says GOAWAY (no new calls), the calls in
-flight get ``grace`` seconds to end; those still running are then cancelled and answered
-UNAVAILABLE, and the connections closed. Synchronous handlers (grpcio's health servicer) run in
-this server's worker threads.
+Stop: the listening sockets close, every connection says GOAWAY in grpc's two steps (streams the
+client opened before it heard are still served, later ones refused so that it retries them
+elsewhere: ``connection.py``), the calls in flight get ``grace`` seconds to end; those still running
+are then cancelled and answered UNAVAILABLE, and the connections closed. Synchronous handlers
+(grpcio's health servicer) run in this server's worker threads.
 """
 
 from __future__ import annotations
@@ -103,8 +104,8 @@ class NativeServer:
         if grace:
             await _calls_ended(self.connections, grace)
         for connection in list(self.connections):
+            connection.go_away(final=True)
             connection.cancel_calls(grpc.StatusCode.UNAVAILABLE, "server shutting down")
-            connection.go_away()
         lost = [connection.lost for connection in self.connections]
         if lost:
             _, open_still = await asyncio.wait(lost, timeout=1.0)
@@ -172,8 +173,9 @@ class NativeServer:
 
 
 async def _calls_ended(connections: set[Connection], grace: float) -> None:
-    """Wait until no connection has a call open, or ``grace`` seconds."""
+    """Wait until every connection has said its final GOAWAY and has no call open, or
+    ``grace`` seconds."""
     loop = asyncio.get_running_loop()
     until = loop.time() + grace
-    while any(connection.calls for connection in connections) and loop.time() < until:
+    while not all(c.settled for c in connections) and loop.time() < until:
         await asyncio.sleep(0.02)
