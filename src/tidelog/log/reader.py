@@ -10,7 +10,8 @@ verified at once (``record.verify_records``; the per-record CRC pass is vectoris
 thousand small records, ``crcs.py``), handed out in the pieces its caller asks for, each cut to
 its own bytes. What is read ahead was committed when it was read, so handing it out later
 delivers nothing a direct read would not; ``next_offset`` and ``done`` describe what has been
-handed out.
+handed out. The bytes held ahead are leased from a process-wide budget (``readahead.py``): with
+the budget spent, a reader reads piece by piece, so idle readers cannot hold memory without bound.
 
 A forward reader that has caught up returns empty batches; ``wait()`` blocks until the log commits
 its next offset (the log's condition variable, no polling), and an asyncio caller can use the log's
@@ -27,6 +28,7 @@ import numpy as np
 
 from tidelog.errors import OffsetOutOfRange, TidelogWarning
 from tidelog.log.batch import MessageBatch
+from tidelog.log.readahead import READAHEAD, Lease
 from tidelog.log.record import Record
 
 if TYPE_CHECKING:
@@ -76,6 +78,8 @@ class ForwardReader:
         """The last read ahead (ascending, verified); records from ``_at`` on are not handed
         out yet."""
         self._at = 0
+        self._lease: Lease | None = None
+        """The budget's bytes ``_ahead`` holds (``readahead.py``); dropped with the reader."""
         self._next = start_offset
         self._stop_offset = _NO_LIMIT if stop_offset is None else stop_offset
         self._stop_timestamp = stop_timestamp
@@ -98,26 +102,36 @@ class ForwardReader:
         if self._at < len(self._ahead):
             return self._hand_out(max_messages, max_bytes)
         if self._readahead_bytes > max_bytes:
-            self._ahead = self._read_log(
-                max_messages * -(-self._readahead_bytes // max_bytes), self._readahead_bytes
-            )
-            self._at = 0
-            return self._hand_out(max_messages, max_bytes)
+            lease = READAHEAD.lease(self._readahead_bytes)
+            if lease is not None:  # else the process holds its budget ahead: read a piece
+                self._ahead = self._read_log(
+                    max_messages * -(-self._readahead_bytes // max_bytes), self._readahead_bytes
+                )
+                self._at, self._lease = 0, lease
+                return self._hand_out(max_messages, max_bytes)
         return self._read_log(max_messages, max_bytes)
 
     def _hand_out(self, max_messages: int, max_bytes: int) -> MessageBatch:
         """The next records read ahead that fit the limits (at least one), cut to their bytes."""
         span, at = self._ahead, self._at
-        if at >= len(span):
+        if at >= len(span):  # the read ahead found nothing: hold no lease while waiting
+            self._drop_ahead()
             return MessageBatch.empty()
         ends = np.cumsum(span.sizes[at : at + max_messages])
         end = at + max(int(np.searchsorted(ends, max_bytes, side="right")), 1)
         piece = span.cut(at, end)
         if end >= len(span):
-            self._ahead, self._at = MessageBatch.empty(), 0
+            self._drop_ahead()
         else:
             self._at = end
         return piece
+
+    def _drop_ahead(self) -> None:
+        """Forget the span read ahead (all handed out) and give its lease back."""
+        self._ahead, self._at = MessageBatch.empty(), 0
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
 
     def _read_log(self, max_messages: int, max_bytes: int) -> MessageBatch:
         if self._done:
