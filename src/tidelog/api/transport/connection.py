@@ -143,6 +143,10 @@ class Connection(asyncio.Protocol):
                 SettingCodes.MAX_FRAME_SIZE: MAX_FRAME_SIZE,
             }
         )
+        # Accept frames up to our maximum from the start: h2 sizes its frame parser once per
+        # read, so a peer's SETTINGS ACK and its first large DATA frame arriving in one read
+        # were refused (FRAME_SIZE_ERROR for the whole connection) though the peer was right.
+        h2.max_inbound_frame_size = MAX_FRAME_SIZE
         h2.increment_flow_control_window(CONNECTION_WINDOW - _DEFAULT_WINDOW)
         self._write()
 
