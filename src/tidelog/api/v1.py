@@ -14,7 +14,7 @@ from tidelog.api.browse_service import BrowseService
 from tidelog.api.consume import consume
 from tidelog.api.describe_service import DescribeService
 from tidelog.api.draining import until_draining
-from tidelog.api.frames import END_REASONS, record_batch
+from tidelog.api.frames import END_REASONS, record_batch, record_batch_without_values
 from tidelog.api.inflight import InFlight
 from tidelog.api.metrics import Metrics
 from tidelog.api.site_service import SiteService
@@ -155,10 +155,11 @@ class TidelogService(
             max_bytes=request.max_bytes or None,
         )
         yield v1.RecordBatch()  # the handshake: the subscription exists
+        framed = record_batch_without_values if request.without_values else record_batch
         gate = delivery_gate()
         try:
             async for batch in subscription.batches():
-                frame = record_batch(batch)
+                frame = framed(batch)
                 turn = await gate.turn()  # one send per frame (broker/delivery.py)
                 try:
                     yield frame
