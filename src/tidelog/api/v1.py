@@ -154,8 +154,11 @@ class TidelogService(
             max_messages=request.max_messages or None,
             max_bytes=request.max_bytes or None,
         )
+        framed = record_batch
+        if request.without_values:
+            framed = record_batch_without_values
+            subscription.send_without_values()  # fewer, larger frames: see its docstring
         yield v1.RecordBatch()  # the handshake: the subscription exists
-        framed = record_batch_without_values if request.without_values else record_batch
         gate = delivery_gate()
         try:
             async for batch in subscription.batches():
