@@ -190,6 +190,12 @@ def main() -> None:
                 F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes")
             )
 
+        # Which tidelog the Python workers import (PYTHONPATH decides, as for the driver).
+        worker_tidelog = (
+            spark.sparkContext.parallelize([0], 1)
+            .map(lambda _: __import__("tidelog").__file__)
+            .collect()[0]
+        )
         tasks = reader.load().rdd.getNumPartitions()
         tidelog_s, tidelog_result, tidelog_times = timed(
             lambda: aggregate(reader.load()), args.runs
@@ -272,6 +278,7 @@ def main() -> None:
                         "runs": args.runs,
                         "spark_master": f"local[*] ({cores} cores)",
                         "spark_tasks": tasks,
+                        "worker_tidelog": worker_tidelog,
                         "max_offsets_per_partition": args.max_offsets_per_partition,
                         "query": 'groupBy("partition").agg(count("*"), sum(length("value")))',
                     },
