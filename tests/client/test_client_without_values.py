@@ -130,3 +130,21 @@ def test_a_damaged_value_stops_a_read_without_values_as_it_stops_a_full_read(
     assert full_error == "DataLoss"
     assert (bare, bare_error) == (full, full_error)
     assert 150 not in bare and len(bare) < 150
+
+
+def test_frames_without_values_hold_more_records(server: ServerProcess, stream: str) -> None:
+    """A read without values may read 4x the subscriber byte budget (256 KiB) per frame, as it
+    sends a fraction of the bytes it reads; a full read stays within the budget."""
+    with Client(server.address) as client:
+        client.create_stream(stream)
+        for _ in range(3):
+            client.publish_batch(stream, [bytes(1000)] * 1000)
+        sizes = {}
+        for values in (True, False):
+            frames = client.subscribe_batches(
+                stream, start="earliest", stop=2999, max_messages=5000, values=values
+            )
+            sizes[values] = [len(b) for b in frames]
+    assert sum(sizes[True]) == sum(sizes[False]) == 3000
+    assert max(sizes[True]) <= 256 * 1024 // 1000
+    assert 256 * 1024 // 1000 < max(sizes[False]) <= 4 * 256 * 1024 // 1000
