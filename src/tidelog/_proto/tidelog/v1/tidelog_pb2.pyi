@@ -1607,7 +1607,8 @@ class SubscribeBatchesRequest(_message.Message):
     """Send no value bytes (a reader that needs offsets, timestamps, keys, headers or value sizes
     only): every frame then has Messages.values_omitted set, empty `values` and
     `value_positions`, and each value's size in `value_sizes`. The server reads and verifies
-    every record (its CRC covers the value) exactly as for a full read.
+    every record (its CRC covers the value) exactly as for a full read, and may put up to 4 times
+    its per-subscription byte budget of records in one frame (within max_bytes).
     """
     def __init__(
         self,
