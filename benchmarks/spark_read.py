@@ -29,7 +29,14 @@ source answers with only those Arrow columns; docs/spark.md, "Reading fast"):
   materialised and nothing is written (narrowed to ``value``);
 
 and the first query narrowed too (``narrowed_rows_per_s``, ``narrowed_ratio``: ``partition`` and
-``value``). A source without column narrowing (an older tidelog) records ``null`` for it.
+``value``). A source without column narrowing (an older tidelog) records ``null`` for it. A read
+narrowed to columns without ``value`` asks the broker for frames without value bytes
+(``SubscribeBatches.without_values``), so ``count`` and ``group_by_partition`` narrowed move no
+values at all. The narrowed ratios of the three queries are also top-level keys
+(``count_vs_parquet``, ``group_by_partition_vs_parquet``, ``select_value_vs_parquet``; target
+>= 0.5 each), and each query records the CPU its runs took, in µs per row, of the server, the
+Spark JVM and the Python workers (``cpu_us_per_row``, from ``/proc``: ``spark_cpu.py``) beside
+the wall rates.
 ``--skip-streaming`` leaves out the streaming copy (``streaming_rows_per_s`` is then ``null``).
 
 Prints one JSON object. ``--messages N`` for a smaller run.
@@ -51,6 +58,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import spark_cpu
 
 BATCH = 5_000
 IN_FLIGHT = 8
@@ -181,6 +190,12 @@ def main() -> None:
                 F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes")
             )
 
+        # Which tidelog the Python workers import (PYTHONPATH decides, as for the driver).
+        worker_tidelog = (
+            spark.sparkContext.parallelize([0], 1)
+            .map(lambda _: __import__("tidelog").__file__)
+            .collect()[0]
+        )
         tasks = reader.load().rdd.getNumPartitions()
         tidelog_s, tidelog_result, tidelog_times = timed(
             lambda: aggregate(reader.load()), args.runs
@@ -210,6 +225,7 @@ def main() -> None:
                 raise RuntimeError(f"{name} counted {rows} rows / {size} bytes")
 
         queries = {}
+        server_pid = server.pid
         for query, ddl, run_query in (
             ("count", "partition INT", lambda df: df.count()),
             ("group_by_partition", "partition INT", lambda df: df.groupBy("partition").count()),
@@ -223,6 +239,7 @@ def main() -> None:
                 parquet=lambda: spark.read.parquet(str(parquet)),
                 runs=args.runs,
                 messages=args.messages,
+                server_pid=server_pid,
             )
 
         # The sink's number (benchmarks/spark_stream_sink.py): a streaming tidelog -> tidelog
@@ -247,6 +264,10 @@ def main() -> None:
                     "streaming_rows_per_s": sink["streaming_rows_per_s"],
                     "narrowed_rows_per_s": narrowed_rate,
                     "narrowed_ratio": ratio(narrowed_rate, round(parquet_rate)),
+                    **{
+                        f"{query}_vs_parquet": queries[query]["ratio_narrowed"]
+                        for query in ("count", "group_by_partition", "select_value")
+                    },
                     "queries": queries,
                     "load_average_before": load_before,
                     "load_average_after": list(os.getloadavg()),
@@ -257,6 +278,7 @@ def main() -> None:
                         "runs": args.runs,
                         "spark_master": f"local[*] ({cores} cores)",
                         "spark_tasks": tasks,
+                        "worker_tidelog": worker_tidelog,
                         "max_offsets_per_partition": args.max_offsets_per_partition,
                         "query": 'groupBy("partition").agg(count("*"), sum(length("value")))',
                     },
@@ -291,8 +313,10 @@ def measure_query(
     parquet: Any,
     runs: int,
     messages: int,
+    server_pid: int,
 ) -> dict[str, Any]:
-    """One query over the three inputs: medians as rows/s, ratios to Parquet, every time.
+    """One query over the three inputs: medians as rows/s, ratios to Parquet, every time, and
+    the CPU of the server, the JVM and the Python workers per row read (warm-up included).
 
     ``run_query(df)`` returns a number (``count``) or a DataFrame, which is run to the end
     through the ``noop`` sink (every row computed, nothing written or collected)."""
@@ -307,13 +331,18 @@ def measure_query(
         return run
 
     seconds: dict[str, Any] = {}
+    cpu: dict[str, Any] = {}
     for side, make_df in (("all", all_columns), ("narrowed", narrowed), ("parquet", parquet)):
         runner = action(make_df)
+        before = spark_cpu.snapshot(server_pid)
         got = (
             narrowed_or_none(lambda runner=runner: timed(runner, runs))
             if side == "narrowed"
             else timed(runner, runs)
         )
+        used = spark_cpu.delta(before, spark_cpu.snapshot(server_pid))
+        rows = messages * (runs + 1)
+        cpu[side] = {kind: round(s * 1e6 / rows, 3) for kind, s in used.items()}
         seconds[side] = got
         if got is not None and isinstance(got[1], _Counted) and got[1].rows != messages:
             raise RuntimeError(f"{name} over {side} counted {got[1].rows} rows, not {messages}")
@@ -328,6 +357,8 @@ def measure_query(
             side: None if got is None else [round(t, 3) for t in got[2]]
             for side, got in seconds.items()
         },
+        "cpu_us_per_row": cpu,
+        "load_average_after": list(os.getloadavg()),
     }
 
 

@@ -479,6 +479,11 @@ class StoreLayoutMismatch(StoreError):
         super().__init__(f"store at {path}: {detail}")
 
 
+class ValuesOmitted(TidelogError, ValueError):
+    """A batch read without its values (``SubscribeBatchesRequest.without_values``) was asked for
+    them: its ``values``, its messages or an Arrow ``value`` column."""
+
+
 class MissingExtra(TidelogError, ImportError):
     """A feature needs a package of an optional extra that is not installed (Arrow batches need
     pyarrow, the ``spark`` extra); the message names the extra to install."""

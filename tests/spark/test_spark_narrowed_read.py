@@ -15,6 +15,7 @@ from tests.support.server import ServerProcess
 
 from tidelog.client import Client, Message
 from tidelog.errors import InvalidOption, UnknownColumn
+from tidelog.spark import remote
 from tidelog.spark.columns import columns_of, ddl, source_schema
 from tidelog.spark.options import parse
 from tidelog.spark.source import SPARK_SCHEMA_DDL, ReadRange, read_range
@@ -99,6 +100,41 @@ def test_read_range_emits_only_the_asked_columns(
     assert {tuple(b.schema.names) for b in batches} == {("value", "partition")}
     got = [row for b in batches for row in zip(*b.to_pydict().values(), strict=True)]
     assert got == [(v, p) for p, o, v in published if p == 1 and o < 10]
+
+
+def test_a_read_without_the_value_column_moves_no_value_bytes(
+    server: ServerProcess,
+    published: list[tuple[int, int, bytes]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without Spark: a task whose columns leave out ``value`` reads frames without values
+    (``without_values``), and its other columns are those of a full read."""
+    tls = parse({}).tls
+    client = remote.connect((server.address,), tls)
+    try:
+        bare = list(remote.read_range(client, STREAM, 1, 0, 30, values=False))
+        full = list(remote.read_range(client, STREAM, 1, 0, 30))
+    finally:
+        client.close()
+    assert all(b.values_omitted and not b.frame.messages.values for b in bare)
+    assert sum(map(len, bare)) == 30
+    columns = ("partition", "offset", "timestamp", "key", "headers")
+    assert [b.to_arrow(columns).to_pydict() for b in bare] == [
+        b.to_arrow(columns).to_pydict() for b in full
+    ]
+    asked = []
+    plain_read = remote.read_range
+
+    def spying(*args: Any, **kwargs: Any) -> Any:
+        asked.append(kwargs["values"])
+        return plain_read(*args, **kwargs)
+
+    monkeypatch.setattr(remote, "read_range", spying)
+    for columns in (("offset", "key"), ("value", "offset")):
+        task = ReadRange((server.address,), tls, STREAM, 1, 0, 30, columns=columns)
+        got = [r for b in read_range(task) for r in b.column("offset").to_pylist()]
+        assert got == list(range(30))
+    assert asked == [False, True]
 
 
 @pytest.mark.spark

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import grpc
 
@@ -14,13 +14,14 @@ from tidelog.api.browse_service import BrowseService
 from tidelog.api.consume import consume
 from tidelog.api.describe_service import DescribeService
 from tidelog.api.draining import until_draining
-from tidelog.api.frames import END_REASONS, encoded_record_batch
+from tidelog.api.frames import END_REASONS, encoded_record_batch, record_batch_without_values
 from tidelog.api.inflight import InFlight
 from tidelog.api.metrics import Metrics
 from tidelog.api.site_service import SiteService
 from tidelog.api.status import is_refusal, log_failure, status_of
 from tidelog.api.view_service import ViewService
 from tidelog.broker import (
+    MessageBatch,
     NewRecord,
     PackedValues,
     StartPosition,
@@ -154,11 +155,15 @@ class TidelogService(
             max_messages=request.max_messages or None,
             max_bytes=request.max_bytes or None,
         )
+        framed: Callable[[MessageBatch], v1.RecordBatch | bytes] = encoded_record_batch
+        if request.without_values:
+            framed = record_batch_without_values
+            subscription.send_without_values()  # fewer, larger frames: see its docstring
         yield v1.RecordBatch()  # the handshake: the subscription exists
         gate = delivery_gate()
         try:
             async for batch in subscription.batches():
-                frame = encoded_record_batch(batch)  # the bytes of its RecordBatch
+                frame = framed(batch)
                 turn = await gate.turn()  # one send per frame (broker/delivery.py)
                 try:
                     yield frame

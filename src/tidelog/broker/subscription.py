@@ -258,6 +258,11 @@ def _resolve_reverse(
     return Bounds(max(offset, 0), stop_offset, stop_timestamp, reverse=True, empty=empty)
 
 
+VALUELESS_BUDGET_FACTOR: Final = 4
+"""How many times the byte budget of record bytes a batch sent without values may read
+(:meth:`Subscription.send_without_values`)."""
+
+
 class Subscription:
     """Feeds one subscriber from one partition; iterate :meth:`batches`.
 
@@ -283,6 +288,8 @@ class Subscription:
         self.seekable = seekable
         self._max_messages = max_messages
         self._max_bytes = min(max_bytes, buffer_bytes)
+        self._asked_bytes = max_bytes
+        self._buffer_bytes = buffer_bytes
         self._end_at_readonly = not seekable and bounds.stop_offset is None
         self.end_reason: EndReason | None = None
         self.fenced = False
@@ -307,6 +314,16 @@ class Subscription:
         )
         """Forward without stop bounds and no seeks: a read that reached the high watermark
         means caught up (see :meth:`_at_tip`)."""
+
+    def send_without_values(self) -> None:
+        """The subscriber takes frames without value bytes (``without_values``): what it holds in
+        hand per record is then its offset, timestamp, value size, key and headers, never more
+        than the record's stored bytes and, for values of 100 B, about a sixth of them. So a
+        batch may read up to :data:`VALUELESS_BUDGET_FACTOR` times the byte budget of record
+        bytes (still within what the subscriber asked for): fewer, larger frames, which is most
+        of what such a read costs the server (each frame's send). Every record is still read
+        and CRC-checked whole."""
+        self._max_bytes = min(self._asked_bytes, VALUELESS_BUDGET_FACTOR * self._buffer_bytes)
 
     def _open_reader(self, bounds: Bounds) -> Reader | None:
         if bounds.empty:

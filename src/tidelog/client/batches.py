@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog.client.models import ReceivedMessage
+from tidelog.errors import ValuesOmitted
 from tidelog.wire import columns
 from tidelog.wire.arrow import COLUMNS, MalformedBatch, arrow_batch
 from tidelog.wire.columns import FrameBytes
@@ -157,6 +158,11 @@ class BinaryColumn(Sequence["bytes | None"]):
 def _value_column(got: FrameBytes, n: int) -> BinaryColumn:
     import numpy as np
 
+    if got.values_omitted:
+        raise ValuesOmitted(
+            "this batch was read without its values (subscribe_batches(values=False)): "
+            "its value_sizes are there, its values are not"
+        )
     if len(got.value_sizes) != 4 * n:
         raise MalformedBatch(f"malformed batch: value_sizes must hold {n} u32 entries")
     sizes = np.frombuffer(got.value_sizes, dtype="<u4")
@@ -286,6 +292,24 @@ class ReceivedBatch(Sequence[ReceivedMessage]):
         if self._values is None:
             self._values = _value_column(self._bytes, self._n)
         return self._values
+
+    @property
+    def values_omitted(self) -> bool:
+        """Whether the batch was read without its values (``subscribe_batches(values=False)``):
+        then ``values``, ``messages()`` and an Arrow ``value`` column raise
+        :class:`~tidelog.errors.ValuesOmitted`, and ``value_sizes`` still holds every size."""
+        return self._bytes.values_omitted
+
+    @property
+    def value_sizes(self) -> npt.NDArray[np.uint32]:
+        """Each message's value size in bytes (a read-only view of the frame's column; there
+        also when the batch was read without its values)."""
+        import numpy as np
+
+        sizes = self._bytes.value_sizes
+        if len(sizes) != 4 * self._n:
+            raise MalformedBatch(f"malformed batch: value_sizes must hold {self._n} u32 entries")
+        return np.frombuffer(sizes, dtype="<u4")
 
     @property
     def keys(self) -> BinaryColumn | None:

@@ -69,6 +69,7 @@ class SubscribeCalls:
         reverse: bool = False,
         resume: bool = False,
         max_messages: int = 0,
+        values: bool = True,
     ) -> AsyncGenerator[ReceivedBatch, None]:
         """Open a subscription now (the server's handshake is awaited, so errors raise here and
         ``start="new"`` means new from this call on); iterate the result for the batches
@@ -79,9 +80,11 @@ class SubscribeCalls:
         failure is an attempt that ``tidelog.client.retry`` would send again, and a failed
         attempt to reopen it is sent again likewise, within the retry budget."""
         opened = await self._open_once(
-            stream, partition, start, stop, reverse, resume, max_messages
+            stream, partition, start, stop, reverse, resume, max_messages, values
         )
-        return self._following(opened, stream, partition, start, stop, reverse, max_messages)
+        return self._following(
+            opened, stream, partition, start, stop, reverse, max_messages, values
+        )
 
     async def _following(
         self,
@@ -92,6 +95,7 @@ class SubscribeCalls:
         stop: Stop,
         reverse: bool,
         max_messages: int,
+        values: bool,
     ) -> AsyncGenerator[ReceivedBatch, None]:
         last: int | None = None
         while True:
@@ -117,6 +121,7 @@ class SubscribeCalls:
                 reverse,
                 False,
                 max_messages,
+                values,
             )
 
     async def _open_once(
@@ -128,6 +133,7 @@ class SubscribeCalls:
         reverse: bool,
         resume: bool,
         max_messages: int,
+        values: bool,
     ) -> AsyncGenerator[v1.RecordBatch, None]:
         request = v1.SubscribeBatchesRequest(
             stream=stream,
@@ -135,6 +141,7 @@ class SubscribeCalls:
             reverse=reverse,
             resume=resume,
             max_messages=max_messages,
+            without_values=not values,
             **start_fields(start),
             **stop_fields(stop),
         )
@@ -164,12 +171,18 @@ class SubscribeCalls:
         reverse: bool = False,
         resume: bool = False,
         max_messages: int = 0,
+        values: bool = True,
     ) -> AsyncGenerator[ReceivedBatch, None]:
         """Columnar batches, for throughput: each a
         :class:`~tidelog.client.batches.ReceivedBatch`, its columns numpy views of the frame
         received (``offsets``, ``timestamps``, ``values``, ``keys``, ``headers``,
         ``to_arrow()``), its messages built only when it is iterated. Lazy: the subscription
-        opens at the first iteration (``open_subscription`` opens it at once)."""
+        opens at the first iteration (``open_subscription`` opens it at once).
+
+        ``values=False`` asks the server not to send the value bytes (``without_values``): for
+        a reader of offsets, timestamps, keys, headers or value sizes only (the server still
+        reads and verifies every record); such a batch's ``values``, ``messages()`` and Arrow
+        ``value`` column raise :class:`~tidelog.errors.ValuesOmitted`."""
         batches = await self.open_subscription(
             stream,
             partition,
@@ -178,6 +191,7 @@ class SubscribeCalls:
             reverse=reverse,
             resume=resume,
             max_messages=max_messages,
+            values=values,
         )
         try:
             async for batch in batches:

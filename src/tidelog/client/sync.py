@@ -222,6 +222,7 @@ class Client(SyncViewCalls, SyncSiteCalls, SyncDescribeCalls):
         reverse: bool = False,
         resume: bool = False,
         max_messages: int = 0,
+        values: bool = True,
     ) -> Iterator[ReceivedBatch]:
         """Columnar batches (see ``AsyncClient.subscribe_batches``; iterate one for its
         messages). The subscription is open when this returns (errors raise here, and
@@ -234,6 +235,7 @@ class Client(SyncViewCalls, SyncSiteCalls, SyncDescribeCalls):
             reverse=reverse,
             resume=resume,
             max_messages=max_messages,
+            values=values,
         )
 
     def open_subscription(
@@ -246,6 +248,7 @@ class Client(SyncViewCalls, SyncSiteCalls, SyncDescribeCalls):
         reverse: bool = False,
         resume: bool = False,
         max_messages: int = 0,
+        values: bool = True,
     ) -> Iterator[ReceivedBatch]:
         """See ``AsyncClient.open_subscription``: open when this returns; iterate the result for
         the columnar batches (in a cluster a forward one follows a new leader)."""
@@ -258,6 +261,7 @@ class Client(SyncViewCalls, SyncSiteCalls, SyncDescribeCalls):
                 reverse=reverse,
                 resume=resume,
                 max_messages=max_messages,
+                values=values,
             )
         )
         return self._iterate(batches)

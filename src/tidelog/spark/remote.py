@@ -158,17 +158,16 @@ def read_range(
     *,
     reverse: bool = False,
     fail_on_data_loss: bool = True,
+    values: bool = True,
 ) -> Iterator[ReceivedBatch]:
     """The batches holding exactly the committed records of offsets ``[start, stop)``, oldest
-    first (``reverse``: newest first). Offsets below the oldest retained one are lost to
+    first (``reverse``: newest first); ``values=False``: without their value bytes (the server
+    does not send them). Offsets below the oldest retained one are lost to
     retention: :class:`OffsetsLost` with ``fail_on_data_loss``, else a warning in the log and
     the rest of the range. Gaps (compaction) are not losses."""
     if stop <= start:
         return
-    if reverse:
-        frames = _subscribe(client, stream, partition, start, stop, reverse=True)
-    else:
-        frames = _subscribe(client, stream, partition, start, stop, reverse=False)
+    frames = _subscribe(client, stream, partition, start, stop, reverse=reverse, values=values)
     lowest = None
     try:
         for batch in frames or ():
@@ -187,14 +186,27 @@ def read_range(
 
 
 def _subscribe(
-    client: Client, stream: str, partition: int, start: int, stop: int, *, reverse: bool
+    client: Client,
+    stream: str,
+    partition: int,
+    start: int,
+    stop: int,
+    *,
+    reverse: bool,
+    values: bool = True,
 ) -> Iterator[ReceivedBatch] | None:
     """The subscription for ``[start, stop)``; ``None`` when retention removed all of it
     (the server refuses a stop below the retained start)."""
     first, last = (stop - 1, start) if reverse else (start, stop - 1)
     try:
         return client.subscribe_batches(
-            stream, partition, start=first, stop=last, reverse=reverse, max_messages=FRAME_MESSAGES
+            stream,
+            partition,
+            start=first,
+            stop=last,
+            reverse=reverse,
+            max_messages=FRAME_MESSAGES,
+            values=values,
         )
     except InvalidArgument:
         oldest = oldest_offset(client, stream, partition)

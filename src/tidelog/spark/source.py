@@ -14,7 +14,8 @@ micro-batch reads the same records (unless retention removed some meanwhile: ``f
 
 Columns: a read emits the columns of the schema Spark gives ``reader(schema)`` (the user's, or
 the source's own, narrowed by option ``columns``), and only those are built
-(``tidelog.spark.columns``): a query that needs two columns does not pay Spark for seven.
+(``tidelog.spark.columns``): a query that needs two columns does not pay Spark for seven. A read
+without the ``value`` column asks the broker not to send values at all (``without_values``).
 
 Streaming offsets (Spark's checkpoint) are ``{"<stream>": {"<partition>": next offset}}``; a
 micro-batch reads ``[previous end, end)`` of each partition. A partition that appears during the
@@ -104,6 +105,7 @@ def read_range(task: InputPartition) -> Iterator[pa.RecordBatch]:
             task.stop,
             reverse=task.reverse,
             fail_on_data_loss=task.fail_on_data_loss and not task.from_oldest,
+            values="value" in task.columns,  # else the broker sends no value bytes
         ):
             yield batch.to_arrow(task.columns)
     finally:

@@ -34,7 +34,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any, Final
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
-from tidelog.errors import MissingExtra
+from tidelog.errors import MissingExtra, ValuesOmitted
 from tidelog.wire.columns import FrameBytes
 
 if TYPE_CHECKING:
@@ -137,6 +137,10 @@ def _values(got: FrameBytes, n: int) -> Any:
     import numpy as np
 
     pa = pyarrow()
+    if got.values_omitted:
+        raise ValuesOmitted(
+            "a frame read without its values (without_values) has no value column to build"
+        )
     if len(got.value_sizes) != 4 * n:
         raise MalformedBatch(f"malformed batch: value_sizes must hold {n} u32 entries")
     sizes = np.frombuffer(got.value_sizes, dtype="<u4").astype(np.int64)

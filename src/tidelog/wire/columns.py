@@ -24,6 +24,7 @@ from operator import add
 from typing import TYPE_CHECKING, Final, cast
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
+from tidelog.errors import ValuesOmitted
 
 if TYPE_CHECKING:
     import numpy as np
@@ -77,6 +78,11 @@ class FrameBytes:
         return self._field("values", self.frame.messages)
 
     @property
+    def values_omitted(self) -> bool:
+        """Whether the frame was sent without its value bytes (``values`` is then empty)."""
+        return self.frame.messages.values_omitted
+
+    @property
     def value_sizes(self) -> bytes:
         return self._field("value_sizes", self.frame.messages)
 
@@ -96,6 +102,11 @@ class FrameBytes:
     def headers(self) -> Sequence[v1.HeaderList]:
         """One list per message, or none at all (not copied: protobuf lists)."""
         return self.frame.messages.headers
+
+
+OMITTED_IN_PUBLISH: Final = (
+    "malformed batch: values_omitted is set (only subscription frames may omit their values)"
+)
 
 
 def _encoded(column: array[int]) -> bytes:
@@ -167,11 +178,24 @@ def pack_at(
     return columns
 
 
+def pack_without_values(
+    sizes: npt.NDArray[np.int64],
+    keys: Sequence[bytes | None] | None = None,
+    headers: Sequence[Mapping[str, bytes]] | None = None,
+) -> v1.Messages:
+    """Columns without the value bytes (``values_omitted``): each value's size, keys, headers."""
+    columns = v1.Messages(value_sizes=sizes.astype("<u4").tobytes(), values_omitted=True)
+    add_keys_and_headers(columns, len(sizes), keys, headers)
+    return columns
+
+
 def plain_values(columns: v1.Messages) -> tuple[bytes, npt.NDArray[np.int64]] | None:
     """The values buffer and sizes of a batch without keys or headers (None if it has some);
     ``ValueError`` if the sizes do not fit the buffer."""
     import numpy as np  # the server's form: see the module's docstring
 
+    if columns.values_omitted:  # a refused request (INVALID_ARGUMENT), as any malformed batch
+        raise ValueError(OMITTED_IN_PUBLISH)
     if columns.keys or columns.key_sizes or len(columns.headers) or columns.value_positions:
         return None
     if len(columns.value_sizes) % 4:
@@ -199,6 +223,11 @@ def unpack(
 
     Raises ``ValueError`` naming the inconsistency when the columns do not fit together.
     """
+    if columns.values_omitted:
+        raise ValuesOmitted(
+            "this batch was read without its values (without_values): it has no messages to "
+            "build; read its offsets, timestamps, keys and value sizes as columns"
+        )
     value_sizes = _decoded(_U32, columns.value_sizes, "value_sizes")
     n = len(value_sizes)
     blob = columns.values

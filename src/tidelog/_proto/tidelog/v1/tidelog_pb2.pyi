@@ -1455,6 +1455,7 @@ class Messages(_message.Message):
     KEY_SIZES_FIELD_NUMBER: _builtins.int
     HEADERS_FIELD_NUMBER: _builtins.int
     VALUE_POSITIONS_FIELD_NUMBER: _builtins.int
+    VALUES_OMITTED_FIELD_NUMBER: _builtins.int
     values: _builtins.bytes
     value_sizes: _builtins.bytes
     keys: _builtins.bytes
@@ -1463,6 +1464,11 @@ class Messages(_message.Message):
     """Optional, n little-endian uint32: where each value starts in `values`. When present the
     values need not lie back to back (the server sends stored records as they are on disk and
     points at their values, instead of copying every value out).
+    """
+    values_omitted: _builtins.bool
+    """Set on a subscription frame whose subscriber asked for no values
+    (SubscribeBatchesRequest.without_values): `values` and `value_positions` are empty and
+    `value_sizes` still holds each value's size. Never set in a publish.
     """
     @_builtins.property
     def headers(self) -> _containers.RepeatedCompositeFieldContainer[Global___HeaderList]: ...
@@ -1475,10 +1481,11 @@ class Messages(_message.Message):
         key_sizes: _builtins.bytes = ...,
         headers: _abc.Iterable[Global___HeaderList] | None = ...,
         value_positions: _builtins.bytes = ...,
+        values_omitted: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["headers", b"headers", "key_sizes", b"key_sizes", "keys", b"keys", "value_positions", b"value_positions", "value_sizes", b"value_sizes", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["headers", b"headers", "key_sizes", b"key_sizes", "keys", b"keys", "value_positions", b"value_positions", "value_sizes", b"value_sizes", "values", b"values", "values_omitted", b"values_omitted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1581,6 +1588,7 @@ class SubscribeBatchesRequest(_message.Message):
     RESUME_FIELD_NUMBER: _builtins.int
     MAX_MESSAGES_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
+    WITHOUT_VALUES_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     partition: _builtins.int
     start_position: Global___StartPosition.ValueType
@@ -1595,6 +1603,13 @@ class SubscribeBatchesRequest(_message.Message):
     max_messages: _builtins.int
     """Upper bounds per batch; 0 = the server's defaults (1000 messages, 1 MiB)."""
     max_bytes: _builtins.int
+    without_values: _builtins.bool
+    """Send no value bytes (a reader that needs offsets, timestamps, keys, headers or value sizes
+    only): every frame then has Messages.values_omitted set, empty `values` and
+    `value_positions`, and each value's size in `value_sizes`. The server reads and verifies
+    every record (its CRC covers the value) exactly as for a full read, and may put up to 4 times
+    its per-subscription byte budget of records in one frame (within max_bytes).
+    """
     def __init__(
         self,
         *,
@@ -1610,10 +1625,11 @@ class SubscribeBatchesRequest(_message.Message):
         resume: _builtins.bool = ...,
         max_messages: _builtins.int = ...,
         max_bytes: _builtins.int = ...,
+        without_values: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_messages", b"max_messages", "partition", b"partition", "resume", b"resume", "reverse", b"reverse", "start_offset", b"start_offset", "start_position", b"start_position", "start_timestamp", b"start_timestamp", "stop_offset", b"stop_offset", "stop_position", b"stop_position", "stop_timestamp", b"stop_timestamp", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_messages", b"max_messages", "partition", b"partition", "resume", b"resume", "reverse", b"reverse", "start_offset", b"start_offset", "start_position", b"start_position", "start_timestamp", b"start_timestamp", "stop_offset", b"stop_offset", "stop_position", b"stop_position", "stop_timestamp", b"stop_timestamp", "stream", b"stream", "without_values", b"without_values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
