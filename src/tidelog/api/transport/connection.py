@@ -57,6 +57,7 @@ from h2.settings import SettingCodes
 from hyperframe.frame import GoAwayFrame
 
 from tidelog.api.transport.call import Call
+from tidelog.api.transport.limits import UNEXPECTED_LOG_INTERVAL_S, RateLimited
 from tidelog.api.transport.messages import (
     RESERVED_HEADERS,
     encode_message,
@@ -80,6 +81,7 @@ _DEFAULT_WINDOW: Final = 65535
 _MAX_STREAM_ID: Final = (1 << 31) - 1
 _DRAIN_PING: Final = b"tl-drain"
 _IOV_MAX: Final = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
+_unexpected: Final = RateLimited(LOG, UNEXPECTED_LOG_INTERVAL_S)
 
 
 class Router(Protocol):
@@ -148,6 +150,13 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
+            self._received(data)
+        except Exception:  # a bug here must cost this connection only, never the loop's handler
+            _unexpected.warn("%s: unexpected error on an HTTP/2 connection; closing it", self.peer)
+            self.abort()
+
+    def _received(self, data: bytes) -> None:
+        try:
             events = self.h2.receive_data(data)
         except H2Error as error:
             LOG.debug("%s: HTTP/2 protocol error: %s", self.peer, error)
@@ -158,7 +167,8 @@ class Connection(asyncio.Protocol):
             if isinstance(event, DataReceived):
                 self._on_data(event)
             elif isinstance(event, RequestReceived):
-                self._on_request(event.stream_id, event.headers or [])
+                with contextlib.suppress(H2Error):  # reset (and forgotten) in the same read
+                    self._on_request(event.stream_id, event.headers or [])
             elif isinstance(event, StreamEnded):
                 call = self.calls.get(event.stream_id)
                 if call is not None:
@@ -208,8 +218,7 @@ class Connection(asyncio.Protocol):
     def reopen(self, stream_id: int, size: int) -> None:
         if size <= 0:
             return
-        with contextlib.suppress(H2Error):  # the stream may have ended meanwhile
-            self.h2.increment_flow_control_window(size, stream_id)
+        self._reopen_stream(stream_id, size)
         if self._flush_handle is None:
             self._schedule_flush()
 
@@ -280,9 +289,17 @@ class Connection(asyncio.Protocol):
         call = self.calls.get(event.stream_id)
         if call is not None:
             call.on_data(event.data or b"", flow)
-        else:
-            with contextlib.suppress(H2Error):
-                self.h2.increment_flow_control_window(flow, event.stream_id)
+        elif flow:
+            self._reopen_stream(event.stream_id, flow)
+
+    def _reopen_stream(self, stream_id: int, size: int) -> None:
+        """A WINDOW_UPDATE of ``size`` for ``stream_id``, unless the stream is gone: h2 may have
+        closed (and forgotten) it while parsing the same read as the DATA being accounted,
+        and indexes ``streams`` directly (a KeyError, not an H2Error)."""
+        if stream_id not in self.h2.streams:
+            return
+        with contextlib.suppress(H2Error):  # closed but not yet forgotten
+            self.h2.increment_flow_control_window(size, stream_id)
 
     def _on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
         h2 = self.h2
@@ -354,6 +371,13 @@ class Connection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_handle = None
+        try:
+            self._flush_calls()
+        except Exception:  # as in data_received: this connection only
+            _unexpected.warn("%s: unexpected error on an HTTP/2 connection; closing it", self.peer)
+            self.abort()
+
+    def _flush_calls(self) -> None:
         if self._transport is None:
             return
         out: list[Piece] = []

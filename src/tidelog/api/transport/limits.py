@@ -1,0 +1,44 @@
+"""What the native transport refuses to let one client cost it, and the small tools that say so.
+
+The bounds themselves are enforced where the thing bounded lives (``connection.py``, ``call.py``,
+``server.py``); this module holds what they share: the rate-limited log line a misbehaving or
+broken connection leaves (:class:`RateLimited`: one line per interval, the rest counted, so a
+client cannot fill the log), and the intervals.
+
+Invariant: a :class:`RateLimited` logs at most one line per ``interval`` seconds, whatever the
+number of calls; the first line after a quiet spell says how many were not logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Final
+
+UNEXPECTED_LOG_INTERVAL_S: Final = 60.0
+"""At most one WARNING (with its traceback) per this many seconds for errors no code path
+expected on a connection (each closes that connection only)."""
+
+
+class RateLimited:
+    """One log line per interval, the rest counted (module docstring)."""
+
+    def __init__(self, log: logging.Logger, interval: float) -> None:
+        self.log = log
+        self.interval = interval
+        self._next = 0.0
+        self.suppressed = 0
+
+    def warn(self, message: str, *args: object, traceback: bool = True) -> bool:
+        """Log ``message`` at WARNING (with the exception being handled when ``traceback``)
+        unless one was logged less than ``interval`` seconds ago; whether it was logged."""
+        now = time.monotonic()
+        if now < self._next:
+            self.suppressed += 1
+            return False
+        self._next = now + self.interval
+        suppressed, self.suppressed = self.suppressed, 0
+        if suppressed:
+            message += f" ({suppressed} more like it not logged)"
+        self.log.warning(message, *args, exc_info=traceback)
+        return True

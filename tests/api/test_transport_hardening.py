@@ -1,0 +1,231 @@
+"""The native transport against clients that misbehave, frame by frame (the attack review's cases).
+
+A :class:`NativeServer` serving a few byte-level methods runs in the test's loop on a loopback
+port; a raw client (``h2`` as the client's state machine over asyncio streams, or hand-built
+hyperframe frames where h2 would refuse to send them) does what an attacker or a racing client
+does. Each test checks that the connection (or only the one call) ends the way grpcio's server
+ends it, and that bystander calls on the same connection are served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import pytest
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.events import (
+    ConnectionTerminated,
+    Event,
+    ResponseReceived,
+    StreamReset,
+    TrailersReceived,
+)
+from hyperframe.frame import DataFrame, RstStreamFrame
+
+from tidelog.api.transport import NativeServer, connection
+from tidelog.api.transport.limits import UNEXPECTED_LOG_INTERVAL_S, RateLimited
+from tidelog.api.transport.messages import frame
+
+Context = Any
+
+
+def _handlers() -> grpc.GenericRpcHandler:
+    async def echo(request: bytes, context: Context) -> bytes:
+        return request
+
+    async def total(requests: AsyncIterator[bytes], context: Context) -> bytes:
+        size = 0
+        async for request in requests:
+            size += len(request)
+        return str(size).encode()
+
+    async def flood(request: bytes, context: Context) -> AsyncIterator[bytes]:
+        while True:
+            yield bytes(int(request))
+
+    return grpc.method_handlers_generic_handler(
+        "t.T",
+        {
+            "Echo": grpc.unary_unary_rpc_method_handler(echo),
+            "Total": grpc.stream_unary_rpc_method_handler(total),
+            "Flood": grpc.unary_stream_rpc_method_handler(flood),
+        },
+    )
+
+
+def headers(method: str, extra: list[tuple[bytes, bytes]] | None = None) -> list[Any]:
+    return [
+        (b":method", b"POST"),
+        (b":scheme", b"http"),
+        (b":path", f"/t.T/{method}".encode()),
+        (b":authority", b"localhost"),
+        (b"content-type", b"application/grpc"),
+        (b"te", b"trailers"),
+        *(extra or []),
+    ]
+
+
+class Client:
+    """h2 on the client side over one asyncio connection."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.h2 = H2Connection(H2Configuration(client_side=True, header_encoding=None))
+        self.events: list[Event] = []
+        self.closed = False
+
+    async def start(self, settings: dict[int, int] | None = None) -> None:
+        self.h2.initiate_connection()
+        if settings:
+            self.h2.update_settings(settings)
+        await self.flush()
+
+    async def flush(self, extra: bytes = b"") -> None:
+        self.writer.write(self.h2.data_to_send() + extra)
+        await self.writer.drain()
+
+    async def unary(self, stream_id: int, method: str, body: bytes, **kw: Any) -> None:
+        self.h2.send_headers(stream_id, headers(method, kw.get("extra")))
+        self.h2.send_data(stream_id, frame(body), end_stream=True)
+        await self.flush()
+
+    async def read(self, timeout: float = 5.0) -> bool:
+        """One read's events into ``events``; False at EOF (or a reset socket)."""
+        try:
+            data = await asyncio.wait_for(self.reader.read(1 << 20), timeout)
+        except ConnectionError:
+            data = b""
+        if not data:
+            self.closed = True
+            return False
+        self.events += self.h2.receive_data(data)
+        out = self.h2.data_to_send()
+        if out:
+            self.writer.write(out)
+        return True
+
+    def status(self, stream_id: int) -> tuple[str, str] | None:
+        """(grpc-status, grpc-message) of a stream, ("RST", code), or None yet."""
+        for event in self.events:
+            if isinstance(event, ResponseReceived | TrailersReceived) and (
+                event.stream_id == stream_id
+            ):
+                found = dict(event.headers or [])
+                if b"grpc-status" in found:
+                    return found[b"grpc-status"].decode(), found.get(b"grpc-message", b"").decode()
+            if isinstance(event, StreamReset) and event.stream_id == stream_id:
+                return "RST", str(event.error_code)
+        return None
+
+    async def status_of(self, stream_id: int, timeout: float = 5.0) -> tuple[str, str] | None:
+        loop = asyncio.get_running_loop()
+        until = loop.time() + timeout
+        while self.status(stream_id) is None and loop.time() < until:
+            if not await self.read(until - loop.time()):
+                break
+        return self.status(stream_id)
+
+    @property
+    def terminated(self) -> bool:
+        return any(isinstance(event, ConnectionTerminated) for event in self.events)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+Scenario = Callable[[NativeServer, int], Awaitable[None]]
+
+
+def serve(scenario: Scenario, **kwargs: Any) -> None:
+    async def main() -> None:
+        server = NativeServer(**kwargs)
+        server.add_generic_rpc_handlers([_handlers()])
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            await scenario(server, port)
+        finally:
+            await server.stop(None)
+
+    asyncio.run(main())
+
+
+async def connect(port: int, settings: dict[int, int] | None = None) -> Client:
+    client = Client(*await asyncio.open_connection("127.0.0.1", port))
+    await client.start(settings)
+    return client
+
+
+def test_data_and_a_reset_in_one_read_cost_neither_the_connection_nor_a_log_storm(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """h2 forgets a stream reset in the same read as its DATA (a new stream opening prunes
+    it); reopening its window then found no stream. Bystander calls go on."""
+
+    async def scenario(server: NativeServer, port: int) -> None:
+        client = await connect(port)
+        await client.read()
+        for round_ in range(3):
+            sid = 1 + 4 * round_
+            client.h2.send_headers(sid, headers("Total"))
+            await client.flush()
+            data = DataFrame(sid, frame(b"x" * 100)).serialize()
+            reset = RstStreamFrame(sid, error_code=8).serialize()  # CANCEL
+            client.h2.send_headers(sid + 2, headers("Echo"))
+            client.h2.send_data(sid + 2, frame(b"hello"), end_stream=True)
+            opened = client.h2.data_to_send()
+            client.writer.write(data + reset + opened)
+            await client.writer.drain()
+            assert await client.status_of(sid + 2) == ("0", ""), client.events[-3:]
+            client.h2.streams.pop(sid, None)  # the client's h2 never saw its own raw reset
+        assert not client.closed and not client.terminated
+        client.close()
+
+    with caplog.at_level(logging.DEBUG):
+        serve(scenario)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+def test_an_unexpected_error_closes_that_connection_only_and_is_logged_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fresh = RateLimited(logging.getLogger("tidelog.api.transport"), UNEXPECTED_LOG_INTERVAL_S)
+    monkeypatch.setattr(connection, "_unexpected", fresh)
+
+    async def scenario(server: NativeServer, port: int) -> None:
+        bystander = await connect(port)
+        await bystander.unary(1, "Echo", b"a")
+        assert await bystander.status_of(1) == ("0", "")
+
+        def broken(method: str, metadata: object) -> None:
+            raise RuntimeError("a bug in routing")
+
+        lookup = server.lookup
+        server.lookup = broken  # type: ignore[method-assign]
+        victims = []
+        for _ in range(3):
+            victim = await connect(port)
+            await victim.unary(1, "Echo", b"b")
+            victims.append(victim)
+        for victim in victims:
+            assert await victim.status_of(1) is None
+            assert victim.closed
+            victim.close()
+        server.lookup = lookup  # type: ignore[method-assign]
+        await bystander.unary(3, "Echo", b"c")
+        assert await bystander.status_of(3) == ("0", "")
+        bystander.close()
+
+    with caplog.at_level(logging.WARNING):
+        serve(scenario)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, caplog.text
+    assert warnings[0].name == "tidelog.api.transport"
+    assert warnings[0].exc_info is not None and "a bug in routing" in caplog.text
+    assert "Fatal error" not in caplog.text  # asyncio's own handler never saw it
