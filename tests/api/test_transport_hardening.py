@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -20,15 +22,21 @@ from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.events import (
     ConnectionTerminated,
+    DataReceived,
     Event,
     ResponseReceived,
     StreamReset,
     TrailersReceived,
 )
+from h2.settings import SettingCodes
 from hyperframe.frame import DataFrame, RstStreamFrame
 
 from tidelog.api.transport import NativeServer, connection
-from tidelog.api.transport.limits import UNEXPECTED_LOG_INTERVAL_S, RateLimited
+from tidelog.api.transport.limits import (
+    CONNECTION_PENDING,
+    UNEXPECTED_LOG_INTERVAL_S,
+    RateLimited,
+)
 from tidelog.api.transport.messages import frame
 
 Context = Any
@@ -229,3 +237,65 @@ def test_an_unexpected_error_closes_that_connection_only_and_is_logged_once(
     assert warnings[0].name == "tidelog.api.transport"
     assert warnings[0].exc_info is not None and "a bug in routing" in caplog.text
     assert "Fatal error" not in caplog.text  # asyncio's own handler never saw it
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_a_client_that_never_reads_pins_a_bounded_amount_whatever_its_streams() -> None:
+    """100 endless server streams of 64 KiB messages to a client whose windows stay shut:
+    the writes stop at the connection's budget (they used to stop at 1 MiB per call)."""
+    streams = 100
+    size = 64 << 10
+
+    async def scenario(server: NativeServer, port: int) -> None:
+        client = await connect(port, {SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        await client.read()
+        before = rss_mb()
+        for n in range(streams):
+            await client.unary(1 + 2 * n, "Flood", str(size).encode())
+        await asyncio.sleep(1.0)  # ample for every handler to fill what it may
+        grown = rss_mb() - before
+        assert grown < 32, f"{streams} stalled streams grew the process by {grown:.0f} MB"
+        (conn,) = server.connections
+        held = conn.pending_bytes
+        queued = sum(len(call.pending) for call in conn.calls.values())
+        assert len(conn.calls) == streams
+        assert held == queued
+        assert held <= CONNECTION_PENDING + streams * (size + 5), held
+        client.close()
+
+    serve(scenario)
+
+
+def test_writes_waiting_for_the_connection_budget_go_on_when_a_reader_catches_up() -> None:
+    async def scenario(server: NativeServer, port: int) -> None:
+        stalled = await connect(port, {SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        await stalled.read()
+        for n in range(12):  # 12 x 1 MiB: over the budget
+            await stalled.unary(1 + 2 * n, "Flood", str(1 << 20).encode())
+        await asyncio.sleep(0.5)
+        (conn,) = server.connections
+        assert conn.over_budget
+        stalled.h2.update_settings({SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20})
+        stalled.h2.increment_flow_control_window(64 << 20)
+        await stalled.flush()
+        got = 0
+        while got < 40 << 20:
+            assert await stalled.read()
+            for event in stalled.events:
+                if isinstance(event, DataReceived):
+                    got += event.flow_controlled_length or 0
+                    stalled.h2.acknowledge_received_data(
+                        event.flow_controlled_length or 0, event.stream_id
+                    )
+            stalled.events.clear()
+            await stalled.flush()
+        stalled.close()
+
+    serve(scenario)

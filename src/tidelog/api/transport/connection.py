@@ -57,7 +57,11 @@ from h2.settings import SettingCodes
 from hyperframe.frame import GoAwayFrame
 
 from tidelog.api.transport.call import Call
-from tidelog.api.transport.limits import UNEXPECTED_LOG_INTERVAL_S, RateLimited
+from tidelog.api.transport.limits import (
+    CONNECTION_PENDING,
+    UNEXPECTED_LOG_INTERVAL_S,
+    RateLimited,
+)
 from tidelog.api.transport.messages import (
     RESERVED_HEADERS,
     encode_message,
@@ -70,7 +74,11 @@ from tidelog.api.transport.peer import auth_context
 
 LOG = logging.getLogger("tidelog.api.transport")
 
-MAX_CONCURRENT_STREAMS: Final = 4096
+MAX_CONCURRENT_STREAMS: Final = 256
+"""Calls open at once on one connection (grpc clients queue more until one ends). Each open
+``Subscribe`` holds about one batch in its handler however little the client reads, so this
+times the subscription's byte budget is what one connection may pin beyond
+``limits.CONNECTION_PENDING``; Go's net/http allows 250, grpc-core no limit."""
 STREAM_WINDOW: Final = 1 << 20
 CONNECTION_WINDOW: Final = 16 << 20
 MAX_HEADER_LIST: Final = 16 << 10
@@ -110,6 +118,9 @@ class Connection(asyncio.Protocol):
         self._fd: int | None = None
         """The socket's descriptor when the connection is plaintext (``_send`` writes to it)."""
         self._owed = 0
+        self.pending_bytes = 0
+        """Response bytes the calls hold, not yet sent (``limits.CONNECTION_PENDING``)."""
+        self._starved: dict[int, Call] = {}
         self._going_away = False
         """New streams are refused (the final GOAWAY is sent, or the peer said GOAWAY)."""
         self._draining = False
@@ -214,6 +225,20 @@ class Connection(asyncio.Protocol):
         self._ready[call.stream_id] = call
         if self._flush_handle is None:
             self._schedule_flush()
+
+    @property
+    def over_budget(self) -> bool:
+        return self.pending_bytes >= CONNECTION_PENDING
+
+    def queued(self, size: int) -> None:
+        self.pending_bytes += size
+        if size < 0 and self._starved and self.pending_bytes < CONNECTION_PENDING:
+            starved, self._starved = self._starved, {}
+            for call in starved.values():
+                call.wake_writer()
+
+    def starve(self, call: Call) -> None:
+        self._starved[call.stream_id] = call
 
     def reopen(self, stream_id: int, size: int) -> None:
         if size <= 0:

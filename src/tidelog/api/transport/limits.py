@@ -1,6 +1,7 @@
 """What the native transport refuses to let one client cost it, and the small tools that say so.
 
-The bounds themselves are enforced where the thing bounded lives (``connection.py``, ``call.py``,
+The bounds of one connection: :data:`CONNECTION_PENDING` response bytes held for it, not yet
+sent. The bounds are enforced where the thing bounded lives (``connection.py``, ``call.py``,
 ``server.py``); this module holds what they share: the rate-limited log line a misbehaving or
 broken connection leaves (:class:`RateLimited`: one line per interval, the rest counted, so a
 client cannot fill the log), and the intervals.
@@ -14,6 +15,11 @@ from __future__ import annotations
 import logging
 import time
 from typing import Final
+
+CONNECTION_PENDING: Final = 8 << 20
+"""Response bytes the calls of one connection may hold, not yet sent, before their writes wait
+(``call.py``): what a client that opens streams and never reads pins, whatever their number.
+Eight calls at their own high-water mark (``call.HIGH_WATER``, 1 MiB) fit."""
 
 UNEXPECTED_LOG_INTERVAL_S: Final = 60.0
 """At most one WARNING (with its traceback) per this many seconds for errors no code path
