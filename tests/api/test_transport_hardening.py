@@ -10,6 +10,7 @@ ends it, and that bystander calls on the same connection are served.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,6 +21,7 @@ import grpc
 import pytest
 from h2.config import H2Configuration
 from h2.connection import H2Connection
+from h2.errors import ErrorCodes
 from h2.events import (
     ConnectionTerminated,
     DataReceived,
@@ -29,11 +31,12 @@ from h2.events import (
     TrailersReceived,
 )
 from h2.settings import SettingCodes
-from hyperframe.frame import DataFrame, RstStreamFrame
+from hyperframe.frame import DataFrame, PingFrame, RstStreamFrame, SettingsFrame
 
-from tidelog.api.transport import NativeServer, connection
+from tidelog.api.transport import NativeServer, connection, limits
 from tidelog.api.transport.limits import (
     CONNECTION_PENDING,
+    PING_STRIKES,
     UNEXPECTED_LOG_INTERVAL_S,
     RateLimited,
 )
@@ -297,5 +300,95 @@ def test_writes_waiting_for_the_connection_budget_go_on_when_a_reader_catches_up
             stalled.events.clear()
             await stalled.flush()
         stalled.close()
+
+    serve(scenario)
+
+
+async def _flood(client: Client, frame_bytes: bytes, count: int) -> None:
+    """``count`` copies of a frame, written without reading (a stalled write is fine)."""
+    chunk = frame_bytes * 1000
+    with contextlib.suppress(TimeoutError, ConnectionError):
+        for _ in range(count // 1000):
+            client.writer.write(chunk)
+            await asyncio.wait_for(client.writer.drain(), 2.0)
+
+
+async def _closed_by_server(client: Client, within: float) -> bool:
+    """Whether the server closed the connection within ``within`` seconds (reading on)."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + within
+    with contextlib.suppress(TimeoutError):
+        while await client.read(until - loop.time()):
+            pass
+        return True
+    return False
+
+
+@pytest.mark.parametrize(
+    ("flooded", "reason"),
+    [
+        (PingFrame(0, b"12345678").serialize(), "too_many_pings"),
+        (
+            SettingsFrame(0, settings={SettingCodes.INITIAL_WINDOW_SIZE: 65535}).serialize(),
+            "too_many_settings",
+        ),
+    ],
+)
+def test_a_control_frame_flood_ends_with_enhance_your_calm(
+    flooded: bytes, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The GOAWAY itself may be lost to the client: the server closes with the flood unread
+    in its socket, and the kernel then resets the connection."""
+
+    async def scenario(server: NativeServer, port: int) -> None:
+        client = await connect(port)
+        await client.read()
+        await _flood(client, flooded, 200_000)
+        assert await _closed_by_server(client, 5.0)
+        for event in client.events:
+            if isinstance(event, ConnectionTerminated):
+                assert event.error_code == ErrorCodes.ENHANCE_YOUR_CALM
+                assert event.additional_data == reason.encode()
+        await asyncio.sleep(0.1)
+        assert not server.connections
+        client.close()
+
+    with caplog.at_level(logging.DEBUG, logger="tidelog.api.transport"):
+        serve(scenario)
+    assert f"{reason}; closing" in caplog.text
+
+
+def test_pings_between_calls_and_a_keepalive_pace_are_answered() -> None:
+    """BDP pings ride with data, keepalive pings come seconds apart: neither is a strike."""
+
+    async def scenario(server: NativeServer, port: int) -> None:
+        client = await connect(port)
+        await client.read()
+        for n in range(3 * PING_STRIKES):
+            client.h2.ping(b"%08d" % n)
+            await client.unary(1 + 2 * n, "Echo", b"x")
+            assert await client.status_of(1 + 2 * n) == ("0", "")
+        assert not client.terminated and not client.closed
+        client.close()
+
+    serve(scenario)
+
+
+def test_a_client_that_does_not_read_is_not_read_either(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no strike limit, a PING flood from a client that never reads stops being read
+    once the socket's buffer is full: the answers do not pile up in the server."""
+    monkeypatch.setattr(limits, "PING_STRIKES", 1 << 40)
+
+    async def scenario(server: NativeServer, port: int) -> None:
+        client = await connect(port)
+        await client.read()
+        client.writer.transport.set_write_buffer_limits(high=1 << 30)
+        await _flood(client, PingFrame(0, b"12345678").serialize(), 2_000_000)  # 34 MB
+        await asyncio.sleep(0.5)
+        (conn,) = server.connections
+        transport = conn._transport
+        assert transport is not None
+        assert transport.get_write_buffer_size() < 4 << 20
+        client.close()
 
     serve(scenario)

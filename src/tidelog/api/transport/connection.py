@@ -17,6 +17,11 @@ is flushed, and the handlers' writes wait (``call.HIGH_WATER``).
 In: the connection's window is reopened as DATA arrives (in steps of a quarter of it); each
 stream's window is reopened by its call as its handler takes requests (``RECEIVE_BUFFER``).
 
+Control frames: while the socket's buffer is full, reading stops too (``pause_writing``), so a
+client that sends without reading gets no answers queued; PINGs or SETTINGS sent quickly with
+no HEADERS or DATA between them are strikes (``limits.Strikes``), and past
+``limits.PING_STRIKES`` the connection is closed with GOAWAY ENHANCE_YOUR_CALM.
+
 Settings: :data:`MAX_CONCURRENT_STREAMS`, :data:`STREAM_WINDOW`, :data:`MAX_HEADER_LIST`,
 :data:`MAX_FRAME_SIZE` (what the peer may send us).
 
@@ -36,6 +41,7 @@ import binascii
 import contextlib
 import logging
 import os
+import time
 from typing import Any, Final, Protocol
 
 import grpc
@@ -46,6 +52,7 @@ from h2.events import (
     ConnectionTerminated,
     DataReceived,
     PingAckReceived,
+    PingReceived,
     RemoteSettingsChanged,
     RequestReceived,
     StreamEnded,
@@ -61,6 +68,7 @@ from tidelog.api.transport.limits import (
     CONNECTION_PENDING,
     UNEXPECTED_LOG_INTERVAL_S,
     RateLimited,
+    Strikes,
 )
 from tidelog.api.transport.messages import (
     RESERVED_HEADERS,
@@ -85,6 +93,8 @@ MAX_HEADER_LIST: Final = 16 << 10
 MAX_FRAME_SIZE: Final = 1 << 20
 GOAWAY_PING_TIMEOUT_S: Final = 1.0
 """How long the first GOAWAY's PING may go unanswered before the final GOAWAY is sent."""
+CALM_DOWN_CLOSE_S: Final = 1.0
+"""How long a flooding client's socket stays open for its GOAWAY to be read."""
 _DEFAULT_WINDOW: Final = 65535
 _MAX_STREAM_ID: Final = (1 << 31) - 1
 _DRAIN_PING: Final = b"tl-drain"
@@ -121,6 +131,8 @@ class Connection(asyncio.Protocol):
         self.pending_bytes = 0
         """Response bytes the calls hold, not yet sent (``limits.CONNECTION_PENDING``)."""
         self._starved: dict[int, Call] = {}
+        self._pings = Strikes()
+        self._settings = Strikes()
         self._going_away = False
         """New streams are refused (the final GOAWAY is sent, or the peer said GOAWAY)."""
         self._draining = False
@@ -176,8 +188,10 @@ class Connection(asyncio.Protocol):
             return
         for event in events:
             if isinstance(event, DataReceived):
+                self._traffic()
                 self._on_data(event)
             elif isinstance(event, RequestReceived):
+                self._traffic()
                 with contextlib.suppress(H2Error):  # reset (and forgotten) in the same read
                     self._on_request(event.stream_id, event.headers or [])
             elif isinstance(event, StreamEnded):
@@ -188,8 +202,17 @@ class Connection(asyncio.Protocol):
                 call = self.calls.pop(event.stream_id, None)
                 if call is not None:
                     call.on_reset()
-            elif isinstance(event, WindowUpdated | RemoteSettingsChanged):
+            elif isinstance(event, WindowUpdated):
                 self._unblock()
+            elif isinstance(event, RemoteSettingsChanged):
+                self._unblock()
+                if self._settings.hit(time.monotonic()):
+                    self._calm_down(b"too_many_settings")
+                    return
+            elif isinstance(event, PingReceived):
+                if self._pings.hit(time.monotonic()):
+                    self._calm_down(b"too_many_pings")
+                    return
             elif isinstance(event, ConnectionTerminated):
                 self._going_away = True
             elif isinstance(event, PingAckReceived) and event.ping_data == _DRAIN_PING:
@@ -197,10 +220,17 @@ class Connection(asyncio.Protocol):
         self._write()
 
     def pause_writing(self) -> None:
+        """The socket's buffer is full: flush nothing, and read nothing either (what a client
+        sends makes answers: PING and SETTINGS acknowledgements would pile up unsent)."""
         self._paused = True
+        if self._transport is not None:
+            self._transport.pause_reading()
 
     def resume_writing(self) -> None:
         self._paused = False
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.resume_reading()
         self._schedule_flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -304,6 +334,21 @@ class Connection(asyncio.Protocol):
             self._transport.abort()
 
     # -- inside ---------------------------------------------------------------------------
+
+    def _traffic(self) -> None:
+        """HEADERS or DATA went either way: PINGs and SETTINGS before it are not strikes."""
+        self._pings.clear()
+        self._settings.clear()
+
+    def _calm_down(self, reason: bytes) -> None:
+        """GOAWAY ENHANCE_YOUR_CALM and close: the client floods control frames."""
+        LOG.debug("%s: %s; closing", self.peer, reason.decode())
+        self._going_away = self._goaway_sent = True
+        with contextlib.suppress(H2Error):
+            self.h2.close_connection(ErrorCodes.ENHANCE_YOUR_CALM, additional_data=reason)
+        self._write()
+        self._close()  # the GOAWAY goes if the client reads; it is cut off a second later anyway
+        asyncio.get_running_loop().call_later(CALM_DOWN_CLOSE_S, self.abort)
 
     def _on_data(self, event: DataReceived) -> None:
         flow = event.flow_controlled_length or 0
@@ -424,6 +469,7 @@ class Connection(asyncio.Protocol):
                         with contextlib.suppress(H2Error):
                             h2.reset_stream(stream_id, ErrorCodes.NO_ERROR)
         if out:
+            self._traffic()
             rest = self.h2.data_to_send()
             if rest:
                 out.append(rest)

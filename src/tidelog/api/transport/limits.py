@@ -1,13 +1,16 @@
 """What the native transport refuses to let one client cost it, and the small tools that say so.
 
 The bounds of one connection: :data:`CONNECTION_PENDING` response bytes held for it, not yet
-sent. The bounds are enforced where the thing bounded lives (``connection.py``, ``call.py``,
-``server.py``); this module holds what they share: the rate-limited log line a misbehaving or
-broken connection leaves (:class:`RateLimited`: one line per interval, the rest counted, so a
-client cannot fill the log), and the intervals.
+sent; PINGs and SETTINGS with nothing else between (:class:`Strikes`, :data:`PING_STRIKES`).
+They are enforced where the thing bounded lives (``connection.py``, ``call.py``,
+``server.py``); this module holds what they share, and the rate-limited log line a misbehaving
+or broken connection leaves (:class:`RateLimited`: one line per interval, the rest counted, so
+a client cannot fill the log).
 
-Invariant: a :class:`RateLimited` logs at most one line per ``interval`` seconds, whatever the
-number of calls; the first line after a quiet spell says how many were not logged.
+Invariants: a :class:`RateLimited` logs at most one line per ``interval`` seconds, whatever the
+number of calls; the first line after a quiet spell says how many were not logged. A
+:class:`Strikes` counts only frames less than :data:`STRIKE_INTERVAL_S` apart with no other
+traffic between (``clear``).
 """
 
 from __future__ import annotations
@@ -48,3 +51,36 @@ class RateLimited:
             message += f" ({suppressed} more like it not logged)"
         self.log.warning(message, *args, exc_info=traceback)
         return True
+
+
+PING_STRIKES: Final = 10
+"""PINGs (and, apart, SETTINGS frames) a client may send each less than
+:data:`STRIKE_INTERVAL_S` after the previous one with no other traffic between (no HEADERS or
+DATA either way) before the connection is closed with GOAWAY ENHANCE_YOUR_CALM
+``too_many_pings``, as grpc-core's servers do. grpc clients ping with data (BDP) or every 10 s
+or more (keepalive), so they never come near it."""
+
+STRIKE_INTERVAL_S: Final = 1.0
+
+
+class Strikes:
+    """Frames of one kind with nothing else between them, arriving too fast (module
+    docstring, :data:`PING_STRIKES`)."""
+
+    __slots__ = ("_last", "count")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._last = float("-inf")
+
+    def hit(self, now: float) -> bool:
+        """One more such frame at ``now``; True when the client is over the limit."""
+        if now - self._last < STRIKE_INTERVAL_S:
+            self.count += 1
+        self._last = now
+        return self.count > PING_STRIKES
+
+    def clear(self) -> None:
+        """Other traffic: what came before is forgiven."""
+        self.count = 0
+        self._last = float("-inf")
