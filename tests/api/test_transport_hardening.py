@@ -392,3 +392,22 @@ def test_a_client_that_does_not_read_is_not_read_either(monkeypatch: pytest.Monk
         client.close()
 
     serve(scenario)
+
+
+def test_metadata_over_the_limit_fails_that_call_only() -> None:
+    async def scenario(server: NativeServer, port: int) -> None:
+        client = await connect(port)
+        await client.read()
+        await client.flush()  # our acknowledgement of the server's SETTINGS
+        await client.unary(1, "Echo", b"a")
+        assert await client.status_of(1) == ("0", "")
+        await client.unary(3, "Echo", b"big", extra=[(b"x-big", b"v" * 20000)])
+        await client.unary(5, "Echo", b"bystander")
+        code, message = await client.status_of(3) or ("", "")
+        assert code == str(grpc.StatusCode.RESOURCE_EXHAUSTED.value[0])
+        assert "metadata size exceeds hard limit" in message
+        assert await client.status_of(5) == ("0", "")
+        assert not client.terminated and not client.closed
+        client.close()
+
+    serve(scenario)

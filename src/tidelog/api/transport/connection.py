@@ -23,7 +23,9 @@ no HEADERS or DATA between them are strikes (``limits.Strikes``), and past
 ``limits.PING_STRIKES`` the connection is closed with GOAWAY ENHANCE_YOUR_CALM.
 
 Settings: :data:`MAX_CONCURRENT_STREAMS`, :data:`STREAM_WINDOW`, :data:`MAX_HEADER_LIST`,
-:data:`MAX_FRAME_SIZE` (what the peer may send us).
+:data:`MAX_FRAME_SIZE` (what the peer may send us). A call whose headers exceed
+:data:`MAX_HEADER_LIST` fails alone (RESOURCE_EXHAUSTED); only a header list over
+:data:`HEADER_DECODE_LIMIT` ends the connection.
 
 Going away (the server stops), in grpc's two steps: a GOAWAY naming the highest stream id possible
 (2^31-1: stop opening streams) and a PING; streams the client opened before it saw that GOAWAY
@@ -61,6 +63,7 @@ from h2.events import (
 )
 from h2.exceptions import H2Error
 from h2.settings import SettingCodes
+from hpack import Decoder
 from hyperframe.frame import GoAwayFrame
 
 from tidelog.api.transport.call import Call
@@ -90,6 +93,11 @@ times the subscription's byte budget is what one connection may pin beyond
 STREAM_WINDOW: Final = 1 << 20
 CONNECTION_WINDOW: Final = 16 << 20
 MAX_HEADER_LIST: Final = 16 << 10
+"""The header list a call may have (grpc's hard limit): announced in SETTINGS, and a call over
+it alone is answered RESOURCE_EXHAUSTED, as grpcio does."""
+HEADER_DECODE_LIMIT: Final = 256 << 10
+"""The decoded header list beyond which HPACK decoding stops and the connection ends (a
+COMPRESSION_ERROR); between :data:`MAX_HEADER_LIST` and this only the call fails."""
 MAX_FRAME_SIZE: Final = 1 << 20
 GOAWAY_PING_TIMEOUT_S: Final = 1.0
 """How long the first GOAWAY's PING may go unanswered before the final GOAWAY is sent."""
@@ -119,6 +127,7 @@ class Connection(asyncio.Protocol):
         self.router = router
         self.executor = router.executor
         self.h2 = H2Connection(H2Configuration(client_side=False, header_encoding=None))
+        self.h2.decoder = _Decoder()
         self.calls: dict[int, Call] = {}
         self._ready: dict[int, Call] = {}
         self._blocked: dict[int, Call] = {}
@@ -376,6 +385,14 @@ class Connection(asyncio.Protocol):
         if self._going_away:
             h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
             return
+        size = sum(len(key) + len(value) + 32 for key, value in headers)  # RFC 7541 4.1
+        if size > MAX_HEADER_LIST:
+            self._answer(
+                stream_id,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"received metadata size exceeds hard limit ({size} vs. {MAX_HEADER_LIST})",
+            )
+            return
         pseudo: dict[bytes, bytes] = {}
         metadata: list[tuple[str, str | bytes]] = []
         timeout: float | None = None
@@ -499,6 +516,23 @@ class Connection(asyncio.Protocol):
     def _close(self) -> None:
         if self._transport is not None:
             self._transport.close()
+
+
+class _Decoder(Decoder):
+    """HPACK's decoder, whose limit h2 lowers to the announced MAX_HEADER_LIST_SIZE once the
+    client acknowledges it: kept at :data:`HEADER_DECODE_LIMIT`, so that a call a little
+    over is refused alone (``_on_request``) rather than the whole connection."""
+
+    def __init__(self) -> None:
+        super().__init__(HEADER_DECODE_LIMIT)
+
+    @property
+    def max_header_list_size(self) -> int:
+        return HEADER_DECODE_LIMIT
+
+    @max_header_list_size.setter
+    def max_header_list_size(self, value: int) -> None:
+        pass
 
 
 def writev(fd: int, pieces: list[Piece]) -> list[Piece]:
