@@ -411,3 +411,32 @@ def test_metadata_over_the_limit_fails_that_call_only() -> None:
         client.close()
 
     serve(scenario)
+
+
+@pytest.mark.parametrize(
+    ("timeout", "expected"),
+    [
+        (b"\xb2S", ("13", "Error parsing 'grpc-timeout' metadata")),  # '²'.isdigit()
+        (b"\xb9\xb2m", ("13", "Error parsing 'grpc-timeout' metadata")),
+        (b"10x", ("13", "Error parsing 'grpc-timeout' metadata")),
+        (b"-1S", ("13", "Error parsing 'grpc-timeout' metadata")),
+        (b"S", ("13", "Error parsing 'grpc-timeout' metadata")),
+        (b"0n", ("4", "Deadline Exceeded")),
+        (b"0S", ("4", "Deadline Exceeded")),
+        (b"123456789S", ("0", "")),  # nine digits: grpcio takes it
+        (b"5S", ("0", "")),
+    ],
+)
+def test_grpc_timeout_is_ascii_digits_and_a_unit_as_grpcio_reads_it(
+    timeout: bytes, expected: tuple[str, str]
+) -> None:
+    async def scenario(server: NativeServer, port: int) -> None:
+        client = await connect(port)
+        await client.read()
+        await client.unary(1, "Echo", b"a", extra=[(b"grpc-timeout", timeout)])
+        assert await client.status_of(1) == expected
+        await client.unary(3, "Echo", b"b")
+        assert await client.status_of(3) == ("0", "")
+        client.close()
+
+    serve(scenario)

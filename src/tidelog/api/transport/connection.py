@@ -75,6 +75,7 @@ from tidelog.api.transport.limits import (
 )
 from tidelog.api.transport.messages import (
     RESERVED_HEADERS,
+    MalformedTimeout,
     encode_message,
     metadata_value,
     parse_timeout,
@@ -396,13 +397,17 @@ class Connection(asyncio.Protocol):
         pseudo: dict[bytes, bytes] = {}
         metadata: list[tuple[str, str | bytes]] = []
         timeout: float | None = None
+        bad_timeout: str | None = None
         for raw_key, raw_value in headers:
             if raw_key.startswith(b":"):
                 pseudo[raw_key] = raw_value
                 continue
             key = raw_key.decode("latin-1")
             if key == "grpc-timeout":
-                timeout = parse_timeout(raw_value.decode("latin-1"))
+                try:
+                    timeout = parse_timeout(raw_value)
+                except MalformedTimeout as error:
+                    bad_timeout = str(error)
             elif key == "content-type":
                 pseudo[b"content-type"] = raw_value
             elif key not in RESERVED_HEADERS or key == "user-agent":
@@ -420,6 +425,12 @@ class Connection(asyncio.Protocol):
         handler = self.router.lookup(method, tuple(metadata))
         if handler is None:
             self._answer(stream_id, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+            return
+        if bad_timeout is not None:
+            self._answer(stream_id, grpc.StatusCode.INTERNAL, bad_timeout)
+            return
+        if timeout is not None and timeout <= 0:
+            self._answer(stream_id, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
             return
         call = Call(
             self,
