@@ -440,3 +440,47 @@ def test_grpc_timeout_is_ascii_digits_and_a_unit_as_grpcio_reads_it(
         client.close()
 
     serve(scenario)
+
+
+def test_a_connection_that_sends_no_preface_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connection, "PREFACE_TIMEOUT_S", 0.3)
+
+    async def scenario(server: NativeServer, port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        half, half_writer = await asyncio.open_connection("127.0.0.1", port)
+        half_writer.write(b"PRI * HTTP/2.0\r\n")  # half a preface, then silence
+        live = await connect(port)
+        await live.read()
+        await asyncio.sleep(0.6)
+        await live.unary(1, "Echo", b"a")  # a client that said its preface stays
+        assert await live.status_of(1) == ("0", "")
+        for silent in (reader, half):
+            await asyncio.wait_for(silent.read(), 2.0)  # to EOF (after the server's SETTINGS)
+            assert silent.at_eof()
+        assert len(server.connections) == 1
+        for w in (writer, half_writer):
+            w.close()
+        live.close()
+
+    serve(scenario)
+
+
+def test_connections_over_the_cap_are_closed_at_once() -> None:
+    async def scenario(server: NativeServer, port: int) -> None:
+        first, second = await connect(port), await connect(port)
+        for client in (first, second):
+            await client.read()
+        third = await connect(port)
+        assert not await third.read(2.0)  # closed without a byte
+        await first.unary(1, "Echo", b"a")
+        assert await first.status_of(1) == ("0", "")
+        second.close()
+        await asyncio.sleep(0.2)
+        fourth = await connect(port)
+        await fourth.read()
+        await fourth.unary(1, "Echo", b"b")
+        assert await fourth.status_of(1) == ("0", "")
+        for client in (first, third, fourth):
+            client.close()
+
+    serve(scenario, max_connections=2)

@@ -22,6 +22,11 @@ client that sends without reading gets no answers queued; PINGs or SETTINGS sent
 no HEADERS or DATA between them are strikes (``limits.Strikes``), and past
 ``limits.PING_STRIKES`` the connection is closed with GOAWAY ENHANCE_YOUR_CALM.
 
+Admission: a connection over the server's ``max_connections`` is aborted as it is accepted
+(one WARNING per ``limits.REFUSED_LOG_INTERVAL_S``); one whose HTTP/2 preface and first
+SETTINGS have not arrived ``limits.PREFACE_TIMEOUT_S`` after it was accepted (after its TLS
+handshake) is aborted.
+
 Settings: :data:`MAX_CONCURRENT_STREAMS`, :data:`STREAM_WINDOW`, :data:`MAX_HEADER_LIST`,
 :data:`MAX_FRAME_SIZE` (what the peer may send us). A call whose headers exceed
 :data:`MAX_HEADER_LIST` fails alone (RESOURCE_EXHAUSTED); only a header list over
@@ -69,6 +74,8 @@ from hyperframe.frame import GoAwayFrame
 from tidelog.api.transport.call import Call
 from tidelog.api.transport.limits import (
     CONNECTION_PENDING,
+    PREFACE_TIMEOUT_S,
+    REFUSED_LOG_INTERVAL_S,
     UNEXPECTED_LOG_INTERVAL_S,
     RateLimited,
     Strikes,
@@ -109,6 +116,7 @@ _MAX_STREAM_ID: Final = (1 << 31) - 1
 _DRAIN_PING: Final = b"tl-drain"
 _IOV_MAX: Final = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
 _unexpected: Final = RateLimited(LOG, UNEXPECTED_LOG_INTERVAL_S)
+_refused: Final = RateLimited(LOG, REFUSED_LOG_INTERVAL_S)
 
 
 class Router(Protocol):
@@ -117,6 +125,8 @@ class Router(Protocol):
     executor: Any
     limit: int
     connections: set[Connection]
+    max_connections: int
+    accepted: int
 
     def lookup(self, method: str, metadata: tuple[tuple[str, str | bytes], ...]) -> Any: ...
 
@@ -149,6 +159,8 @@ class Connection(asyncio.Protocol):
         """The first GOAWAY (any stream) and its PING are sent."""
         self._goaway_sent = False
         self._drain_timer: asyncio.TimerHandle | None = None
+        self._preface_timer: asyncio.TimerHandle | None = None
+        self._counted = False
         self.peer = "unknown"
         self.auth: dict[str, list[bytes]] = {}
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -158,6 +170,21 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        router = self.router
+        if router.accepted >= router.max_connections:
+            _refused.warn(
+                "%s refused: %d connections open (grpc_max_connections)",
+                peer_name(transport.get_extra_info("peername")),
+                router.accepted,
+                traceback=False,
+            )
+            transport.abort()
+            return
+        router.accepted += 1
+        self._counted = True
+        self._preface_timer = asyncio.get_running_loop().call_later(
+            PREFACE_TIMEOUT_S, self._no_preface
+        )
         if transport.get_extra_info("sslcontext") is None:
             sock = transport.get_extra_info("socket")
             self._fd = None if sock is None else sock.fileno()
@@ -215,6 +242,9 @@ class Connection(asyncio.Protocol):
             elif isinstance(event, WindowUpdated):
                 self._unblock()
             elif isinstance(event, RemoteSettingsChanged):
+                if self._preface_timer is not None:  # the preface and first SETTINGS are in
+                    self._preface_timer.cancel()
+                    self._preface_timer = None
                 self._unblock()
                 if self._settings.hit(time.monotonic()):
                     self._calm_down(b"too_many_settings")
@@ -246,6 +276,12 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
         self._fd = None
+        if self._counted:
+            self._counted = False
+            self.router.accepted -= 1
+        if self._preface_timer is not None:
+            self._preface_timer.cancel()
+            self._preface_timer = None
         if self._drain_timer is not None:
             self._drain_timer.cancel()
             self._drain_timer = None
@@ -344,6 +380,11 @@ class Connection(asyncio.Protocol):
             self._transport.abort()
 
     # -- inside ---------------------------------------------------------------------------
+
+    def _no_preface(self) -> None:
+        self._preface_timer = None
+        LOG.debug("%s: no HTTP/2 preface in %.0f s; closing", self.peer, PREFACE_TIMEOUT_S)
+        self.abort()
 
     def _traffic(self) -> None:
         """HEADERS or DATA went either way: PINGs and SETTINGS before it are not strikes."""

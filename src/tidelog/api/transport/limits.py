@@ -24,6 +24,16 @@ CONNECTION_PENDING: Final = 8 << 20
 (``call.py``): what a client that opens streams and never reads pins, whatever their number.
 Eight calls at their own high-water mark (``call.HIGH_WATER``, 1 MiB) fit."""
 
+MAX_CONNECTIONS: Final = 4096
+"""Connections one native server serves at once by default (``grpc_max_connections``)."""
+
+PREFACE_TIMEOUT_S: Final = 10.0
+"""How long a new connection may take over its TLS handshake, and then over the HTTP/2 preface
+and first SETTINGS, before it is closed."""
+
+REFUSED_LOG_INTERVAL_S: Final = 10.0
+"""At most one WARNING per this many seconds for connections refused over the cap."""
+
 UNEXPECTED_LOG_INTERVAL_S: Final = 60.0
 """At most one WARNING (with its traceback) per this many seconds for errors no code path
 expected on a connection (each closes that connection only)."""
