@@ -388,7 +388,9 @@ def _grpc_server(settings: ServerSettings, security: ServerSecurity) -> tuple[An
     server: Any
     try:
         if settings.grpc_transport == "native":
-            server = NativeServer(max_message_length=MAX_FRAME)
+            server = NativeServer(
+                max_message_length=MAX_FRAME, max_connections=settings.grpc_max_connections
+            )
             port = (
                 server.add_secure_port(address, tls.ssl_context(alpn=("h2",)))
                 if tls is not None

@@ -350,6 +350,12 @@ class ServerSettings(BaseSettings):
         "(native: many stream messages per write, far less CPU per Subscribe message; "
         "docs/architecture.md)",
     )
+    grpc_max_connections: int = Field(
+        4096,
+        ge=1,
+        description="client connections the native gRPC transport serves at once; one more is "
+        "closed as soon as it is accepted (grpc_transport = native only)",
+    )
 
     @model_validator(mode="after")
     def _sites_need_a_site_id(self) -> ServerSettings:

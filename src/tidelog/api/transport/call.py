@@ -13,8 +13,11 @@ allow, as DATA frames in one socket write. So every response a handler yields wh
 has not turned goes out together.
 
 Bounds: ``pending`` stops growing at :data:`HIGH_WATER` (``write`` then waits until a flush
-takes it under), whatever the peer reads; requests decoded but not taken by the handler hold
-back the stream's WINDOW_UPDATE beyond :data:`RECEIVE_BUFFER` (the peer then stops sending);
+takes it under), whatever the peer reads, and no write starts while the connection's calls
+together hold :data:`~.limits.CONNECTION_PENDING` bytes (so a client that opens many streams
+and never reads pins that much, plus at most one message per stream, not ``HIGH_WATER``
+each); requests decoded but not taken by the handler hold back the stream's WINDOW_UPDATE
+beyond :data:`RECEIVE_BUFFER` (the peer then stops sending);
 a message longer than the server's limit ends the call with RESOURCE_EXHAUSTED, like grpcio.
 
 Endings: the handler returns (its context's code, OK by default), aborts (the aborted status),
@@ -68,9 +71,21 @@ class Link(Protocol):
     h2: H2Connection
     executor: Any
 
+    @property
+    def over_budget(self) -> bool:
+        """Whether the connection's calls hold :data:`~.limits.CONNECTION_PENDING` bytes or
+        more, not yet sent."""
+        ...
+
     def schedule(self, call: Call) -> None: ...
 
     def reopen(self, stream_id: int, size: int) -> None: ...
+
+    def queued(self, size: int) -> None:
+        """``size`` bytes were added to (negative: removed from) a call's ``pending``."""
+
+    def starve(self, call: Call) -> None:
+        """Release ``call``'s drain once the connection is under its budget again."""
 
 
 class Call:
@@ -170,7 +185,9 @@ class Call:
         """The peer reset the stream or the connection is gone: cancel, send nothing."""
         self.closed = True
         self.finished = True
-        self.pending.clear()
+        if self.pending:
+            self.link.queued(-len(self.pending))
+            self.pending.clear()
         self._cancel_timer()
         self._wake()
         self._release_drain()
@@ -198,6 +215,7 @@ class Call:
         if self.finished:
             raise asyncio.CancelledError
         pending = self.pending
+        before = len(pending)
         if not framed:
             if len(data) > self.limit:
                 context = self.context
@@ -210,11 +228,23 @@ class Call:
             pending.add(data, PREFIX.pack(0, len(data)))
         else:
             pending.add(data, keeps=True)
-        self.link.schedule(self)
-        return len(pending) >= HIGH_WATER
+        link = self.link
+        link.queued(len(pending) - before)
+        link.schedule(self)
+        return len(pending) >= HIGH_WATER or link.over_budget
+
+    def full(self) -> bool:
+        """Whether a write must wait (:meth:`drained`) before it queues more."""
+        return len(self.pending) >= HIGH_WATER or self.link.over_budget
 
     async def drained(self) -> None:
-        while len(self.pending) >= HIGH_WATER and not self.closed:
+        """Wait until this call's ``pending`` is under :data:`HIGH_WATER` and its connection
+        under its budget (CancelledError when the stream is gone meanwhile)."""
+        while not self.closed:
+            if len(self.pending) < HIGH_WATER:
+                if not self.link.over_budget:
+                    break
+                self.link.starve(self)
             if self._drain is None:
                 self._drain = asyncio.get_running_loop().create_future()
             await self._drain
@@ -271,6 +301,7 @@ class Call:
                 if before:
                     out.append(before)
                 out += frames(sid, pending.take(size), h2.max_outbound_frame_size)
+                self.link.queued(-size)
             if pending.size < HIGH_WATER:
                 self._release_drain()
             if pending:
@@ -290,6 +321,11 @@ class Call:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def wake_writer(self) -> None:
+        """The connection is under its budget again: a write waiting in :meth:`drained`
+        looks again."""
+        self._release_drain()
 
     def _release_drain(self) -> None:
         drain, self._drain = self._drain, None
@@ -400,8 +436,9 @@ class Call:
                 item = await loop.run_in_executor(self.link.executor, next, iterator, _DONE)
                 if item is _DONE:
                     return
-                if self.send(serialize(item) if serialize else item, False):  # type: ignore[arg-type]
+                if self.full():
                     await self.drained()
+                self.send(serialize(item) if serialize else item, False)  # type: ignore[arg-type]
         response = await loop.run_in_executor(self.link.executor, self._behaviour, request, context)
         if context.status.code == grpc.StatusCode.OK:
             serialize = handler.response_serializer

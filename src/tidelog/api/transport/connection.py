@@ -17,8 +17,20 @@ is flushed, and the handlers' writes wait (``call.HIGH_WATER``).
 In: the connection's window is reopened as DATA arrives (in steps of a quarter of it); each
 stream's window is reopened by its call as its handler takes requests (``RECEIVE_BUFFER``).
 
+Control frames: while the socket's buffer is full, reading stops too (``pause_writing``), so a
+client that sends without reading gets no answers queued; PINGs or SETTINGS sent quickly with
+no HEADERS or DATA between them are strikes (``limits.Strikes``), and past
+``limits.PING_STRIKES`` the connection is closed with GOAWAY ENHANCE_YOUR_CALM.
+
+Admission: a connection over the server's ``max_connections`` is aborted as it is accepted
+(one WARNING per ``limits.REFUSED_LOG_INTERVAL_S``); one whose HTTP/2 preface and first
+SETTINGS have not arrived ``limits.PREFACE_TIMEOUT_S`` after it was accepted (after its TLS
+handshake) is aborted.
+
 Settings: :data:`MAX_CONCURRENT_STREAMS`, :data:`STREAM_WINDOW`, :data:`MAX_HEADER_LIST`,
-:data:`MAX_FRAME_SIZE` (what the peer may send us).
+:data:`MAX_FRAME_SIZE` (what the peer may send us). A call whose headers exceed
+:data:`MAX_HEADER_LIST` fails alone (RESOURCE_EXHAUSTED); only a header list over
+:data:`HEADER_DECODE_LIMIT` ends the connection.
 
 Going away (the server stops), in grpc's two steps: a GOAWAY naming the highest stream id possible
 (2^31-1: stop opening streams) and a PING; streams the client opened before it saw that GOAWAY
@@ -36,6 +48,7 @@ import binascii
 import contextlib
 import logging
 import os
+import time
 from typing import Any, Final, Protocol
 
 import grpc
@@ -46,6 +59,7 @@ from h2.events import (
     ConnectionTerminated,
     DataReceived,
     PingAckReceived,
+    PingReceived,
     RemoteSettingsChanged,
     RequestReceived,
     StreamEnded,
@@ -54,11 +68,21 @@ from h2.events import (
 )
 from h2.exceptions import H2Error
 from h2.settings import SettingCodes
+from hpack import Decoder
 from hyperframe.frame import GoAwayFrame
 
 from tidelog.api.transport.call import Call
+from tidelog.api.transport.limits import (
+    CONNECTION_PENDING,
+    PREFACE_TIMEOUT_S,
+    REFUSED_LOG_INTERVAL_S,
+    UNEXPECTED_LOG_INTERVAL_S,
+    RateLimited,
+    Strikes,
+)
 from tidelog.api.transport.messages import (
     RESERVED_HEADERS,
+    MalformedTimeout,
     encode_message,
     metadata_value,
     parse_timeout,
@@ -69,17 +93,30 @@ from tidelog.api.transport.peer import auth_context
 
 LOG = logging.getLogger("tidelog.api.transport")
 
-MAX_CONCURRENT_STREAMS: Final = 4096
+MAX_CONCURRENT_STREAMS: Final = 256
+"""Calls open at once on one connection (grpc clients queue more until one ends). Each open
+``Subscribe`` holds about one batch in its handler however little the client reads, so this
+times the subscription's byte budget is what one connection may pin beyond
+``limits.CONNECTION_PENDING``; Go's net/http allows 250, grpc-core no limit."""
 STREAM_WINDOW: Final = 1 << 20
 CONNECTION_WINDOW: Final = 16 << 20
 MAX_HEADER_LIST: Final = 16 << 10
+"""The header list a call may have (grpc's hard limit): announced in SETTINGS, and a call over
+it alone is answered RESOURCE_EXHAUSTED, as grpcio does."""
+HEADER_DECODE_LIMIT: Final = 256 << 10
+"""The decoded header list beyond which HPACK decoding stops and the connection ends (a
+COMPRESSION_ERROR); between :data:`MAX_HEADER_LIST` and this only the call fails."""
 MAX_FRAME_SIZE: Final = 1 << 20
 GOAWAY_PING_TIMEOUT_S: Final = 1.0
 """How long the first GOAWAY's PING may go unanswered before the final GOAWAY is sent."""
+CALM_DOWN_CLOSE_S: Final = 1.0
+"""How long a flooding client's socket stays open for its GOAWAY to be read."""
 _DEFAULT_WINDOW: Final = 65535
 _MAX_STREAM_ID: Final = (1 << 31) - 1
 _DRAIN_PING: Final = b"tl-drain"
 _IOV_MAX: Final = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
+_unexpected: Final = RateLimited(LOG, UNEXPECTED_LOG_INTERVAL_S)
+_refused: Final = RateLimited(LOG, REFUSED_LOG_INTERVAL_S)
 
 
 class Router(Protocol):
@@ -88,6 +125,8 @@ class Router(Protocol):
     executor: Any
     limit: int
     connections: set[Connection]
+    max_connections: int
+    accepted: int
 
     def lookup(self, method: str, metadata: tuple[tuple[str, str | bytes], ...]) -> Any: ...
 
@@ -99,6 +138,7 @@ class Connection(asyncio.Protocol):
         self.router = router
         self.executor = router.executor
         self.h2 = H2Connection(H2Configuration(client_side=False, header_encoding=None))
+        self.h2.decoder = _Decoder()
         self.calls: dict[int, Call] = {}
         self._ready: dict[int, Call] = {}
         self._blocked: dict[int, Call] = {}
@@ -108,12 +148,19 @@ class Connection(asyncio.Protocol):
         self._fd: int | None = None
         """The socket's descriptor when the connection is plaintext (``_send`` writes to it)."""
         self._owed = 0
+        self.pending_bytes = 0
+        """Response bytes the calls hold, not yet sent (``limits.CONNECTION_PENDING``)."""
+        self._starved: dict[int, Call] = {}
+        self._pings = Strikes()
+        self._settings = Strikes()
         self._going_away = False
         """New streams are refused (the final GOAWAY is sent, or the peer said GOAWAY)."""
         self._draining = False
         """The first GOAWAY (any stream) and its PING are sent."""
         self._goaway_sent = False
         self._drain_timer: asyncio.TimerHandle | None = None
+        self._preface_timer: asyncio.TimerHandle | None = None
+        self._counted = False
         self.peer = "unknown"
         self.auth: dict[str, list[bytes]] = {}
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -123,6 +170,21 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        router = self.router
+        if router.accepted >= router.max_connections:
+            _refused.warn(
+                "%s refused: %d connections open (grpc_max_connections)",
+                peer_name(transport.get_extra_info("peername")),
+                router.accepted,
+                traceback=False,
+            )
+            transport.abort()
+            return
+        router.accepted += 1
+        self._counted = True
+        self._preface_timer = asyncio.get_running_loop().call_later(
+            PREFACE_TIMEOUT_S, self._no_preface
+        )
         if transport.get_extra_info("sslcontext") is None:
             sock = transport.get_extra_info("socket")
             self._fd = None if sock is None else sock.fileno()
@@ -152,6 +214,13 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
+            self._received(data)
+        except Exception:  # a bug here must cost this connection only, never the loop's handler
+            _unexpected.warn("%s: unexpected error on an HTTP/2 connection; closing it", self.peer)
+            self.abort()
+
+    def _received(self, data: bytes) -> None:
+        try:
             events = self.h2.receive_data(data)
         except H2Error as error:
             LOG.debug("%s: HTTP/2 protocol error: %s", self.peer, error)
@@ -160,9 +229,12 @@ class Connection(asyncio.Protocol):
             return
         for event in events:
             if isinstance(event, DataReceived):
+                self._traffic()
                 self._on_data(event)
             elif isinstance(event, RequestReceived):
-                self._on_request(event.stream_id, event.headers or [])
+                self._traffic()
+                with contextlib.suppress(H2Error):  # reset (and forgotten) in the same read
+                    self._on_request(event.stream_id, event.headers or [])
             elif isinstance(event, StreamEnded):
                 call = self.calls.get(event.stream_id)
                 if call is not None:
@@ -171,8 +243,20 @@ class Connection(asyncio.Protocol):
                 call = self.calls.pop(event.stream_id, None)
                 if call is not None:
                     call.on_reset()
-            elif isinstance(event, WindowUpdated | RemoteSettingsChanged):
+            elif isinstance(event, WindowUpdated):
                 self._unblock()
+            elif isinstance(event, RemoteSettingsChanged):
+                if self._preface_timer is not None:  # the preface and first SETTINGS are in
+                    self._preface_timer.cancel()
+                    self._preface_timer = None
+                self._unblock()
+                if self._settings.hit(time.monotonic()):
+                    self._calm_down(b"too_many_settings")
+                    return
+            elif isinstance(event, PingReceived):
+                if self._pings.hit(time.monotonic()):
+                    self._calm_down(b"too_many_pings")
+                    return
             elif isinstance(event, ConnectionTerminated):
                 self._going_away = True
             elif isinstance(event, PingAckReceived) and event.ping_data == _DRAIN_PING:
@@ -180,15 +264,28 @@ class Connection(asyncio.Protocol):
         self._write()
 
     def pause_writing(self) -> None:
+        """The socket's buffer is full: flush nothing, and read nothing either (what a client
+        sends makes answers: PING and SETTINGS acknowledgements would pile up unsent)."""
         self._paused = True
+        if self._transport is not None:
+            self._transport.pause_reading()
 
     def resume_writing(self) -> None:
         self._paused = False
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.resume_reading()
         self._schedule_flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
         self._fd = None
+        if self._counted:
+            self._counted = False
+            self.router.accepted -= 1
+        if self._preface_timer is not None:
+            self._preface_timer.cancel()
+            self._preface_timer = None
         if self._drain_timer is not None:
             self._drain_timer.cancel()
             self._drain_timer = None
@@ -209,11 +306,24 @@ class Connection(asyncio.Protocol):
         if self._flush_handle is None:
             self._schedule_flush()
 
+    @property
+    def over_budget(self) -> bool:
+        return self.pending_bytes >= CONNECTION_PENDING
+
+    def queued(self, size: int) -> None:
+        self.pending_bytes += size
+        if size < 0 and self._starved and self.pending_bytes < CONNECTION_PENDING:
+            starved, self._starved = self._starved, {}
+            for call in starved.values():
+                call.wake_writer()
+
+    def starve(self, call: Call) -> None:
+        self._starved[call.stream_id] = call
+
     def reopen(self, stream_id: int, size: int) -> None:
         if size <= 0:
             return
-        with contextlib.suppress(H2Error):  # the stream may have ended meanwhile
-            self.h2.increment_flow_control_window(size, stream_id)
+        self._reopen_stream(stream_id, size)
         if self._flush_handle is None:
             self._schedule_flush()
 
@@ -275,6 +385,26 @@ class Connection(asyncio.Protocol):
 
     # -- inside ---------------------------------------------------------------------------
 
+    def _no_preface(self) -> None:
+        self._preface_timer = None
+        LOG.debug("%s: no HTTP/2 preface in %.0f s; closing", self.peer, PREFACE_TIMEOUT_S)
+        self.abort()
+
+    def _traffic(self) -> None:
+        """HEADERS or DATA went either way: PINGs and SETTINGS before it are not strikes."""
+        self._pings.clear()
+        self._settings.clear()
+
+    def _calm_down(self, reason: bytes) -> None:
+        """GOAWAY ENHANCE_YOUR_CALM and close: the client floods control frames."""
+        LOG.debug("%s: %s; closing", self.peer, reason.decode())
+        self._going_away = self._goaway_sent = True
+        with contextlib.suppress(H2Error):
+            self.h2.close_connection(ErrorCodes.ENHANCE_YOUR_CALM, additional_data=reason)
+        self._write()
+        self._close()  # the GOAWAY goes if the client reads; it is cut off a second later anyway
+        asyncio.get_running_loop().call_later(CALM_DOWN_CLOSE_S, self.abort)
+
     def _on_data(self, event: DataReceived) -> None:
         flow = event.flow_controlled_length or 0
         self._owed += flow
@@ -284,25 +414,45 @@ class Connection(asyncio.Protocol):
         call = self.calls.get(event.stream_id)
         if call is not None:
             call.on_data(event.data or b"", flow)
-        else:
-            with contextlib.suppress(H2Error):
-                self.h2.increment_flow_control_window(flow, event.stream_id)
+        elif flow:
+            self._reopen_stream(event.stream_id, flow)
+
+    def _reopen_stream(self, stream_id: int, size: int) -> None:
+        """A WINDOW_UPDATE of ``size`` for ``stream_id``, unless the stream is gone: h2 may have
+        closed (and forgotten) it while parsing the same read as the DATA being accounted,
+        and indexes ``streams`` directly (a KeyError, not an H2Error)."""
+        if stream_id not in self.h2.streams:
+            return
+        with contextlib.suppress(H2Error):  # closed but not yet forgotten
+            self.h2.increment_flow_control_window(size, stream_id)
 
     def _on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
         h2 = self.h2
         if self._going_away:
             h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
             return
+        size = sum(len(key) + len(value) + 32 for key, value in headers)  # RFC 7541 4.1
+        if size > MAX_HEADER_LIST:
+            self._answer(
+                stream_id,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"received metadata size exceeds hard limit ({size} vs. {MAX_HEADER_LIST})",
+            )
+            return
         pseudo: dict[bytes, bytes] = {}
         metadata: list[tuple[str, str | bytes]] = []
         timeout: float | None = None
+        bad_timeout: str | None = None
         for raw_key, raw_value in headers:
             if raw_key.startswith(b":"):
                 pseudo[raw_key] = raw_value
                 continue
             key = raw_key.decode("latin-1")
             if key == "grpc-timeout":
-                timeout = parse_timeout(raw_value.decode("latin-1"))
+                try:
+                    timeout = parse_timeout(raw_value)
+                except MalformedTimeout as error:
+                    bad_timeout = str(error)
             elif key == "content-type":
                 pseudo[b"content-type"] = raw_value
             elif key not in RESERVED_HEADERS or key == "user-agent":
@@ -320,6 +470,12 @@ class Connection(asyncio.Protocol):
         handler = self.router.lookup(method, tuple(metadata))
         if handler is None:
             self._answer(stream_id, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+            return
+        if bad_timeout is not None:
+            self._answer(stream_id, grpc.StatusCode.INTERNAL, bad_timeout)
+            return
+        if timeout is not None and timeout <= 0:
+            self._answer(stream_id, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
             return
         call = Call(
             self,
@@ -358,6 +514,13 @@ class Connection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_handle = None
+        try:
+            self._flush_calls()
+        except Exception:  # as in data_received: this connection only
+            _unexpected.warn("%s: unexpected error on an HTTP/2 connection; closing it", self.peer)
+            self.abort()
+
+    def _flush_calls(self) -> None:
         if self._transport is None:
             return
         out: list[Piece] = []
@@ -379,6 +542,7 @@ class Connection(asyncio.Protocol):
                         with contextlib.suppress(H2Error):
                             h2.reset_stream(stream_id, ErrorCodes.NO_ERROR)
         if out:
+            self._traffic()
             rest = self.h2.data_to_send()
             if rest:
                 out.append(rest)
@@ -408,6 +572,23 @@ class Connection(asyncio.Protocol):
     def _close(self) -> None:
         if self._transport is not None:
             self._transport.close()
+
+
+class _Decoder(Decoder):
+    """HPACK's decoder, whose limit h2 lowers to the announced MAX_HEADER_LIST_SIZE once the
+    client acknowledges it: kept at :data:`HEADER_DECODE_LIMIT`, so that a call a little
+    over is refused alone (``_on_request``) rather than the whole connection."""
+
+    def __init__(self) -> None:
+        super().__init__(HEADER_DECODE_LIMIT)
+
+    @property
+    def max_header_list_size(self) -> int:
+        return HEADER_DECODE_LIMIT
+
+    @max_header_list_size.setter
+    def max_header_list_size(self, value: int) -> None:
+        pass
 
 
 def writev(fd: int, pieces: list[Piece]) -> list[Piece]:

@@ -10,7 +10,8 @@ True: a response that is a :class:`~tidelog.api.framed.Framed` goes out as its b
 
 Invariants: the status a call ends with is the one recorded last (by ``abort``, or
 ``set_code``/``set_details`` before the handler returns); ``write`` never buffers beyond the
-call's high-water mark: it waits for the peer's flow-control window instead.
+call's high-water mark (nor starts while the connection is over its budget of pending bytes):
+it waits for the peer's flow-control window instead.
 
 :class:`SyncContext` is the same for a synchronous handler, which runs in a worker thread
 (grpcio's health servicer): its ``abort`` raises at once, ``add_callback`` runs when the call
@@ -39,6 +40,8 @@ class CallPort(Protocol):
     auth: dict[str, list[bytes]]
 
     def send(self, data: bytes | bytearray | memoryview, framed: bool) -> bool: ...
+
+    def full(self) -> bool: ...
 
     async def drained(self) -> None: ...
 
@@ -148,12 +151,12 @@ class ServicerContext(_Common):
 
     async def write(self, message: object) -> None:
         call = self._call
-        if isinstance(message, Framed):
-            full = call.send(message.data, True)
-        else:
-            full = call.send(self.serialize(message), False)
-        if full:
+        if call.full():  # before queueing: many calls cannot each add one past the budget
             await call.drained()
+        if isinstance(message, Framed):
+            call.send(message.data, True)
+        else:
+            call.send(self.serialize(message), False)
 
     def serialize(self, message: object) -> bytes:
         serialize = self._serialize

@@ -7,8 +7,9 @@ messages, whatever the DATA frame boundaries; it refuses a message longer than i
 (:class:`MessageTooLarge`) as soon as the prefix is read, before buffering it, and a compressed
 one (this server announces no ``grpc-encoding``, so a client never has a reason to send one).
 
-Headers follow the gRPC HTTP/2 protocol document: ``grpc-timeout`` is an integer of at most
-eight digits and a unit (H M S m u n); metadata keys ending in ``-bin`` carry base64 (padded or
+Headers follow the gRPC HTTP/2 protocol document: ``grpc-timeout`` is an integer of ASCII
+digits (eight by the document, up to ten taken) and a unit (H M S m u n), anything else
+:class:`MalformedTimeout`; metadata keys ending in ``-bin`` carry base64 (padded or
 not) and are handed to handlers as bytes, others as str; ``grpc-message`` is percent-encoded
 UTF-8 (bytes outside printable ASCII and ``%`` itself).
 """
@@ -30,6 +31,8 @@ _TIMEOUT_UNITS: Final[dict[str, float]] = {
     "u": 1e-6,
     "n": 1e-9,
 }
+TIMEOUT_DIGITS_MAX: Final = 10
+"""The protocol says eight digits; grpc-core takes more (nine here), so a few more pass."""
 
 RESERVED_HEADERS: Final = frozenset(
     {
@@ -45,6 +48,15 @@ RESERVED_HEADERS: Final = frozenset(
 )
 """Headers the transport reads itself and grpcio does not hand to handlers as metadata
 (``user-agent`` is handed on, as grpcio does)."""
+
+
+class MalformedTimeout(ValueError):
+    """A ``grpc-timeout`` header that is not digits and a unit: the call fails INTERNAL
+    "Error parsing 'grpc-timeout' metadata", as grpcio's."""
+
+    def __init__(self, value: bytes) -> None:
+        super().__init__("Error parsing 'grpc-timeout' metadata")
+        self.value = value
 
 
 class FramingError(Exception):
@@ -108,12 +120,18 @@ class MessageReader:
         return messages
 
 
-def parse_timeout(value: str) -> float | None:
-    """Seconds of a ``grpc-timeout`` header; None when it is malformed."""
-    if len(value) < 2 or len(value) > 9 or not value[:-1].isdigit():
-        return None
-    unit = _TIMEOUT_UNITS.get(value[-1])
-    return None if unit is None else int(value[:-1]) * unit
+def parse_timeout(value: bytes) -> float:
+    """Seconds of a ``grpc-timeout`` header: ASCII digits (at most
+    :data:`TIMEOUT_DIGITS_MAX`) and a unit; :class:`MalformedTimeout` otherwise."""
+    digits = value[:-1]
+    unit = _TIMEOUT_UNITS.get(value[-1:].decode("latin-1"))
+    if unit is None or not 0 < len(digits) <= TIMEOUT_DIGITS_MAX or not _ascii_digits(digits):
+        raise MalformedTimeout(value)
+    return int(digits) * unit
+
+
+def _ascii_digits(text: bytes) -> bool:
+    return all(0x30 <= byte <= 0x39 for byte in text)  # str.isdigit() takes '²' too
 
 
 def metadata_value(key: str, value: bytes) -> str | bytes:

@@ -12,6 +12,10 @@ Why it exists: grpcio's server spends tens of microseconds of CPU on every messa
 this one appends every response of a turn of the loop to its stream's bytes and writes them in
 one go (``call.py``), and writes a handler's :class:`~tidelog.api.framed.Framed` as it is.
 
+Bounds: at most ``max_connections`` connections at once (a further one is closed as soon as
+it is accepted); a TLS handshake, and then the HTTP/2 preface and first SETTINGS, must each
+come within :data:`~.limits.PREFACE_TIMEOUT_S` (``connection.py``).
+
 Stop: the listening sockets close, every connection says GOAWAY in grpc's two steps (streams the
 client opened before it heard are still served, later ones refused so that it retries them
 elsewhere: ``connection.py``), the calls in flight get ``grace`` seconds to end; those still running
@@ -32,6 +36,7 @@ from typing import Any, NamedTuple
 import grpc
 
 from tidelog.api.transport.connection import Connection
+from tidelog.api.transport.limits import MAX_CONNECTIONS, PREFACE_TIMEOUT_S
 from tidelog.wire import MAX_FRAME
 
 Handler = Any
@@ -51,9 +56,14 @@ class HandlerCallDetails(NamedTuple):
 class NativeServer:
     """A gRPC server (module docstring)."""
 
-    def __init__(self, *, max_message_length: int = MAX_FRAME) -> None:
+    def __init__(
+        self, *, max_message_length: int = MAX_FRAME, max_connections: int = MAX_CONNECTIONS
+    ) -> None:
         self.limit = max_message_length
+        self.max_connections = max_connections
         self.connections: set[Connection] = set()
+        self.accepted = 0
+        """Connections accepted and not yet lost (those still in their handshake too)."""
         self.executor = concurrent.futures.ThreadPoolExecutor(
             SYNC_WORKERS, thread_name_prefix="tidelog-grpc-sync"
         )
@@ -88,7 +98,11 @@ class NativeServer:
         loop = asyncio.get_running_loop()
         for sock, context in self._sockets:
             listener = await loop.create_server(
-                lambda: Connection(self), sock=sock, ssl=context, backlog=1024
+                lambda: Connection(self),
+                sock=sock,
+                ssl=context,
+                backlog=1024,
+                ssl_handshake_timeout=PREFACE_TIMEOUT_S if context is not None else None,
             )
             self._listeners.append(listener)
 
