@@ -372,7 +372,7 @@ def encode_batch(
         # Bodies of one size in one buffer are checksummed in the layout (as fast as splitting
         # the buffer into objects first, measured); others are split for the layout anyway.
         pieces = None if same_size else bodies.split()
-    early = pieces is not None and set(map(type, pieces)) == {bytes}
+    early = pieces is not None and countOf(map(type, pieces), bytes) == n
     if early:
         # Immutable bodies: what is checksummed here is what the layout below copies.
         header["crc"] = continued_crcs(tail_crcs(header), cast(Sequence[bytes], pieces))
@@ -435,16 +435,8 @@ def _encode_one_size(
         raise MessageTooLarge(size, max_message_bytes, 0)
     n = len(values)
     width = HEADER_SIZE + size
-    row = np.zeros((), dtype=HEADER_DTYPE)
-    row["size"] = width
-    row["offset"] = offsets[0]
-    row["timestamp"] = timestamp
-    row["magic"] = MAGIC
-    row["keylen"] = -1
-    row["vallen"] = size
-    if atomic:
-        row["attrs"] = CONTINUES
-    first = row.tobytes()
+    attrs = CONTINUES if atomic else 0
+    first = _HEADER_STRUCT.pack(0, width, int(offsets[0]), timestamp, MAGIC, attrs, 0, -1, size)
     grid = np.empty((n, width), dtype=np.uint8)
     grid[:, :HEADER_SIZE] = np.frombuffer(first, dtype=np.uint8)
     header: npt.NDArray[np.void] = np.ndarray(
