@@ -29,6 +29,7 @@ import struct
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import countOf
 from types import MappingProxyType
 from typing import Final, cast, overload
 
@@ -37,7 +38,7 @@ import numpy.typing as npt
 from crc32c import crc32c
 
 from tidelog.errors import CorruptRecord, MessageTooLarge
-from tidelog.log.batchcrcs import continued_crcs, tail_crcs
+from tidelog.log.batchcrcs import continued_crcs, offset_tail_crcs, tail_crcs
 from tidelog.log.crcs import record_crcs
 
 MAGIC: Final = 1
@@ -327,6 +328,12 @@ def encode_batch(
     bodies have the same length).
     """
     n = len(messages)
+    if n > _SMALL_BATCH:
+        size = _one_size(messages)
+        if size >= 0:
+            return _encode_one_size(
+                cast(Sequence[bytes], messages), size, offsets, timestamp, max_message_bytes, atomic
+            )
     bodies, vallens, keylens, hcounts = _bodies(messages)
     if isinstance(bodies, PackedValues):
         body_lens = bodies.sizes.astype(np.int64)
@@ -365,7 +372,7 @@ def encode_batch(
         # Bodies of one size in one buffer are checksummed in the layout (as fast as splitting
         # the buffer into objects first, measured); others are split for the layout anyway.
         pieces = None if same_size else bodies.split()
-    early = pieces is not None and set(map(type, pieces)) == {bytes}
+    early = pieces is not None and countOf(map(type, pieces), bytes) == n
     if early:
         # Immutable bodies: what is checksummed here is what the layout below copies.
         header["crc"] = continued_crcs(tail_crcs(header), cast(Sequence[bytes], pieces))
@@ -391,6 +398,58 @@ def encode_batch(
         crcs = record_crcs(flat, starts + 4, ends)  # type: ignore[arg-type]
         flat[starts[:, None] + _CRC_BYTES] = crcs.view(np.uint8).reshape(n, 4)
     return EncodedBatch(flat, offsets, sizes, timestamp)
+
+
+def _one_size(messages: Sequence[bytes | NewRecord]) -> int:
+    """The length of every value if ``messages`` (n > 0) are all plain ``bytes`` of one length
+    (exactly ``bytes``: immutable, so a checksum taken of them is of what is written), else -1.
+
+    Two C-level passes, no array: counting the ``bytes`` among the types, then the values of the
+    first one's length (cheaper than collecting the lengths). A batch whose first and last values
+    differ in length is told at once."""
+    if not isinstance(messages, list | tuple):
+        return -1
+    first, last = messages[0], messages[-1]
+    if type(first) is not bytes or type(last) is not bytes or len(first) != len(last):
+        return -1
+    n = len(messages)
+    if countOf(map(type, messages), bytes) != n:
+        return -1
+    size = len(first)
+    return size if countOf(map(len, messages), size) == n else -1
+
+
+def _encode_one_size(
+    values: Sequence[bytes],
+    size: int,
+    offsets: Int64Array,
+    timestamp: int,
+    max_message_bytes: int,
+    atomic: bool,
+) -> EncodedBatch:
+    """``encode_batch`` for n > 0 plain ``bytes`` values of ``size`` bytes each: the batch is one
+    2-D array (a row per record) whose header columns are filled from one header row, then the
+    offsets; the CRCs come from the offsets (``batchcrcs.offset_tail_crcs``) and one call per
+    value on the value itself, before the values are copied in."""
+    if size > max_message_bytes:
+        raise MessageTooLarge(size, max_message_bytes, 0)
+    n = len(values)
+    width = HEADER_SIZE + size
+    attrs = CONTINUES if atomic else 0
+    first = _HEADER_STRUCT.pack(0, width, int(offsets[0]), timestamp, MAGIC, attrs, 0, -1, size)
+    grid = np.empty((n, width), dtype=np.uint8)
+    grid[:, :HEADER_SIZE] = np.frombuffer(first, dtype=np.uint8)
+    header: npt.NDArray[np.void] = np.ndarray(
+        (n,), dtype=HEADER_DTYPE, buffer=grid, strides=(width,)
+    )
+    header["offset"] = offsets
+    seeds = offset_tail_crcs(first[4:], offsets)
+    if atomic:  # the last record of an atomic batch has no CONTINUES: its tail differs more
+        header["attrs"][-1] = 0
+        seeds[-1] = crc32c(grid[-1, 4:HEADER_SIZE].tobytes())
+    header["crc"] = continued_crcs(seeds, values)
+    grid[:, HEADER_SIZE:] = np.frombuffer(b"".join(values), dtype=np.uint8).reshape(n, size)
+    return EncodedBatch(grid.reshape(-1), offsets, np.full(n, width, dtype=np.int64), timestamp)
 
 
 def _headers(
