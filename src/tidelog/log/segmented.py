@@ -298,13 +298,9 @@ class SegmentedLog:
     ) -> ForwardReader:
         """``past_limit``: read every committed record, above a commit limit too (replicas
         copying the leader's log). ``readahead_bytes``: see :class:`ForwardReader`."""
+        bounds = {"stop_offset": stop_offset, "stop_timestamp": stop_timestamp}
         return ForwardReader(
-            self,
-            start_offset,
-            stop_offset=stop_offset,
-            stop_timestamp=stop_timestamp,
-            past_limit=past_limit,
-            readahead_bytes=readahead_bytes,
+            self, start_offset, **bounds, past_limit=past_limit, readahead_bytes=readahead_bytes
         )
 
     def reverse_reader(

@@ -44,7 +44,6 @@ server cancels them; the socket closes once the final GOAWAY is out and no call 
 from __future__ import annotations
 
 import asyncio
-import binascii
 import contextlib
 import logging
 import os
@@ -81,15 +80,12 @@ from tidelog.api.transport.limits import (
     Strikes,
 )
 from tidelog.api.transport.messages import (
-    RESERVED_HEADERS,
-    MalformedTimeout,
     encode_message,
-    metadata_value,
-    parse_timeout,
     peer_name,
 )
 from tidelog.api.transport.outbox import Piece
 from tidelog.api.transport.peer import auth_context
+from tidelog.api.transport.requests import GrpcRefusal, HttpRefusal, read_request
 
 LOG = logging.getLogger("tidelog.api.transport")
 
@@ -137,8 +133,7 @@ class Connection(asyncio.Protocol):
     def __init__(self, router: Router) -> None:
         self.router = router
         self.executor = router.executor
-        self.h2 = H2Connection(H2Configuration(client_side=False, header_encoding=None))
-        self.h2.decoder = _Decoder()
+        self.h2 = _h2_connection()
         self.calls: dict[int, Call] = {}
         self._ready: dict[int, Call] = {}
         self._blocked: dict[int, Call] = {}
@@ -195,22 +190,7 @@ class Connection(asyncio.Protocol):
             return
         self.auth = auth_context(tls)
         self.router.connections.add(self)
-        h2 = self.h2
-        h2.initiate_connection()
-        h2.update_settings(
-            {
-                SettingCodes.MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS,
-                SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-                SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST,
-                SettingCodes.MAX_FRAME_SIZE: MAX_FRAME_SIZE,
-            }
-        )
-        # Accept frames up to our maximum from the start: h2 sizes its frame parser once per
-        # read, so a peer's SETTINGS ACK and its first large DATA frame arriving in one read
-        # were refused (FRAME_SIZE_ERROR for the whole connection) though the peer was right.
-        h2.max_inbound_frame_size = MAX_FRAME_SIZE
-        h2.increment_flow_control_window(CONNECTION_WINDOW - _DEFAULT_WINDOW)
-        self._write()
+        self._write()  # the server's preface: its SETTINGS and window (``_h2_connection``)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -427,67 +407,34 @@ class Connection(asyncio.Protocol):
             self.h2.increment_flow_control_window(size, stream_id)
 
     def _on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
-        h2 = self.h2
         if self._going_away:
-            h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
+            self.h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
             return
-        size = sum(len(key) + len(value) + 32 for key, value in headers)  # RFC 7541 4.1
-        if size > MAX_HEADER_LIST:
-            self._answer(
-                stream_id,
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"received metadata size exceeds hard limit ({size} vs. {MAX_HEADER_LIST})",
-            )
+        request = read_request(headers, MAX_HEADER_LIST)
+        if isinstance(request, HttpRefusal):
+            self.h2.send_headers(stream_id, [(b":status", request.status)], end_stream=True)
             return
-        pseudo: dict[bytes, bytes] = {}
-        metadata: list[tuple[str, str | bytes]] = []
-        timeout: float | None = None
-        bad_timeout: str | None = None
-        for raw_key, raw_value in headers:
-            if raw_key.startswith(b":"):
-                pseudo[raw_key] = raw_value
-                continue
-            key = raw_key.decode("latin-1")
-            if key == "grpc-timeout":
-                try:
-                    timeout = parse_timeout(raw_value)
-                except MalformedTimeout as error:
-                    bad_timeout = str(error)
-            elif key == "content-type":
-                pseudo[b"content-type"] = raw_value
-            elif key not in RESERVED_HEADERS or key == "user-agent":
-                try:
-                    metadata.append((key, metadata_value(key, raw_value)))
-                except (binascii.Error, ValueError):
-                    continue
-        if pseudo.get(b":method") != b"POST":
-            h2.send_headers(stream_id, [(b":status", b"405")], end_stream=True)
+        if isinstance(request, GrpcRefusal):
+            self._answer(stream_id, request.code, request.details)
             return
-        if not pseudo.get(b"content-type", b"").startswith(b"application/grpc"):
-            h2.send_headers(stream_id, [(b":status", b"415")], end_stream=True)
-            return
-        method = pseudo.get(b":path", b"").decode("latin-1")
-        handler = self.router.lookup(method, tuple(metadata))
+        handler = self.router.lookup(request.method, request.metadata)
         if handler is None:
             self._answer(stream_id, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
-            return
-        if bad_timeout is not None:
-            self._answer(stream_id, grpc.StatusCode.INTERNAL, bad_timeout)
-            return
-        if timeout is not None and timeout <= 0:
+        elif request.bad_timeout is not None:
+            self._answer(stream_id, grpc.StatusCode.INTERNAL, request.bad_timeout)
+        elif request.timeout is not None and request.timeout <= 0:
             self._answer(stream_id, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
-            return
-        call = Call(
-            self,
-            stream_id,
-            handler,
-            tuple(metadata),
-            timeout,
-            self.peer,
-            self.auth,
-            self.router.limit,
-        )
-        self.calls[stream_id] = call
+        else:
+            self.calls[stream_id] = Call(
+                self,
+                stream_id,
+                handler,
+                request.metadata,
+                request.timeout,
+                self.peer,
+                self.auth,
+                self.router.limit,
+            )
 
     def _answer(self, stream_id: int, code: grpc.StatusCode, details: str) -> None:
         """A trailers-only response for a stream that gets no call."""
@@ -572,6 +519,27 @@ class Connection(asyncio.Protocol):
     def _close(self) -> None:
         if self._transport is not None:
             self._transport.close()
+
+
+def _h2_connection() -> H2Connection:
+    """A server side h2 state machine with tidelog's settings, its preface ready to send."""
+    h2 = H2Connection(H2Configuration(client_side=False, header_encoding=None))
+    h2.decoder = _Decoder()
+    h2.initiate_connection()
+    h2.update_settings(
+        {
+            SettingCodes.MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS,
+            SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+            SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST,
+            SettingCodes.MAX_FRAME_SIZE: MAX_FRAME_SIZE,
+        }
+    )
+    # Accept frames up to our maximum from the start: h2 sizes its frame parser once per read,
+    # so a peer's SETTINGS ACK and its first large DATA frame arriving in one read were refused
+    # (FRAME_SIZE_ERROR for the whole connection) though the peer was right.
+    h2.max_inbound_frame_size = MAX_FRAME_SIZE
+    h2.increment_flow_control_window(CONNECTION_WINDOW - _DEFAULT_WINDOW)
+    return h2
 
 
 class _Decoder(Decoder):
