@@ -345,10 +345,10 @@ class ServerSettings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["text", "json"] = "text"
     grpc_transport: Literal["grpcio", "native"] = Field(
-        "grpcio",
-        description="what serves the gRPC port: grpcio's server, or tidelog's own HTTP/2 server "
-        "(native: many stream messages per write, far less CPU per Subscribe message; "
-        "docs/architecture.md)",
+        "native",
+        description="what serves the gRPC port: tidelog's own HTTP/2 server (native: many stream "
+        "messages per write, far less CPU per Subscribe message), or grpcio's server "
+        "(docs/architecture.md)",
     )
     grpc_max_connections: int = Field(
         4096,

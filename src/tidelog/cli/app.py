@@ -130,7 +130,7 @@ def serve(
     log_format: Annotated[str | None, typer.Option(help="text or json [text]")] = None,
     grpc_transport: Annotated[
         str | None,
-        typer.Option(help="what serves the gRPC port: grpcio or native [grpcio]"),
+        typer.Option(help="what serves the gRPC port: native or grpcio [native]"),
     ] = None,
     log_level: Annotated[
         str | None, typer.Option(help="DEBUG, INFO, WARNING, ERROR [INFO]")
