@@ -865,7 +865,7 @@ async def live_on_fresh_server(
     """The live phase against a fresh server of its own; with ``cpus``, the server, every
     thread of this process and the publisher run on those CPUs only (for the phase)."""
     timeout = args.timeout
-    with TidelogServer(args.flush_policy, cpus=cpus) as server:
+    with TidelogServer(args.flush_policy, *transport_flags(args), cpus=cpus) as server:
         async with AsyncClient(server.address) as client:
             await client.create_stream(STREAM_LIVE)
         with pinned_process(cpus):
@@ -986,8 +986,11 @@ async def tls_phases(
     try:
         ca = make_ca(pki)
         server_cert, client_cert = issue(ca, pki, "server"), issue(ca, pki, "bench")
-        flags = ("--tls-cert", str(server_cert.cert), "--tls-key", str(server_cert.key))
-        with TidelogServer(args.flush_policy, *flags, "--tls-client-ca", str(ca.cert)) as server:
+        flags = (
+            *("--tls-cert", str(server_cert.cert), "--tls-key", str(server_cert.key)),
+            *("--tls-client-ca", str(ca.cert), *transport_flags(args)),
+        )
+        with TidelogServer(args.flush_policy, *flags) as server:
             record["server_pid"] = server.pid
             tls = ClientTls(ca=ca.cert, cert=client_cert.cert, key=client_cert.key)
             async with AsyncClient(server.address, settings=ClientSettings(tls=tls)) as secured:
@@ -1033,8 +1036,12 @@ async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) ->
     timeout = args.timeout
     n = len(payloads)
     async_payloads = payloads[: args.publish_async_messages]
-    with TidelogServer(args.flush_policy) as server:
-        details["server"] = {"pid": server.pid, "flush_policy": args.flush_policy}
+    with TidelogServer(args.flush_policy, *transport_flags(args)) as server:
+        details["server"] = {
+            "pid": server.pid,
+            "flush_policy": args.flush_policy,
+            "grpc_transport": args.grpc_transport,
+        }
         async with AsyncClient(server.address) as client:
             for name in (
                 STREAM_BATCH,
@@ -1182,6 +1189,11 @@ def _peers() -> ModuleType:
     return _bench_module("peers")
 
 
+def transport_flags(args: argparse.Namespace) -> tuple[str, ...]:
+    """The ``tidelog serve`` flags choosing what serves the gRPC port (every phase's server)."""
+    return ("--grpc-transport", args.grpc_transport)
+
+
 def _live_publisher_argv(config: dict[str, Any]) -> list[str]:
     """This script's paced publisher (``--live-publisher``) for one configuration."""
     return [sys.executable, str(Path(__file__).resolve()), "--live-publisher", json.dumps(config)]
@@ -1208,7 +1220,7 @@ def liftbridge_phases(
     )
     before = _loadavg()
     with (
-        TidelogServer(args.flush_policy, "--grpc-transport", args.grpc_transport) as ours,
+        TidelogServer(args.flush_policy, *transport_flags(args)) as ours,
         side.LiftbridgeServer(binaries.liftbridge) as theirs,
     ):
         record: dict[str, Any] = side.measure(
@@ -1341,7 +1353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--grpc-transport",
         choices=("grpcio", "native"),
         default="grpcio",
-        help="what serves tidelog's gRPC port in the Liftbridge phases (tidelog serve "
+        help="what serves tidelog's gRPC port in every phase's server (tidelog serve "
         "--grpc-transport; default grpcio)",
     )
     parser.add_argument("--liftbridge-catchup-messages", type=int, default=1_000_000)

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from tidelog.api.decoding import passing_bytes
-from tidelog.api.frames import encoded_record_batch, record_batch
+from tidelog.api.framed import PREFIX
+from tidelog.api.frames import (
+    encoded_record_batch,
+    encoded_record_batch_pieces,
+    framed_record_batch,
+    record_batch,
+)
 from tidelog.log import NewRecord, open_log
 
 
@@ -38,6 +44,12 @@ def test_encoded_frame_is_what_protobuf_serialises(tmp_path: Path, shape: str) -
         while batch := reader.read(700, 64 << 10):
             encoded = encoded_record_batch(batch)
             assert encoded == record_batch(batch).SerializeToString()
+            pieces = encoded_record_batch_pieces(batch)
+            assert any(piece is batch.data for piece in pieces)  # the records, not copied
+            assert b"".join(pieces) == encoded
+            framed = framed_record_batch(batch)
+            assert framed.count == 1 and isinstance(framed.data, tuple)
+            assert b"".join(framed.data) == PREFIX.pack(0, len(encoded)) + encoded
             read += len(batch)
         assert read == n
     finally:

@@ -63,6 +63,7 @@ def _handlers(probe: Probe) -> grpc.GenericRpcHandler:
         assert context.takes_framed is True
         yield b"single"
         yield Framed(frame(b"a") + frame(b"bb") + frame(b""), 3)
+        yield Framed.of_message([b"in ", bytes(40_000), b" pieces"])
 
     async def flood(request: bytes, context: Context) -> AsyncIterator[bytes]:
         try:
@@ -168,7 +169,8 @@ def test_client_and_bidi_streams() -> None:
 def test_framed_responses_pass_through_as_messages() -> None:
     async def scenario(channel: grpc.aio.Channel, probe: Probe, _: NativeServer) -> None:
         call = channel.unary_stream("/t.T/Framed")(b"")
-        assert [m async for m in call] == [b"single", b"a", b"bb", b""]
+        expected = [b"single", b"a", b"bb", b"", b"in " + bytes(40_000) + b" pieces"]
+        assert [m async for m in call] == expected
         assert await call.code() == grpc.StatusCode.OK
 
     run(scenario)

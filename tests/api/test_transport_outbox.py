@@ -67,6 +67,21 @@ def test_a_large_immutable_response_is_sent_from_its_own_object() -> None:
     assert _joined(pieces) == prefix + big + prefix + bytes(2 * ZERO_COPY_MIN)
 
 
+def test_a_message_in_pieces_keeps_its_large_pieces_and_copies_the_small_together() -> None:
+    outbox = Outbox()
+    big = os.urandom(ZERO_COPY_MIN)
+    writable = bytearray(b"w" * ZERO_COPY_MIN)  # a Framed's piece: kept too (its contract)
+    pieces = (b"\x00\x00\x02\x00\x10", b"head", big, b"mid", writable, b"tail")
+    outbox.add(pieces, keeps=True)
+    outbox.add(b"next", b"\x00\x00\x00\x00\x04")
+    assert outbox.size == sum(map(len, pieces)) + 9
+    taken = outbox.take(outbox.size)
+    assert any(piece is big for piece in taken)
+    assert any(piece is writable for piece in taken)
+    assert len(taken) == 5  # prefix+head, big, mid, writable, tail+next's prefix+next
+    assert _joined(taken) == b"".join(pieces) + b"\x00\x00\x00\x00\x04next"
+
+
 def test_a_view_of_wider_items_is_counted_in_bytes() -> None:
     outbox = Outbox()
     words = memoryview(bytes(range(256)) * 256).cast("I")  # 16,384 items of 4 bytes

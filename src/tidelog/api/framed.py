@@ -5,10 +5,15 @@ big-endian length, then the message's bytes. A handler that can lay out many mes
 (a subscription's batch of Liftbridge ``Message`` s) yields one :class:`Framed` holding all of
 them, in order, each with its prefix, instead of one object per message.
 
-Invariants: ``data`` is a whole number of framed messages (never a partial one), ``count`` of
-them; every one is a valid encoding of the method's response type, exactly what the method's
-serializer would produce for the message it stands for; ``data`` is not written once the
-Framed is yielded (the transport may send from it later, without a copy).
+``data`` may also be a tuple of pieces whose bytes, one after the other, are the framed messages
+(:meth:`Framed.of_message`: a message laid out in pieces, its large ones sent without being
+joined into one buffer first).
+
+Invariants: ``data`` (its pieces joined, for a tuple) is a whole number of framed messages
+(never a partial one), ``count`` of them; every one is a valid encoding of the method's
+response type, exactly what the method's serializer would produce for the message it stands
+for; ``data`` (and every piece) is not written once the Framed is yielded (the transport may
+send from it later, without a copy).
 
 Only a transport whose context says so (:func:`takes_framed`) receives them; grpcio's server
 sends one message per write and is handed messages one by one.
@@ -16,7 +21,16 @@ sends one message per write and is handed messages one by one.
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
+
+Piece = bytes | bytearray | memoryview
+"""One buffer of a message's bytes (``memoryview`` s of bytes, one-dimensional)."""
+
+PREFIX: Final = struct.Struct(">BI")
+"""A gRPC message's prefix: the compressed flag (0) and the message's length."""
 
 FRAMED_ATTRIBUTE = "takes_framed"
 """The attribute a servicer context sets to True when its transport passes Framed through."""
@@ -26,8 +40,14 @@ FRAMED_ATTRIBUTE = "takes_framed"
 class Framed:
     """``count`` gRPC messages of one stream, serialised and prefixed, back to back."""
 
-    data: bytes | bytearray | memoryview
+    data: Piece | tuple[Piece, ...]
     count: int
+
+    @classmethod
+    def of_message(cls, pieces: Sequence[Piece]) -> Framed:
+        """One uncompressed message whose serialised bytes are ``pieces`` joined, prefixed,
+        the pieces kept as they are."""
+        return cls((PREFIX.pack(0, sum(map(len, pieces))), *pieces), 1)
 
 
 def takes_framed(context: object) -> bool:

@@ -14,7 +14,13 @@ from tidelog.api.browse_service import BrowseService
 from tidelog.api.consume import consume
 from tidelog.api.describe_service import DescribeService
 from tidelog.api.draining import until_draining
-from tidelog.api.frames import END_REASONS, encoded_record_batch, record_batch_without_values
+from tidelog.api.framed import Framed, takes_framed
+from tidelog.api.frames import (
+    END_REASONS,
+    encoded_record_batch,
+    framed_record_batch,
+    record_batch_without_values,
+)
 from tidelog.api.inflight import InFlight
 from tidelog.api.metrics import Metrics
 from tidelog.api.site_service import SiteService
@@ -138,7 +144,7 @@ class TidelogService(
 
     async def SubscribeBatches(  # type: ignore[override]  # frames may come serialised
         self, request: v1.SubscribeBatchesRequest, context: Context
-    ) -> AsyncIterator[v1.RecordBatch | bytes]:
+    ) -> AsyncIterator[v1.RecordBatch | bytes | Framed]:
         subscription = await self.control.subscribe(
             request.stream,
             request.partition,
@@ -155,7 +161,9 @@ class TidelogService(
             max_messages=request.max_messages or None,
             max_bytes=request.max_bytes or None,
         )
-        framed: Callable[[MessageBatch], v1.RecordBatch | bytes] = encoded_record_batch
+        framed: Callable[[MessageBatch], v1.RecordBatch | bytes | Framed] = encoded_record_batch
+        if takes_framed(context):  # the records' bytes go out as read, not joined into a frame
+            framed = framed_record_batch
         if request.without_values:
             framed = record_batch_without_values
             subscription.send_without_values()  # fewer, larger frames: see its docstring

@@ -54,6 +54,9 @@ def forward_locked(
     end = min(segment.slot_at_or_before(last) + 1, slot + max_messages)
     if end <= slot:
         return None
+    # A read ahead asks for many records and a byte limit: the entries of records that start
+    # past the limit are not copied (bisected in place), only the few that may fit.
+    end = segment.slot_past_bytes(slot, end, max_bytes)
     entries = segment.entries(slot, end)
     positions = entries["position"].astype(np.int64)
     sizes = entries["size"].astype(np.int64)

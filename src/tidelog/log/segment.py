@@ -219,6 +219,16 @@ class Segment:
         with self._using() as index:
             return bisect.bisect_right(index.entries["rel"], rel) - 1
 
+    def slot_past_bytes(self, first_slot: int, end_slot: int, max_bytes: int) -> int:
+        """The first slot in ``(first_slot, end_slot]`` whose record starts more than
+        ``max_bytes`` past ``first_slot`` 's (``end_slot`` when there is none): records from
+        there on cannot fit in a read of ``max_bytes`` from ``first_slot`` (records lie in the
+        file in slot order)."""
+        with self._using() as index:
+            positions = index.entries["position"]
+            limit = int(positions[first_slot]) + max_bytes
+            return bisect.bisect_right(positions, limit, first_slot + 1, end_slot)
+
     def slot_at_or_after_timestamp(self, timestamp: int) -> int:
         """First slot whose timestamp is >= ``timestamp`` (``count`` when there is none)."""
         with self._using() as index:

@@ -210,22 +210,24 @@ class Call:
 
     # -- for the context ------------------------------------------------------------------
 
-    def send(self, data: bytes | bytearray | memoryview, framed: bool) -> bool:
-        """Queue a response (``framed``: already prefixed); True when ``pending`` is full."""
+    def send(self, data: Piece | tuple[Piece, ...], framed: bool) -> bool:
+        """Queue a response (``framed``: already prefixed; a tuple: its pieces in order); True
+        when ``pending`` is full."""
         if self.finished:
             raise asyncio.CancelledError
         pending = self.pending
         before = len(pending)
         if not framed:
-            if len(data) > self.limit:
+            size = sum(map(len, data)) if isinstance(data, tuple) else len(data)
+            if size > self.limit:
                 context = self.context
                 context._record_abort(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"Sent message larger than max ({len(data)} vs. {self.limit})",
+                    f"Sent message larger than max ({size} vs. {self.limit})",
                     (),
                 )
                 raise grpc.aio.AbortError("message too large")
-            pending.add(data, PREFIX.pack(0, len(data)))
+            pending.add(data, PREFIX.pack(0, size))
         else:
             pending.add(data, keeps=True)
         link = self.link

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from tidelog.api.framed import Framed
+from tidelog.api.framed import Framed, Piece
 
 Metadata = tuple[tuple[str, str | bytes], ...]
 
@@ -39,7 +39,7 @@ class CallPort(Protocol):
     peer: str
     auth: dict[str, list[bytes]]
 
-    def send(self, data: bytes | bytearray | memoryview, framed: bool) -> bool: ...
+    def send(self, data: Piece | tuple[Piece, ...], framed: bool) -> bool: ...
 
     def full(self) -> bool: ...
 

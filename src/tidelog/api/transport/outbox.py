@@ -12,7 +12,9 @@ spends on it. Here a large response is kept as the object the handler gave (``by
 message's 5-byte prefix) are appended to one growing ``bytearray`` (so many small messages still
 leave as few large frames); a response of at least :data:`ZERO_COPY_MIN` bytes that will not
 change (``bytes``, a read-only view, or a Framed's data, which by its contract is not written
-after it is yielded) becomes a chunk of its own, as it is. :meth:`Outbox.take` removes the first
+after it is yielded) becomes a chunk of its own, as it is. A Framed's data in pieces (a tuple)
+is added piece by piece under the same rule: its small pieces copied together, its large ones
+kept, so a message laid out in pieces is never joined. :meth:`Outbox.take` removes the first
 ``n`` bytes as a list of pieces.
 
 Invariants: ``size`` is the number of bytes queued, in the order they were added; a chunk handed
@@ -81,9 +83,18 @@ class Outbox:
     def __bool__(self) -> bool:
         return self.size > 0
 
-    def add(self, data: Piece, prefix: bytes = b"", *, keeps: bool = False) -> None:
-        """Queue ``prefix`` then ``data``; ``keeps``: the caller will not change ``data``
-        (a Framed's contract), so a long one may be sent from it as it is."""
+    def add(
+        self, data: Piece | tuple[Piece, ...], prefix: bytes = b"", *, keeps: bool = False
+    ) -> None:
+        """Queue ``prefix`` then ``data`` (a tuple: its pieces in order, each added as one);
+        ``keeps``: the caller will not change ``data`` (a Framed's contract), so a long one may
+        be sent from it as it is."""
+        if isinstance(data, tuple):
+            if prefix:
+                self.add(prefix)
+            for piece in data:
+                self.add(piece, keeps=keeps)
+            return
         if isinstance(data, memoryview) and (data.itemsize != 1 or data.ndim != 1):
             data = data.cast("B")  # lengths below are in bytes
         length = len(data)
