@@ -1352,9 +1352,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--grpc-transport",
         choices=("grpcio", "native"),
-        default="grpcio",
+        default="native",
         help="what serves tidelog's gRPC port in every phase's server (tidelog serve "
-        "--grpc-transport; default grpcio)",
+        "--grpc-transport; default native, the server's own default)",
     )
     parser.add_argument("--liftbridge-catchup-messages", type=int, default=1_000_000)
     parser.add_argument(
