@@ -865,7 +865,8 @@ async def live_on_fresh_server(
     """The live phase against a fresh server of its own; with ``cpus``, the server, every
     thread of this process and the publisher run on those CPUs only (for the phase)."""
     timeout = args.timeout
-    with TidelogServer(args.flush_policy, cpus=cpus) as server:
+    transport = ("--grpc-transport", args.grpc_transport)
+    with TidelogServer(args.flush_policy, *transport, cpus=cpus) as server:
         async with AsyncClient(server.address) as client:
             await client.create_stream(STREAM_LIVE)
         with pinned_process(cpus):
@@ -885,6 +886,7 @@ async def live_on_fresh_server(
         server.stop()
     record = details[name]
     record["cpus"] = None if cpus is None else sorted(cpus)
+    record["grpc_transport"] = args.grpc_transport
     live_cpu_per_message(record)
     return r
 
@@ -1033,8 +1035,12 @@ async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) ->
     timeout = args.timeout
     n = len(payloads)
     async_payloads = payloads[: args.publish_async_messages]
-    with TidelogServer(args.flush_policy) as server:
-        details["server"] = {"pid": server.pid, "flush_policy": args.flush_policy}
+    with TidelogServer(args.flush_policy, "--grpc-transport", args.grpc_transport) as server:
+        details["server"] = {
+            "pid": server.pid,
+            "flush_policy": args.flush_policy,
+            "grpc_transport": args.grpc_transport,
+        }
         async with AsyncClient(server.address) as client:
             for name in (
                 STREAM_BATCH,
@@ -1341,8 +1347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--grpc-transport",
         choices=("grpcio", "native"),
         default="grpcio",
-        help="what serves tidelog's gRPC port in the Liftbridge phases (tidelog serve "
-        "--grpc-transport; default grpcio)",
+        help="what serves tidelog's gRPC port (tidelog serve --grpc-transport; default "
+        "grpcio): the main server, the live phases' and the Liftbridge phases' (not TLS's)",
     )
     parser.add_argument("--liftbridge-catchup-messages", type=int, default=1_000_000)
     parser.add_argument(
