@@ -45,9 +45,7 @@ Phases, each on its own fresh stream of one partition:
   requests not waiting for each other (bounded in flight), for ``--live-seconds`` (default 5)
   after 0.5 s of warm-up that is not counted. Each payload starts with its send time
   (``time.time_ns()``, little-endian i64) and a sequence number; latency = the subscriber's
-  ``time.time_ns()`` after reading the batch's columns (``ReceivedBatch``: every value's first
-  16 bytes gathered with numpy, no object per message) minus the send time. Percentiles are
-  nearest-rank.
+  ``time.time_ns()`` after decoding the batch minus the send time. Percentiles are nearest-rank.
 - ``live_latency_pinned_p50_ms`` / ``live_latency_pinned_p99_ms`` (``--pin-cpu N``): the same
   live phase once more against a second fresh server, with the server, this process (every
   thread, for the phase only) and the publisher process all confined to CPU ``N``
@@ -132,8 +130,6 @@ from types import ModuleType
 from typing import Any, cast
 
 import grpc
-import numpy as np
-import numpy.typing as npt
 
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
@@ -141,7 +137,6 @@ from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 from tidelog.client import ClientSettings, ClientTls
 from tidelog.client.aio import AsyncClient
-from tidelog.client.batches import ReceivedBatch
 from tidelog.client.codec import decode
 from tidelog.security.testca import issue, make_ca
 
@@ -162,7 +157,6 @@ STARTUP_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0
 SAFETY = 60.0  # extra seconds a phase may hang past its own deadline before it is aborted
 LIVE_HEADER = 16  # send time (i64) + sequence number (u64) at the start of every live payload
-LIVE_HEADER_BYTES = np.arange(LIVE_HEADER, dtype=np.int64)
 LIVE_WARMUP_S = 0.5
 LIVE_MAX_IN_FLIGHT = 200
 LIVE_DRAIN_S = 10.0  # how long the subscriber may lag behind the publisher's end
@@ -768,8 +762,8 @@ async def live_phase(
             if first is grpc.aio.EOF:
                 raise RuntimeError("live subscription ended before its handshake")
             handshake.set()
-            latencies: list[npt.NDArray[np.int64]] = state["latencies"]
-            sequences: list[npt.NDArray[np.int64]] = state["sequences"]
+            latencies: list[int] = state["latencies"]
+            sequences: list[int] = state["sequences"]
             while state["received"] < planned:
                 read = await call.read()
                 if read is grpc.aio.EOF:
@@ -777,17 +771,13 @@ async def live_phase(
                 frame = cast(v1.RecordBatch, read)
                 if frame.end:
                     return
-                # Columns, no object per message: each value's first 16 bytes (send time,
-                # sequence number) gathered from the buffer the values arrived in.
-                values = ReceivedBatch(frame, stream, 0).values
-                if len(values) and int(values.sizes.min()) < LIVE_HEADER:
-                    raise RuntimeError("a live value shorter than its header")
-                heads = values.buffer[values.starts[:, None] + LIVE_HEADER_BYTES]
+                messages = decode(frame, stream, 0)
                 now = time.time_ns()
-                stamps = heads.view("<i8")
-                latencies.append(now - stamps[:, 0])
-                sequences.append(stamps[:, 1])
-                state["received"] += len(heads)
+                for message in messages:
+                    value = message.value
+                    latencies.append(now - int.from_bytes(value[:8], "little"))
+                    sequences.append(int.from_bytes(value[8:16], "little"))
+                state["received"] += len(messages)
 
         subscriber = asyncio.create_task(subscribe())
         publisher: asyncio.subprocess.Process | None = None
@@ -835,9 +825,11 @@ async def live_phase(
                 await subscriber
             call.cancel()
     warmup = report["warmup"]
-    received = np.concatenate(state["latencies"]) if state["latencies"] else np.zeros(0, np.int64)
-    sequences = np.concatenate(state["sequences"]) if state["sequences"] else np.zeros(0, np.int64)
-    samples = np.sort(received[sequences >= warmup] / 1e6).tolist()
+    samples = sorted(
+        lat / 1e6
+        for lat, seq in zip(state["latencies"], state["sequences"], strict=True)
+        if seq >= warmup
+    )
     measured = report["sent"] - warmup
     return {
         "p50_ms": None if not samples else round(percentile(samples, 0.50) or 0.0, 3),
