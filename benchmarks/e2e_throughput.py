@@ -885,6 +885,7 @@ async def live_on_fresh_server(
         server.stop()
     record = details[name]
     record["cpus"] = None if cpus is None else sorted(cpus)
+    record["grpc_transport"] = args.grpc_transport
     live_cpu_per_message(record)
     return r
 

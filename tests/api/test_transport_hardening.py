@@ -29,11 +29,12 @@ from h2.events import (
     ResponseReceived,
     StreamReset,
     TrailersReceived,
+    WindowUpdated,
 )
 from h2.settings import SettingCodes
 from hyperframe.frame import DataFrame, PingFrame, RstStreamFrame, SettingsFrame
 
-from tidelog.api.transport import NativeServer, connection, limits
+from tidelog.api.transport import NativeServer, call, connection, limits
 from tidelog.api.transport.limits import (
     CONNECTION_PENDING,
     PING_STRIKES,
@@ -484,3 +485,44 @@ def test_connections_over_the_cap_are_closed_at_once() -> None:
             client.close()
 
     serve(scenario, max_connections=2)
+
+
+def test_small_requests_reopen_the_stream_window_in_steps_not_one_update_each() -> None:
+    """A client streaming small requests (a paced publisher) gets no WINDOW_UPDATE per request:
+    the stream's window is given back a step at a time, and a stream of several windows'
+    worth of requests still flows to the end (the peer never waits on held-back credit)."""
+
+    async def scenario(server: NativeServer, port: int) -> None:
+        client = await connect(port)
+        client.h2.send_headers(1, headers("Total"))
+        small = frame(bytes(100))
+        for _ in range(200):  # 20 KB: under a step
+            client.h2.send_data(1, small)
+            await client.flush()
+        await client.unary(3, "Echo", b"sync")  # answered after the 200 requests were read
+        assert (await client.status_of(3)) == ("0", "")
+        updates = [e for e in client.events if isinstance(e, WindowUpdated) and e.stream_id == 1]
+        assert updates == []
+
+        body = frame(bytes(60_000))
+        sent = 200 * len(small)
+        payload = 200 * 100
+        total = 3 * connection.STREAM_WINDOW  # three windows: needs credit back to finish
+        while sent < total:
+            while client.h2.local_flow_control_window(1) < len(body):
+                assert await client.read(5.0)
+            client.h2.send_data(1, body)
+            await client.flush()
+            sent += len(body)
+            payload += 60_000
+        client.h2.end_stream(1)
+        await client.flush()
+        assert (await client.status_of(1))[0] == "0"
+        updates = [e for e in client.events if isinstance(e, WindowUpdated) and e.stream_id == 1]
+        assert all(e.delta >= call.WINDOW_STEP for e in updates)
+        assert len(updates) >= 2
+        answer = next(e for e in client.events if isinstance(e, DataReceived) and e.stream_id == 1)
+        assert int(answer.data[5:]) == payload
+        client.close()
+
+    serve(scenario)

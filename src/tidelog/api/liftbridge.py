@@ -14,7 +14,7 @@ subscribe, cursor and group calls here. Both only translate onto the control.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import grpc
 
@@ -23,13 +23,13 @@ from tidelog.access import ANY, Kind, Operation, caller, on
 from tidelog.api.framed import Framed, takes_framed
 from tidelog.api.inflight import InFlight
 from tidelog.api.liftbridge_frames import framed_messages
+from tidelog.api.liftbridge_frames import liftbridge_messages as _messages
 from tidelog.api.liftbridge_publish import PublishService
 from tidelog.api.metrics import Metrics
 from tidelog.api.status import (
     handed_over,
 )
 from tidelog.broker import (
-    MessageBatch,
     StartPosition,
     StopPosition,
     StreamConfig,
@@ -346,36 +346,3 @@ class LiftbridgeService(PublishService):
             principal=acting_as(),
         )
         return pb.ReportConsumerGroupCoordinatorResponse()
-
-
-def _messages(
-    batch: MessageBatch, stream: str, partition: int, subject: str
-) -> Iterator[pb.Message]:
-    """The batch as Liftbridge messages, each value cut from the batch only when its message is
-    built: a subscription holds its batch, not a second copy of it."""
-    starts, lengths = batch.value_spans()
-    keys = batch.keys() if batch.has_keys() else None
-    headers = batch.headers() if batch.has_headers() else None
-    data = batch.data
-    for i, (offset, timestamp, start, length) in enumerate(
-        zip(
-            batch.offsets.tolist(),
-            batch.timestamps.tolist(),
-            starts.tolist(),
-            lengths.tolist(),
-            strict=True,
-        )
-    ):
-        message = pb.Message(
-            offset=offset,
-            value=data[start : start + length],
-            timestamp=timestamp,
-            stream=stream,
-            partition=partition,
-            subject=subject,
-        )
-        if keys is not None and keys[i]:
-            message.key = keys[i]  # type: ignore[assignment]
-        if headers is not None and headers[i]:
-            message.headers.update(headers[i])
-        yield message

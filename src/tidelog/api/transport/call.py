@@ -18,6 +18,11 @@ together hold :data:`~.limits.CONNECTION_PENDING` bytes (so a client that opens 
 and never reads pins that much, plus at most one message per stream, not ``HIGH_WATER``
 each); requests decoded but not taken by the handler hold back the stream's WINDOW_UPDATE
 beyond :data:`RECEIVE_BUFFER` (the peer then stops sending);
+the stream's window is reopened in steps of :data:`WINDOW_STEP` (a quarter of the window the
+server announces), not after every DATA frame: a client streaming small requests (a paced
+publisher: one a millisecond) got a WINDOW_UPDATE, one more socket write here and one more
+wake-up there, for each of them. Credit under a step held back leaves the peer at least
+three quarters of its window, so it never waits for it;
 a message longer than the server's limit ends the call with RESOURCE_EXHAUSTED, like grpcio.
 
 Endings: the handler returns (its context's code, OK by default), aborts (the aborted status),
@@ -58,6 +63,9 @@ HIGH_WATER: Final = 1 << 20
 RECEIVE_BUFFER: Final = 1 << 20
 """Decoded request bytes of one call not yet taken by its handler beyond which the stream's
 window is not reopened."""
+WINDOW_STEP: Final = 1 << 18
+"""Bytes a stream's window is reopened by at a time (no more than a quarter of
+``connection.STREAM_WINDOW``)."""
 
 Handler = Any
 """A ``grpc.RpcMethodHandler``."""
@@ -166,11 +174,10 @@ class Call:
         for message in messages:
             self._requests.append(message)
             self._queued += len(message)
-        if self._queued <= RECEIVE_BUFFER:
-            self.link.reopen(self.stream_id, flow + self._owed)
+        self._owed += flow
+        if self._owed >= WINDOW_STEP and self._queued <= RECEIVE_BUFFER:
+            self.link.reopen(self.stream_id, self._owed)
             self._owed = 0
-        else:
-            self._owed += flow
         self._wake()
 
     def on_end(self) -> None:
@@ -264,7 +271,7 @@ class Call:
                 self._waiter = None
         raw = self._requests.popleft()
         self._queued -= len(raw)
-        if self._owed and self._queued <= RECEIVE_BUFFER:
+        if self._owed >= WINDOW_STEP and self._queued <= RECEIVE_BUFFER:
             self.link.reopen(self.stream_id, self._owed)
             self._owed = 0
         decode = self.handler.request_deserializer

@@ -15,7 +15,8 @@ window); while the socket's buffer is above asyncio's high-water mark (``pause_w
 is flushed, and the handlers' writes wait (``call.HIGH_WATER``).
 
 In: the connection's window is reopened as DATA arrives (in steps of a quarter of it); each
-stream's window is reopened by its call as its handler takes requests (``RECEIVE_BUFFER``).
+stream's window is reopened by its call as its handler takes requests (``RECEIVE_BUFFER``), in
+steps of ``call.WINDOW_STEP``.
 
 Control frames: while the socket's buffer is full, reading stops too (``pause_writing``), so a
 client that sends without reading gets no answers queued; PINGs or SETTINGS sent quickly with
