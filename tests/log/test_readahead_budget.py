@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tidelog.broker.subscription import READAHEAD_BYTES
 from tidelog.log import LogConfig, SegmentedLog
 from tidelog.log import readahead as readahead_module
 from tidelog.log.readahead import ReadAheadBudget
@@ -68,5 +69,14 @@ def test_a_dropped_reader_gives_its_lease_back(budget: ReadAheadBudget, log: Seg
     assert budget.leased == 0
 
 
-def test_the_process_budget_bounds_a_catching_up_subscription_s_span() -> None:
-    assert readahead_module.BUDGET_BYTES >= 1 << 20  # at least one subscription's 1 MiB span
+def test_the_process_budget_takes_a_catching_up_subscription_s_span_and_no_more() -> None:
+    budget = readahead_module.READAHEAD
+    held = []
+    while (lease := budget.lease(READAHEAD_BYTES)) is not None:
+        held.append(lease)
+    try:  # a 1 MiB span at least once, and the budget's worth at most
+        assert 1 <= len(held) <= readahead_module.BUDGET_BYTES // READAHEAD_BYTES
+        assert budget.leased <= budget.budget_bytes
+    finally:
+        for lease in held:
+            lease.release()

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from tidelog.errors import OffsetOutOfRange, TidelogWarning
+from tidelog.errors import CorruptRecord, OffsetOutOfRange, TidelogWarning
 from tidelog.log.batch import MessageBatch
 from tidelog.log.readahead import READAHEAD, Lease
 from tidelog.log.record import Record
@@ -104,9 +104,17 @@ class ForwardReader:
         if self._readahead_bytes > max_bytes:
             lease = READAHEAD.lease(self._readahead_bytes)
             if lease is not None:  # else the process holds its budget ahead: read a piece
-                self._ahead = self._read_log(
-                    max_messages * -(-self._readahead_bytes // max_bytes), self._readahead_bytes
-                )
+                try:
+                    self._ahead = self._read_log(
+                        max_messages * -(-self._readahead_bytes // max_bytes),
+                        self._readahead_bytes,
+                    )
+                except CorruptRecord:
+                    # A damaged record in the span must not hold back the good ones before it:
+                    # read piece by piece from here on, which hands them out and then raises
+                    # at the damaged record, exactly as a reader without read-ahead does.
+                    self._readahead_bytes = 0
+                    return self._read_log(max_messages, max_bytes)
                 self._at, self._lease = 0, lease
                 return self._hand_out(max_messages, max_bytes)
         return self._read_log(max_messages, max_bytes)
