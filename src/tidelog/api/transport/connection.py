@@ -16,7 +16,12 @@ is flushed, and the handlers' writes wait (``call.HIGH_WATER``).
 
 In: the connection's window is reopened as DATA arrives (in steps of a quarter of it); each
 stream's window is reopened by its call as its handler takes requests (``RECEIVE_BUFFER``), in
-steps of ``call.WINDOW_STEP``.
+steps of ``call.WINDOW_STEP``. Request bytes the calls hold (decoded, or part of a message still
+arriving) are counted (``limits.ReceiveBudget``); past ``limits.RECEIVE_BUDGET`` only one
+call in the middle of a message at a time has its window reopened, the others wait until it
+has its message or the handlers take enough. So what a connection
+holds is the budget, one message up to the server's limit, and the windows already granted
+(at most ``STREAM_WINDOW`` per open stream).
 
 Control frames: while the socket's buffer is full, reading stops too (``pause_writing``), so a
 client that sends without reading gets no answers queued; PINGs or SETTINGS sent quickly with
@@ -75,9 +80,11 @@ from tidelog.api.transport.call import Call
 from tidelog.api.transport.limits import (
     CONNECTION_PENDING,
     PREFACE_TIMEOUT_S,
+    RECEIVE_BUDGET,
     REFUSED_LOG_INTERVAL_S,
     UNEXPECTED_LOG_INTERVAL_S,
     RateLimited,
+    ReceiveBudget,
     Strikes,
 )
 from tidelog.api.transport.messages import (
@@ -147,6 +154,7 @@ class Connection(asyncio.Protocol):
         self.pending_bytes = 0
         """Response bytes the calls hold, not yet sent (``limits.CONNECTION_PENDING``)."""
         self._starved: dict[int, Call] = {}
+        self.budget = ReceiveBudget(RECEIVE_BUDGET)
         self._pings = Strikes()
         self._settings = Strikes()
         self._going_away = False
