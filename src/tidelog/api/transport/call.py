@@ -467,7 +467,9 @@ class Call:
             status = context.status
             self._finish(status.code, status.details, status.trailing)
         except asyncio.CancelledError:
-            pass  # the status (deadline, reset, server stop) was decided by who cancelled
+            # the status (deadline, reset, server stop) was decided by who cancelled; a
+            # CancelledError the handler raised itself decided none
+            self._finish(grpc.StatusCode.CANCELLED, "handler cancelled", ())
         except _Unframed as error:
             self._finish(grpc.StatusCode.INTERNAL, str(error), ())
         except Exception as error:
