@@ -37,6 +37,8 @@ class Probe:
         self.auth: dict[str, list[bytes]] = {}
         self.peer = ""
         self.metadata: tuple[tuple[str, Any], ...] = ()
+        self.saw_cancelled: bool | None = None
+        """What ``context.cancelled()`` said in a handler being cancelled."""
 
 
 def _handlers(probe: Probe) -> grpc.GenericRpcHandler:
@@ -55,6 +57,7 @@ def _handlers(probe: Probe) -> grpc.GenericRpcHandler:
         try:
             await asyncio.sleep(float(request))
         except asyncio.CancelledError:
+            probe.saw_cancelled = context.cancelled()
             probe.cancelled.set()
             raise
         return b"slept"
@@ -221,6 +224,17 @@ def test_a_cancelled_error_the_handler_raises_ends_the_call_cancelled() -> None:
         assert ended.value.details() == "handler cancelled"
         await asyncio.sleep(0.1)
         assert all(not c.calls for c in server.connections)
+
+    run(scenario)
+
+
+def test_a_client_reset_is_seen_as_cancelled_by_the_handler() -> None:
+    async def scenario(channel: grpc.aio.Channel, probe: Probe, _: NativeServer) -> None:
+        call = _unary(channel, "Sleepy")(b"30")
+        await asyncio.sleep(0.3)  # the handler is sleeping
+        call.cancel()
+        await asyncio.wait_for(probe.cancelled.wait(), 5)
+        assert probe.saw_cancelled is True
 
     run(scenario)
 

@@ -200,7 +200,10 @@ class Call:
         self.start()
 
     def on_reset(self) -> None:
-        """The peer reset the stream or the connection is gone: cancel, send nothing."""
+        """The peer reset the stream or the connection is gone: cancel, send nothing (the
+        context's ``cancelled()`` is True from now, unless the status was already decided)."""
+        if not self.finished:
+            self.context.status.code = grpc.StatusCode.CANCELLED
         self.closed = True
         self.finished = True
         self._release()
