@@ -2,7 +2,7 @@
 
 The transport writes DATA frames itself (``outbox.claim_data``: h2's ``streams``, its
 connection and stream state machines, both outbound windows), replaces h2's HPACK decoder
-(``connection._Decoder`` via the ``decoder`` attribute h2 lowers on a SETTINGS ACK) and sets
+(``h2setup._Decoder`` via the ``decoder`` attribute h2 lowers on a SETTINGS ACK) and sets
 ``max_inbound_frame_size``. None of that is h2's public API, so ``pyproject.toml`` pins h2 to
 the tested minor; these tests fail loudly on an h2 that changed them.
 """
@@ -14,11 +14,11 @@ from h2.connection import ConnectionInputs, H2Connection
 from h2.events import DataReceived
 from h2.stream import StreamInputs
 
-from tidelog.api.transport.connection import (
+from tidelog.api.transport.h2setup import (
     HEADER_DECODE_LIMIT,
     MAX_FRAME_SIZE,
     _Decoder,
-    _h2_connection,
+    h2_connection,
 )
 from tidelog.api.transport.outbox import claim_data, frames
 
@@ -32,7 +32,7 @@ def test_the_attributes_the_transport_sets_and_reads_are_h2s_own() -> None:
 
 
 def _connected() -> tuple[H2Connection, H2Connection]:
-    server = _h2_connection()
+    server = h2_connection()
     client = H2Connection(H2Configuration(client_side=True, header_encoding=None))
     client.initiate_connection()
     server.receive_data(client.data_to_send())

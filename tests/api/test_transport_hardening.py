@@ -34,7 +34,7 @@ from h2.events import (
 from h2.settings import SettingCodes
 from hyperframe.frame import DataFrame, PingFrame, RstStreamFrame, SettingsFrame
 
-from tidelog.api.transport import NativeServer, call, connection, limits
+from tidelog.api.transport import NativeServer, call, connection, h2setup, limits
 from tidelog.api.transport.limits import (
     CONNECTION_PENDING,
     PING_STRIKES,
@@ -507,7 +507,7 @@ def test_small_requests_reopen_the_stream_window_in_steps_not_one_update_each() 
         body = frame(bytes(60_000))
         sent = 200 * len(small)
         payload = 200 * 100
-        total = 3 * connection.STREAM_WINDOW  # three windows: needs credit back to finish
+        total = 3 * h2setup.STREAM_WINDOW  # three windows: needs credit back to finish
         while sent < total:
             while client.h2.local_flow_control_window(1) < len(body):
                 assert await client.read(5.0)
@@ -569,7 +569,7 @@ def test_partial_messages_of_many_streams_stop_at_the_connection_receive_budget(
         head = 3 << 20
         assert await _push(client, 1, first[:head]) == head  # past the budget: stream 1's
         stalled = await _push(client, 3, second)
-        assert stalled <= connection.STREAM_WINDOW  # no credit back past the budget
+        assert stalled <= h2setup.STREAM_WINDOW  # no credit back past the budget
         assert await _push(client, 1, first[head:]) == len(first) - head
         client.h2.end_stream(1)
         await client.flush()

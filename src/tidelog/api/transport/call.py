@@ -71,7 +71,7 @@ RECEIVE_BUFFER: Final = 1 << 20
 window is not reopened."""
 WINDOW_STEP: Final = 1 << 18
 """Bytes a stream's window is reopened by at a time (no more than a quarter of
-``connection.STREAM_WINDOW``)."""
+``h2setup.STREAM_WINDOW``)."""
 
 Handler = Any
 """A ``grpc.RpcMethodHandler``."""
