@@ -50,17 +50,18 @@ from typing import Any, Final, Protocol
 import grpc
 from h2.connection import H2Connection
 
-from tidelog.api.transport.context import Metadata, ServicerContext, SyncContext
+from tidelog.api.framed import PREFIX, Piece
+from tidelog.api.transport.context import ServicerContext, SyncContext
 from tidelog.api.transport.limits import ReceiveBudget
 from tidelog.api.transport.messages import (
-    PREFIX,
     FramingError,
     MessageReader,
     MessageTooLarge,
+    Metadata,
     encode_message,
     header_value,
 )
-from tidelog.api.transport.outbox import Outbox, Piece, claim_data, frames
+from tidelog.api.transport.outbox import Outbox, claim_data, frames
 
 LOG = logging.getLogger("tidelog.api.transport")
 

@@ -70,6 +70,7 @@ from h2.events import (
 from h2.exceptions import H2Error
 from hyperframe.frame import GoAwayFrame
 
+from tidelog.api.framed import Piece
 from tidelog.api.transport.call import Call
 from tidelog.api.transport.h2setup import CONNECTION_WINDOW, MAX_HEADER_LIST, h2_connection
 from tidelog.api.transport.limits import (
@@ -83,7 +84,6 @@ from tidelog.api.transport.limits import (
     Strikes,
 )
 from tidelog.api.transport.messages import peer_name
-from tidelog.api.transport.outbox import Piece
 from tidelog.api.transport.peer import auth_context
 from tidelog.api.transport.requests import (
     GrpcRefusal,

@@ -22,12 +22,11 @@ import grpc
 from tidelog.api.transport.messages import (
     RESERVED_HEADERS,
     MalformedTimeout,
+    Metadata,
     encode_message,
     metadata_value,
     parse_timeout,
 )
-
-Metadata = tuple[tuple[str, str | bytes], ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Final
 
-from tidelog.api.transport.outbox import Piece
+from tidelog.api.framed import Piece
 
 _IOV_MAX: Final = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
 
