@@ -75,11 +75,11 @@ _SHIFTS: Final = (7 * np.arange(_VARINT_MAX, dtype=np.uint64)).astype(np.uint64)
 _COLUMNS: Final = np.arange(_VARINT_MAX, dtype=np.int64)
 FEW_RUNS: Final = 8
 MESSAGES_PER_RUN: Final = 32
+"""Runs are laid out one by one when there are at most ``FEW_RUNS`` more of them than one per
+``MESSAGES_PER_RUN`` messages (a run costs a dozen numpy calls), else everything is gathered."""
 FEW_MESSAGES: Final = 64
 """Batches of at most this many messages are serialised message by message by protobuf (module
 docstring): measured, 17 µs for 10 messages of 100 B against 98 µs laid out, even at 100."""
-"""Runs are laid out one by one when there are at most ``FEW_RUNS`` more of them than one per
-``MESSAGES_PER_RUN`` messages (a run costs a dozen numpy calls), else everything is gathered."""
 
 # The gathered path's table: each varying small field in a fixed block of its row.
 _T_PREFIX: Final = 0
