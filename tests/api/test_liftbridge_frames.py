@@ -10,17 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidelog._proto.liftbridge import api_pb2 as pb
-from tidelog.api.framed import Framed
+from tidelog.api.framed import Framed, uvarint
 from tidelog.api.liftbridge import _messages
 from tidelog.api.liftbridge_frames import (
     FEW_MESSAGES,
-    PREFIX,
+    PREFIX_SIZE,
     _gathered,
     _in_runs,
     _Plan,
     framed_messages,
     message_tail,
-    uvarint,
 )
 from tidelog.log import MessageBatch, NewRecord
 from tidelog.log.record import encode_batch, gather_headers
@@ -47,9 +46,9 @@ def split(frames: list[Framed]) -> list[bytes]:
         at, count = 0, 0
         while at < len(data):
             assert data[at] == 0  # not compressed
-            length = int.from_bytes(data[at + 1 : at + PREFIX], "big")
-            out.append(data[at + PREFIX : at + PREFIX + length])
-            at += PREFIX + length
+            length = int.from_bytes(data[at + 1 : at + PREFIX_SIZE], "big")
+            out.append(data[at + PREFIX_SIZE : at + PREFIX_SIZE + length])
+            at += PREFIX_SIZE + length
             count += 1
         assert at == len(data)
         assert count == frame.count

@@ -15,7 +15,7 @@ from tests.broker.brokertools import broker_config
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog.api.framed import Framed
 from tidelog.api.liftbridge import LiftbridgeService
-from tidelog.api.liftbridge_frames import PREFIX
+from tidelog.api.liftbridge_frames import PREFIX_SIZE
 from tidelog.broker import Broker, StreamConfig
 from tidelog.control import Advertised, SingleBroker
 from tidelog.errors import StopReached
@@ -60,9 +60,11 @@ def parsed(items: list[object]) -> tuple[pb.Message, list[pb.Message]]:
         data, at, count = bytes(item.data), 0, 0
         while at < len(data):
             assert data[at] == 0
-            length = int.from_bytes(data[at + 1 : at + PREFIX], "big")
-            messages.append(pb.Message.FromString(data[at + PREFIX : at + PREFIX + length]))
-            at += PREFIX + length
+            length = int.from_bytes(data[at + 1 : at + PREFIX_SIZE], "big")
+            messages.append(
+                pb.Message.FromString(data[at + PREFIX_SIZE : at + PREFIX_SIZE + length])
+            )
+            at += PREFIX_SIZE + length
             count += 1
         assert at == len(data) and count == item.count
     return handshake, messages

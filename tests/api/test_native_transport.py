@@ -37,6 +37,8 @@ class Probe:
         self.auth: dict[str, list[bytes]] = {}
         self.peer = ""
         self.metadata: tuple[tuple[str, Any], ...] = ()
+        self.saw_cancelled: bool | None = None
+        """What ``context.cancelled()`` said in a handler being cancelled."""
 
 
 def _handlers(probe: Probe) -> grpc.GenericRpcHandler:
@@ -55,9 +57,13 @@ def _handlers(probe: Probe) -> grpc.GenericRpcHandler:
         try:
             await asyncio.sleep(float(request))
         except asyncio.CancelledError:
+            probe.saw_cancelled = context.cancelled()
             probe.cancelled.set()
             raise
         return b"slept"
+
+    async def give_up(request: bytes, context: Context) -> bytes:
+        raise asyncio.CancelledError  # the handler's own, not the call's
 
     async def framed(request: bytes, context: Context) -> AsyncIterator[object]:
         assert context.takes_framed is True
@@ -94,6 +100,7 @@ def _handlers(probe: Probe) -> grpc.GenericRpcHandler:
             "Echo": grpc.unary_unary_rpc_method_handler(echo),
             "Fail": grpc.unary_unary_rpc_method_handler(fail),
             "Sleepy": grpc.unary_unary_rpc_method_handler(sleepy),
+            "GiveUp": grpc.unary_unary_rpc_method_handler(give_up),
             "Framed": grpc.unary_stream_rpc_method_handler(framed),
             "Flood": grpc.unary_stream_rpc_method_handler(flood),
             "Sizes": grpc.unary_stream_rpc_method_handler(sizes),
@@ -205,6 +212,29 @@ def test_statuses_unknown_method_abort_and_exception() -> None:
             await _unary(channel, "Fail")(b"")
         assert raised.value.code() == grpc.StatusCode.UNKNOWN
         assert raised.value.details() == "Unexpected <class 'ValueError'>: boom"
+
+    run(scenario)
+
+
+def test_a_cancelled_error_the_handler_raises_ends_the_call_cancelled() -> None:
+    async def scenario(channel: grpc.aio.Channel, probe: Probe, server: NativeServer) -> None:
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            await _unary(channel, "GiveUp")(b"", timeout=5)
+        assert ended.value.code() == grpc.StatusCode.CANCELLED
+        assert ended.value.details() == "handler cancelled"
+        await asyncio.sleep(0.1)
+        assert all(not c.calls for c in server.connections)
+
+    run(scenario)
+
+
+def test_a_client_reset_is_seen_as_cancelled_by_the_handler() -> None:
+    async def scenario(channel: grpc.aio.Channel, probe: Probe, _: NativeServer) -> None:
+        call = _unary(channel, "Sleepy")(b"30")
+        await asyncio.sleep(0.3)  # the handler is sleeping
+        call.cancel()
+        await asyncio.wait_for(probe.cancelled.wait(), 5)
+        assert probe.saw_cancelled is True
 
     run(scenario)
 

@@ -14,7 +14,7 @@ import asyncio
 from hyperframe.frame import DataFrame, GoAwayFrame, HeadersFrame, SettingsFrame, WindowUpdateFrame
 from tests.api.test_transport_goaway import _served
 
-from tidelog.api.transport.connection import MAX_FRAME_SIZE
+from tidelog.api.transport.h2setup import MAX_FRAME_SIZE
 from tidelog.api.transport.messages import frame
 
 

@@ -34,7 +34,7 @@ from h2.events import (
 from h2.settings import SettingCodes
 from hyperframe.frame import DataFrame, PingFrame, RstStreamFrame, SettingsFrame
 
-from tidelog.api.transport import NativeServer, call, connection, limits
+from tidelog.api.transport import NativeServer, call, connection, h2setup, limits
 from tidelog.api.transport.limits import (
     CONNECTION_PENDING,
     PING_STRIKES,
@@ -507,7 +507,7 @@ def test_small_requests_reopen_the_stream_window_in_steps_not_one_update_each() 
         body = frame(bytes(60_000))
         sent = 200 * len(small)
         payload = 200 * 100
-        total = 3 * connection.STREAM_WINDOW  # three windows: needs credit back to finish
+        total = 3 * h2setup.STREAM_WINDOW  # three windows: needs credit back to finish
         while sent < total:
             while client.h2.local_flow_control_window(1) < len(body):
                 assert await client.read(5.0)
@@ -523,6 +523,67 @@ def test_small_requests_reopen_the_stream_window_in_steps_not_one_update_each() 
         assert len(updates) >= 2
         answer = next(e for e in client.events if isinstance(e, DataReceived) and e.stream_id == 1)
         assert int(answer.data[5:]) == payload
+        client.close()
+
+    serve(scenario)
+
+
+async def _push(client: Client, stream_id: int, data: bytes, stall: float = 0.5) -> int:
+    """Send ``data`` on ``stream_id`` as the windows allow; how much went before the windows
+    stayed shut for ``stall`` seconds."""
+    sent = 0
+    while sent < len(data):
+        window = min(client.h2.local_flow_control_window(stream_id), 64 << 10)
+        if window <= 0:
+            try:
+                if not await client.read(stall):
+                    break
+            except TimeoutError:
+                break
+            continue
+        chunk = data[sent : sent + window]
+        client.h2.send_data(stream_id, chunk)
+        await client.flush()
+        sent += len(chunk)
+    return sent
+
+
+def test_partial_messages_of_many_streams_stop_at_the_connection_receive_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Request bytes received and not taken count against the connection's budget, the part
+    of a message still arriving too: past it only one stream at a time gets its window back
+    (so a message larger than the budget still arrives), the others wait for it, then go on."""
+    budget = 1 << 20
+    monkeypatch.setattr(connection, "RECEIVE_BUDGET", budget, raising=False)
+    size = 4 << 20
+    first = frame(bytes(size))
+    second = frame(b"\x01" * size)
+
+    async def scenario(server: NativeServer, port: int) -> None:
+        client = await connect(port)
+        await client.read()  # the server's SETTINGS and connection window
+        client.h2.send_headers(1, headers("Total"))
+        client.h2.send_headers(3, headers("Total"))
+        await client.flush()
+        head = 3 << 20
+        assert await _push(client, 1, first[:head]) == head  # past the budget: stream 1's
+        stalled = await _push(client, 3, second)
+        assert stalled <= h2setup.STREAM_WINDOW  # no credit back past the budget
+        assert await _push(client, 1, first[head:]) == len(first) - head
+        client.h2.end_stream(1)
+        await client.flush()
+        assert await client.status_of(1) == ("0", "")
+        assert await _push(client, 3, second[stalled:]) == len(second) - stalled
+        client.h2.end_stream(3)
+        await client.flush()
+        assert await client.status_of(3) == ("0", "")
+        totals = {
+            e.stream_id: int(e.data[5:])
+            for e in client.events
+            if isinstance(e, DataReceived) and e.stream_id in (1, 3)
+        }
+        assert totals == {1: size, 3: size}
         client.close()
 
     serve(scenario)

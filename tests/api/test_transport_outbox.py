@@ -19,8 +19,8 @@ from hyperframe.frame import DataFrame, Frame
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidelog.api.transport.connection import writev
 from tidelog.api.transport.outbox import ZERO_COPY_MIN, Outbox, claim_data, frames
+from tidelog.api.transport.sockets import writev
 
 
 def _joined(pieces: list[bytes | bytearray | memoryview]) -> bytes:

@@ -17,6 +17,10 @@ send from it later, without a copy).
 
 Only a transport whose context says so (:func:`takes_framed`) receives them; grpcio's server
 sends one message per write and is handed messages one by one.
+
+The module also holds what every writer of framed messages shares: the prefix
+(:data:`PREFIX`, also read by the native transport), a buffer (:data:`Piece`) and protobuf's
+varint (:func:`uvarint`), for the encoders that lay out messages themselves.
 """
 
 from __future__ import annotations
@@ -48,6 +52,18 @@ class Framed:
         """One uncompressed message whose serialised bytes are ``pieces`` joined, prefixed,
         the pieces kept as they are."""
         return cls((PREFIX.pack(0, sum(map(len, pieces))), *pieces), 1)
+
+
+def uvarint(value: int) -> bytes:
+    """One protobuf varint: ``value`` as an unsigned 64-bit number (a negative int64 or int32 is
+    its two's complement, 10 bytes)."""
+    raw = value & 0xFFFF_FFFF_FFFF_FFFF
+    out = bytearray()
+    while raw >= 0x80:
+        out.append((raw & 0x7F) | 0x80)
+        raw >>= 7
+    out.append(raw)
+    return bytes(out)
 
 
 def takes_framed(context: object) -> bool:

@@ -21,7 +21,7 @@ and the same bytes are the pieces of :func:`encoded_record_batch_pieces` joined.
 from __future__ import annotations
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
-from tidelog.api.framed import Framed
+from tidelog.api.framed import Framed, uvarint
 from tidelog.broker import EndReason, MessageBatch
 from tidelog.wire import columns
 
@@ -42,18 +42,9 @@ _MESSAGES_VALUE_SIZES = b"\x12"
 _MESSAGES_VALUE_POSITIONS = b"\x32"
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _field(tag: bytes, payload: bytes) -> list[bytes]:
     """A length-delimited field; proto3 leaves an empty one out."""
-    return [tag, _varint(len(payload)), payload] if payload else []
+    return [tag, uvarint(len(payload)), payload] if payload else []
 
 
 def record_batch(batch: MessageBatch) -> v1.RecordBatch:
@@ -105,7 +96,7 @@ def encoded_record_batch_pieces(batch: MessageBatch) -> list[bytes]:
         *_field(_RECORD_BATCH_OFFSETS, columns.pack_int64(batch.offsets)),
         *_field(_RECORD_BATCH_TIMESTAMPS, columns.pack_int64(batch.timestamps)),
         _RECORD_BATCH_MESSAGES,
-        _varint(length),
+        uvarint(length),
         *messages,
     ]
 

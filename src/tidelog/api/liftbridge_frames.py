@@ -45,7 +45,7 @@ import numpy.typing as npt
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from tidelog._proto.liftbridge import api_pb2 as pb
-from tidelog.api.framed import Framed
+from tidelog.api.framed import PREFIX, Framed, uvarint
 from tidelog.broker import MessageBatch
 
 UInt8Array = npt.NDArray[np.uint8]
@@ -55,8 +55,9 @@ UInt64Array = npt.NDArray[np.uint64]
 DEFAULT_FRAME_BYTES: Final = 256 * 1024
 """At most this many bytes in one Framed (unless one message is larger): a flow-controlled
 writer is handed blocks it can send in a few windows, not a whole batch."""
-PREFIX: Final = 5
-"""gRPC's message prefix: a flags byte (0: not compressed) and a 4-byte big-endian length."""
+PREFIX_SIZE: Final = PREFIX.size
+"""gRPC's message prefix (``framed.PREFIX``): a flags byte (0: not compressed) and a 4-byte
+big-endian length."""
 
 _OFFSET_TAG: Final = 0x08  # field 1, varint
 _KEY_TAG: Final = 0x12  # field 2, length-delimited
@@ -74,31 +75,19 @@ _SHIFTS: Final = (7 * np.arange(_VARINT_MAX, dtype=np.uint64)).astype(np.uint64)
 _COLUMNS: Final = np.arange(_VARINT_MAX, dtype=np.int64)
 FEW_RUNS: Final = 8
 MESSAGES_PER_RUN: Final = 32
+"""Runs are laid out one by one when there are at most ``FEW_RUNS`` more of them than one per
+``MESSAGES_PER_RUN`` messages (a run costs a dozen numpy calls), else everything is gathered."""
 FEW_MESSAGES: Final = 64
 """Batches of at most this many messages are serialised message by message by protobuf (module
 docstring): measured, 17 µs for 10 messages of 100 B against 98 µs laid out, even at 100."""
-"""Runs are laid out one by one when there are at most ``FEW_RUNS`` more of them than one per
-``MESSAGES_PER_RUN`` messages (a run costs a dozen numpy calls), else everything is gathered."""
 
 # The gathered path's table: each varying small field in a fixed block of its row.
 _T_PREFIX: Final = 0
-_T_OFFSET: Final = _T_PREFIX + PREFIX
+_T_OFFSET: Final = _T_PREFIX + PREFIX_SIZE
 _T_KEY: Final = _T_OFFSET + 1 + _VARINT_MAX
 _T_VALUE: Final = _T_KEY + 1 + _VARINT_MAX
 _T_TIMESTAMP: Final = _T_VALUE + 1 + _VARINT_MAX
 _T_WIDTH: Final = _T_TIMESTAMP + 1 + _VARINT_MAX
-
-
-def uvarint(value: int) -> bytes:
-    """One protobuf varint: ``value`` as an unsigned 64-bit number (a negative int64 or int32 is
-    its two's complement, 10 bytes)."""
-    raw = value & 0xFFFF_FFFF_FFFF_FFFF
-    out = bytearray()
-    while raw >= 0x80:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
-    return bytes(out)
 
 
 def _length_field(tag: int, data: bytes) -> bytes:
@@ -211,7 +200,7 @@ class _Plan:
             + len(tail)
             + self.block_len
         )
-        self.size = PREFIX + self.body
+        self.size = PREFIX_SIZE + self.body
 
     def run_starts(self) -> Int64Array:
         """The first message of every run of one shape (0 first)."""
@@ -257,11 +246,11 @@ def _framed(serialised: Sequence[bytes], frame_bytes: int) -> Iterator[Framed]:
     parts: list[bytes] = []
     size = count = 0
     for raw in serialised:
-        length = PREFIX + len(raw)
+        length = PREFIX_SIZE + len(raw)
         if count and size + length > frame_bytes:
             yield Framed(b"".join(parts), count)
             parts, size, count = [], 0, 0
-        parts += (b"\0" + len(raw).to_bytes(4, "big"), raw)
+        parts += (PREFIX.pack(0, len(raw)), raw)
         size += length
         count += 1
     if count:
@@ -328,8 +317,8 @@ def _in_runs(plan: _Plan, starts: Int64Array) -> UInt8Array:
 
 def _run(plan: _Plan, a: int, b: int, grid: UInt8Array, tail: UInt8Array) -> None:
     """Messages ``[a, b)``, all of one shape, into the rows of ``grid``."""
-    grid[:, :PREFIX] = np.frombuffer(b"\0" + int(plan.body[a]).to_bytes(4, "big"), np.uint8)
-    at = PREFIX
+    grid[:, :PREFIX_SIZE] = np.frombuffer(PREFIX.pack(0, int(plan.body[a])), np.uint8)
+    at = PREFIX_SIZE
     width = int(plan.offset_field[a])
     if width:
         grid[:, at] = _OFFSET_TAG
@@ -390,7 +379,7 @@ def _table(plan: _Plan) -> UInt8Array:
     """Per message, its prefix and small fields at fixed places (``_T_*``) of one row."""
     n = plan.n
     table = np.zeros((n, _T_WIDTH), dtype=np.uint8)
-    table[:, _T_PREFIX + 1 : _T_PREFIX + PREFIX] = (
+    table[:, _T_PREFIX + 1 : _T_PREFIX + PREFIX_SIZE] = (
         plan.body.astype(">u4").view(np.uint8).reshape(n, 4)
     )
     for at, tag, septets in (
@@ -428,7 +417,7 @@ def _gathered(plan: _Plan) -> UInt8Array:
     )
     seg_len = np.stack(
         [
-            np.full(n, PREFIX, dtype=np.int64),
+            np.full(n, PREFIX_SIZE, dtype=np.int64),
             plan.offset_field,
             plan.key_head,
             plan.key_len,

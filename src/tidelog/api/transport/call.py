@@ -17,7 +17,12 @@ takes it under), whatever the peer reads, and no write starts while the connecti
 together hold :data:`~.limits.CONNECTION_PENDING` bytes (so a client that opens many streams
 and never reads pins that much, plus at most one message per stream, not ``HIGH_WATER``
 each); requests decoded but not taken by the handler hold back the stream's WINDOW_UPDATE
-beyond :data:`RECEIVE_BUFFER` (the peer then stops sending);
+beyond :data:`RECEIVE_BUFFER` (the peer then stops sending); request bytes received and not
+taken (decoded requests and the part of a message still arriving) count against the
+connection's :data:`~.limits.RECEIVE_BUDGET`, past which a stream's window is reopened only for
+the one call the connection lets finish a message beyond it (``limits.ReceiveBudget``), so a single
+request up to the server's limit still arrives while many streams cannot each grow a
+partial message to that limit;
 the stream's window is reopened in steps of :data:`WINDOW_STEP` (a quarter of the window the
 server announces), not after every DATA frame: a client streaming small requests (a paced
 publisher: one a millisecond) got a WINDOW_UPDATE, one more socket write here and one more
@@ -45,16 +50,18 @@ from typing import Any, Final, Protocol
 import grpc
 from h2.connection import H2Connection
 
-from tidelog.api.transport.context import Metadata, ServicerContext, SyncContext
+from tidelog.api.framed import PREFIX, Piece
+from tidelog.api.transport.context import ServicerContext, SyncContext
+from tidelog.api.transport.limits import ReceiveBudget
 from tidelog.api.transport.messages import (
-    PREFIX,
     FramingError,
     MessageReader,
     MessageTooLarge,
+    Metadata,
     encode_message,
     header_value,
 )
-from tidelog.api.transport.outbox import Outbox, Piece, claim_data, frames
+from tidelog.api.transport.outbox import Outbox, claim_data, frames
 
 LOG = logging.getLogger("tidelog.api.transport")
 
@@ -65,7 +72,7 @@ RECEIVE_BUFFER: Final = 1 << 20
 window is not reopened."""
 WINDOW_STEP: Final = 1 << 18
 """Bytes a stream's window is reopened by at a time (no more than a quarter of
-``connection.STREAM_WINDOW``)."""
+``h2setup.STREAM_WINDOW``)."""
 
 Handler = Any
 """A ``grpc.RpcMethodHandler``."""
@@ -78,6 +85,8 @@ class Link(Protocol):
 
     h2: H2Connection
     executor: Any
+    budget: ReceiveBudget
+    """The request bytes the connection's calls hold (:data:`~.limits.RECEIVE_BUDGET`)."""
 
     @property
     def over_budget(self) -> bool:
@@ -130,6 +139,10 @@ class Call:
         self._requests: collections.deque[bytes] = collections.deque()
         self._queued = 0
         self._owed = 0
+        self._held = 0
+        """Request bytes counted against the connection's budget (``_account``)."""
+        self._released = False
+        """The call counts nothing any more (finished or gone)."""
         self._ended = False
         self._waiter: asyncio.Future[None] | None = None
         self._drain: asyncio.Future[None] | None = None
@@ -175,9 +188,8 @@ class Call:
             self._requests.append(message)
             self._queued += len(message)
         self._owed += flow
-        if self._owed >= WINDOW_STEP and self._queued <= RECEIVE_BUFFER:
-            self.link.reopen(self.stream_id, self._owed)
-            self._owed = 0
+        self._account()
+        self.retry()
         self._wake()
 
     def on_end(self) -> None:
@@ -189,9 +201,13 @@ class Call:
         self.start()
 
     def on_reset(self) -> None:
-        """The peer reset the stream or the connection is gone: cancel, send nothing."""
+        """The peer reset the stream or the connection is gone: cancel, send nothing (the
+        context's ``cancelled()`` is True from now, unless the status was already decided)."""
+        if not self.finished:
+            self.context.status.code = grpc.StatusCode.CANCELLED
         self.closed = True
         self.finished = True
+        self._release()
         if self.pending:
             self.link.queued(-len(self.pending))
             self.pending.clear()
@@ -206,6 +222,23 @@ class Call:
     def cancel(self, code: grpc.StatusCode, details: str) -> None:
         """End the call with ``code`` now (the server stops): the task is cancelled."""
         self._fail(code, details)
+
+    @property
+    def in_message(self) -> bool:
+        """Whether part of a request has arrived and the rest has not."""
+        return self._reader.partial
+
+    def retry(self) -> None:
+        """Reopen the stream's window by what is owed, if a step is owed and both this call's
+        :data:`RECEIVE_BUFFER` and the connection's budget allow it."""
+        if (
+            self._owed >= WINDOW_STEP
+            and self._queued <= RECEIVE_BUFFER
+            and not self._released
+            and self.link.budget.may_receive(self)
+        ):
+            self.link.reopen(self.stream_id, self._owed)
+            self._owed = 0
 
     def is_active(self) -> bool:
         return not self.finished
@@ -271,9 +304,8 @@ class Call:
                 self._waiter = None
         raw = self._requests.popleft()
         self._queued -= len(raw)
-        if self._owed >= WINDOW_STEP and self._queued <= RECEIVE_BUFFER:
-            self.link.reopen(self.stream_id, self._owed)
-            self._owed = 0
+        self._account()
+        self.retry()
         decode = self.handler.request_deserializer
         return decode(raw) if decode is not None else raw
 
@@ -326,6 +358,23 @@ class Call:
         self.closed = True
         self.trailers = None
 
+    def _account(self) -> None:
+        """Tell the connection how the request bytes this call holds changed."""
+        if self._released:
+            return
+        held = self._queued + self._reader.buffered
+        change, self._held = held - self._held, held
+        self.link.budget.held(self, change)
+
+    def _release(self) -> None:
+        """The call is finished: its request bytes stop counting, a partial one is dropped."""
+        if self._released:
+            return
+        self._released = True
+        self._reader = MessageReader(self.limit)
+        held, self._held = self._held, 0
+        self.link.budget.held(self, -held)
+
     def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
@@ -369,6 +418,7 @@ class Call:
         if self.finished:
             return
         self.finished = True
+        self._release()
         self._cancel_timer()
         status = [(b"grpc-status", str(code.value[0]).encode())]
         if details:
@@ -421,7 +471,9 @@ class Call:
             status = context.status
             self._finish(status.code, status.details, status.trailing)
         except asyncio.CancelledError:
-            pass  # the status (deadline, reset, server stop) was decided by who cancelled
+            # the status (deadline, reset, server stop) was decided by who cancelled; a
+            # CancelledError the handler raised itself decided none
+            self._finish(grpc.StatusCode.CANCELLED, "handler cancelled", ())
         except _Unframed as error:
             self._finish(grpc.StatusCode.INTERNAL, str(error), ())
         except Exception as error:

@@ -16,7 +16,11 @@ is flushed, and the handlers' writes wait (``call.HIGH_WATER``).
 
 In: the connection's window is reopened as DATA arrives (in steps of a quarter of it); each
 stream's window is reopened by its call as its handler takes requests (``RECEIVE_BUFFER``), in
-steps of ``call.WINDOW_STEP``.
+steps of ``call.WINDOW_STEP``. Request bytes the calls hold (decoded, or part of a message still
+arriving) are counted (``limits.ReceiveBudget``); past ``limits.RECEIVE_BUDGET`` only one call
+in the middle of a message at a time has its window reopened, the others wait until it has its
+message or the handlers take enough. So a connection holds at most the budget, one message up
+to the server's limit, and the windows already granted (``STREAM_WINDOW`` per open stream).
 
 Control frames: while the socket's buffer is full, reading stops too (``pause_writing``), so a
 client that sends without reading gets no answers queued; PINGs or SETTINGS sent quickly with
@@ -28,10 +32,10 @@ Admission: a connection over the server's ``max_connections`` is aborted as it i
 SETTINGS have not arrived ``limits.PREFACE_TIMEOUT_S`` after it was accepted (after its TLS
 handshake) is aborted.
 
-Settings: :data:`MAX_CONCURRENT_STREAMS`, :data:`STREAM_WINDOW`, :data:`MAX_HEADER_LIST`,
-:data:`MAX_FRAME_SIZE` (what the peer may send us). A call whose headers exceed
-:data:`MAX_HEADER_LIST` fails alone (RESOURCE_EXHAUSTED); only a header list over
-:data:`HEADER_DECODE_LIMIT` ends the connection.
+Settings (``h2setup.py``): ``MAX_CONCURRENT_STREAMS``, ``STREAM_WINDOW``, ``MAX_HEADER_LIST``,
+``MAX_FRAME_SIZE`` (what the peer may send us). A call whose headers exceed ``MAX_HEADER_LIST``
+fails alone (RESOURCE_EXHAUSTED); only a header list over ``HEADER_DECODE_LIMIT`` ends the
+connection.
 
 Going away (the server stops), in grpc's two steps: a GOAWAY naming the highest stream id possible
 (2^31-1: stop opening streams) and a PING; streams the client opened before it saw that GOAWAY
@@ -47,13 +51,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from typing import Any, Final, Protocol
 
 import grpc
-from h2.config import H2Configuration
-from h2.connection import H2Connection
 from h2.errors import ErrorCodes
 from h2.events import (
     ConnectionTerminated,
@@ -67,51 +68,39 @@ from h2.events import (
     WindowUpdated,
 )
 from h2.exceptions import H2Error
-from h2.settings import SettingCodes
-from hpack import Decoder
 from hyperframe.frame import GoAwayFrame
 
+from tidelog.api.framed import Piece
 from tidelog.api.transport.call import Call
+from tidelog.api.transport.h2setup import CONNECTION_WINDOW, MAX_HEADER_LIST, h2_connection
 from tidelog.api.transport.limits import (
     CONNECTION_PENDING,
     PREFACE_TIMEOUT_S,
+    RECEIVE_BUDGET,
     REFUSED_LOG_INTERVAL_S,
     UNEXPECTED_LOG_INTERVAL_S,
     RateLimited,
+    ReceiveBudget,
     Strikes,
 )
-from tidelog.api.transport.messages import (
-    encode_message,
-    peer_name,
-)
-from tidelog.api.transport.outbox import Piece
+from tidelog.api.transport.messages import peer_name
 from tidelog.api.transport.peer import auth_context
-from tidelog.api.transport.requests import GrpcRefusal, HttpRefusal, read_request
+from tidelog.api.transport.requests import (
+    GrpcRefusal,
+    HttpRefusal,
+    read_request,
+    trailers_only,
+)
+from tidelog.api.transport.sockets import writev
 
 LOG = logging.getLogger("tidelog.api.transport")
 
-MAX_CONCURRENT_STREAMS: Final = 256
-"""Calls open at once on one connection (grpc clients queue more until one ends). Each open
-``Subscribe`` holds about one batch in its handler however little the client reads, so this
-times the subscription's byte budget is what one connection may pin beyond
-``limits.CONNECTION_PENDING``; Go's net/http allows 250, grpc-core no limit."""
-STREAM_WINDOW: Final = 1 << 20
-CONNECTION_WINDOW: Final = 16 << 20
-MAX_HEADER_LIST: Final = 16 << 10
-"""The header list a call may have (grpc's hard limit): announced in SETTINGS, and a call over
-it alone is answered RESOURCE_EXHAUSTED, as grpcio does."""
-HEADER_DECODE_LIMIT: Final = 256 << 10
-"""The decoded header list beyond which HPACK decoding stops and the connection ends (a
-COMPRESSION_ERROR); between :data:`MAX_HEADER_LIST` and this only the call fails."""
-MAX_FRAME_SIZE: Final = 1 << 20
 GOAWAY_PING_TIMEOUT_S: Final = 1.0
 """How long the first GOAWAY's PING may go unanswered before the final GOAWAY is sent."""
 CALM_DOWN_CLOSE_S: Final = 1.0
 """How long a flooding client's socket stays open for its GOAWAY to be read."""
-_DEFAULT_WINDOW: Final = 65535
 _MAX_STREAM_ID: Final = (1 << 31) - 1
 _DRAIN_PING: Final = b"tl-drain"
-_IOV_MAX: Final = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
 _unexpected: Final = RateLimited(LOG, UNEXPECTED_LOG_INTERVAL_S)
 _refused: Final = RateLimited(LOG, REFUSED_LOG_INTERVAL_S)
 
@@ -134,7 +123,7 @@ class Connection(asyncio.Protocol):
     def __init__(self, router: Router) -> None:
         self.router = router
         self.executor = router.executor
-        self.h2 = _h2_connection()
+        self.h2 = h2_connection()
         self.calls: dict[int, Call] = {}
         self._ready: dict[int, Call] = {}
         self._blocked: dict[int, Call] = {}
@@ -147,6 +136,7 @@ class Connection(asyncio.Protocol):
         self.pending_bytes = 0
         """Response bytes the calls hold, not yet sent (``limits.CONNECTION_PENDING``)."""
         self._starved: dict[int, Call] = {}
+        self.budget = ReceiveBudget(RECEIVE_BUDGET)
         self._pings = Strikes()
         self._settings = Strikes()
         self._going_away = False
@@ -191,7 +181,7 @@ class Connection(asyncio.Protocol):
             return
         self.auth = auth_context(tls)
         self.router.connections.add(self)
-        self._write()  # the server's preface: its SETTINGS and window (``_h2_connection``)
+        self._write()  # the server's preface: its SETTINGS and window (``h2setup``)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -439,16 +429,7 @@ class Connection(asyncio.Protocol):
 
     def _answer(self, stream_id: int, code: grpc.StatusCode, details: str) -> None:
         """A trailers-only response for a stream that gets no call."""
-        self.h2.send_headers(
-            stream_id,
-            [
-                (b":status", b"200"),
-                (b"content-type", b"application/grpc"),
-                (b"grpc-status", str(code.value[0]).encode()),
-                (b"grpc-message", encode_message(details)),
-            ],
-            end_stream=True,
-        )
+        self.h2.send_headers(stream_id, trailers_only(code, details), end_stream=True)
 
     def _unblock(self) -> None:
         if self._blocked:
@@ -520,65 +501,3 @@ class Connection(asyncio.Protocol):
     def _close(self) -> None:
         if self._transport is not None:
             self._transport.close()
-
-
-def _h2_connection() -> H2Connection:
-    """A server side h2 state machine with tidelog's settings, its preface ready to send."""
-    h2 = H2Connection(H2Configuration(client_side=False, header_encoding=None))
-    h2.decoder = _Decoder()
-    h2.initiate_connection()
-    h2.update_settings(
-        {
-            SettingCodes.MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS,
-            SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-            SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST,
-            SettingCodes.MAX_FRAME_SIZE: MAX_FRAME_SIZE,
-        }
-    )
-    # Accept frames up to our maximum from the start: h2 sizes its frame parser once per read,
-    # so a peer's SETTINGS ACK and its first large DATA frame arriving in one read were refused
-    # (FRAME_SIZE_ERROR for the whole connection) though the peer was right.
-    h2.max_inbound_frame_size = MAX_FRAME_SIZE
-    h2.increment_flow_control_window(CONNECTION_WINDOW - _DEFAULT_WINDOW)
-    return h2
-
-
-class _Decoder(Decoder):
-    """HPACK's decoder, whose limit h2 lowers to the announced MAX_HEADER_LIST_SIZE once the
-    client acknowledges it: kept at :data:`HEADER_DECODE_LIMIT`, so that a call a little
-    over is refused alone (``_on_request``) rather than the whole connection."""
-
-    def __init__(self) -> None:
-        super().__init__(HEADER_DECODE_LIMIT)
-
-    @property
-    def max_header_list_size(self) -> int:
-        return HEADER_DECODE_LIMIT
-
-    @max_header_list_size.setter
-    def max_header_list_size(self, value: int) -> None:
-        pass
-
-
-def writev(fd: int, pieces: list[Piece]) -> list[Piece]:
-    """Write ``pieces`` to the non-blocking socket ``fd`` in as few ``writev`` calls as it
-    takes; what it would not take now (or all that follows an error, for the transport to
-    report) is returned, the first piece cut where the socket stopped."""
-    start = 0
-    while start < len(pieces):
-        batch = pieces[start : start + _IOV_MAX]
-        try:
-            written = os.writev(fd, batch)
-        except (BlockingIOError, InterruptedError):
-            break
-        except OSError:
-            break
-        for piece in batch:
-            length = len(piece)
-            if written < length:
-                if written:
-                    pieces[start] = memoryview(piece)[written:]
-                return pieces[start:]
-            written -= length
-            start += 1
-    return pieces[start:]

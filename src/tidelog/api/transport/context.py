@@ -27,8 +27,7 @@ from typing import Any, Protocol
 import grpc
 
 from tidelog.api.framed import Framed, Piece
-
-Metadata = tuple[tuple[str, str | bytes], ...]
+from tidelog.api.transport.messages import Metadata
 
 
 class CallPort(Protocol):

@@ -1,7 +1,8 @@
 """What the native transport refuses to let one client cost it, and the small tools that say so.
 
 The bounds of one connection: :data:`CONNECTION_PENDING` response bytes held for it, not yet
-sent; PINGs and SETTINGS with nothing else between (:class:`Strikes`, :data:`PING_STRIKES`).
+sent; :data:`RECEIVE_BUDGET` request bytes received, not yet taken (:class:`ReceiveBudget`);
+PINGs and SETTINGS with nothing else between (:class:`Strikes`, :data:`PING_STRIKES`).
 They are enforced where the thing bounded lives (``connection.py``, ``call.py``,
 ``server.py``); this module holds what they share, and the rate-limited log line a misbehaving
 or broken connection leaves (:class:`RateLimited`: one line per interval, the rest counted, so
@@ -17,12 +18,81 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Final
+from typing import Final, Protocol
 
 CONNECTION_PENDING: Final = 8 << 20
 """Response bytes the calls of one connection may hold, not yet sent, before their writes wait
 (``call.py``): what a client that opens streams and never reads pins, whatever their number.
 Eight calls at their own high-water mark (``call.HIGH_WATER``, 1 MiB) fit."""
+
+RECEIVE_BUDGET: Final = 16 << 20
+"""Request bytes the calls of one connection may hold, received but not yet taken by their
+handlers (decoded requests and the parts of messages still arriving), before stream windows
+stop being reopened (``call.py``). One message in progress at a time may grow past it (up to
+the server's message limit), so a single request larger than the budget is still received."""
+
+
+class Receiver(Protocol):
+    """What :class:`ReceiveBudget` needs of a call."""
+
+    @property
+    def stream_id(self) -> int: ...
+
+    @property
+    def finished(self) -> bool: ...
+
+    @property
+    def in_message(self) -> bool:
+        """Whether part of a request has arrived and the rest has not."""
+        ...
+
+    def retry(self) -> None:
+        """Ask again (:meth:`ReceiveBudget.may_receive`) for the window owed, if any."""
+
+
+class ReceiveBudget:
+    """The request bytes one connection's calls hold against :data:`RECEIVE_BUDGET`.
+
+    Under the budget every call may have its stream's window reopened; past it, one call in
+    the middle of a message (``big``) may, until that message is in, and the others are held
+    back and asked again (``Receiver.retry``) once it is, or once the handlers have taken the
+    connection under the budget."""
+
+    __slots__ = ("_held_back", "big", "limit", "received")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.received = 0
+        self.big: int | None = None
+        self._held_back: dict[int, Receiver] = {}
+
+    def may_receive(self, call: Receiver) -> bool:
+        sid = call.stream_id
+        if self.received <= self.limit or self.big == sid:
+            return True
+        if self.big is None and call.in_message:
+            self.big = sid
+            return True
+        self._held_back[sid] = call
+        return False
+
+    def held(self, call: Receiver, size: int) -> None:
+        """``call`` holds ``size`` more request bytes (negative: fewer)."""
+        self.received += size
+        if call.finished:
+            self._held_back.pop(call.stream_id, None)
+        if self.big == call.stream_id and not call.in_message:
+            self.big = None
+            self._retry()
+        elif size < 0 and self.received <= self.limit:
+            self._retry()
+
+    def _retry(self) -> None:
+        if self._held_back:
+            held_back, self._held_back = self._held_back, {}
+            for call in held_back.values():
+                call.retry()
+
 
 MAX_CONNECTIONS: Final = 4096
 """Connections one native server serves at once by default (``grpc_max_connections``)."""

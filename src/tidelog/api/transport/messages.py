@@ -2,10 +2,11 @@
 metadata and status text.
 
 A gRPC message on an HTTP/2 stream is one byte of flags (0: not compressed), a 4-byte
-big-endian length, then that many bytes. :class:`MessageReader` cuts a stream's DATA into
-messages, whatever the DATA frame boundaries; it refuses a message longer than its limit
-(:class:`MessageTooLarge`) as soon as the prefix is read, before buffering it, and a compressed
-one (this server announces no ``grpc-encoding``, so a client never has a reason to send one).
+big-endian length (``framed.PREFIX``), then that many bytes. :class:`MessageReader` cuts a
+stream's DATA into messages, whatever the DATA frame boundaries; it refuses a message longer
+than its limit (:class:`MessageTooLarge`) as soon as the prefix is read, before buffering it,
+and a compressed one (this server announces no ``grpc-encoding``, so a client never has a
+reason to send one).
 
 Headers follow the gRPC HTTP/2 protocol document: ``grpc-timeout`` is an integer of ASCII
 digits (eight by the document, up to ten taken) and a unit (H M S m u n), anything else
@@ -17,11 +18,12 @@ UTF-8 (bytes outside printable ASCII and ``%`` itself).
 from __future__ import annotations
 
 import base64
-import struct
 from typing import Final
 
-PREFIX: Final = struct.Struct(">BI")
-"""The 5-byte prefix of every message: compressed flag, length."""
+from tidelog.api.framed import PREFIX
+
+Metadata = tuple[tuple[str, str | bytes], ...]
+"""A call's metadata as handlers see it (``-bin`` values as bytes)."""
 
 _TIMEOUT_UNITS: Final[dict[str, float]] = {
     "H": 3600.0,

@@ -37,6 +37,8 @@ from h2.connection import ConnectionInputs, H2Connection
 from h2.exceptions import StreamClosedError
 from h2.stream import StreamInputs
 
+from tidelog.api.framed import Piece
+
 ZERO_COPY_MIN: Final = 16 << 10
 """Responses at least this long are sent from the handler's object (smaller ones are copied
 together: a frame header and an iovec per small message would cost more than the copy)."""
@@ -44,8 +46,6 @@ together: a frame header and an iovec per small message would cost more than the
 DATA_HEADER: Final = struct.Struct(">BHBBL")
 """An HTTP/2 frame header for DATA: 24-bit length (high byte, low 16 bits), type 0, flags 0,
 stream id."""
-
-Piece = bytes | bytearray | memoryview
 
 
 def data_header(stream_id: int, length: int) -> bytes:

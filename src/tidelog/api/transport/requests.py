@@ -9,7 +9,7 @@ against ``max_header_list``, the method (``POST``: else HTTP 405) and content ty
 (its router) and comes next; a malformed ``grpc-timeout`` (``INTERNAL``) and an elapsed one
 (``DEADLINE_EXCEEDED``) are reported only after it, as grpcio does, so :class:`Request` carries
 them. Metadata keeps grpc's reserved headers out (``user-agent`` excepted) and drops entries
-whose ``-bin`` value is not base64.
+whose ``-bin`` value is not base64. A refused call is answered with :func:`trailers_only`.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import grpc
 from tidelog.api.transport.messages import (
     RESERVED_HEADERS,
     MalformedTimeout,
+    Metadata,
+    encode_message,
     metadata_value,
     parse_timeout,
 )
-
-Metadata = tuple[tuple[str, str | bytes], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,3 +89,13 @@ def read_request(
         return HttpRefusal(b"415")
     method = pseudo.get(b":path", b"").decode("latin-1")
     return Request(method, tuple(metadata), timeout, bad_timeout)
+
+
+def trailers_only(code: grpc.StatusCode, details: str) -> list[tuple[bytes, bytes]]:
+    """The one HEADERS block (end of stream) answering a call with ``code`` and no response."""
+    return [
+        (b":status", b"200"),
+        (b"content-type", b"application/grpc"),
+        (b"grpc-status", str(code.value[0]).encode()),
+        (b"grpc-message", encode_message(details)),
+    ]
