@@ -103,6 +103,7 @@ from tidelog.log.config import (
     MAX_MESSAGE_BYTES_LIMIT,
     MIN_SEGMENT_BYTES,
 )
+from tidelog.log.readahead import Lease, ReadAheadBudget
 from tidelog.log.record import HeaderedValues, PackedValues
 
 __all__ = [
@@ -143,6 +144,7 @@ __all__ = [
     "GroupCoordinator",
     "GroupMember",
     "HeaderedValues",
+    "Lease",
     "LogConfig",
     "MemberOfAnotherPrincipal",
     "MessageBatch",
@@ -151,6 +153,7 @@ __all__ = [
     "Partition",
     "ProducerIdTaken",
     "Published",
+    "ReadAheadBudget",
     "RecordBodies",
     "ReplicaRole",
     "StartPosition",
