@@ -1,7 +1,8 @@
 """Publishes with ack ALL waiting for the ISR (``PartitionRole.replicated``) are released by
 the high watermark itself: each as soon as it reaches the publish's offset, all of them in one
 pass, none before; and all at once when the leadership ends. Released means within a few turns
-of the event loop, with no timer (the waits re-check the leadership only every 0.5 s)."""
+of the event loop, with no timer (the waits re-check the leadership only every 0.5 s). Waits
+that time out leave no entries piling up behind them."""
 
 from __future__ import annotations
 
@@ -64,5 +65,54 @@ def test_acks_are_released_by_the_high_watermark_in_offset_order(tmp_path: Path)
             assert later.done()
             with pytest.raises(NotEnoughReplicas, match="may be stored"):
                 await later
+
+    asyncio.run(main())
+
+
+def test_waits_that_time_out_leave_no_entries_behind(tmp_path: Path) -> None:
+    """While the ISR is below ``min_isr`` the high watermark stands still and every ack wait
+    times out; publishes retried again and again must not pile entries up in the heap of waits,
+    and a wait still running is released as before."""
+
+    async def main() -> None:
+        async with replicas(tmp_path, "a") as parts:
+            settings = SimpleNamespace(ack_timeout_s=5.0)
+            node = SimpleNamespace(
+                settings=settings, broker_id="a", member=True, view=ClusterView()
+            )
+            role = PartitionRole(node, parts["a"])  # type: ignore[arg-type]
+            leader = LeaderReplica(
+                parts["a"], "a", 1, isr=["a", "b"], min_isr=2, on_advance=role._release
+            )
+            role.leader = leader
+            await publish(parts["a"], *(b"v%d" % i for i in range(6)))
+            live = asyncio.create_task(role.replicated(0))  # waits 5 s
+            await turns()
+            leader.set_isr(["a"])  # below min_isr: the high watermark stands still
+            settings.ack_timeout_s = 0.001
+            most = 0
+            for round_ in range(20):
+                if round_ % 2:
+                    waits = [role.replicated(o % 6) for o in range(20)]  # at once
+                    outcomes = await asyncio.gather(*waits, return_exceptions=True)
+                else:
+                    outcomes = []
+                    for offset in range(20):  # one after the other
+                        try:
+                            await role.replicated(5 - offset % 6)
+                        except NotEnoughReplicas as e:
+                            outcomes.append(e)
+                        most = max(most, len(role._acks))
+                assert len(outcomes) == 20
+                assert all(isinstance(o, NotEnoughReplicas) for o in outcomes)
+                most = max(most, len(role._acks))
+            assert most <= 41, f"400 timed-out waits left up to {most} entries"
+            assert len(role._acks) <= 2 and not live.done()
+            leader.set_isr(["a", "b"])
+            leader.fetch("b", 1, 6)
+            await turns()
+            assert live.done()
+            await live
+            assert role._acks == []
 
     asyncio.run(main())

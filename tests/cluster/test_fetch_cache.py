@@ -1,7 +1,8 @@
 """The records a leader sent last, shared with its other followers
 (``tidelog/cluster/fetch_cache.py``): a fetch from inside them is answered with the same bytes
 the log holds, bounded as a fetch from the log is; what lies past them comes from the log; a
-divergence is still found; and the cache is dropped once no follower may ask for it."""
+divergence is still found; the cache is dropped once no follower may ask for it; and the caches
+of a process keep no more than their budget."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import asyncio
 from pathlib import Path
 
 import numpy as np
+import pytest
 from tests.cluster.test_replication import catch_up, contents, publish, replicas
 
+from tidelog.broker import ReadAheadBudget
+from tidelog.cluster import fetch_cache
 from tidelog.cluster.fetch_cache import SentRecords, record_offsets
 from tidelog.cluster.replication import FollowerReplica, LeaderReplica
 from tidelog.cluster.stored import StoredRecords
@@ -120,5 +124,67 @@ def test_a_fetch_after_what_the_follower_was_sent_is_checked_against_the_sent_cr
             assert leader._sent.last_offset == -1, "no other follower: nothing kept"
             assert not leader.fetch("b", 1, 5, previous_crc=b.last_crc).diverged
             assert leader.fetch("b", 1, 5, previous_crc=b.last_crc ^ 1).diverged
+
+    asyncio.run(main())
+
+
+def test_the_caches_keep_no_more_than_their_budget_and_give_it_back(tmp_path: Path) -> None:
+    """Every cache leases its bytes from one budget: a run it has no room for is not kept (the
+    next fetch reads the log), and a run replaced or cleared is given back."""
+
+    async def main() -> None:
+        async with replicas(tmp_path, "a") as parts:
+            leader = LeaderReplica(parts["a"], "a", 1, isr=["a"])
+            await publish(parts["a"], *(b"v%d" % i for i in range(10)))
+            ten, four = stored(leader, 0, 10), stored(leader, 0, 4)
+            budget = ReadAheadBudget(len(ten.data))
+            first, second = SentRecords(budget), SentRecords(budget)
+            first.put(ten)
+            assert first.last_offset == 9 and budget.leased == len(ten.data)
+            second.put(four)
+            assert second.last_offset == -1 and second.refused == 1, "no room: not kept"
+            assert not second.take(0, 100, 1 << 20)
+            first.put(four)  # the ten are given back before the four are leased
+            assert budget.leased == len(four.data)
+            second.put(stored(leader, 4, 6))
+            assert second.last_offset == 9
+            assert budget.leased == len(four.data) + len(stored(leader, 4, 6).data)
+            assert budget.leased <= budget.budget_bytes
+            first.clear()
+            second.clear()
+            assert budget.leased == 0
+            dropped = SentRecords(budget)
+            dropped.put(ten)
+            del dropped
+            assert budget.leased == 0, "a cache dropped with its leader gives its bytes back"
+
+    asyncio.run(main())
+
+
+def test_a_leader_over_the_process_budget_keeps_nothing_and_its_followers_read_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Leaders share the process budget (``FETCH_CACHE``): one that finds it spent keeps no cache
+    while a follower lags, and both followers still get the leader's log byte for byte."""
+    monkeypatch.setattr(fetch_cache, "FETCH_CACHE", ReadAheadBudget(0))
+
+    async def main() -> None:
+        async with replicas(tmp_path, "a", "b", "c") as parts:
+            leader = LeaderReplica(parts["a"], "a", 1, isr=["a", "b", "c"])
+            b, c = FollowerReplica(parts["b"], "b"), FollowerReplica(parts["c"], "c")
+            for follower in (b, c):
+                follower.follow(1, leader.end_offset_for)
+            for name in ("b", "c"):
+                leader.fetch(name, 1, 0, max_records=0)
+            await publish(parts["a"], *(b"x%d" % i for i in range(5)))
+            b.apply(leader.fetch("b", 1, 0, previous_crc=b.last_crc))
+            assert leader._sent.last_offset == -1 and leader._sent.refused == 1, "c lags"
+            answer = leader.fetch("c", 1, 0, previous_crc=c.last_crc)
+            assert leader._sent.hits == 0 and answer.records.offset_range() == (0, 4)
+            c.apply(answer)
+            catch_up(leader, b, "b")
+            catch_up(leader, c, "c")
+            assert contents(parts["b"]) == contents(parts["a"]) == contents(parts["c"])
+            assert fetch_cache.FETCH_CACHE.leased == 0
 
     asyncio.run(main())

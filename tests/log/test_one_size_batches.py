@@ -1,8 +1,8 @@
-"""Batches of plain ``bytes`` values of one size (``record._encode_one_size``, the append path of
-the log benchmark): the records are byte for byte those of a record-by-record reference encoding
-(so each stores ``crc32c`` of its bytes [4, size)), they read back equal through the log after a
-reopen, and batches that only look like one size (a value of another length or type in the
-middle) are encoded as the reference too."""
+"""Batches of plain ``bytes`` values of one size (``record_layout.encode_one_size``, the append
+path of the log benchmark): the records are byte for byte those of a record-by-record reference
+encoding (so each stores ``crc32c`` of its bytes [4, size)), they read back equal through the log
+after a reopen, and batches that only look like one size (a value of another length or type in
+the middle) are encoded as the reference too."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidelog.log import SegmentedLog
-from tidelog.log.record import CONTINUES, MAGIC, _one_size, encode_batch, scan_records
+from tidelog.log import SegmentedLog, record_layout
+from tidelog.log.record import CONTINUES, MAGIC, encode_batch, scan_records
 
 LIMIT = 1 << 20
 TAIL = struct.Struct("<IqqBBHii")
@@ -63,7 +63,7 @@ def test_one_size_batches_are_the_reference_records(
 ) -> None:
     values, first, gaps = batch
     offsets = increasing(first, gaps)
-    assert _one_size(values) == len(values[0])  # the path under test
+    assert record_layout.one_size(values) == len(values[0])  # the path under test
     encoded = encode_batch(
         values, np.array(offsets, dtype=np.int64), timestamp, LIMIT, atomic=atomic
     )
@@ -95,7 +95,7 @@ def test_batches_that_only_look_one_size(values: list[bytes], middle: str, atomi
         mixed[at] = Bytes(values[at])
     else:
         mixed[at] = memoryview(values[at])
-    assert _one_size(mixed) == -1  # type: ignore[arg-type]
+    assert record_layout.one_size(mixed) == -1
     offsets = list(range(5, 5 + len(values)))
     encoded = encode_batch(
         mixed,  # type: ignore[arg-type]

@@ -73,6 +73,7 @@ from tidelog.broker.groups import (
 from tidelog.broker.limits import check_new_stream, client_streams
 from tidelog.broker.partition import HW_CHECKPOINT, Partition, ReplicaRole, saved_high_watermark
 from tidelog.broker.partition_view import ViewEntry, ViewKind, ViewSpec
+from tidelog.broker.positions import StartPosition, StopPosition, SubscribeRequest
 from tidelog.broker.producers import ProducerIdTaken, Published
 from tidelog.broker.stream import Stream
 from tidelog.broker.stream_views import (
@@ -82,13 +83,7 @@ from tidelog.broker.stream_views import (
     newest_view_entry,
     view_query_limit,
 )
-from tidelog.broker.subscription import (
-    EndReason,
-    StartPosition,
-    StopPosition,
-    SubscribeRequest,
-    Subscription,
-)
+from tidelog.broker.subscription import EndReason, Subscription
 
 # What the broker takes and hands out that the log defines: part of the broker's face.
 from tidelog.log import FlushPolicy, LogConfig, MessageBatch, NewRecord
@@ -103,6 +98,7 @@ from tidelog.log.config import (
     MAX_MESSAGE_BYTES_LIMIT,
     MIN_SEGMENT_BYTES,
 )
+from tidelog.log.readahead import Lease, ReadAheadBudget
 from tidelog.log.record import HeaderedValues, PackedValues
 
 __all__ = [
@@ -143,6 +139,7 @@ __all__ = [
     "GroupCoordinator",
     "GroupMember",
     "HeaderedValues",
+    "Lease",
     "LogConfig",
     "MemberOfAnotherPrincipal",
     "MessageBatch",
@@ -151,6 +148,7 @@ __all__ = [
     "Partition",
     "ProducerIdTaken",
     "Published",
+    "ReadAheadBudget",
     "RecordBodies",
     "ReplicaRole",
     "StartPosition",

@@ -23,7 +23,8 @@ from tidelog.broker.config import (
     MAX_BROWSE_MAX_SCAN_SECONDS,
 )
 from tidelog.broker.core import BrokerCore
-from tidelog.broker.subscription import SubscribeRequest, Subscription, resolve
+from tidelog.broker.positions import SubscribeRequest, resolve
+from tidelog.broker.subscription import Subscription
 from tidelog.errors import InvalidArgument
 from tidelog.wire.browse_token import check_token, decode_token
 

@@ -28,6 +28,8 @@ seekable subscription that reaches its end (a reverse read passing the oldest re
 once and waits for the next seek instead of ending.
 
 The states and events are one table, :data:`TRANSITIONS`; a pair missing from it is a bug.
+Where a subscription starts and stops is resolved into offsets before it reads
+(``positions.py``; :class:`SubscribeRequest` and ``resolve`` are re-exported here).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from tidelog.broker.partition import Partition
+from tidelog.broker.positions import Bounds
+from tidelog.broker.positions import SubscribeRequest as SubscribeRequest
+from tidelog.broker.positions import resolve as resolve
 from tidelog.errors import (
     Fenced,
     InvalidArgument,
@@ -47,10 +52,9 @@ from tidelog.errors import (
     PartitionPaused,
     ReadonlyEnd,
     StopReached,
-    StreamEmpty,
     TidelogError,
 )
-from tidelog.log import CommitLog, MessageBatch, Reader
+from tidelog.log import MessageBatch, Reader
 
 READAHEAD_BYTES: Final = 1 << 20
 """A forward subscription reads the log this many bytes at a time and sends them in batches of
@@ -58,25 +62,6 @@ its own size (``ForwardReader``'s read-ahead): one index lookup, one ``pread`` a
 (vectorised at this size, ``tidelog.log.crcs``) per span rather than per batch. A catching-up
 subscription therefore holds up to this much of verified records besides the batch it sends;
 a live one reads only what was committed since its last read."""
-
-
-class StartPosition(enum.IntEnum):
-    """Numbered as Liftbridge's ``StartPosition``."""
-
-    NEW_ONLY = 0
-    OFFSET = 1
-    EARLIEST = 2
-    LATEST = 3
-    TIMESTAMP = 4
-
-
-class StopPosition(enum.IntEnum):
-    """Numbered as Liftbridge's ``StopPosition``."""
-
-    ON_CANCEL = 0
-    OFFSET = 1
-    LATEST = 2
-    TIMESTAMP = 3
 
 
 class EndReason(enum.Enum):
@@ -143,119 +128,6 @@ TRANSITIONS: Final[dict[tuple[SubscriberState, Event], SubscriberState]] = {
 }
 """(state, event) -> next state. STOPPED is final unless the subscription is seekable; FAILED
 is final (permits, a cancel or a second failure arriving after it change nothing)."""
-
-
-@dataclass(frozen=True, slots=True)
-class SubscribeRequest:
-    start: StartPosition = StartPosition.NEW_ONLY
-    start_offset: int = 0
-    start_timestamp: int = 0
-    stop: StopPosition = StopPosition.ON_CANCEL
-    stop_offset: int = 0
-    stop_timestamp: int = 0
-    reverse: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Bounds:
-    """A subscription resolved against the log: concrete offsets and an optional time stop."""
-
-    start_offset: int
-    stop_offset: int | None
-    stop_timestamp: int | None
-    reverse: bool
-    empty: bool = False
-    """Nothing can ever be delivered: end right after the handshake (forward with the stop
-    signal, reverse with a clean end)."""
-
-
-def resolve(log: CommitLog, request: SubscribeRequest) -> Bounds:
-    """Turn a request's start/stop positions into offsets (all checks happen here, before any
-    message is sent). Rules are in ``docs/api.md`` ("Subscribe positions")."""
-    if request.start is StartPosition.OFFSET and request.start_offset < 0:
-        raise InvalidArgument(f"start offset must be >= 0, got {request.start_offset}")
-    if request.stop is StopPosition.OFFSET and request.stop_offset < 0:
-        raise InvalidArgument(f"stop offset must be >= 0, got {request.stop_offset}")
-    high_watermark = log.high_watermark
-    stop_offset: int | None = None
-    stop_timestamp: int | None = None
-    if request.stop is StopPosition.OFFSET:
-        stop_offset = request.stop_offset
-    elif request.stop is StopPosition.LATEST and not request.reverse:
-        if high_watermark < 0:
-            raise StreamEmpty("stream is empty: there is no latest offset to stop at")
-        stop_offset = high_watermark
-    # (Reverse reads start at or below the latest already: STOP_LATEST runs them to the oldest.)
-    elif request.stop is StopPosition.TIMESTAMP:
-        stop_timestamp = request.stop_timestamp
-    return (_resolve_reverse if request.reverse else _resolve_forward)(
-        log, request, high_watermark, stop_offset, stop_timestamp
-    )
-
-
-def _resolve_forward(
-    log: CommitLog,
-    request: SubscribeRequest,
-    high_watermark: int,
-    stop_offset: int | None,
-    stop_timestamp: int | None,
-) -> Bounds:
-    start = request.start
-    if start is StartPosition.NEW_ONLY:
-        offset = high_watermark + 1
-    elif start is StartPosition.EARLIEST:
-        offset = log.oldest_offset
-    elif start is StartPosition.LATEST:
-        offset = max(high_watermark, 0)
-    elif start is StartPosition.OFFSET:
-        offset = max(request.start_offset, log.oldest_offset)
-    else:
-        found = log.offset_at_or_after_timestamp(request.start_timestamp)
-        offset = high_watermark + 1 if found is None else found
-    if stop_timestamp is not None and log.offset_at_or_after_timestamp(stop_timestamp) is not None:
-        # The log has reached the stop time: stop after the last message at or before it, now
-        # known (as Liftbridge resolves STOP_TIMESTAMP). Waiting for a later timestamp instead
-        # would hold a read whose newest messages share the stop's timestamp until another
-        # message arrives.
-        found = log.offset_at_or_before_timestamp(stop_timestamp)
-        if found is None or found < offset:
-            return Bounds(offset, found, None, reverse=False, empty=True)
-        stop_offset, stop_timestamp = found, None
-    if stop_offset is not None and stop_offset < offset:
-        if request.stop is StopPosition.LATEST:
-            # Nothing lies between a start past the latest message and the latest message.
-            return Bounds(offset, stop_offset, None, reverse=False, empty=True)
-        raise InvalidArgument(
-            f"stop offset {stop_offset} is before the start offset {offset}; a forward "
-            f"subscription needs stop >= start"
-        )
-    return Bounds(offset, stop_offset, stop_timestamp, reverse=False)
-
-
-def _resolve_reverse(
-    log: CommitLog,
-    request: SubscribeRequest,
-    high_watermark: int,
-    stop_offset: int | None,
-    stop_timestamp: int | None,
-) -> Bounds:
-    start = request.start
-    empty = high_watermark < 0
-    if start in (StartPosition.NEW_ONLY, StartPosition.LATEST):
-        offset = high_watermark
-    elif start is StartPosition.EARLIEST:
-        offset = log.oldest_offset
-    elif start is StartPosition.OFFSET:
-        offset = min(request.start_offset, high_watermark)
-    else:
-        found = log.offset_at_or_before_timestamp(request.start_timestamp)
-        offset, empty = (0, True) if found is None else (found, empty)
-    if stop_offset is not None and stop_offset > offset and not empty:
-        raise InvalidArgument(
-            f"stop offset {stop_offset} is above the start offset {offset}; a reverse "
-            f"subscription reads downwards and needs stop <= start"
-        )
-    return Bounds(max(offset, 0), stop_offset, stop_timestamp, reverse=True, empty=empty)
 
 
 VALUELESS_BUDGET_FACTOR: Final = 4

@@ -15,14 +15,32 @@ nothing it does not get from the log as well), so a cached record is the record 
 in the leader's log. Offsets are read from the records' own headers: a gap in the log (a
 compacted range, a gap a replica keeps) is never filled. The cache is dropped once no other
 follower may ask for its records, so an idle partition holds none.
+
+Bound. A cache holds up to a fetch's bytes (``replication.FETCH_MAX_BYTES``, 4 MiB) while another
+in-sync follower lags, per led partition: thousands of partitions would hold gigabytes. So its
+bytes are leased from one process budget (:data:`FETCH_CACHE`, :data:`FETCH_CACHE_BYTES`), as
+forward readers lease what they read ahead (``tidelog.log.readahead``). A run the budget has no
+room for is not kept (each follower then reads it from the log, as before the cache); a cache
+gives its lease back when it is replaced or cleared, or dropped with its leader. Invariant: the
+caches of a process hold at most :data:`FETCH_CACHE_BYTES` of records together.
 """
 
 from __future__ import annotations
 
+from typing import Final
+
 import numpy as np
 import numpy.typing as npt
 
+from tidelog.broker import Lease, ReadAheadBudget
 from tidelog.cluster.stored import OFFSET_AT, StoredRecords
+
+FETCH_CACHE_BYTES: Final = 64 << 20
+"""At most this many record bytes kept over all the led partitions' caches of a process (16
+full fetches; a partition whose followers keep pace holds far less than a full one)."""
+
+FETCH_CACHE: Final = ReadAheadBudget(FETCH_CACHE_BYTES)
+"""The budget every :class:`SentRecords` of this process leases from unless given another."""
 
 _OFFSET_BYTES = np.arange(OFFSET_AT, OFFSET_AT + 8, dtype=np.int64)
 
@@ -43,12 +61,17 @@ class SentRecords:
     """The run of records a leader sent last (empty at first), for the next fetch from inside
     it (module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: ReadAheadBudget | None = None) -> None:
+        """``budget``: what the kept bytes are leased from (None: :data:`FETCH_CACHE`)."""
+        self._budget = FETCH_CACHE if budget is None else budget
+        self._lease: Lease | None = None
         self._records = StoredRecords()
         self._offsets: npt.NDArray[np.int64] = np.empty(0, dtype=np.int64)
         self._starts: npt.NDArray[np.int64] = np.empty(0, dtype=np.int64)
         self.hits = 0
         """Fetches served (in part) from here: for tests and the benchmark's profile."""
+        self.refused = 0
+        """Runs not kept because the budget had no room for them."""
 
     @property
     def last_offset(self) -> int:
@@ -56,7 +79,16 @@ class SentRecords:
         return int(self._offsets[-1]) if len(self._offsets) else -1
 
     def put(self, records: StoredRecords) -> None:
-        """Keep ``records`` (just read from the log, or served from here) instead."""
+        """Keep ``records`` (just read from the log, or served from here) instead, if the
+        budget has room for them once the run kept now is given back; else keep none."""
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+        if records:
+            self._lease = self._budget.lease(len(records.data))
+            if self._lease is None:
+                self.refused += 1
+                records = StoredRecords()
         self._records = records
         self._offsets = record_offsets(records)
         self._starts = np.cumsum(records.sizes) - records.sizes

@@ -80,7 +80,12 @@ class PartitionRole:
         self._task: asyncio.Task[None] | None = None
         self._listener: Callable[[int], None] | None = None
         self._acks: list[tuple[int, int, asyncio.Future[None]]] = []
-        """Publishes waiting for the high watermark: (offset, arrival, future), a heap."""
+        """Publishes waiting for the high watermark: (offset, arrival, future), a heap. A wait
+        that ended without release (timed out, or its caller cancelled) leaves its entry
+        cancelled; ``_cancelled_acks`` counts those, and the heap is rebuilt without them once
+        they are more than half of it, so waits timing out while the ISR is below ``min_isr``
+        (the high watermark stands still, and publishes are retried) cannot pile up."""
+        self._cancelled_acks = 0
         self._ack_order = itertools.count()
         self.state: PartitionState | None = None
         self.saved_hw = -1
@@ -125,23 +130,37 @@ class PartitionRole:
                 if self.leader is not leader:
                     raise self._moved(last_offset)
         finally:
-            released.cancel()  # a no-op once released; else _release drops it when reached
+            if released.cancel():  # not released: its entry stays in the heap, cancelled
+                self._forget_cancelled()
         if leader is None:
             raise self._moved(last_offset)
 
     def _release(self, high_watermark: int) -> None:
         """The leader's high watermark rose to ``high_watermark``: every publish waiting for
         an offset at or below it is acknowledged, in one pass (the waits are kept in offset
-        order)."""
+        order); cancelled entries found on top are dropped on the way."""
         acks = self._acks
-        while acks and acks[0][0] <= high_watermark:
+        while acks and (acks[0][0] <= high_watermark or acks[0][2].cancelled()):
             released = heapq.heappop(acks)[2]
-            if not released.done():
+            if released.cancelled():
+                self._cancelled_acks -= 1
+            elif not released.done():
                 released.set_result(None)
+
+    def _forget_cancelled(self) -> None:
+        """A wait ended without release: count its entry, and drop the cancelled entries once
+        they are more than half of the heap (a rebuild costs the heap's length, less than twice
+        the entries it drops: amortised O(1) a cancelled wait)."""
+        self._cancelled_acks += 1
+        if self._cancelled_acks * 2 > len(self._acks):
+            self._acks = [entry for entry in self._acks if not entry[2].cancelled()]
+            heapq.heapify(self._acks)
+            self._cancelled_acks = 0
 
     def _release_all(self) -> None:
         """The leadership ended: every waiting publish looks again (and finds it moved)."""
         acks, self._acks = self._acks, []
+        self._cancelled_acks = 0
         for _, _, released in acks:
             if not released.done():
                 released.set_result(None)

@@ -1,26 +1,18 @@
 """The on-disk record format: encoding a batch, verifying and decoding stored records.
 
-One record, little-endian (``docs/format.md`` has the byte table)::
+The record's byte layout (its fixed 36-byte header, then key, value and headers) is in
+``record_layout.py``, with the encoders that lay whole batches out by it; its names are
+re-exported here. Invariants: ``size == 36 + max(keylen, 0) + vallen + len(headers)``; the CRC
+covers the offset, so a record copied to the wrong place fails its check. A record with CONTINUES
+set is followed, in the same segment, by the rest of its batch; a log whose newest record has it
+set holds a torn batch (recovery cuts it, see ``recovery.py``).
 
-    0  crc32c    u32   CRC-32C (Castagnoli) of bytes [4, size) of this record
-    4  size      u32   the whole record, header included
-    8  offset    i64   absolute offset
-    16 timestamp i64   broker time, ns since the Unix epoch
-    24 magic     u8    format version, 1
-    25 attrs     u8    bit 0 (CONTINUES): set on every record of an atomic batch but its last;
-                       bits 1-7 reserved, 0
-    26 hcount    u16   number of headers
-    28 keylen    i32   key length, -1 for no key
-    32 vallen    i32   value length
-    36 key, value, then hcount headers: u16 name length, UTF-8 name, u32 value length, value
-
-Invariants: ``size == 36 + max(keylen, 0) + vallen + len(headers)``; the CRC covers the offset, so a
-record copied to the wrong place fails its check. A record with CONTINUES set is followed, in the
-same segment, by the rest of its batch; a log whose newest record has it set holds a torn batch
-(recovery cuts it, see ``recovery.py``). Everything here works on whole batches: header
-fields are packed and gathered with numpy, and the only per-record Python work is one CRC call
-(none when verifying many small records of one size: ``crcs.py``) and, when decoding, one slice
-per field that is asked for.
+Theory of operation. Everything here works on whole batches: :func:`encode_batch` takes the
+shapes a batch comes in (plain values, :class:`NewRecord`, the columnar :class:`PackedValues`,
+:class:`HeaderedValues` and :class:`LaidOutRecords`), turns them into bodies and lays them out
+by one of ``record_layout``'s paths; header fields are packed and gathered with numpy, and the
+only per-record Python work is one CRC call (none when verifying many small records of one
+size: ``crcs.py``) and, when decoding, one slice per field that is asked for.
 """
 
 from __future__ import annotations
@@ -38,40 +30,29 @@ import numpy.typing as npt
 from crc32c import crc32c
 
 from tidelog.errors import CorruptRecord, MessageTooLarge
-from tidelog.log.batchcrcs import continued_crcs, offset_tail_crcs, tail_crcs
+from tidelog.log.batchcrcs import continued_crcs, tail_crcs
 from tidelog.log.crcs import record_crcs
+from tidelog.log.record_layout import CONTINUES as CONTINUES
+from tidelog.log.record_layout import HEADER_DTYPE as HEADER_DTYPE
+from tidelog.log.record_layout import HEADER_SIZE as HEADER_SIZE
+from tidelog.log.record_layout import (
+    HEADER_STRUCT,
+    encode_one_size,
+    encode_small,
+    header_rows,
+    one_size,
+)
+from tidelog.log.record_layout import MAGIC as MAGIC
+from tidelog.log.record_layout import EncodedBatch as EncodedBatch
+from tidelog.log.record_layout import Int64Array as Int64Array
 
-MAGIC: Final = 1
-HEADER_SIZE: Final = 36
-CONTINUES: Final = 0x01
-"""``attrs`` bit: more records of the same atomic batch follow this one."""
 NO_HEADERS: Final[Mapping[str, bytes]] = MappingProxyType({})
 
-HEADER_DTYPE: Final = np.dtype(
-    [
-        ("crc", "<u4"),
-        ("size", "<u4"),
-        ("offset", "<i8"),
-        ("timestamp", "<i8"),
-        ("magic", "u1"),
-        ("attrs", "u1"),
-        ("hcount", "<u2"),
-        ("keylen", "<i4"),
-        ("vallen", "<i4"),
-    ]
-)
-assert HEADER_DTYPE.itemsize == HEADER_SIZE
-
-_HEADER_STRUCT: Final = struct.Struct("<IIqqBBHii")
-_HEADER_TAIL: Final = struct.Struct("<IqqBBHii")  # the header after its CRC field
-_CRC: Final = struct.Struct("<I")
 _SMALL_BATCH: Final = 16
 _NAME_LEN: Final = struct.Struct("<H")
 _VALUE_LEN: Final = struct.Struct("<I")
 _BYTE_RANGE: Final = np.arange(HEADER_SIZE, dtype=np.int64)
 _CRC_BYTES: Final = np.arange(4, dtype=np.int64)
-
-Int64Array = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,16 +75,6 @@ class Record:
     value: bytes
     key: bytes | None = None
     headers: Mapping[str, bytes] = field(default_factory=lambda: NO_HEADERS)
-
-
-@dataclass(frozen=True, slots=True)
-class EncodedBatch:
-    """Records ready to be written: ``data`` holds them back to back, ``sizes[i]`` bytes each."""
-
-    data: npt.NDArray[np.uint8]
-    offsets: Int64Array
-    sizes: Int64Array
-    timestamp: int
 
 
 def encode_headers(headers: Mapping[str, bytes]) -> bytes:
@@ -329,9 +300,9 @@ def encode_batch(
     """
     n = len(messages)
     if n > _SMALL_BATCH:
-        size = _one_size(messages)
+        size = one_size(messages)
         if size >= 0:
-            return _encode_one_size(
+            return encode_one_size(
                 cast(Sequence[bytes], messages), size, offsets, timestamp, max_message_bytes, atomic
             )
     bodies, vallens, keylens, hcounts = _bodies(messages)
@@ -347,10 +318,10 @@ def encode_batch(
 
     sizes = body_lens + HEADER_SIZE
     if n <= _SMALL_BATCH:
-        return _encode_small(bodies, offsets, sizes, timestamp, vallens, keylens, hcounts, atomic)
+        return encode_small(bodies, offsets, sizes, timestamp, vallens, keylens, hcounts, atomic)
     same_size = int(body_lens.min()) == int(body_lens.max())
     if same_size:  # and so, for plain values (the value is the body), one value length
-        header = _headers(
+        header = header_rows(
             offsets,
             timestamp,
             int(sizes[0]),
@@ -360,7 +331,7 @@ def encode_batch(
             atomic,
         )
     else:
-        header = _headers(offsets, timestamp, sizes, vallens, keylens, hcounts, atomic)
+        header = header_rows(offsets, timestamp, sizes, vallens, keylens, hcounts, atomic)
     try:
         joined = bodies.blob if isinstance(bodies, PackedValues) else b"".join(bodies)
     except TypeError:
@@ -398,120 +369,6 @@ def encode_batch(
         crcs = record_crcs(flat, starts + 4, ends)  # type: ignore[arg-type]
         flat[starts[:, None] + _CRC_BYTES] = crcs.view(np.uint8).reshape(n, 4)
     return EncodedBatch(flat, offsets, sizes, timestamp)
-
-
-def _one_size(messages: Sequence[bytes | NewRecord]) -> int:
-    """The length of every value if ``messages`` (n > 0) are all plain ``bytes`` of one length
-    (exactly ``bytes``: immutable, so a checksum taken of them is of what is written), else -1.
-
-    Two C-level passes, no array: counting the ``bytes`` among the types, then the values of the
-    first one's length (cheaper than collecting the lengths). A batch whose first and last values
-    differ in length is told at once."""
-    if not isinstance(messages, list | tuple):
-        return -1
-    first, last = messages[0], messages[-1]
-    if type(first) is not bytes or type(last) is not bytes or len(first) != len(last):
-        return -1
-    n = len(messages)
-    if countOf(map(type, messages), bytes) != n:
-        return -1
-    size = len(first)
-    return size if countOf(map(len, messages), size) == n else -1
-
-
-def _encode_one_size(
-    values: Sequence[bytes],
-    size: int,
-    offsets: Int64Array,
-    timestamp: int,
-    max_message_bytes: int,
-    atomic: bool,
-) -> EncodedBatch:
-    """``encode_batch`` for n > 0 plain ``bytes`` values of ``size`` bytes each: the batch is one
-    2-D array (a row per record) whose header columns are filled from one header row, then the
-    offsets; the CRCs come from the offsets (``batchcrcs.offset_tail_crcs``) and one call per
-    value on the value itself, before the values are copied in."""
-    if size > max_message_bytes:
-        raise MessageTooLarge(size, max_message_bytes, 0)
-    n = len(values)
-    width = HEADER_SIZE + size
-    attrs = CONTINUES if atomic else 0
-    first = _HEADER_STRUCT.pack(0, width, int(offsets[0]), timestamp, MAGIC, attrs, 0, -1, size)
-    grid = np.empty((n, width), dtype=np.uint8)
-    grid[:, :HEADER_SIZE] = np.frombuffer(first, dtype=np.uint8)
-    header: npt.NDArray[np.void] = np.ndarray(
-        (n,), dtype=HEADER_DTYPE, buffer=grid, strides=(width,)
-    )
-    header["offset"] = offsets
-    seeds = offset_tail_crcs(first[4:], offsets)
-    if atomic:  # the last record of an atomic batch has no CONTINUES: its tail differs more
-        header["attrs"][-1] = 0
-        seeds[-1] = crc32c(grid[-1, 4:HEADER_SIZE].tobytes())
-    header["crc"] = continued_crcs(seeds, values)
-    grid[:, HEADER_SIZE:] = np.frombuffer(b"".join(values), dtype=np.uint8).reshape(n, size)
-    return EncodedBatch(grid.reshape(-1), offsets, np.full(n, width, dtype=np.int64), timestamp)
-
-
-def _headers(
-    offsets: Int64Array,
-    timestamp: int,
-    sizes: Int64Array | int,
-    vallens: Int64Array | int,
-    keylens: Int64Array | int,
-    hcounts: Int64Array | int,
-    atomic: bool,
-) -> npt.NDArray[np.void]:
-    """The batch's record headers (CRC field 0): one row with every field the records share
-    (the ``int`` arguments) copied to all, then the fields that differ column by column."""
-    row = np.zeros((), dtype=HEADER_DTYPE)
-    row["timestamp"] = timestamp
-    row["magic"] = MAGIC
-    columns = {"size": sizes, "keylen": keylens, "hcount": hcounts, "vallen": vallens}
-    for name, column in list(columns.items()):
-        if isinstance(column, int):
-            row[name] = column
-            del columns[name]
-    header = np.empty(len(offsets), dtype=HEADER_DTYPE)
-    header[...] = row
-    header["offset"] = offsets
-    for name, column in columns.items():
-        header[name] = column
-    if atomic:
-        header["attrs"][:-1] = CONTINUES
-    return header
-
-
-def _encode_small(
-    bodies: Sequence[bytes],
-    offsets: Int64Array,
-    sizes: Int64Array,
-    timestamp: int,
-    vallens: Int64Array,
-    keylens: Int64Array | int,
-    hcounts: Int64Array | int,
-    atomic: bool,
-) -> EncodedBatch:
-    """The same bytes as the vectorised path, packed record by record: for a handful of records
-    numpy's fixed cost per call outweighs its per-record savings."""
-    n = len(bodies)
-    keys = [keylens] * n if isinstance(keylens, int) else keylens.tolist()
-    counts = [hcounts] * n if isinstance(hcounts, int) else hcounts.tolist()
-    attrs = [CONTINUES] * (n - 1) + [0] if atomic and n else [0] * n
-    parts: list[bytes] = []
-    for offset, size, vallen, keylen, count, body, attr in zip(
-        offsets.tolist(),
-        sizes.tolist(),
-        vallens.tolist(),
-        keys,
-        counts,
-        bodies,
-        attrs,
-        strict=True,
-    ):
-        tail = _HEADER_TAIL.pack(size, offset, timestamp, MAGIC, attr, count, keylen, vallen)
-        parts += (_CRC.pack(crc32c(body, crc32c(tail))), tail, body)
-    data = np.frombuffer(b"".join(parts), dtype=np.uint8)
-    return EncodedBatch(data, offsets, sizes, timestamp)
 
 
 def gather_headers(chunk: bytes, positions: Int64Array) -> npt.NDArray[np.void]:
@@ -625,7 +482,7 @@ def scan_records(
     view = memoryview(data)
     while at + HEADER_SIZE <= end:
         crc, size, offset, timestamp, magic, attrs, hcount, keylen, vallen = (
-            _HEADER_STRUCT.unpack_from(data, at)
+            HEADER_STRUCT.unpack_from(data, at)
         )
         body = max(keylen, 0) + vallen
         if (
