@@ -426,24 +426,31 @@ def test_a_huge_metadata_is_refused_at_once_and_a_large_fetch_holds_no_one_up(
             assert receive(hostile) is None  # closed, not answered
             assert time.monotonic() - started < 2.0
         large_frame = frame(many_partitions_fetch(), 5)
-        with connect(port, timeout=60) as large, connect(port) as other:
-            started = time.monotonic()
-            large.sendall(large_frame)
-            time.sleep(0.5)  # decoded by now; being served
-            asked = time.monotonic()
-            versions = call(
-                other, ApiVersionsRequest(client_software_name="t", client_software_version="1")
-            )
-            waited = time.monotonic() - asked
-            assert versions.error_code == ErrorCode.none
-            data = receive(large)
-            took = time.monotonic() - started
-            assert data is not None
-            _, answer = decode(1, 12, data)
-            assert len(answer.responses) == 1000
-            assert took > 0.5  # the test measures something
-            # Served with turns: ~0.2-0.45 s of a 1.7 s Fetch here; without them 0.70-0.76 s.
-            assert waited < took / 3, f"ApiVersions waited {waited:.2f} s of a {took:.2f} s Fetch"
+        # Served with turns: ~0.2-0.45 s of a 1.7 s Fetch here; without them 0.70-0.76 s, every
+        # time. Other work on the machine can stretch one attempt (0.90 s of 2.09 s was seen in a
+        # CI run), so the best of three attempts is judged.
+        shares: list[str] = []
+        for _ in range(3):
+            with connect(port, timeout=60) as large, connect(port) as other:
+                started = time.monotonic()
+                large.sendall(large_frame)
+                time.sleep(0.5)  # decoded by now; being served
+                asked = time.monotonic()
+                versions = call(
+                    other, ApiVersionsRequest(client_software_name="t", client_software_version="1")
+                )
+                waited = time.monotonic() - asked
+                assert versions.error_code == ErrorCode.none
+                data = receive(large)
+                took = time.monotonic() - started
+                assert data is not None
+                _, answer = decode(1, 12, data)
+                assert len(answer.responses) == 1000
+                assert took > 0.5  # the test measures something
+            if waited < took / 3:
+                return
+            shares.append(f"{waited:.2f} s of a {took:.2f} s Fetch")
+        raise AssertionError(f"ApiVersions waited {', '.join(shares)}")
 
     async def scenario() -> None:
         async with kafka_served(tmp_path / "data") as server:
