@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
-from tests.cluster.test_replication import publish, replicas
+from tests.cluster.test_replication import publish, replicas, stand_in_node
 
-from tidelog.cluster.metadata import ClusterView
 from tidelog.cluster.replication import LeaderReplica
 from tidelog.cluster.roles import PartitionRole
 from tidelog.errors import NotEnoughReplicas
@@ -27,13 +25,7 @@ async def turns(count: int = 10) -> None:
 def test_acks_are_released_by_the_high_watermark_in_offset_order(tmp_path: Path) -> None:
     async def main() -> None:
         async with replicas(tmp_path, "a") as parts:
-            node = SimpleNamespace(
-                settings=SimpleNamespace(ack_timeout_s=5.0),
-                broker_id="a",
-                member=True,
-                view=ClusterView(),
-            )
-            role = PartitionRole(node, parts["a"])  # type: ignore[arg-type]
+            role = PartitionRole(stand_in_node("a"), parts["a"])  # type: ignore[arg-type]
             leader = LeaderReplica(
                 parts["a"], "a", 1, isr=["a", "b"], min_isr=2, on_advance=role._release
             )
@@ -76,10 +68,8 @@ def test_waits_that_time_out_leave_no_entries_behind(tmp_path: Path) -> None:
 
     async def main() -> None:
         async with replicas(tmp_path, "a") as parts:
-            settings = SimpleNamespace(ack_timeout_s=5.0)
-            node = SimpleNamespace(
-                settings=settings, broker_id="a", member=True, view=ClusterView()
-            )
+            node = stand_in_node("a")
+            settings = node.settings
             role = PartitionRole(node, parts["a"])  # type: ignore[arg-type]
             leader = LeaderReplica(
                 parts["a"], "a", 1, isr=["a", "b"], min_isr=2, on_advance=role._release

@@ -26,6 +26,16 @@ from tidelog.cluster.roles import PartitionRole, Undecided
 from tidelog.errors import NotEnoughReplicas, NotLeader, StaleEpoch, StreamNotFound
 
 
+def stand_in_node(broker_id: str, ack_timeout_s: float = 5.0) -> SimpleNamespace:
+    """What a PartitionRole reads of its node: the ack timeout, its id, membership, the view."""
+    return SimpleNamespace(
+        settings=SimpleNamespace(ack_timeout_s=ack_timeout_s),
+        broker_id=broker_id,
+        member=True,
+        view=ClusterView(),
+    )
+
+
 @asynccontextmanager
 async def replicas(root: Path, *names: str) -> AsyncIterator[dict[str, Partition]]:
     """Partition 0 of stream ``s`` on one broker per name, each in its own data directory."""
@@ -360,13 +370,7 @@ def test_leadership_lost_while_waiting_for_the_isr_is_not_a_not_leader_refusal(
 
     async def main() -> None:
         async with replicas(tmp_path, "a") as parts:
-            node = SimpleNamespace(
-                settings=SimpleNamespace(ack_timeout_s=5.0),
-                broker_id="a",
-                member=True,
-                view=ClusterView(),
-            )
-            role = PartitionRole(node, parts["a"])  # type: ignore[arg-type]
+            role = PartitionRole(stand_in_node("a"), parts["a"])  # type: ignore[arg-type]
             role.leader = LeaderReplica(parts["a"], "a", 1, isr=["a", "b"], min_isr=2)
             await publish(parts["a"], b"x")
             waiting = asyncio.create_task(role.replicated(0))
