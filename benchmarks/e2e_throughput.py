@@ -859,6 +859,22 @@ def live_cpu_per_message(record: dict[str, Any]) -> None:
             record[f"{name}_cpu_us_per_msg"] = round(record[key] / sent * 1e6, 1)
 
 
+async def live_of_args(
+    server: TidelogServer, args: argparse.Namespace, profiler: Profiler
+) -> dict[str, Any]:
+    """:func:`live_phase` on ``STREAM_LIVE`` with the command line's size, rate and duration."""
+    return await live_phase(
+        server,
+        STREAM_LIVE,
+        max(args.size, LIVE_HEADER),
+        args.live_rate,
+        args.live_batch,
+        args.live_seconds,
+        args.timeout,
+        profiler,
+    )
+
+
 async def live_on_fresh_server(
     args: argparse.Namespace, details: dict[str, Any], name: str, cpus: set[int] | None
 ) -> dict[str, Any]:
@@ -871,16 +887,7 @@ async def live_on_fresh_server(
         with pinned_process(cpus):
             async with asyncio.timeout(timeout + 2 * SAFETY + LIVE_DRAIN_S):
                 with Phase(name, server, details, args.profile, args.profile_native) as p:
-                    r = await live_phase(
-                        server,
-                        STREAM_LIVE,
-                        max(args.size, LIVE_HEADER),
-                        args.live_rate,
-                        args.live_batch,
-                        args.live_seconds,
-                        timeout,
-                        p.profiler,
-                    )
+                    r = await live_of_args(server, args, p.profiler)
                     p.record.update(r)
         server.stop()
     record = details[name]
@@ -1132,16 +1139,7 @@ async def tidelog_phases(args: argparse.Namespace, payloads: Sequence[bytes]) ->
 
             async with asyncio.timeout(timeout + 2 * SAFETY + LIVE_DRAIN_S):
                 with phase("live") as p:
-                    r = await live_phase(
-                        server,
-                        STREAM_LIVE,
-                        max(args.size, LIVE_HEADER),
-                        args.live_rate,
-                        args.live_batch,
-                        args.live_seconds,
-                        timeout,
-                        p.profiler,
-                    )
+                    r = await live_of_args(server, args, p.profiler)
                     p.record.update(r)
             results["live"] = r
         server.stop()
