@@ -331,26 +331,29 @@ def encode_batch(
     else:
         header = header_rows(offsets, timestamp, sizes, vallens, keylens, hcounts, atomic)
     try:
-        joined = bodies.blob if isinstance(bodies, PackedValues) else b"".join(bodies)
+        if same_size:
+            # Every record has the same size: lay the batch out as one 2-D array.
+            joined = bodies.blob if isinstance(bodies, PackedValues) else b"".join(bodies)
+            width = int(sizes[0])
+            grid = np.empty((n, width), dtype=np.uint8)
+            grid[:, :HEADER_SIZE] = header.view(np.uint8).reshape(n, HEADER_SIZE)
+            grid[:, HEADER_SIZE:] = np.frombuffer(joined, dtype=np.uint8).reshape(
+                n, width - HEADER_SIZE
+            )
+            flat = grid.reshape(-1)
+        else:
+            heads = header.tobytes()
+            parts: list[bytes] = [b""] * (2 * n)
+            parts[0::2] = [
+                heads[i : i + HEADER_SIZE] for i in range(0, HEADER_SIZE * n, HEADER_SIZE)
+            ]
+            parts[1::2] = bodies.split() if isinstance(bodies, PackedValues) else bodies
+            # One copy, into the writable buffer the CRCs are stamped into.
+            flat = np.frombuffer(bytearray().join(parts), dtype=np.uint8)
     except TypeError:
         for i, m in enumerate(bodies):
             _as_message(m, i)
         raise
-    if same_size:
-        # Every record has the same size: lay the batch out as one 2-D array.
-        width = int(sizes[0])
-        grid = np.empty((n, width), dtype=np.uint8)
-        grid[:, :HEADER_SIZE] = header.view(np.uint8).reshape(n, HEADER_SIZE)
-        grid[:, HEADER_SIZE:] = np.frombuffer(joined, dtype=np.uint8).reshape(
-            n, width - HEADER_SIZE
-        )
-        flat = grid.reshape(-1)
-    else:
-        heads = header.tobytes()
-        parts: list[bytes] = [b""] * (2 * n)
-        parts[0::2] = [heads[i : i + HEADER_SIZE] for i in range(0, HEADER_SIZE * n, HEADER_SIZE)]
-        parts[1::2] = bodies.split() if isinstance(bodies, PackedValues) else bodies
-        flat = np.frombuffer(bytearray(b"".join(parts)), dtype=np.uint8)
     stamp_crcs(flat, np.cumsum(sizes) - sizes, sizes)
     return EncodedBatch(flat, offsets, sizes, timestamp)
 

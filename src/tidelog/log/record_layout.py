@@ -196,6 +196,6 @@ def encode_small(
         parts += (_NO_CRC, tail, body)
         positions.append(at)
         at += size
-    data = np.frombuffer(bytearray(b"".join(parts)), dtype=np.uint8)
+    data = np.frombuffer(bytearray().join(parts), dtype=np.uint8)
     stamp_crcs(data, positions, sizes)
     return EncodedBatch(data, offsets, sizes, timestamp)
