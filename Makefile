@@ -10,8 +10,16 @@ PEERS_STAMP := $(VENV)/.peers-installed
 
 install: $(STAMP)
 
-# Reinstall only when the project's metadata changes: `make install` is idempotent and cheap.
-$(STAMP): pyproject.toml
+# Reinstall only when the project's metadata or its C source changes: `make install` is
+# idempotent and cheap. The install compiles tidelog's one C extension (setup.py,
+# src/tidelog/native/): a C compiler and Python's headers first, from Debian when missing.
+$(STAMP): pyproject.toml setup.py src/tidelog/native/crc32c.c
+	command -v cc >/dev/null \
+	  || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	       --no-install-recommends build-essential; }
+	test -f "$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" \
+	  || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	       --no-install-recommends python3-dev; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,peers,spark]'
@@ -169,3 +177,4 @@ proto: install
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -f src/tidelog/*.so

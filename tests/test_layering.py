@@ -30,6 +30,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "wire": {"_proto", "errors"},  # the v1 messages its codecs fill; the token's InvalidArgument
     "process": set(),
     "_proto": set(),
+    "_crc32c": set(),  # the native CRC-32C pass (C, src/tidelog/native/): imports nothing
     "access": {"errors"},  # what a call touches, and the guard that checks it
     "durable": {"errors"},  # complete writes, atomic replacement, the fault seam; DiskFull
     "security": {"access", "errors"},  # identities, tokens, the ACL, TLS material
@@ -60,7 +61,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "sites": {"broker", "durable", "errors", "wire", "_proto", "security"},
     # security: the TLS channels brokers call each other and etcd with (ClientTls, aio_channel)
     "cluster": {"broker", "durable", "errors", "wire", "_proto", "security"},
-    "log": {"durable", "errors"},
+    "log": {"durable", "errors", "_crc32c"},
     "store": {"errors"},
     # talk to brokers only over gRPC, through the client
     "client": {"errors", "wire", "_proto", "security"},

@@ -1,7 +1,8 @@
-"""Checksums computed on the append path (``tidelog.log.batchcrcs``): every record ``encode_batch``
-writes carries ``crc32c`` of its bytes [4, size), whatever shape the batch arrives in (plain bytes
-of one size or many, ``bytearray``, ``NewRecord`` with keys and headers, ``PackedValues``, atomic
-or not), and recovery still cuts a log written this way at a damaged record."""
+"""Checksums computed on the append path (``tidelog.log.crcs.stamp_crcs``): every record
+``encode_batch`` writes carries ``crc32c`` of its bytes [4, size), whatever shape the batch
+arrives in (plain bytes of one size or many, ``bytearray``, ``NewRecord`` with keys and headers,
+``PackedValues``, atomic or not), and recovery still cuts a log written this way at a damaged
+record."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ from hypothesis import strategies as st
 from logtools import crash_copy, flip_bit, open_damaged, read_forward, segment_logs
 
 from tidelog.log import FlushPolicy, LogConfig, NewRecord
-from tidelog.log.batchcrcs import continued_crcs, tail_crcs
-from tidelog.log.record import HEADER_DTYPE, HEADER_SIZE, PackedValues, encode_batch
+from tidelog.log.record import HEADER_SIZE, PackedValues, encode_batch
 
 LIMIT = 1 << 20
 
@@ -74,23 +74,6 @@ def test_every_record_written_stores_crc32c_of_its_bytes(
         atomic=atomic,
     )
     stored_crcs_match(bytes(batch.data), batch.sizes.tolist())
-
-
-@settings(deadline=None)
-@given(st.lists(st.binary(min_size=HEADER_SIZE, max_size=HEADER_SIZE), min_size=1, max_size=50))
-def test_tail_crcs_equal_crc32c_of_each_header_after_its_crc_field(rows: list[bytes]) -> None:
-    header = np.frombuffer(b"".join(rows), dtype=HEADER_DTYPE)
-    assert tail_crcs(header).tolist() == [crc32c(row[4:]) for row in rows]
-
-
-@settings(deadline=None)
-@given(st.lists(st.binary(max_size=70), min_size=1, max_size=40), st.randoms(use_true_random=False))
-def test_bodies_continue_the_checksum_of_their_seeds(
-    bodies: list[bytes], rng: random.Random
-) -> None:
-    seeds = np.array([rng.getrandbits(32) for _ in bodies], dtype=np.uint32)
-    want = [crc32c(b, int(s)) for b, s in zip(bodies, seeds, strict=True)]
-    assert continued_crcs(seeds, bodies).tolist() == want
 
 
 def test_recovery_cuts_a_log_written_in_large_batches_at_the_damaged_record(make_log, tmp_path):

@@ -1,7 +1,8 @@
-"""Checksums of many records at once (``tidelog.log.crcs``): the vectorised pass computes exactly
-what one ``crc32c`` call per record computes, and a read that verifies many small records of one
-size through it detects a damaged record inside the batch, and names it, exactly as the
-per-record calls did; recovery cuts such a log at the same byte."""
+"""Checksums of many records at once (``tidelog.log.crcs``, the native pass): a read that
+verifies a batch through it detects a damaged record inside the batch, and names it, exactly as
+one ``crc32c`` call per record did, on the hardware path and the portable one; recovery cuts such
+a log at the same byte. (The pass itself is compared with the ``crc32c`` package in
+``test_native_crc32c.py``.)"""
 
 from __future__ import annotations
 
@@ -10,62 +11,25 @@ import random
 import numpy as np
 import pytest
 from crc32c import crc32c
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from logtools import crash_copy, flip_bit, open_damaged, read_forward, segment_logs
 
 from tidelog.errors import CorruptRecord
 from tidelog.log import FlushPolicy, LogConfig
-from tidelog.log import crcs as crcs_module
-from tidelog.log.crcs import record_crcs, same_size_crcs, vectorised_pays
+from tidelog.log import record as record_module
+from tidelog.log.crcs import record_crcs
 from tidelog.log.record import HEADER_SIZE, encode_batch, verify_records
 
 VALUE = 12
-"""Bytes per value: records of 48 bytes, small enough for the vectorised pass to pay."""
+"""Bytes per value: records of 48 bytes."""
 COUNT = 3000
 
 
-def per_record(chunk: bytes, starts: list[int], ends: list[int]) -> list[int]:
-    return [crc32c(chunk[a:b]) for a, b in zip(starts, ends, strict=True)]
-
-
-@settings(deadline=None)
-@given(
-    st.integers(1, 40),  # records
-    st.integers(0, 23),  # checksummed bytes each: every remainder modulo 4
-    st.integers(0, 9),  # filler between them
-    st.integers(0, 7),  # where the first starts
-    st.randoms(use_true_random=False),
-)
-def test_the_vectorised_pass_equals_one_crc32c_call_per_record(
-    count: int, length: int, gap: int, first: int, rng: random.Random
-) -> None:
-    stride = length + gap
-    chunk = rng.randbytes(first + count * stride + 3)
-    starts = [first + i * stride for i in range(count)]
-    ends = [s + length for s in starts]
-    got = same_size_crcs(chunk, first, stride, count, length)
-    assert got.tolist() == per_record(chunk, starts, ends)
-
-
-@given(st.lists(st.binary(max_size=30), min_size=1, max_size=30), st.randoms())
-def test_record_crcs_of_any_ranges_equals_the_calls(
-    values: list[bytes], rng: random.Random
-) -> None:
-    chunk = b"".join(values)
-    ends = np.cumsum([len(v) for v in values]).astype(np.int64)
-    starts = ends - np.array([len(v) for v in values], dtype=np.int64)
-    got = record_crcs(chunk, starts, ends)
-    assert got.tolist() == per_record(chunk, starts.tolist(), ends.tolist())
-
-
-def test_the_cost_model_takes_the_vectorised_pass_for_many_small_records_only() -> None:
-    assert vectorised_pays(COUNT, HEADER_SIZE - 4 + VALUE)
-    assert vectorised_pays(7700, 132)  # a 1 MiB read of 100-byte values
-    assert vectorised_pays(4600, 52)  # a 256 KiB frame of 20-byte values
-    assert not vectorised_pays(1927, 132)  # a 256 KiB frame of 100-byte values: too close
-    assert not vectorised_pays(50, 132)  # a live frame of a few records
-    assert not vectorised_pays(10_000, 1_000)  # large records: one call each is cheaper
+def per_record(chunk: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The reference: one ``crc32c`` package call per record."""
+    return np.array(
+        [crc32c(chunk[a:b]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)],
+        dtype=np.uint32,
+    )
 
 
 def batch_bytes() -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -84,34 +48,39 @@ def verify_error(data: bytes, positions, sizes, offsets, stamps) -> CorruptRecor
     return None
 
 
+@pytest.mark.parametrize("portable", [False, True])
 @pytest.mark.parametrize("victim", [0, 1, COUNT // 2, COUNT - 1])
 def test_a_damaged_record_inside_a_batch_is_named_as_the_calls_named_it(
-    victim: int, monkeypatch: pytest.MonkeyPatch
+    victim: int, portable: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every byte of one record of a 3,000-record batch, damaged in turn: the vectorised read
-    raises the very error (segment, position, text) the per-record calls raise."""
+    """Every byte of one record of a 3,000-record batch, damaged in turn: the native pass raises
+    the very error (segment, position, text) one ``crc32c`` call per record raises."""
     data, positions, sizes, offsets, stamps = batch_bytes()
     calls = []
-    real = crcs_module.same_size_crcs
-    monkeypatch.setattr(crcs_module, "same_size_crcs", lambda *a: calls.append(a) or real(*a))
+
+    def native(chunk: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        calls.append(len(starts))
+        return record_crcs(chunk, starts, ends, portable=portable)
+
+    monkeypatch.setattr(record_module, "record_crcs", native)
     assert verify_error(data, positions, sizes, offsets, stamps) is None
     size = int(sizes[victim])
     start = int(positions[victim])
     for at in range(start, start + size):
         damaged = bytearray(data)
         damaged[at] ^= 1 << (at % 8)
-        vectorised = verify_error(bytes(damaged), positions, sizes, offsets, stamps)
+        error = verify_error(bytes(damaged), positions, sizes, offsets, stamps)
         with monkeypatch.context() as calls_only:
-            calls_only.setattr(crcs_module, "vectorised_pays", lambda count, length: False)
+            calls_only.setattr(record_module, "record_crcs", per_record)
             one_by_one = verify_error(bytes(damaged), positions, sizes, offsets, stamps)
-        assert vectorised is not None and one_by_one is not None
-        assert (vectorised.segment, vectorised.position, str(vectorised)) == (
+        assert error is not None and one_by_one is not None
+        assert (error.segment, error.position, str(error)) == (
             one_by_one.segment,
             one_by_one.position,
             str(one_by_one),
         )
-        assert vectorised.position == 4096 + start
-    assert len(calls) == 1 + size  # the vectorised pass did every check but the reference's
+        assert error.position == 4096 + start
+    assert calls == [COUNT] * (1 + size)  # the native pass did every check but the reference's
 
 
 def test_two_damaged_records_name_the_first() -> None:

@@ -59,7 +59,7 @@ from tidelog.log import MessageBatch, Reader
 READAHEAD_BYTES: Final = 1 << 20
 """A forward subscription reads the log this many bytes at a time and sends them in batches of
 its own size (``ForwardReader``'s read-ahead): one index lookup, one ``pread`` and one CRC pass
-(vectorised at this size, ``tidelog.log.crcs``) per span rather than per batch. A catching-up
+(one native call, ``tidelog.log.crcs``) per span rather than per batch. A catching-up
 subscription therefore holds up to this much of verified records besides the batch it sends;
 a live one reads only what was committed since its last read."""
 

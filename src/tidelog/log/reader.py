@@ -6,8 +6,8 @@ log's two read primitives, ``read_forward`` and ``read_backward``, each one inde
 a bound that falls inside an offset gap ends the read correctly.
 
 A forward reader may *read ahead* (``readahead_bytes``): one log read of that many bytes,
-verified at once (``record.verify_records``; the per-record CRC pass is vectorised from a few
-thousand small records, ``crcs.py``), handed out in the pieces its caller asks for, each cut to
+verified at once (``record.verify_records``: every record's CRC in one native call,
+``crcs.py``), handed out in the pieces its caller asks for, each cut to
 its own bytes. What is read ahead was committed when it was read, so handing it out later
 delivers nothing a direct read would not; ``next_offset`` and ``done`` describe what has been
 handed out. The bytes held ahead are leased from a process-wide budget (``readahead.py``): with

@@ -10,9 +10,10 @@ set holds a torn batch (recovery cuts it, see ``recovery.py``).
 Theory of operation. Everything here works on whole batches: :func:`encode_batch` takes the
 shapes a batch comes in (plain values, :class:`NewRecord`, the columnar :class:`PackedValues`,
 :class:`HeaderedValues` and :class:`LaidOutRecords`), turns them into bodies and lays them out
-by one of ``record_layout``'s paths; header fields are packed and gathered with numpy, and the
-only per-record Python work is one CRC call (none when verifying many small records of one
-size: ``crcs.py``) and, when decoding, one slice per field that is asked for.
+by one of ``record_layout``'s paths; header fields are packed and gathered with numpy, every
+record's CRC is computed (appending) or checked (reading) in one native call per batch
+(``crcs.py``), and the only per-record Python work is, when decoding, one slice per field that
+is asked for.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import struct
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import countOf
 from types import MappingProxyType
 from typing import Final, cast, overload
 
@@ -30,8 +30,7 @@ import numpy.typing as npt
 from crc32c import crc32c
 
 from tidelog.errors import CorruptRecord, MessageTooLarge
-from tidelog.log.batchcrcs import continued_crcs, tail_crcs
-from tidelog.log.crcs import record_crcs
+from tidelog.log.crcs import record_crcs, stamp_crcs
 from tidelog.log.record_layout import CONTINUES as CONTINUES
 from tidelog.log.record_layout import HEADER_DTYPE as HEADER_DTYPE
 from tidelog.log.record_layout import HEADER_SIZE as HEADER_SIZE
@@ -52,7 +51,6 @@ _SMALL_BATCH: Final = 16
 _NAME_LEN: Final = struct.Struct("<H")
 _VALUE_LEN: Final = struct.Struct("<I")
 _BYTE_RANGE: Final = np.arange(HEADER_SIZE, dtype=np.int64)
-_CRC_BYTES: Final = np.arange(4, dtype=np.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,10 +291,10 @@ def encode_batch(
     before the flag existed).
 
     Raises :class:`MessageTooLarge` (naming the message and both sizes) or ``TypeError`` before
-    anything is built. The work is vectorised: headers are packed as one numpy array, their CRCs
-    computed before the layout (``batchcrcs.py``: the tails' part vectorised, then one C call per
-    body on the body as given), and records laid out once with one join (one reshape when all
-    bodies have the same length).
+    anything is built. The work is vectorised: headers are packed as one numpy array, records
+    laid out once with one join (one reshape when all bodies have the same length), and their
+    CRCs then stamped in one native pass over the laid-out bytes (``crcs.stamp_crcs``): what is
+    checksummed is what is written, even for a mutable body the caller changes later.
     """
     n = len(messages)
     if n > _SMALL_BATCH:
@@ -333,41 +331,30 @@ def encode_batch(
     else:
         header = header_rows(offsets, timestamp, sizes, vallens, keylens, hcounts, atomic)
     try:
-        joined = bodies.blob if isinstance(bodies, PackedValues) else b"".join(bodies)
+        if same_size:
+            # Every record has the same size: lay the batch out as one 2-D array.
+            joined = bodies.blob if isinstance(bodies, PackedValues) else b"".join(bodies)
+            width = int(sizes[0])
+            grid = np.empty((n, width), dtype=np.uint8)
+            grid[:, :HEADER_SIZE] = header.view(np.uint8).reshape(n, HEADER_SIZE)
+            grid[:, HEADER_SIZE:] = np.frombuffer(joined, dtype=np.uint8).reshape(
+                n, width - HEADER_SIZE
+            )
+            flat = grid.reshape(-1)
+        else:
+            heads = header.tobytes()
+            parts: list[bytes] = [b""] * (2 * n)
+            parts[0::2] = [
+                heads[i : i + HEADER_SIZE] for i in range(0, HEADER_SIZE * n, HEADER_SIZE)
+            ]
+            parts[1::2] = bodies.split() if isinstance(bodies, PackedValues) else bodies
+            # One copy, into the writable buffer the CRCs are stamped into.
+            flat = np.frombuffer(bytearray().join(parts), dtype=np.uint8)
     except TypeError:
         for i, m in enumerate(bodies):
             _as_message(m, i)
         raise
-    pieces: Sequence[bytes] | None = bodies
-    if isinstance(bodies, PackedValues):
-        # Bodies of one size in one buffer are checksummed in the layout (as fast as splitting
-        # the buffer into objects first, measured); others are split for the layout anyway.
-        pieces = None if same_size else bodies.split()
-    early = pieces is not None and countOf(map(type, pieces), bytes) == n
-    if early:
-        # Immutable bodies: what is checksummed here is what the layout below copies.
-        header["crc"] = continued_crcs(tail_crcs(header), cast(Sequence[bytes], pieces))
-    if same_size:
-        # Every record has the same size: lay the batch out as one 2-D array.
-        width = int(sizes[0])
-        grid = np.empty((n, width), dtype=np.uint8)
-        grid[:, :HEADER_SIZE] = header.view(np.uint8).reshape(n, HEADER_SIZE)
-        grid[:, HEADER_SIZE:] = np.frombuffer(joined, dtype=np.uint8).reshape(
-            n, width - HEADER_SIZE
-        )
-        flat = grid.reshape(-1)
-    else:
-        heads = header.tobytes()
-        parts: list[bytes] = [b""] * (2 * n)
-        parts[0::2] = [heads[i : i + HEADER_SIZE] for i in range(0, HEADER_SIZE * n, HEADER_SIZE)]
-        assert pieces is not None  # only bodies of one size are left in one buffer
-        parts[1::2] = pieces
-        flat = np.frombuffer(bytearray(b"".join(parts)), dtype=np.uint8)
-    if not early:  # checksummed as laid out (a mutable body may change under us)
-        ends = np.cumsum(sizes)
-        starts = ends - sizes
-        crcs = record_crcs(flat, starts + 4, ends)  # type: ignore[arg-type]
-        flat[starts[:, None] + _CRC_BYTES] = crcs.view(np.uint8).reshape(n, 4)
+    stamp_crcs(flat, np.cumsum(sizes) - sizes, sizes)
     return EncodedBatch(flat, offsets, sizes, timestamp)
 
 
