@@ -205,7 +205,6 @@ class LeaderReplica:
         if leader_epoch != self.leader_epoch:
             raise StaleEpoch(leader_epoch, self.leader_epoch)
         log = self.partition.log
-        committed = log.committed_offset
         if (
             previous_crc is not None
             and not again
@@ -226,23 +225,52 @@ class LeaderReplica:
                 diverged=True,
             )
         if not again:
-            state = self._followers.setdefault(follower, _Follower())
-            state.log_end = from_offset
-            now = self._clock()
-            if from_offset > committed:
-                state.caught_up_s = now
-            elif from_offset >= state.leader_end_at_last_fetch >= 0:
-                # Not at the end now (the leader keeps appending), but it has everything the
-                # leader had when it last fetched: it was caught up then.
-                state.caught_up_s = max(state.caught_up_s, state.last_fetch_s)
-            state.last_fetch_s = now
-            state.leader_end_at_last_fetch = committed + 1
-            self.advance()
+            self.acknowledge(follower, from_offset)
+        return self.send(follower, from_offset, max_records)
+
+    def acknowledge(
+        self, follower: str, log_end: int, *, caught_up_at: float | None = None
+    ) -> None:
+        """``follower``'s log ends at ``log_end`` now, as a fetch from there (or a replication
+        stream's acknowledgement) says: its progress and whether it has caught up, and the high
+        watermark moved by them. ``caught_up_at``: a time (:meth:`now`) at which the leader's
+        log ended at or before ``log_end`` (a stream knows when it sent all the leader had)."""
+        committed = self.partition.log.committed_offset
+        state = self._followers.setdefault(follower, _Follower())
+        state.log_end = log_end
+        now = self._clock()
+        if log_end > committed:
+            state.caught_up_s = now
+        elif log_end >= state.leader_end_at_last_fetch >= 0:
+            # Not at the end now (the leader keeps appending), but it has everything the
+            # leader had when it last fetched: it was caught up then.
+            state.caught_up_s = max(state.caught_up_s, state.last_fetch_s)
+        if caught_up_at is not None:
+            state.caught_up_s = max(state.caught_up_s, caught_up_at)
+        state.last_fetch_s = now
+        state.leader_end_at_last_fetch = committed + 1
+        self.advance()
+
+    def now(self) -> float:
+        """This leader's clock, which the followers' catching up is timed by."""
+        return self._clock()
+
+    def send(
+        self,
+        follower: str,
+        from_offset: int,
+        max_records: int = FETCH_MAX_RECORDS,
+        max_bytes: int = FETCH_MAX_BYTES,
+    ) -> FetchAnswer:
+        """The committed records from ``from_offset`` on for ``follower`` (at most
+        ``max_records`` and ``max_bytes``, at least one record): an answer that tells the leader
+        nothing of the follower (:meth:`acknowledge` does)."""
+        log = self.partition.log
         # A follower behind the leader's oldest record (retention, or the owner's releases,
         # removed what it lacks) is sent what the leader holds: its log keeps the gap, as
         # every replica's does, and it releases its own older segments (``log_start``).
         start = max(from_offset, log.oldest_offset)
-        records = self._read(start, committed, max_records)
+        records = self._read(start, log.committed_offset, max_records, max_bytes)
         self._keep_sent(follower, records)
         if records:
             last_at = len(records.data) - int(records.sizes[-1])
@@ -258,16 +286,16 @@ class LeaderReplica:
             log.oldest_offset,
         )
 
-    def _read(self, start: int, committed: int, max_records: int) -> StoredRecords:
+    def _read(self, start: int, committed: int, max_records: int, max_bytes: int) -> StoredRecords:
         """The stored records from ``start`` through at most ``committed``: first those the
         leader sent another follower last (``fetch_cache``), then the log's."""
         last = min(committed, start + max_records - 1)
         if start > last:
             return StoredRecords()
-        sent = self._sent.take(start, max_records, FETCH_MAX_BYTES)
+        sent = self._sent.take(start, max_records, max_bytes)
         parts: list[bytes] = []
         sizes: list[np.ndarray] = []
-        budget = FETCH_MAX_BYTES
+        budget = max_bytes
         count = max_records
         if sent:
             parts.append(sent.data)
