@@ -106,6 +106,7 @@ def test_records_are_sent_as_committed_and_acknowledgements_move_the_high_waterm
             h.ack(2)
             told = await next_of(responses)
             assert offsets_of(told) == [] and told.high_watermark == 1
+            assert not told.answer, "a high watermark alone is not to be acknowledged"
             await asyncio.wait_for(ack_wait, 2)
             h.ack(5)
             assert (await next_of(responses)).high_watermark == 4
@@ -171,7 +172,7 @@ def test_a_follower_that_stops_answering_is_held_caught_up_only_for_the_fetch_wa
             # Nothing for the fetch wait: a response it must answer; until it does, it is not
             # held, and its lag counts from its last acknowledgement.
             keepalive = await pending
-            assert offsets_of(keepalive) == []
+            assert offsets_of(keepalive) == [] and keepalive.answer
             assert not h.leader.caught_up("b", 10)
             h.ack(1)
             pending = asyncio.ensure_future(next_of(responses))

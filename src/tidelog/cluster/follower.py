@@ -5,7 +5,8 @@ Theory of operation. A follower asks its leader where its own newest leader epoc
 its first request is a fetch from its log end; the leader sends the records that follow as they
 are committed (and, when there are none, a response at least every ``fetch_wait_ms``), and the
 follower appends each response with the leader's offsets and timestamps (``FollowerReplica``,
-which checks every record's CRC) and then acknowledges it with its new log end. A diverged
+which checks every record's CRC) and then acknowledges it with its new log end (a response with
+only a new high watermark is not acknowledged, unless the leader asks: ``answer``). A diverged
 answer ends the stream: it cuts back and opens another. The leader's side is ``serving.py``.
 
 Invariants. One loop per (partition, leader, leader epoch), run by the partition's role
@@ -210,11 +211,12 @@ class ReplicaFetcher:
                     next_offset = follower.apply(fetched)
                 if fetched.diverged:
                     return next_offset  # the leader ends the stream: another one from here
-                await call.write(
-                    cpb.ReplicaFetchRequest(
-                        fetch_offset=next_offset, high_watermark=follower.high_watermark
+                if fetched.records or response.answer:  # a high watermark alone: not answered
+                    await call.write(
+                        cpb.ReplicaFetchRequest(
+                            fetch_offset=next_offset, high_watermark=follower.high_watermark
+                        )
                     )
-                )
                 # The leader's retention, or the owner of the stream, removed its oldest
                 # records: this replica follows, in whole segments, never past its own high
                 # watermark (asked again only when the leader's start moves).

@@ -11,15 +11,15 @@ follower counts caught up (``LeaderReplica.hold``), and answered as soon as eith
 A replication stream is a fetch that goes on (:class:`_Stream`). Its first request is checked and
 answered as a fetch; from then on the leader sends each run of committed records as soon as it
 is committed, each response continuing where the one before ended, and the follower
-acknowledges every response once applied with its log end. An acknowledgement counts as a
-fetch's arrival (``LeaderReplica.acknowledge``: the follower's log end, whether it has caught
-up); it can never claim more than the stream sent. At most :data:`STREAM_WINDOW` bytes are sent
-beyond what the follower acknowledged. A response without records goes out when the high
-watermark the follower may take (never past what it was sent) rises, and when the stream sent
-nothing for the fetch wait: a follower that acknowledged everything counts caught up
-(``hold``) only until then, so one that stops answering leaves the ISR as a stopped fetcher
-does. Every wake-up looks at the leadership again: a new leader or epoch ends the stream with
-the refusal a fetch gets.
+acknowledges every response with records, once applied, with its log end. An acknowledgement
+counts as a fetch's arrival (``LeaderReplica.acknowledge``: the follower's log end, whether it
+has caught up); it can never claim more than the stream sent. At most :data:`STREAM_WINDOW`
+bytes are sent beyond what the follower acknowledged. A response without records goes out when
+the high watermark the follower may take (never past what it was sent) rises (not answered),
+and when the stream sent nothing for the fetch wait (``answer`` set: the follower must
+acknowledge it). A follower that acknowledged everything counts caught up (``hold``) only until
+then, so one that stops answering leaves the ISR as a stopped fetcher does. Every wake-up looks
+at the leadership again: a new leader or epoch ends the stream with the refusal a fetch gets.
 
 Why a stream: a fetch per answer made the records appended while an answer was on its way (or
 being applied) wait for the follower's next fetch, and cost a gRPC call on both ends for each;
@@ -52,11 +52,6 @@ from tidelog.wire import columns
 
 STREAM_WINDOW: Final = 2 * FETCH_MAX_BYTES
 """Record bytes a replication stream sends beyond what its follower has acknowledged."""
-
-
-import os  # noqa: E402
-
-_AHEAD = int(os.environ.get("REPL_AHEAD", "1000"))
 
 
 class ServingHost(Protocol):
@@ -273,7 +268,9 @@ class _Stream:
                 remaining = last_sent + wait_s - time.monotonic()
                 if remaining <= 0:  # nothing for the fetch wait: it must answer to stay current
                     self._fresh = False
-                    yield self._sent(leader, _news(leader))
+                    asking = self._sent(leader, _news(leader))
+                    asking.answer = True
+                    yield asking
                     last_sent = time.monotonic()
                     continue
                 held = self._fresh and self._acked >= self._next

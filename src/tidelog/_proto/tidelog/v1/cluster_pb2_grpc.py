@@ -71,10 +71,10 @@ class ReplicationServicer:
         leader then sends the records that follow as they are committed, each response continuing
         where the one before ended, at most a window of bytes ahead of what the follower has
         acknowledged, and a response without records when the high watermark the follower may take
-        rises or when it has sent nothing for max_wait_ms. The follower answers every response, once
-        applied, with a request whose fetch_offset is its log end now (an acknowledgement: what a
-        fetch's offset tells the leader) and whose high_watermark is the one it knows; the other
-        fields of those requests are ignored. A `diverged` response ends the stream (the follower
+        rises or (with `answer` set) when it has sent nothing for max_wait_ms. The follower answers
+        every response with records, and every one with `answer`, once applied, with a request whose
+        fetch_offset is its log end now (an acknowledgement: what a fetch's offset tells the leader)
+        and whose high_watermark is the one it knows; the other fields of those requests are ignored. A `diverged` response ends the stream (the follower
         cuts back and opens another). Errors end it with the status ReplicaFetch would answer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
