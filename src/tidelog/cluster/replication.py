@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from tidelog.broker import Partition
-from tidelog.cluster.fetch_cache import SentRecords
+from tidelog.cluster.fetch_cache import SentRecords, record_offsets
 from tidelog.cluster.leader_epochs import (
     UNDEFINED,
     EpochEnd,
@@ -295,26 +295,31 @@ class LeaderReplica:
         sent = self._sent.take(start, max_records, max_bytes)
         parts: list[bytes] = []
         sizes: list[np.ndarray] = []
+        offsets: list[np.ndarray] = []
         budget = max_bytes
         count = max_records
         if sent:
             parts.append(sent.data)
             sizes.append(sent.sizes)
+            offsets.append(record_offsets(sent))
             budget -= len(sent.data)
             count -= len(sent)
-            start = sent.offset_range()[1] + 1
+            start = int(offsets[0][-1]) + 1
         if start <= last and budget > 0 and count > 0:
             reader = self.partition.log.forward_reader(start, stop_offset=last, past_limit=True)
             while budget > 0 and count > 0 and (batch := reader.read(count, budget)):
                 parts.append(_stored_bytes(batch.data, batch.positions, batch.sizes))
                 sizes.append(batch.sizes)
+                offsets.append(batch.offsets)
                 budget -= batch.byte_size
                 count -= len(batch)
         if not parts:
             return StoredRecords()
         if len(parts) == 1:
-            return StoredRecords(parts[0], sizes[0].astype(np.int64, copy=False))
-        return StoredRecords(b"".join(parts), np.concatenate(sizes).astype(np.int64))
+            return StoredRecords(parts[0], sizes[0].astype(np.int64, copy=False), offsets[0])
+        return StoredRecords(
+            b"".join(parts), np.concatenate(sizes).astype(np.int64), np.concatenate(offsets)
+        )
 
     def _keep_sent(self, follower: str, records: StoredRecords) -> None:
         """Keep what was just sent while another follower may still ask for it (its log end,

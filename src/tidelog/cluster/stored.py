@@ -21,6 +21,9 @@ class StoredRecords:
 
     data: bytes = b""
     sizes: np.ndarray = field(default_factory=lambda: _NO_SIZES)
+    offsets: np.ndarray | None = None
+    """Each record's offset when the reader knew them already (None: read from the headers
+    when needed, ``fetch_cache.record_offsets``)."""
 
     def __len__(self) -> int:
         return len(self.sizes)
