@@ -52,7 +52,7 @@ from tidelog.cluster.leader_epochs import (
     LeaderEpochCache,
     truncation_offset,
 )
-from tidelog.cluster.stored import StoredRecords
+from tidelog.cluster.stored import StoredRecords, crc_at, stored_bytes
 from tidelog.durable import replace_json
 from tidelog.errors import StaleEpoch
 
@@ -276,7 +276,7 @@ class LeaderReplica:
             last_at = len(records.data) - int(records.sizes[-1])
             self._followers.setdefault(follower, _Follower()).sent = (
                 records.offset_range()[1],
-                _crc_at(records.data, last_at),
+                crc_at(records.data, last_at),
             )
         return FetchAnswer(
             self.leader_epoch,
@@ -308,7 +308,7 @@ class LeaderReplica:
         if start <= last and budget > 0 and count > 0:
             reader = self.partition.log.forward_reader(start, stop_offset=last, past_limit=True)
             while budget > 0 and count > 0 and (batch := reader.read(count, budget)):
-                parts.append(_stored_bytes(batch.data, batch.positions, batch.sizes))
+                parts.append(stored_bytes(batch.data, batch.positions, batch.sizes))
                 sizes.append(batch.sizes)
                 offsets.append(batch.offsets)
                 budget -= batch.byte_size
@@ -482,7 +482,7 @@ class FollowerReplica:
                 save_epochs(self.partition, self.epochs)  # before the records it describes
             # CRCs checked, bytes as they are; the producer table reads their __producer headers
             self.partition.append_stored(records.data, records.sizes)
-            self.last_crc = _crc_at(records.data, len(records.data) - int(records.sizes[-1]))
+            self.last_crc = crc_at(records.data, len(records.data) - int(records.sizes[-1]))
         self.high_watermark = max(
             self.high_watermark, min(answer.high_watermark, log.next_offset - 1)
         )
@@ -499,26 +499,4 @@ def record_crc(partition: Partition, offset: int) -> int | None:
     batch = log.forward_reader(offset, stop_offset=offset, past_limit=True).read(1, 1)
     if not batch or int(batch.offsets[0]) != offset:
         return None
-    return _crc_at(batch.data, int(batch.positions[0]))
-
-
-def _crc_at(data: bytes, at: int) -> int:
-    """The CRC field of the stored record starting at ``at`` of ``data`` (its first 4 bytes,
-    ``tidelog.log.record``)."""
-    return int.from_bytes(data[at : at + 4], "little")
-
-
-def _stored_bytes(data: bytes, positions: np.ndarray, sizes: np.ndarray) -> bytes:
-    """The stored records at ``positions`` of ``data``, back to back (one slice when they lie
-    back to back already, as a forward read of a segment finds them)."""
-    if not len(positions):
-        return b""
-    start = int(positions[0])
-    end = int(positions[-1] + sizes[-1])
-    if end - start == int(sizes.sum()) and bool(
-        (positions[1:] == positions[:-1] + sizes[:-1]).all()
-    ):
-        return bytes(data[start:end])
-    return b"".join(
-        bytes(data[a : a + n]) for a, n in zip(positions.tolist(), sizes.tolist(), strict=True)
-    )
+    return crc_at(batch.data, int(batch.positions[0]))
