@@ -24,8 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from tidelog.broker import HW_CHECKPOINT, Partition, saved_high_watermark
-from tidelog.broker.partition import running_on
+from tidelog.broker import HW_CHECKPOINT, Partition, running_on, saved_high_watermark
 from tidelog.cluster.metadata import ClusterView, PartitionState
 from tidelog.cluster.replication import FollowerReplica, LeaderReplica, save_epochs
 from tidelog.cluster.settings import ClusterSettings

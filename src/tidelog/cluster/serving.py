@@ -37,7 +37,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Final, Protocol
 
 from tidelog._proto.tidelog.v1 import cluster_pb2 as cpb
-from tidelog.broker.partition import CommitSignal
+from tidelog.broker import CommitSignal
 from tidelog.cluster.replication import (
     FETCH_MAX_BYTES,
     FETCH_MAX_RECORDS,
