@@ -89,7 +89,8 @@ class Target:
     site: str = "east"
     new_site: str = "west"
     follower: str = "b2"
-    """The broker a ReplicaFetch claims to be: served only in the caller's own name."""
+    """The broker a ReplicaFetch (or ReplicaStream) claims to be: served only in the caller's own
+    name."""
 
 
 LOCAL_SITE = "home"
@@ -158,6 +159,9 @@ def requests(t: Target) -> dict[str, Any]:
         "/tidelog.v1.Tidelog/DescribeStream": v1.DescribeStreamRequest(stream=t.stream),
         "/tidelog.v1.Tidelog/ListGroups": v1.ListGroupsRequest(),
         "/tidelog.v1.Replication/ReplicaFetch": cluster_pb2.ReplicaFetchRequest(
+            stream=t.stream, follower=t.follower
+        ),
+        "/tidelog.v1.Replication/ReplicaStream": cluster_pb2.ReplicaFetchRequest(
             stream=t.stream, follower=t.follower
         ),
         "/tidelog.v1.Replication/OffsetForLeaderEpoch": cluster_pb2.OffsetForLeaderEpochRequest(

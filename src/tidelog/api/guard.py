@@ -163,6 +163,7 @@ RPC_ACCESS: Final[dict[str, Rule]] = {
     "/tidelog.v1.Tidelog/ListGroups": _LISTING,
     # -- tidelog.v1.Replication and ClusterAdmin
     "/tidelog.v1.Replication/ReplicaFetch": _fixed(on(Op.CLUSTER, _CLUSTER)),
+    "/tidelog.v1.Replication/ReplicaStream": _fixed(on(Op.CLUSTER, _CLUSTER)),  # per frame
     "/tidelog.v1.Replication/OffsetForLeaderEpoch": _fixed(on(Op.CLUSTER, _CLUSTER)),
     "/tidelog.v1.ClusterAdmin/ClusterStatus": _fixed(on(Op.ADMIN, _CLUSTER)),
     "/tidelog.v1.ClusterAdmin/Reassign": _fixed(on(Op.ADMIN, _CLUSTER)),

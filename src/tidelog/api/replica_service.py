@@ -13,6 +13,8 @@ client certificates) the claim cannot be checked and is taken as it is (``docs/s
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import grpc
 
 from tidelog._proto.tidelog.v1 import cluster_pb2 as cpb
@@ -33,6 +35,18 @@ class ReplicationService(cluster_pb2_grpc.ReplicationServicer):
     ) -> cpb.ReplicaFetchResponse:
         claimed_broker(request.follower, "fetch as follower")
         return await self.control.replica_fetch(request)
+
+    async def ReplicaStream(
+        self, request_iterator: AsyncIterator[cpb.ReplicaFetchRequest], context: Context
+    ) -> AsyncIterator[cpb.ReplicaFetchResponse]:
+        """The stream is its first request's follower's: the later requests are only its
+        acknowledgements (their ``follower`` is not read)."""
+        first = await anext(aiter(request_iterator), None)
+        if first is None:
+            return
+        claimed_broker(first.follower, "fetch as follower")
+        async for response in self.control.replica_stream(first, request_iterator):
+            yield response
 
     async def OffsetForLeaderEpoch(
         self, request: cpb.OffsetForLeaderEpochRequest, context: Context

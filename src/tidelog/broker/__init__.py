@@ -71,7 +71,14 @@ from tidelog.broker.groups import (
     check_owner,
 )
 from tidelog.broker.limits import check_new_stream, client_streams
-from tidelog.broker.partition import HW_CHECKPOINT, Partition, ReplicaRole, saved_high_watermark
+from tidelog.broker.partition import (
+    HW_CHECKPOINT,
+    CommitSignal,
+    Partition,
+    ReplicaRole,
+    running_on,
+    saved_high_watermark,
+)
 from tidelog.broker.partition_view import ViewEntry, ViewKind, ViewSpec
 from tidelog.broker.positions import StartPosition, StopPosition, SubscribeRequest
 from tidelog.broker.producers import ProducerIdTaken, Published
@@ -132,6 +139,7 @@ __all__ = [
     "BrowseAnchor",
     "BrowseFilter",
     "BrowseResult",
+    "CommitSignal",
     "CursorStore",
     "EndReason",
     "FlushPolicy",
@@ -170,6 +178,7 @@ __all__ = [
     "merge_view_ranges",
     "merge_view_windows",
     "newest_view_entry",
+    "running_on",
     "saved_high_watermark",
     "validate_stream_name",
     "view_query_limit",

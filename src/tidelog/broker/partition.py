@@ -31,6 +31,7 @@ from tidelog.broker.producers import (
     stored_producer_batches,
     with_producer_header,
 )
+from tidelog.broker.shared_sync import SharedSync
 from tidelog.errors import BrokerClosed, PartitionPaused, PartitionReadonly, StreamDeleted
 from tidelog.log import CommitLog, FlushPolicy, LogConfig, NewRecord, SegmentedLog
 from tidelog.log.filecache import DEFAULT_FILE_CACHE, FileCache
@@ -170,6 +171,8 @@ class Partition:
         self.directory = directory
         self.log_config = log_config
         self.signal = CommitSignal(loop)
+        self._syncs = SharedSync(lambda: self.log.flush(), lambda: self.log.next_offset - 1)
+        """The syncs the publishes that wait for theirs share (``shared_sync``)."""
         self._loop = loop
         self._start_listeners: list[Callable[[int], object]] = []
         self.readonly = readonly
@@ -310,6 +313,7 @@ class Partition:
         try:
             log.truncate_to(offset)
         finally:  # a cut that failed part-way leaves a shorter log: follow what it left
+            self._syncs.forget_from(min(offset, log.next_offset))
             self._cut_producers(log)
 
     def _cut_producers(self, log: CommitLog) -> None:
@@ -426,8 +430,8 @@ class Partition:
             )
         else:
             offsets, stamp = log.append_stamped(messages, expected_offset=expected_offset)
-            if durable:
-                await asyncio.to_thread(log.flush)
+            if durable and offsets:
+                await self._syncs.through(offsets[-1])
         self._count_in(messages, len(offsets))
         if durable and role is not None and offsets:
             await role.replicated(offsets[-1])
@@ -492,8 +496,8 @@ class Partition:
                 await role.replicated(stored.offsets[-1])
             return Published(range(0) if stored is None else stored.offsets, duplicate=True)
         guard.table.settle(log.high_watermark)
-        if durable and not always:
-            await asyncio.to_thread(log.flush)
+        if durable and not always and offsets:
+            await self._syncs.through(offsets[-1])
         self._count_in(messages, len(offsets))
         if durable and role is not None and offsets:
             await role.replicated(offsets[-1])

@@ -46,7 +46,10 @@ _OFFSET_BYTES = np.arange(OFFSET_AT, OFFSET_AT + 8, dtype=np.int64)
 
 
 def record_offsets(records: StoredRecords) -> npt.NDArray[np.int64]:
-    """The offset of every record of ``records``, from their stored headers."""
+    """The offset of every record of ``records``: as its reader gave them, else from their
+    stored headers."""
+    if records.offsets is not None:
+        return records.offsets.astype(np.int64, copy=False)
     if not len(records):
         return np.empty(0, dtype=np.int64)
     starts = np.cumsum(records.sizes) - records.sizes
@@ -121,6 +124,7 @@ class SentRecords:
             if (base, end) != (0, len(self._records.data))
             else self._records.data,
             self._records.sizes[first : first + count],
+            offsets[first : first + count],
         )
 
     def crc_at(self, offset: int) -> int | None:

@@ -1,9 +1,13 @@
 """The follower's side of replication: the fetch loop that copies a leader's log.
 
 Theory of operation. A follower asks its leader where its own newest leader epoch ends
-(``OffsetForLeaderEpoch``), truncates there, then fetches in a loop (``ReplicaFetch``,
-long-polled at the leader for ``fetch_wait_ms``) and appends with the leader's offsets and
-timestamps (``FollowerReplica``). The leader's side is ``serving.py``.
+(``OffsetForLeaderEpoch``), truncates there, then opens a replication stream (``ReplicaStream``):
+its first request is a fetch from its log end; the leader sends the records that follow as they
+are committed (and, when there are none, a response at least every ``fetch_wait_ms``), and the
+follower appends each response with the leader's offsets and timestamps (``FollowerReplica``,
+which checks every record's CRC) and then acknowledges it with its new log end (a response with
+only a new high watermark is not acknowledged, unless the leader asks: ``answer``). A diverged
+answer ends the stream: it cuts back and opens another. The leader's side is ``serving.py``.
 
 Invariants. One loop per (partition, leader, leader epoch), run by the partition's role
 (``PartitionRole.follow``) and cancelled when that changes; a new loop asks for the epoch's end
@@ -18,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
@@ -73,7 +78,7 @@ class ReplicaFetcher:
         stub: Any = None
         next_offset: int | None = None
         backoff = 0.05
-        released = 0
+        released = _Released()
         while True:
             try:
                 address = host.view.brokers.get(leader_id)
@@ -106,43 +111,9 @@ class ReplicaFetcher:
                         if next_offset < before
                         else "",
                     )
-                response = await stub.ReplicaFetch(
-                    cpb.ReplicaFetchRequest(
-                        stream=partition.stream,
-                        partition=partition.number,
-                        follower=host.broker_id,
-                        leader_epoch=leader_epoch,
-                        fetch_offset=next_offset,
-                        max_records=FETCH_MAX_RECORDS,
-                        max_wait_ms=host.settings.fetch_wait_ms,
-                        high_watermark=follower.high_watermark,
-                        previous_crc=follower.last_crc,
-                    ),
-                    timeout=5 + host.settings.fetch_wait_ms / 1000,
+                next_offset = await self._stream(
+                    stub, role, leader_id, leader_epoch, next_offset, released
                 )
-                fetched = _answer(response)
-                if fetched.diverged:
-                    LOG.warning(
-                        "%s/%d: record %d is not leader %s's: cutting back to find where the "
-                        "logs agree",
-                        partition.stream,
-                        partition.number,
-                        next_offset - 1,
-                        leader_id,
-                    )
-                if host.fetch_delay_s and fetched.records:
-                    await asyncio.sleep(host.fetch_delay_s)
-                if fetched.records and partition.log.config.flush_policy is FlushPolicy.ALWAYS:
-                    next_offset = await asyncio.to_thread(follower.apply, fetched)
-                else:
-                    next_offset = follower.apply(fetched)
-                # The leader's retention, or the owner of the stream, removed its oldest
-                # records: this replica follows, in whole segments, never past its own high
-                # watermark (asked again only when the leader's start moves).
-                start = min(fetched.log_start, follower.high_watermark + 1)
-                if start > released and start > partition.log.oldest_offset:
-                    released = start
-                    await partition.release_before(start)
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise
@@ -170,10 +141,97 @@ class ReplicaFetcher:
                     )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
+            except (TimeoutError, ConnectionError) as error:
+                LOG.debug(
+                    "%s/%d: stream from %s: %s",
+                    partition.stream,
+                    partition.number,
+                    leader_id,
+                    error,
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
             except Exception:
                 LOG.exception("%s/%d: following %s", partition.stream, partition.number, leader_id)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
+
+    async def _stream(
+        self,
+        stub: Any,
+        role: PartitionRole,
+        leader_id: str,
+        leader_epoch: int,
+        next_offset: int,
+        released: _Released,
+    ) -> int:
+        """Copy the leader's records over one replication stream from ``next_offset`` until the
+        leader ends it (a divergence); returns the offset to go on from. Raises what ends it
+        otherwise (the leader's refusal, a broken connection, no message for the fetch wait and
+        5 s more)."""
+        host = self._host
+        partition = role.partition
+        follower = role.follower
+        assert follower is not None
+        wait_ms = host.settings.fetch_wait_ms
+        call = stub.ReplicaStream()
+        try:
+            await call.write(
+                cpb.ReplicaFetchRequest(
+                    stream=partition.stream,
+                    partition=partition.number,
+                    follower=host.broker_id,
+                    leader_epoch=leader_epoch,
+                    fetch_offset=next_offset,
+                    max_records=FETCH_MAX_RECORDS,
+                    max_wait_ms=wait_ms,
+                    high_watermark=follower.high_watermark,
+                    previous_crc=follower.last_crc,
+                )
+            )
+            while True:
+                response = await asyncio.wait_for(call.read(), 5 + wait_ms / 1000)
+                if response is grpc.aio.EOF:
+                    raise ConnectionError("the leader ended the replication stream")
+                fetched = _answer(response)
+                if fetched.diverged:
+                    LOG.warning(
+                        "%s/%d: record %d is not leader %s's: cutting back to find where the "
+                        "logs agree",
+                        partition.stream,
+                        partition.number,
+                        next_offset - 1,
+                        leader_id,
+                    )
+                if host.fetch_delay_s and fetched.records:
+                    await asyncio.sleep(host.fetch_delay_s)
+                if fetched.records and partition.log.config.flush_policy is FlushPolicy.ALWAYS:
+                    next_offset = await asyncio.to_thread(follower.apply, fetched)
+                else:
+                    next_offset = follower.apply(fetched)
+                if fetched.diverged:
+                    return next_offset  # the leader ends the stream: another one from here
+                if fetched.records or response.answer:  # a high watermark alone: not answered
+                    await call.write(
+                        cpb.ReplicaFetchRequest(
+                            fetch_offset=next_offset, high_watermark=follower.high_watermark
+                        )
+                    )
+                # The leader's retention, or the owner of the stream, removed its oldest
+                # records: this replica follows, in whole segments, never past its own high
+                # watermark (asked again only when the leader's start moves).
+                start = min(fetched.log_start, follower.high_watermark + 1)
+                if start > released.before and start > partition.log.oldest_offset:
+                    released.before = start
+                    await partition.release_before(start)
+        finally:
+            call.cancel()
+
+
+@dataclass(slots=True)
+class _Released:
+    before: int = 0
+    """The leader's log start this replica last released its records before."""
 
 
 def _known(answer: EpochEnd) -> Callable[[int], EpochEnd]:

@@ -47,7 +47,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import grpc
@@ -314,6 +314,11 @@ class ClusterNode:
 
     async def serve_fetch(self, request: cpb.ReplicaFetchRequest) -> cpb.ReplicaFetchResponse:
         return await self._server.serve_fetch(request)
+
+    def serve_stream(
+        self, first: cpb.ReplicaFetchRequest, acks: AsyncIterator[cpb.ReplicaFetchRequest]
+    ) -> AsyncIterator[cpb.ReplicaFetchResponse]:
+        return self._server.serve_stream(first, acks)
 
     def serve_epoch_end(
         self, request: cpb.OffsetForLeaderEpochRequest

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from tidelog.broker import Partition
-from tidelog.cluster.fetch_cache import SentRecords
+from tidelog.cluster.fetch_cache import SentRecords, record_offsets
 from tidelog.cluster.leader_epochs import (
     UNDEFINED,
     EpochEnd,
@@ -52,7 +52,7 @@ from tidelog.cluster.leader_epochs import (
     LeaderEpochCache,
     truncation_offset,
 )
-from tidelog.cluster.stored import StoredRecords
+from tidelog.cluster.stored import StoredRecords, crc_at, stored_bytes
 from tidelog.durable import replace_json
 from tidelog.errors import StaleEpoch
 
@@ -205,7 +205,6 @@ class LeaderReplica:
         if leader_epoch != self.leader_epoch:
             raise StaleEpoch(leader_epoch, self.leader_epoch)
         log = self.partition.log
-        committed = log.committed_offset
         if (
             previous_crc is not None
             and not again
@@ -226,29 +225,58 @@ class LeaderReplica:
                 diverged=True,
             )
         if not again:
-            state = self._followers.setdefault(follower, _Follower())
-            state.log_end = from_offset
-            now = self._clock()
-            if from_offset > committed:
-                state.caught_up_s = now
-            elif from_offset >= state.leader_end_at_last_fetch >= 0:
-                # Not at the end now (the leader keeps appending), but it has everything the
-                # leader had when it last fetched: it was caught up then.
-                state.caught_up_s = max(state.caught_up_s, state.last_fetch_s)
-            state.last_fetch_s = now
-            state.leader_end_at_last_fetch = committed + 1
-            self.advance()
+            self.acknowledge(follower, from_offset)
+        return self.send(follower, from_offset, max_records)
+
+    def acknowledge(
+        self, follower: str, log_end: int, *, caught_up_at: float | None = None
+    ) -> None:
+        """``follower``'s log ends at ``log_end`` now, as a fetch from there (or a replication
+        stream's acknowledgement) says: its progress and whether it has caught up, and the high
+        watermark moved by them. ``caught_up_at``: a time (:meth:`now`) at which the leader's
+        log ended at or before ``log_end`` (a stream knows when it sent all the leader had)."""
+        committed = self.partition.log.committed_offset
+        state = self._followers.setdefault(follower, _Follower())
+        state.log_end = log_end
+        now = self._clock()
+        if log_end > committed:
+            state.caught_up_s = now
+        elif log_end >= state.leader_end_at_last_fetch >= 0:
+            # Not at the end now (the leader keeps appending), but it has everything the
+            # leader had when it last fetched: it was caught up then.
+            state.caught_up_s = max(state.caught_up_s, state.last_fetch_s)
+        if caught_up_at is not None:
+            state.caught_up_s = max(state.caught_up_s, caught_up_at)
+        state.last_fetch_s = now
+        state.leader_end_at_last_fetch = committed + 1
+        self.advance()
+
+    def now(self) -> float:
+        """This leader's clock, which the followers' catching up is timed by."""
+        return self._clock()
+
+    def send(
+        self,
+        follower: str,
+        from_offset: int,
+        max_records: int = FETCH_MAX_RECORDS,
+        max_bytes: int = FETCH_MAX_BYTES,
+    ) -> FetchAnswer:
+        """The committed records from ``from_offset`` on for ``follower`` (at most
+        ``max_records`` and ``max_bytes``, at least one record): an answer that tells the leader
+        nothing of the follower (:meth:`acknowledge` does)."""
+        log = self.partition.log
         # A follower behind the leader's oldest record (retention, or the owner's releases,
         # removed what it lacks) is sent what the leader holds: its log keeps the gap, as
         # every replica's does, and it releases its own older segments (``log_start``).
         start = max(from_offset, log.oldest_offset)
-        records = self._read(start, committed, max_records)
+        records = self._read(start, log.committed_offset, max_records, max_bytes)
         self._keep_sent(follower, records)
         if records:
             last_at = len(records.data) - int(records.sizes[-1])
             self._followers.setdefault(follower, _Follower()).sent = (
                 records.offset_range()[1],
-                _crc_at(records.data, last_at),
+                crc_at(records.data, last_at),
             )
         return FetchAnswer(
             self.leader_epoch,
@@ -258,35 +286,40 @@ class LeaderReplica:
             log.oldest_offset,
         )
 
-    def _read(self, start: int, committed: int, max_records: int) -> StoredRecords:
+    def _read(self, start: int, committed: int, max_records: int, max_bytes: int) -> StoredRecords:
         """The stored records from ``start`` through at most ``committed``: first those the
         leader sent another follower last (``fetch_cache``), then the log's."""
         last = min(committed, start + max_records - 1)
         if start > last:
             return StoredRecords()
-        sent = self._sent.take(start, max_records, FETCH_MAX_BYTES)
+        sent = self._sent.take(start, max_records, max_bytes)
         parts: list[bytes] = []
         sizes: list[np.ndarray] = []
-        budget = FETCH_MAX_BYTES
+        offsets: list[np.ndarray] = []
+        budget = max_bytes
         count = max_records
         if sent:
             parts.append(sent.data)
             sizes.append(sent.sizes)
+            offsets.append(record_offsets(sent))
             budget -= len(sent.data)
             count -= len(sent)
-            start = sent.offset_range()[1] + 1
+            start = int(offsets[0][-1]) + 1
         if start <= last and budget > 0 and count > 0:
             reader = self.partition.log.forward_reader(start, stop_offset=last, past_limit=True)
             while budget > 0 and count > 0 and (batch := reader.read(count, budget)):
-                parts.append(_stored_bytes(batch.data, batch.positions, batch.sizes))
+                parts.append(stored_bytes(batch.data, batch.positions, batch.sizes))
                 sizes.append(batch.sizes)
+                offsets.append(batch.offsets)
                 budget -= batch.byte_size
                 count -= len(batch)
         if not parts:
             return StoredRecords()
         if len(parts) == 1:
-            return StoredRecords(parts[0], sizes[0].astype(np.int64, copy=False))
-        return StoredRecords(b"".join(parts), np.concatenate(sizes).astype(np.int64))
+            return StoredRecords(parts[0], sizes[0].astype(np.int64, copy=False), offsets[0])
+        return StoredRecords(
+            b"".join(parts), np.concatenate(sizes).astype(np.int64), np.concatenate(offsets)
+        )
 
     def _keep_sent(self, follower: str, records: StoredRecords) -> None:
         """Keep what was just sent while another follower may still ask for it (its log end,
@@ -449,7 +482,7 @@ class FollowerReplica:
                 save_epochs(self.partition, self.epochs)  # before the records it describes
             # CRCs checked, bytes as they are; the producer table reads their __producer headers
             self.partition.append_stored(records.data, records.sizes)
-            self.last_crc = _crc_at(records.data, len(records.data) - int(records.sizes[-1]))
+            self.last_crc = crc_at(records.data, len(records.data) - int(records.sizes[-1]))
         self.high_watermark = max(
             self.high_watermark, min(answer.high_watermark, log.next_offset - 1)
         )
@@ -466,26 +499,4 @@ def record_crc(partition: Partition, offset: int) -> int | None:
     batch = log.forward_reader(offset, stop_offset=offset, past_limit=True).read(1, 1)
     if not batch or int(batch.offsets[0]) != offset:
         return None
-    return _crc_at(batch.data, int(batch.positions[0]))
-
-
-def _crc_at(data: bytes, at: int) -> int:
-    """The CRC field of the stored record starting at ``at`` of ``data`` (its first 4 bytes,
-    ``tidelog.log.record``)."""
-    return int.from_bytes(data[at : at + 4], "little")
-
-
-def _stored_bytes(data: bytes, positions: np.ndarray, sizes: np.ndarray) -> bytes:
-    """The stored records at ``positions`` of ``data``, back to back (one slice when they lie
-    back to back already, as a forward read of a segment finds them)."""
-    if not len(positions):
-        return b""
-    start = int(positions[0])
-    end = int(positions[-1] + sizes[-1])
-    if end - start == int(sizes.sum()) and bool(
-        (positions[1:] == positions[:-1] + sizes[:-1]).all()
-    ):
-        return bytes(data[start:end])
-    return b"".join(
-        bytes(data[a : a + n]) for a, n in zip(positions.tolist(), sizes.tolist(), strict=True)
-    )
+    return crc_at(batch.data, int(batch.positions[0]))

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from tidelog.broker import HW_CHECKPOINT, Partition, saved_high_watermark
+from tidelog.broker import HW_CHECKPOINT, Partition, running_on, saved_high_watermark
 from tidelog.cluster.metadata import ClusterView, PartitionState
 from tidelog.cluster.replication import FollowerReplica, LeaderReplica, save_epochs
 from tidelog.cluster.settings import ClusterSettings
@@ -245,7 +245,13 @@ class PartitionRole:
         leader = self.leader
 
         def committed(_: int) -> None:  # local appends move a lone leader's high watermark
-            loop.call_soon_threadsafe(leader.advance)
+            # Later, not inside the append's listeners (advancing raises the commit limit,
+            # which calls them again); the loop's own appends need no wake-up of the loop
+            # (a write to its self-pipe and a read of it, each append).
+            if running_on(loop):
+                loop.call_soon(leader.advance)
+            else:
+                loop.call_soon_threadsafe(leader.advance)
 
         self._listener = committed
         partition.log.add_listener(committed)

@@ -13,7 +13,7 @@ for every other cursor call.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final, TypeVar
 
 import grpc
@@ -388,6 +388,11 @@ class ClusterControl(LocalControl):
 
     async def replica_fetch(self, request: cpb.ReplicaFetchRequest) -> cpb.ReplicaFetchResponse:
         return await self.node.serve_fetch(request)
+
+    def replica_stream(
+        self, first: cpb.ReplicaFetchRequest, acks: AsyncIterator[cpb.ReplicaFetchRequest]
+    ) -> AsyncIterator[cpb.ReplicaFetchResponse]:
+        return self.node.serve_stream(first, acks)
 
     def epoch_end(
         self, request: cpb.OffsetForLeaderEpochRequest

@@ -22,7 +22,7 @@ The promises each implementation keeps:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -413,6 +413,13 @@ class Control(Protocol):
 
     async def replica_fetch(self, request: cpb.ReplicaFetchRequest) -> cpb.ReplicaFetchResponse:
         """A follower's fetch (``FailedPrecondition`` on a single broker)."""
+        ...
+
+    def replica_stream(
+        self, first: cpb.ReplicaFetchRequest, acks: AsyncIterator[cpb.ReplicaFetchRequest]
+    ) -> AsyncIterator[cpb.ReplicaFetchResponse]:
+        """A follower's replication stream opened by ``first`` (``FailedPrecondition`` on a
+        single broker, when iterated)."""
         ...
 
     def epoch_end(

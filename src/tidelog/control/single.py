@@ -8,7 +8,7 @@ answer ``FailedPrecondition`` saying how to start a cluster.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 import grpc
@@ -190,6 +190,12 @@ class SingleBroker(LocalControl):
 
     async def replica_fetch(self, request: cpb.ReplicaFetchRequest) -> cpb.ReplicaFetchResponse:
         raise FailedPrecondition(NOT_A_CLUSTER)
+
+    async def replica_stream(
+        self, first: cpb.ReplicaFetchRequest, acks: AsyncIterator[cpb.ReplicaFetchRequest]
+    ) -> AsyncIterator[cpb.ReplicaFetchResponse]:
+        raise FailedPrecondition(NOT_A_CLUSTER)
+        yield  # an async generator, as the contract's
 
     def epoch_end(
         self, request: cpb.OffsetForLeaderEpochRequest

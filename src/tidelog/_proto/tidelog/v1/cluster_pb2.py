@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as tidelog_dot_v1_dot_tidelog__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18tidelog/v1/cluster.proto\x12\ntidelog.v1\x1a\x18tidelog/v1/tidelog.proto\"\xfc\x01\n\x13ReplicaFetchRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x10\n\x08\x66ollower\x18\x03 \x01(\t\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x03\x12\x14\n\x0c\x66\x65tch_offset\x18\x05 \x01(\x03\x12\x13\n\x0bmax_records\x18\x06 \x01(\x05\x12\x13\n\x0bmax_wait_ms\x18\x07 \x01(\x05\x12\x1b\n\x0ehigh_watermark\x18\x08 \x01(\x03H\x00\x88\x01\x01\x12\x19\n\x0cprevious_crc\x18\t \x01(\rH\x01\x88\x01\x01\x42\x11\n\x0f_high_watermarkB\x0f\n\r_previous_crc\"1\n\nEpochStart\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x03\"\xcc\x01\n\x14ReplicaFetchResponse\x12\x14\n\x0cleader_epoch\x18\x01 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x02 \x01(\x03\x12&\n\x06\x65pochs\x18\x04 \x03(\x0b\x32\x16.tidelog.v1.EpochStart\x12\x16\n\x0estored_records\x18\x05 \x01(\x0c\x12\x14\n\x0cstored_sizes\x18\x06 \x01(\x0c\x12\x18\n\x10log_start_offset\x18\x07 \x01(\x03\x12\x10\n\x08\x64iverged\x18\x08 \x01(\x08J\x04\x08\x03\x10\x04\"e\n\x1bOffsetForLeaderEpochRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x03 \x01(\x03\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\"A\n\x1cOffsetForLeaderEpochResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x12\n\nend_offset\x18\x02 \x01(\x03\":\n\x14\x43lusterStatusRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x12\n\nlocal_only\x18\x02 \x01(\x08\"N\n\rClusterBroker\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x12\n\ncontroller\x18\x03 \x01(\x08\x12\x0c\n\x04\x64own\x18\x04 \x01(\x08\"Q\n\x0fReplicaProgress\x12\x0e\n\x06\x62roker\x18\x01 \x01(\t\x12\x0f\n\x07log_end\x18\x02 \x01(\x03\x12\x0f\n\x07in_sync\x18\x03 \x01(\x08\x12\x0c\n\x04\x64own\x18\x04 \x01(\x08\"\xf3\x01\n\x0fPartitionStatus\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06leader\x18\x03 \x01(\t\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x03\x12\x10\n\x08replicas\x18\x05 \x03(\t\x12\x0b\n\x03isr\x18\x06 \x03(\t\x12\x0e\n\x06target\x18\x07 \x03(\t\x12\x16\n\x0ehigh_watermark\x18\x08 \x01(\x03\x12\x0f\n\x07log_end\x18\t \x01(\x03\x12.\n\tfollowers\x18\n \x03(\x0b\x32\x1b.tidelog.v1.ReplicaProgress\x12\x0f\n\x07min_isr\x18\x0b \x01(\x05\"\x9a\x01\n\x15\x43lusterStatusResponse\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12*\n\x07\x62rokers\x18\x02 \x03(\x0b\x32\x19.tidelog.v1.ClusterBroker\x12/\n\npartitions\x18\x03 \x03(\x0b\x32\x1b.tidelog.v1.PartitionStatus\x12\x13\n\x0b\x61nswered_by\x18\x04 \x01(\t\"F\n\x0fReassignRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x10\n\x08replicas\x18\x03 \x03(\t\"?\n\x10ReassignResponse\x12+\n\x06status\x18\x01 \x01(\x0b\x32\x1b.tidelog.v1.PartitionStatus2\xcb\x01\n\x0bReplication\x12Q\n\x0cReplicaFetch\x12\x1f.tidelog.v1.ReplicaFetchRequest\x1a .tidelog.v1.ReplicaFetchResponse\x12i\n\x14OffsetForLeaderEpoch\x12\'.tidelog.v1.OffsetForLeaderEpochRequest\x1a(.tidelog.v1.OffsetForLeaderEpochResponse2\xab\x01\n\x0c\x43lusterAdmin\x12T\n\rClusterStatus\x12 .tidelog.v1.ClusterStatusRequest\x1a!.tidelog.v1.ClusterStatusResponse\x12\x45\n\x08Reassign\x12\x1b.tidelog.v1.ReassignRequest\x1a\x1c.tidelog.v1.ReassignResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18tidelog/v1/cluster.proto\x12\ntidelog.v1\x1a\x18tidelog/v1/tidelog.proto\"\xfc\x01\n\x13ReplicaFetchRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x10\n\x08\x66ollower\x18\x03 \x01(\t\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x03\x12\x14\n\x0c\x66\x65tch_offset\x18\x05 \x01(\x03\x12\x13\n\x0bmax_records\x18\x06 \x01(\x05\x12\x13\n\x0bmax_wait_ms\x18\x07 \x01(\x05\x12\x1b\n\x0ehigh_watermark\x18\x08 \x01(\x03H\x00\x88\x01\x01\x12\x19\n\x0cprevious_crc\x18\t \x01(\rH\x01\x88\x01\x01\x42\x11\n\x0f_high_watermarkB\x0f\n\r_previous_crc\"1\n\nEpochStart\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x03\"\xdc\x01\n\x14ReplicaFetchResponse\x12\x14\n\x0cleader_epoch\x18\x01 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x02 \x01(\x03\x12&\n\x06\x65pochs\x18\x04 \x03(\x0b\x32\x16.tidelog.v1.EpochStart\x12\x16\n\x0estored_records\x18\x05 \x01(\x0c\x12\x14\n\x0cstored_sizes\x18\x06 \x01(\x0c\x12\x18\n\x10log_start_offset\x18\x07 \x01(\x03\x12\x10\n\x08\x64iverged\x18\x08 \x01(\x08\x12\x0e\n\x06\x61nswer\x18\t \x01(\x08J\x04\x08\x03\x10\x04\"e\n\x1bOffsetForLeaderEpochRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x03 \x01(\x03\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\"A\n\x1cOffsetForLeaderEpochResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x12\n\nend_offset\x18\x02 \x01(\x03\":\n\x14\x43lusterStatusRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x12\n\nlocal_only\x18\x02 \x01(\x08\"N\n\rClusterBroker\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x12\n\ncontroller\x18\x03 \x01(\x08\x12\x0c\n\x04\x64own\x18\x04 \x01(\x08\"Q\n\x0fReplicaProgress\x12\x0e\n\x06\x62roker\x18\x01 \x01(\t\x12\x0f\n\x07log_end\x18\x02 \x01(\x03\x12\x0f\n\x07in_sync\x18\x03 \x01(\x08\x12\x0c\n\x04\x64own\x18\x04 \x01(\x08\"\xf3\x01\n\x0fPartitionStatus\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06leader\x18\x03 \x01(\t\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x03\x12\x10\n\x08replicas\x18\x05 \x03(\t\x12\x0b\n\x03isr\x18\x06 \x03(\t\x12\x0e\n\x06target\x18\x07 \x03(\t\x12\x16\n\x0ehigh_watermark\x18\x08 \x01(\x03\x12\x0f\n\x07log_end\x18\t \x01(\x03\x12.\n\tfollowers\x18\n \x03(\x0b\x32\x1b.tidelog.v1.ReplicaProgress\x12\x0f\n\x07min_isr\x18\x0b \x01(\x05\"\x9a\x01\n\x15\x43lusterStatusResponse\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12*\n\x07\x62rokers\x18\x02 \x03(\x0b\x32\x19.tidelog.v1.ClusterBroker\x12/\n\npartitions\x18\x03 \x03(\x0b\x32\x1b.tidelog.v1.PartitionStatus\x12\x13\n\x0b\x61nswered_by\x18\x04 \x01(\t\"F\n\x0fReassignRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x10\n\x08replicas\x18\x03 \x03(\t\"?\n\x10ReassignResponse\x12+\n\x06status\x18\x01 \x01(\x0b\x32\x1b.tidelog.v1.PartitionStatus2\xa3\x02\n\x0bReplication\x12Q\n\x0cReplicaFetch\x12\x1f.tidelog.v1.ReplicaFetchRequest\x1a .tidelog.v1.ReplicaFetchResponse\x12V\n\rReplicaStream\x12\x1f.tidelog.v1.ReplicaFetchRequest\x1a .tidelog.v1.ReplicaFetchResponse(\x01\x30\x01\x12i\n\x14OffsetForLeaderEpoch\x12\'.tidelog.v1.OffsetForLeaderEpochRequest\x1a(.tidelog.v1.OffsetForLeaderEpochResponse2\xab\x01\n\x0c\x43lusterAdmin\x12T\n\rClusterStatus\x12 .tidelog.v1.ClusterStatusRequest\x1a!.tidelog.v1.ClusterStatusResponse\x12\x45\n\x08Reassign\x12\x1b.tidelog.v1.ReassignRequest\x1a\x1c.tidelog.v1.ReassignResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,27 +37,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EPOCHSTART']._serialized_start=321
   _globals['_EPOCHSTART']._serialized_end=370
   _globals['_REPLICAFETCHRESPONSE']._serialized_start=373
-  _globals['_REPLICAFETCHRESPONSE']._serialized_end=577
-  _globals['_OFFSETFORLEADEREPOCHREQUEST']._serialized_start=579
-  _globals['_OFFSETFORLEADEREPOCHREQUEST']._serialized_end=680
-  _globals['_OFFSETFORLEADEREPOCHRESPONSE']._serialized_start=682
-  _globals['_OFFSETFORLEADEREPOCHRESPONSE']._serialized_end=747
-  _globals['_CLUSTERSTATUSREQUEST']._serialized_start=749
-  _globals['_CLUSTERSTATUSREQUEST']._serialized_end=807
-  _globals['_CLUSTERBROKER']._serialized_start=809
-  _globals['_CLUSTERBROKER']._serialized_end=887
-  _globals['_REPLICAPROGRESS']._serialized_start=889
-  _globals['_REPLICAPROGRESS']._serialized_end=970
-  _globals['_PARTITIONSTATUS']._serialized_start=973
-  _globals['_PARTITIONSTATUS']._serialized_end=1216
-  _globals['_CLUSTERSTATUSRESPONSE']._serialized_start=1219
-  _globals['_CLUSTERSTATUSRESPONSE']._serialized_end=1373
-  _globals['_REASSIGNREQUEST']._serialized_start=1375
-  _globals['_REASSIGNREQUEST']._serialized_end=1445
-  _globals['_REASSIGNRESPONSE']._serialized_start=1447
-  _globals['_REASSIGNRESPONSE']._serialized_end=1510
-  _globals['_REPLICATION']._serialized_start=1513
-  _globals['_REPLICATION']._serialized_end=1716
-  _globals['_CLUSTERADMIN']._serialized_start=1719
-  _globals['_CLUSTERADMIN']._serialized_end=1890
+  _globals['_REPLICAFETCHRESPONSE']._serialized_end=593
+  _globals['_OFFSETFORLEADEREPOCHREQUEST']._serialized_start=595
+  _globals['_OFFSETFORLEADEREPOCHREQUEST']._serialized_end=696
+  _globals['_OFFSETFORLEADEREPOCHRESPONSE']._serialized_start=698
+  _globals['_OFFSETFORLEADEREPOCHRESPONSE']._serialized_end=763
+  _globals['_CLUSTERSTATUSREQUEST']._serialized_start=765
+  _globals['_CLUSTERSTATUSREQUEST']._serialized_end=823
+  _globals['_CLUSTERBROKER']._serialized_start=825
+  _globals['_CLUSTERBROKER']._serialized_end=903
+  _globals['_REPLICAPROGRESS']._serialized_start=905
+  _globals['_REPLICAPROGRESS']._serialized_end=986
+  _globals['_PARTITIONSTATUS']._serialized_start=989
+  _globals['_PARTITIONSTATUS']._serialized_end=1232
+  _globals['_CLUSTERSTATUSRESPONSE']._serialized_start=1235
+  _globals['_CLUSTERSTATUSRESPONSE']._serialized_end=1389
+  _globals['_REASSIGNREQUEST']._serialized_start=1391
+  _globals['_REASSIGNREQUEST']._serialized_end=1461
+  _globals['_REASSIGNRESPONSE']._serialized_start=1463
+  _globals['_REASSIGNRESPONSE']._serialized_end=1526
+  _globals['_REPLICATION']._serialized_start=1529
+  _globals['_REPLICATION']._serialized_end=1820
+  _globals['_CLUSTERADMIN']._serialized_start=1823
+  _globals['_CLUSTERADMIN']._serialized_end=1994
 # @@protoc_insertion_point(module_scope)

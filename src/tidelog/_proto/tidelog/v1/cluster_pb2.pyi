@@ -110,6 +110,7 @@ class ReplicaFetchResponse(_message.Message):
     STORED_SIZES_FIELD_NUMBER: _builtins.int
     LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
     DIVERGED_FIELD_NUMBER: _builtins.int
+    ANSWER_FIELD_NUMBER: _builtins.int
     leader_epoch: _builtins.int
     high_watermark: _builtins.int
     stored_records: _builtins.bytes
@@ -126,6 +127,11 @@ class ReplicaFetchResponse(_message.Message):
     """
     diverged: _builtins.bool
     """The follower's record before fetch_offset is not the leader's (see previous_crc)."""
+    answer: _builtins.bool
+    """On a ReplicaStream: the leader sent nothing for the fetch wait and asks for an
+    acknowledgement, as for records (a response with neither records nor this, a high watermark
+    alone, is not answered).
+    """
     @_builtins.property
     def epochs(self) -> _containers.RepeatedCompositeFieldContainer[Global___EpochStart]:
         """The leader's epoch entries covering those records, oldest first."""
@@ -140,10 +146,11 @@ class ReplicaFetchResponse(_message.Message):
         stored_sizes: _builtins.bytes = ...,
         log_start_offset: _builtins.int = ...,
         diverged: _builtins.bool = ...,
+        answer: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["diverged", b"diverged", "epochs", b"epochs", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_start_offset", b"log_start_offset", "stored_records", b"stored_records", "stored_sizes", b"stored_sizes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "diverged", b"diverged", "epochs", b"epochs", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_start_offset", b"log_start_offset", "stored_records", b"stored_records", "stored_sizes", b"stored_sizes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

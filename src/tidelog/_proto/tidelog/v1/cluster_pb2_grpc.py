@@ -39,6 +39,11 @@ class ReplicationStub:
                 request_serializer=tidelog_dot_v1_dot_cluster__pb2.ReplicaFetchRequest.SerializeToString,
                 response_deserializer=tidelog_dot_v1_dot_cluster__pb2.ReplicaFetchResponse.FromString,
                 _registered_method=True)
+        self.ReplicaStream = channel.stream_stream(
+                '/tidelog.v1.Replication/ReplicaStream',
+                request_serializer=tidelog_dot_v1_dot_cluster__pb2.ReplicaFetchRequest.SerializeToString,
+                response_deserializer=tidelog_dot_v1_dot_cluster__pb2.ReplicaFetchResponse.FromString,
+                _registered_method=True)
         self.OffsetForLeaderEpoch = channel.unary_unary(
                 '/tidelog.v1.Replication/OffsetForLeaderEpoch',
                 request_serializer=tidelog_dot_v1_dot_cluster__pb2.OffsetForLeaderEpochRequest.SerializeToString,
@@ -59,6 +64,23 @@ class ReplicationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReplicaStream(self, request_iterator, context):
+        """A follower's replication stream from a partition's leader (what followers use; ReplicaFetch
+        stays for tools and tests). The first request opens it as a fetch does (its follower,
+        leader epoch, fetch offset and previous_crc are checked as ReplicaFetch checks them); the
+        leader then sends the records that follow as they are committed, each response continuing
+        where the one before ended, at most a window of bytes ahead of what the follower has
+        acknowledged, and a response without records when the high watermark the follower may take
+        rises or (with `answer` set) when it has sent nothing for max_wait_ms. The follower answers
+        every response with records, and every one with `answer`, once applied, with a request whose
+        fetch_offset is its log end now (an acknowledgement: what a fetch's offset tells the leader)
+        and whose high_watermark is the one it knows; the other fields of those requests are ignored. A `diverged` response ends the stream (the follower
+        cuts back and opens another). Errors end it with the status ReplicaFetch would answer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def OffsetForLeaderEpoch(self, request, context):
         """Where a leader epoch ends in the leader's log: what a follower truncates to before it
         fetches (Kafka's KIP-101), so it never keeps a tail the leader does not have.
@@ -72,6 +94,11 @@ def add_ReplicationServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'ReplicaFetch': grpc.unary_unary_rpc_method_handler(
                     servicer.ReplicaFetch,
+                    request_deserializer=tidelog_dot_v1_dot_cluster__pb2.ReplicaFetchRequest.FromString,
+                    response_serializer=tidelog_dot_v1_dot_cluster__pb2.ReplicaFetchResponse.SerializeToString,
+            ),
+            'ReplicaStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ReplicaStream,
                     request_deserializer=tidelog_dot_v1_dot_cluster__pb2.ReplicaFetchRequest.FromString,
                     response_serializer=tidelog_dot_v1_dot_cluster__pb2.ReplicaFetchResponse.SerializeToString,
             ),
@@ -106,6 +133,33 @@ class Replication:
             request,
             target,
             '/tidelog.v1.Replication/ReplicaFetch',
+            tidelog_dot_v1_dot_cluster__pb2.ReplicaFetchRequest.SerializeToString,
+            tidelog_dot_v1_dot_cluster__pb2.ReplicaFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReplicaStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tidelog.v1.Replication/ReplicaStream',
             tidelog_dot_v1_dot_cluster__pb2.ReplicaFetchRequest.SerializeToString,
             tidelog_dot_v1_dot_cluster__pb2.ReplicaFetchResponse.FromString,
             options,

@@ -39,6 +39,19 @@ class ReplicationStub:
     the follower has everything, the leader holds the call up to max_wait_ms for new records.
     A leader epoch other than the leader's current one: FAILED_PRECONDITION (refresh).
     """
+    ReplicaStream: _grpc.StreamStreamMultiCallable[_cluster_pb2.ReplicaFetchRequest, _cluster_pb2.ReplicaFetchResponse]
+    """A follower's replication stream from a partition's leader (what followers use; ReplicaFetch
+    stays for tools and tests). The first request opens it as a fetch does (its follower,
+    leader epoch, fetch offset and previous_crc are checked as ReplicaFetch checks them); the
+    leader then sends the records that follow as they are committed, each response continuing
+    where the one before ended, at most a window of bytes ahead of what the follower has
+    acknowledged, and a response without records when the high watermark the follower may take
+    rises or (with `answer` set) when it has sent nothing for max_wait_ms. The follower answers
+    every response with records, and every one with `answer`, once applied, with a request whose
+    fetch_offset is its log end now (an acknowledgement: what a fetch's offset tells the leader)
+    and whose high_watermark is the one it knows; the other fields of those requests are ignored. A `diverged` response ends the stream (the follower
+    cuts back and opens another). Errors end it with the status ReplicaFetch would answer.
+    """
     OffsetForLeaderEpoch: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.OffsetForLeaderEpochRequest, _cluster_pb2.OffsetForLeaderEpochResponse]
     """Where a leader epoch ends in the leader's log: what a follower truncates to before it
     fetches (Kafka's KIP-101), so it never keeps a tail the leader does not have.
@@ -52,6 +65,19 @@ class ReplicationAsyncStub(ReplicationStub):
     the follower's log reaches (its high watermark is the smallest such end in the ISR). When
     the follower has everything, the leader holds the call up to max_wait_ms for new records.
     A leader epoch other than the leader's current one: FAILED_PRECONDITION (refresh).
+    """
+    ReplicaStream: _aio.StreamStreamMultiCallable[_cluster_pb2.ReplicaFetchRequest, _cluster_pb2.ReplicaFetchResponse]  # type: ignore[assignment]
+    """A follower's replication stream from a partition's leader (what followers use; ReplicaFetch
+    stays for tools and tests). The first request opens it as a fetch does (its follower,
+    leader epoch, fetch offset and previous_crc are checked as ReplicaFetch checks them); the
+    leader then sends the records that follow as they are committed, each response continuing
+    where the one before ended, at most a window of bytes ahead of what the follower has
+    acknowledged, and a response without records when the high watermark the follower may take
+    rises or (with `answer` set) when it has sent nothing for max_wait_ms. The follower answers
+    every response with records, and every one with `answer`, once applied, with a request whose
+    fetch_offset is its log end now (an acknowledgement: what a fetch's offset tells the leader)
+    and whose high_watermark is the one it knows; the other fields of those requests are ignored. A `diverged` response ends the stream (the follower
+    cuts back and opens another). Errors end it with the status ReplicaFetch would answer.
     """
     OffsetForLeaderEpoch: _aio.UnaryUnaryMultiCallable[_cluster_pb2.OffsetForLeaderEpochRequest, _cluster_pb2.OffsetForLeaderEpochResponse]  # type: ignore[assignment]
     """Where a leader epoch ends in the leader's log: what a follower truncates to before it
@@ -69,6 +95,25 @@ class ReplicationServicer(metaclass=_abc_1.ABCMeta):
         the follower's log reaches (its high watermark is the smallest such end in the ISR). When
         the follower has everything, the leader holds the call up to max_wait_ms for new records.
         A leader epoch other than the leader's current one: FAILED_PRECONDITION (refresh).
+        """
+
+    @_abc_1.abstractmethod
+    def ReplicaStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_cluster_pb2.ReplicaFetchRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_cluster_pb2.ReplicaFetchResponse], _abc.AsyncIterator[_cluster_pb2.ReplicaFetchResponse]]:
+        """A follower's replication stream from a partition's leader (what followers use; ReplicaFetch
+        stays for tools and tests). The first request opens it as a fetch does (its follower,
+        leader epoch, fetch offset and previous_crc are checked as ReplicaFetch checks them); the
+        leader then sends the records that follow as they are committed, each response continuing
+        where the one before ended, at most a window of bytes ahead of what the follower has
+        acknowledged, and a response without records when the high watermark the follower may take
+        rises or (with `answer` set) when it has sent nothing for max_wait_ms. The follower answers
+        every response with records, and every one with `answer`, once applied, with a request whose
+        fetch_offset is its log end now (an acknowledgement: what a fetch's offset tells the leader)
+        and whose high_watermark is the one it knows; the other fields of those requests are ignored. A `diverged` response ends the stream (the follower
+        cuts back and opens another). Errors end it with the status ReplicaFetch would answer.
         """
 
     @_abc_1.abstractmethod
