@@ -12,6 +12,10 @@ Planning turns options (and, for batch reads, pushed filters) into per-partition
 Spark tasks. ``read()`` fetches exactly its range with a stop offset, so a replayed task or
 micro-batch reads the same records (unless retention removed some meanwhile: ``failOnDataLoss``).
 
+Every Python process of the read (the data source's, the planner's, the executors' workers)
+freezes its garbage collector's objects once (``tidelog.spark.worker_gc``): PySpark collects
+garbage after every task, and that walk of the imported libraries cost more than a small read.
+
 Columns: a read emits the columns of the schema Spark gives ``reader(schema)`` (the user's, or
 the source's own, narrowed by option ``columns``), and only those are built
 (``tidelog.spark.columns``): a query that needs two columns does not pay Spark for seven. A read
@@ -49,7 +53,7 @@ from pyspark.sql.types import StructType
 
 from tidelog.client import Client, ClientTls
 from tidelog.errors import InvalidOption, OffsetsLost
-from tidelog.spark import remote
+from tidelog.spark import remote, worker_gc
 from tidelog.spark.columns import columns_of, ddl
 from tidelog.spark.options import EARLIEST, LATEST, ReadOptions, parse
 from tidelog.spark.planning import (
@@ -95,6 +99,7 @@ def read_range(task: InputPartition) -> Iterator[pa.RecordBatch]:
     Spark's stand-in for a plan without ranges, reads nothing)."""
     if not isinstance(task, ReadRange):
         return
+    worker_gc.settle()
     client = remote.connect(task.servers, task.tls)
     try:
         for batch in remote.read_range(
@@ -117,6 +122,7 @@ class TidelogDataSource(DataSource):
     ``spark.read.format("tidelog").option("stream", ...).load()`` (or ``readStream``)."""
 
     def __init__(self, options: dict[str, str]) -> None:
+        worker_gc.settle()  # in PySpark's create_data_source process (no-op in a driver)
         super().__init__(options)
         self.read_options = parse(options)
 
@@ -138,6 +144,7 @@ class TidelogDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """``schema``: the user's, or the one :meth:`schema` gave; the read emits its columns."""
+        worker_gc.settle()  # in PySpark's planner processes
         columns = columns_of(schema)
         if called_by_pyspark_pushdown_worker():
             return TidelogPushdownReader(self.read_options, columns=columns)
