@@ -9,8 +9,10 @@ direction) and every ``read()`` opens and closes its own broker connection.
 
 Planning turns options (and, for batch reads, pushed filters) into per-partition offset ranges
 ``[start, stop)`` against the broker's committed offsets, then splits large ranges into several
-Spark tasks. ``read()`` fetches exactly its range with a stop offset, so a replayed task or
-micro-batch reads the same records (unless retention removed some meanwhile: ``failOnDataLoss``).
+Spark tasks, and (batch reads without ``minPartitions``) packs small ones together, so a task may
+read the ranges of several partitions, one after another (``ReadRange.more``). ``read()``
+fetches exactly its ranges with stop offsets, so a replayed task or micro-batch reads the same
+records (unless retention removed some meanwhile: ``failOnDataLoss``).
 
 Every Python process of the read (the data source's, the planner's, the executors' workers)
 freezes its garbage collector's objects once (``tidelog.spark.worker_gc``): PySpark collects
@@ -63,6 +65,7 @@ from tidelog.spark.planning import (
     decode_offsets,
     encode_offsets,
     offset_of,
+    pack,
     partitions_in,
     split,
 )
@@ -92,27 +95,36 @@ class ReadRange(InputPartition):
     seen is not a loss."""
     columns: tuple[str, ...] = COLUMNS
     """The columns the read emits, in order (``tidelog.spark.columns``)."""
+    more: tuple[OffsetRange, ...] = ()
+    """Further ranges (of this or other partitions) the task reads after the first, in this
+    order (small ranges packed into one task: ``tidelog.spark.planning.pack``)."""
+
+    def ranges(self) -> tuple[OffsetRange, ...]:
+        """Every range of the task, in reading order."""
+        return (OffsetRange(self.partition, self.start, self.stop), *self.more)
 
 
 def read_range(task: InputPartition) -> Iterator[pa.RecordBatch]:
-    """The records of one task as Arrow batches of the task's columns (``InputPartition(None)``:
-    Spark's stand-in for a plan without ranges, reads nothing)."""
+    """The records of one task, range after range over one connection, as Arrow batches of the
+    task's columns (``InputPartition(None)``: Spark's stand-in for a plan without ranges, reads
+    nothing)."""
     if not isinstance(task, ReadRange):
         return
     worker_gc.settle()
     client = remote.connect(task.servers, task.tls)
     try:
-        for batch in remote.read_range(
-            client,
-            task.stream,
-            task.partition,
-            task.start,
-            task.stop,
-            reverse=task.reverse,
-            fail_on_data_loss=task.fail_on_data_loss and not task.from_oldest,
-            values="value" in task.columns,  # else the broker sends no value bytes
-        ):
-            yield batch.to_arrow(task.columns)
+        for piece in task.ranges():
+            for batch in remote.read_range(
+                client,
+                task.stream,
+                piece.partition,
+                piece.start,
+                piece.stop,
+                reverse=task.reverse,
+                fail_on_data_loss=task.fail_on_data_loss and not task.from_oldest,
+                values="value" in task.columns,  # else the broker sends no value bytes
+            ):
+                yield batch.to_arrow(task.columns)
     finally:
         client.close()
 
@@ -206,7 +218,9 @@ def called_by_pyspark_pushdown_worker() -> bool:
 
 
 class TidelogBatchReader(DataSourceReader):
-    """A batch read: each selected partition's range from the options, split into tasks."""
+    """A batch read: each selected partition's range from the options, split into tasks of at
+    most ``maxOffsetsPerPartition`` offsets; without ``minPartitions``, consecutive small
+    ranges are packed into tasks of up to that many offsets too."""
 
     def __init__(
         self,
@@ -233,19 +247,25 @@ class TidelogBatchReader(DataSourceReader):
             options.min_partitions,
             newest_first=options.reverse,
         )
+        tasks = (
+            [(r,) for r in pieces]  # as many tasks as asked for
+            if options.min_partitions is not None
+            else pack(pieces, options.max_offsets_per_partition)
+        )
         return [
             ReadRange(
                 options.servers,
                 options.tls,
                 stream,
-                r.partition,
-                r.start,
-                r.stop,
+                first.partition,
+                first.start,
+                first.stop,
                 reverse=options.reverse,
                 fail_on_data_loss=options.fail_on_data_loss,
                 columns=self.columns,
+                more=tuple(rest),
             )
-            for r in pieces
+            for first, *rest in tasks
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
