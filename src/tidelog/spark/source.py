@@ -31,7 +31,7 @@ query (absent from the previous end) is read from its oldest retained offset.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -56,6 +56,7 @@ from pyspark.sql.types import StructType
 from tidelog.client import Client, ClientTls
 from tidelog.errors import InvalidOption, OffsetsLost
 from tidelog.spark import remote, worker_gc
+from tidelog.spark.coalesce import coalesce
 from tidelog.spark.columns import columns_of, ddl
 from tidelog.spark.options import EARLIEST, LATEST, ReadOptions, parse
 from tidelog.spark.planning import (
@@ -106,11 +107,21 @@ class ReadRange(InputPartition):
 
 def read_range(task: InputPartition) -> Iterator[pa.RecordBatch]:
     """The records of one task, range after range over one connection, as Arrow batches of the
-    task's columns (``InputPartition(None)``: Spark's stand-in for a plan without ranges, reads
-    nothing)."""
+    task's columns, the broker's frames joined into batches of about
+    ``tidelog.spark.coalesce.TARGET_ROWS`` rows (``InputPartition(None)``: Spark's stand-in
+    for a plan without ranges, reads nothing)."""
     if not isinstance(task, ReadRange):
         return
     worker_gc.settle()
+    frames = _frames(task)
+    try:
+        yield from coalesce(frames)
+    finally:
+        frames.close()  # ends the subscription and the connection when Spark stops early
+
+
+def _frames(task: ReadRange) -> Generator[pa.RecordBatch, None, None]:
+    """One Arrow batch per broker frame of the task's ranges, in reading order."""
     client = remote.connect(task.servers, task.tls)
     try:
         for piece in task.ranges():
