@@ -129,6 +129,7 @@ def stream_copy(
     sink: ServerProcess,
     checkpoint: Path,
     transform: Any = None,
+    source_options: dict[str, str] | None = None,
     **options: str,
 ) -> Any:
     """Start an availableNow query copying stream "input" of ``source`` to "output" of
@@ -139,6 +140,7 @@ def stream_copy(
         .option("stream", "input")
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", "1000")
+        .options(**(source_options or {}))
         .load()
     )
     if transform is not None:
@@ -184,19 +186,24 @@ def test_exactly_once_when_a_micro_batch_fails_midway_and_the_query_restarts(
     client.create_stream("output", partitions=2)
     publish_numbers(client, "input", 2, count)
     marker = tmp_path / "failed-once"
-    # Input partition 1 holds the odd numbers: 2601 is its offset 1300, in micro-batch 2
-    # (offsets 1000..1499 of each partition), after 300 rows = 12 chunks of 25 of that task.
-    transform = failing_once(marker, b"2601")
+    # Input partition 1 holds the odd numbers: 2751 is its offset 1375, in micro-batch 2
+    # (offsets 1000..1499 of each partition), read in tasks of 100 offsets: the 8th task of the
+    # micro-batch, [1300, 1400), fails after 75 of its rows (3 chunks of 25) while the tasks
+    # scheduled before it (all of partition 0's, partition 1's first two) have written theirs.
+    transform = failing_once(marker, b"2751")
+    source = {"maxOffsetsPerPartition": "100"}
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
     try:
-        first = stream_copy(spark, server, server, tmp_path / "cp", transform, maxChunkRecords="25")
+        first = stream_copy(
+            spark, server, server, tmp_path / "cp", transform, source, maxChunkRecords="25"
+        )
         with pytest.raises(Exception, match="injected failure"):
             first.awaitTermination(90)
         assert marker.exists()
         written = values_of(client, "output")
         assert 2000 < len(written) < count  # batches 0 and 1, and part of batch 2
         second = stream_copy(
-            spark, server, server, tmp_path / "cp", transform, maxChunkRecords="25"
+            spark, server, server, tmp_path / "cp", transform, source, maxChunkRecords="25"
         )
         second.awaitTermination(90)
         assert second.exception() is None

@@ -143,6 +143,26 @@ def test_large_partitions_are_split(
     assert keys(df.collect()) == expected(events, [1])
 
 
+def test_small_partitions_are_packed_into_few_tasks(
+    spark: Any, server: ServerProcess, events: dict[int, list[ReceivedMessage]]
+) -> None:
+    """Ranges below maxOffsetsPerPartition share tasks, read one after another in plan order;
+    minPartitions turns packing off."""
+    everything = [(p, m.offset) for p in range(PARTITIONS) for m in events[p]]
+    df = read(spark, server)  # 3 x 100 offsets, far below the default 500,000
+    assert df.rdd.getNumPartitions() == 1
+    assert keys(df.collect()) == everything
+    df = read(spark, server, maxOffsetsPerPartition="200")
+    assert df.rdd.getNumPartitions() == 2  # 100 + 100, then 100
+    assert keys(df.collect()) == everything
+    df = read(spark, server, reverse="true", maxOffsetsPerPartition="200")
+    assert df.rdd.getNumPartitions() == 2
+    assert keys(df.collect()) == [
+        (p, m.offset) for p in range(PARTITIONS) for m in reversed(events[p])
+    ]
+    assert read(spark, server, minPartitions="3").rdd.getNumPartitions() == 3
+
+
 def test_pushdown_narrows_what_is_read(
     spark: Any, server: ServerProcess, events: dict[int, list[ReceivedMessage]]
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime
 
 import pytest
@@ -28,6 +29,7 @@ from tidelog.spark.planning import (
     decode_offsets,
     encode_offsets,
     offset_of,
+    pack,
     partitions_in,
     split,
 )
@@ -78,6 +80,26 @@ def test_split_covers_every_offset_once(
     total = sum(r.size for r in ranges)
     if least is not None and total:
         assert len(pieces) >= min(least, total)
+
+
+def test_pack_groups_small_ranges_in_order() -> None:
+    pieces = [OffsetRange(0, 0, 40), OffsetRange(1, 0, 50), OffsetRange(2, 5, 15)]
+    assert pack(pieces, 100) == [(pieces[0], pieces[1], pieces[2])]
+    assert pack(pieces, 90) == [(pieces[0], pieces[1]), (pieces[2],)]
+    assert pack(pieces, 10) == [(p,) for p in pieces]  # a larger piece travels alone
+    assert pack([], 10) == []
+
+
+@given(st.lists(st.integers(1, 300), max_size=12), st.integers(1, 400))
+def test_pack_keeps_every_piece_once_in_order_within_the_limit(sizes: list[int], most: int) -> None:
+    pieces = [OffsetRange(i % 3, i * 1000, i * 1000 + n) for i, n in enumerate(sizes)]
+    tasks = pack(pieces, most)
+    assert [p for task in tasks for p in task] == pieces
+    assert all(task for task in tasks)
+    assert all(len(task) == 1 or sum(p.size for p in task) <= most for task in tasks)
+    # Greedy: a task closes only when the next piece would take it over the limit.
+    for task, following in itertools.pairwise(tasks):
+        assert sum(p.size for p in task) + following[0].size > most
 
 
 def test_admit_shares_in_proportion_to_lag() -> None:

@@ -35,7 +35,8 @@ LATEST: Final = -1
 """In offset JSON and :class:`OffsetSpec`: the high watermark + 1 (the next offset)."""
 
 DEFAULT_MAX_OFFSETS_PER_PARTITION: Final = 500_000
-"""A partition's range is split into Spark tasks of at most this many offsets."""
+"""A partition's range is split into Spark tasks of at most this many offsets (and a batch
+read packs small ranges into tasks of up to this many)."""
 
 
 @dataclass(frozen=True, slots=True)

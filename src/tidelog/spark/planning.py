@@ -78,6 +78,25 @@ def split(
     return pieces
 
 
+def pack(pieces: Sequence[OffsetRange], max_offsets: int) -> list[tuple[OffsetRange, ...]]:
+    """Group consecutive ``pieces`` into tasks of at most ``max_offsets`` offsets in all, in
+    order (a piece is never cut, and never moves before another): a read of many small
+    partitions then runs as a few Spark tasks, not one task per partition, each of which costs
+    the job a Python worker round trip (docs/spark.md, "Reading fast")."""
+    tasks: list[tuple[OffsetRange, ...]] = []
+    current: list[OffsetRange] = []
+    total = 0
+    for piece in pieces:
+        if current and total + piece.size > max_offsets:
+            tasks.append(tuple(current))
+            current, total = [], 0
+        current.append(piece)
+        total += piece.size
+    if current:
+        tasks.append(tuple(current))
+    return tasks
+
+
 def admit(start: Mapping[int, int], end: Mapping[int, int], max_offsets: int) -> dict[int, int]:
     """Admission control: the end offsets of a micro-batch that reads at most ``max_offsets``
     offsets in all, shared among partitions in proportion to how far each is behind (the

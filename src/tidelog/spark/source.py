@@ -9,8 +9,14 @@ direction) and every ``read()`` opens and closes its own broker connection.
 
 Planning turns options (and, for batch reads, pushed filters) into per-partition offset ranges
 ``[start, stop)`` against the broker's committed offsets, then splits large ranges into several
-Spark tasks. ``read()`` fetches exactly its range with a stop offset, so a replayed task or
-micro-batch reads the same records (unless retention removed some meanwhile: ``failOnDataLoss``).
+Spark tasks, and (batch reads without ``minPartitions``) packs small ones together, so a task may
+read the ranges of several partitions, one after another (``ReadRange.more``). ``read()``
+fetches exactly its ranges with stop offsets, so a replayed task or micro-batch reads the same
+records (unless retention removed some meanwhile: ``failOnDataLoss``).
+
+Every Python process of the read (the data source's, the planner's, the executors' workers)
+freezes its garbage collector's objects once (``tidelog.spark.worker_gc``): PySpark collects
+garbage after every task, and that walk of the imported libraries cost more than a small read.
 
 Columns: a read emits the columns of the schema Spark gives ``reader(schema)`` (the user's, or
 the source's own, narrowed by option ``columns``), and only those are built
@@ -25,7 +31,7 @@ query (absent from the previous end) is read from its oldest retained offset.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -49,7 +55,8 @@ from pyspark.sql.types import StructType
 
 from tidelog.client import Client, ClientTls
 from tidelog.errors import InvalidOption, OffsetsLost
-from tidelog.spark import remote
+from tidelog.spark import remote, worker_gc
+from tidelog.spark.coalesce import coalesce
 from tidelog.spark.columns import columns_of, ddl
 from tidelog.spark.options import EARLIEST, LATEST, ReadOptions, parse
 from tidelog.spark.planning import (
@@ -59,6 +66,7 @@ from tidelog.spark.planning import (
     decode_offsets,
     encode_offsets,
     offset_of,
+    pack,
     partitions_in,
     split,
 )
@@ -88,26 +96,46 @@ class ReadRange(InputPartition):
     seen is not a loss."""
     columns: tuple[str, ...] = COLUMNS
     """The columns the read emits, in order (``tidelog.spark.columns``)."""
+    more: tuple[OffsetRange, ...] = ()
+    """Further ranges (of this or other partitions) the task reads after the first, in this
+    order (small ranges packed into one task: ``tidelog.spark.planning.pack``)."""
+
+    def ranges(self) -> tuple[OffsetRange, ...]:
+        """Every range of the task, in reading order."""
+        return (OffsetRange(self.partition, self.start, self.stop), *self.more)
 
 
 def read_range(task: InputPartition) -> Iterator[pa.RecordBatch]:
-    """The records of one task as Arrow batches of the task's columns (``InputPartition(None)``:
-    Spark's stand-in for a plan without ranges, reads nothing)."""
+    """The records of one task, range after range over one connection, as Arrow batches of the
+    task's columns, the broker's frames joined into batches of about
+    ``tidelog.spark.coalesce.TARGET_ROWS`` rows (``InputPartition(None)``: Spark's stand-in
+    for a plan without ranges, reads nothing)."""
     if not isinstance(task, ReadRange):
         return
+    worker_gc.settle()
+    frames = _frames(task)
+    try:
+        yield from coalesce(frames)
+    finally:
+        frames.close()  # ends the subscription and the connection when Spark stops early
+
+
+def _frames(task: ReadRange) -> Generator[pa.RecordBatch, None, None]:
+    """One Arrow batch per broker frame of the task's ranges, in reading order."""
     client = remote.connect(task.servers, task.tls)
     try:
-        for batch in remote.read_range(
-            client,
-            task.stream,
-            task.partition,
-            task.start,
-            task.stop,
-            reverse=task.reverse,
-            fail_on_data_loss=task.fail_on_data_loss and not task.from_oldest,
-            values="value" in task.columns,  # else the broker sends no value bytes
-        ):
-            yield batch.to_arrow(task.columns)
+        for piece in task.ranges():
+            for batch in remote.read_range(
+                client,
+                task.stream,
+                piece.partition,
+                piece.start,
+                piece.stop,
+                reverse=task.reverse,
+                fail_on_data_loss=task.fail_on_data_loss and not task.from_oldest,
+                values="value" in task.columns,  # else the broker sends no value bytes
+            ):
+                yield batch.to_arrow(task.columns)
     finally:
         client.close()
 
@@ -117,6 +145,7 @@ class TidelogDataSource(DataSource):
     ``spark.read.format("tidelog").option("stream", ...).load()`` (or ``readStream``)."""
 
     def __init__(self, options: dict[str, str]) -> None:
+        worker_gc.settle()  # in PySpark's create_data_source process (no-op in a driver)
         super().__init__(options)
         self.read_options = parse(options)
 
@@ -138,6 +167,7 @@ class TidelogDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """``schema``: the user's, or the one :meth:`schema` gave; the read emits its columns."""
+        worker_gc.settle()  # in PySpark's planner processes
         columns = columns_of(schema)
         if called_by_pyspark_pushdown_worker():
             return TidelogPushdownReader(self.read_options, columns=columns)
@@ -199,7 +229,9 @@ def called_by_pyspark_pushdown_worker() -> bool:
 
 
 class TidelogBatchReader(DataSourceReader):
-    """A batch read: each selected partition's range from the options, split into tasks."""
+    """A batch read: each selected partition's range from the options, split into tasks of at
+    most ``maxOffsetsPerPartition`` offsets; without ``minPartitions``, consecutive small
+    ranges are packed into tasks of up to that many offsets too."""
 
     def __init__(
         self,
@@ -226,19 +258,25 @@ class TidelogBatchReader(DataSourceReader):
             options.min_partitions,
             newest_first=options.reverse,
         )
+        tasks = (
+            [(r,) for r in pieces]  # as many tasks as asked for
+            if options.min_partitions is not None
+            else pack(pieces, options.max_offsets_per_partition)
+        )
         return [
             ReadRange(
                 options.servers,
                 options.tls,
                 stream,
-                r.partition,
-                r.start,
-                r.stop,
+                first.partition,
+                first.start,
+                first.stop,
                 reverse=options.reverse,
                 fail_on_data_loss=options.fail_on_data_loss,
                 columns=self.columns,
+                more=tuple(rest),
             )
-            for r in pieces
+            for first, *rest in tasks
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
