@@ -31,7 +31,7 @@ import numpy as np
 
 from tidelog.log.batch import MessageBatch
 from tidelog.log.record import gather_headers
-from tidelog.log.record_layout import EncodedBatch
+from tidelog.log.record_layout import HEADER_DTYPE, EncodedBatch
 from tidelog.log.segment import Segment
 
 NEWEST_MAX_BYTES: Final = 64 << 10
@@ -75,7 +75,15 @@ class NewestBatch:
             encoded = self._encoded
             data = encoded.data.tobytes()
             sizes = encoded.sizes.astype(np.int64)
-            positions = np.cumsum(sizes) - sizes
-            batch = MessageBatch(data, positions, sizes, gather_headers(data, positions))
+            n = len(sizes)
+            size = int(sizes[0])
+            if int(sizes[-1]) == size and encoded.sizes.tolist().count(size) == n:
+                # One size (a live publisher's usual batch): the headers lie at a fixed stride.
+                positions = np.arange(0, n * size, size, dtype=np.int64)
+                header = np.ndarray((n,), dtype=HEADER_DTYPE, buffer=data, strides=(size,)).copy()
+            else:
+                positions = np.cumsum(sizes) - sizes
+                header = gather_headers(data, positions)
+            batch = MessageBatch(data, positions, sizes, header)
             self._batch = batch
         return batch
