@@ -30,6 +30,7 @@ from typing import Final
 import numpy as np
 
 from tidelog.log.batch import MessageBatch
+from tidelog.log.local import LocalLog
 from tidelog.log.record import gather_headers
 from tidelog.log.record_layout import HEADER_DTYPE, EncodedBatch
 from tidelog.log.segment import Segment
@@ -87,3 +88,21 @@ class NewestBatch:
             batch = MessageBatch(data, positions, sizes, header)
             self._batch = batch
         return batch
+
+
+def serving(
+    newest: NewestBatch | None,
+    local: LocalLog,
+    start: int,
+    last: int,
+    max_messages: int,
+    max_bytes: int,
+) -> NewestBatch | None:
+    """``newest`` if it serves a forward read of ``[start, last]`` (``last`` capped at the readable
+    end) with these limits from ``local`` as it is now (:meth:`NewestBatch.serves`), else None.
+    Called with ``local.lock`` held."""
+    if newest is not None and newest.serves(
+        local.active, local.next_offset - 1, start, last, max_messages, max_bytes
+    ):
+        return newest
+    return None

@@ -39,16 +39,13 @@ from tidelog.log.contract import AppendGuard
 from tidelog.log.filecache import DEFAULT_FILE_CACHE, FileCache
 from tidelog.log.flush import DEFAULT_FLUSHER, Flusher
 from tidelog.log.local import LOG, LocalLog
+from tidelog.log.newest import serving
 from tidelog.log.reader import ForwardReader, ReverseReader
 from tidelog.log.record import Int64Array, NewRecord, stored_batches
 from tidelog.log.recovery import RecoveryReport, open_segments, write_recovery_point
 from tidelog.log.writer import LogWriter
 
 T = TypeVar("T")
-
-VERIFY_RECORDS = 1000
-VERIFY_BYTES = 1 << 20
-"""What :meth:`SegmentedLog.verify` reads at a time."""
 
 
 class SegmentedLog:
@@ -324,9 +321,8 @@ class SegmentedLog:
         """Committed records with offsets in ``[start, last]``, ascending, from one segment.
 
         Returns the batch, the high watermark and its record's timestamp at read time (with
-        ``past_limit``: the newest committed record and its timestamp, ignoring the limit). A read
-        that would return exactly the newest batch written gets it from memory, as the writer
-        encoded it, without a ``pread`` or a CRC pass (``newest.py``).
+        ``past_limit``: the newest committed record and its timestamp, ignoring the limit). The
+        read of exactly the newest batch written gets it from memory (``newest.py``).
         """
         reads.check_limits(max_messages, max_bytes)
         with self._local.lock:
@@ -336,14 +332,11 @@ class SegmentedLog:
                 hw, hw_timestamp = writer.committed, self._local.last_timestamp
             else:
                 hw, hw_timestamp = writer.high_watermark, writer.high_watermark_timestamp
-            local = self._local
-            newest = writer.newest
-            if newest is None or not newest.serves(
-                local.active, local.next_offset - 1, start, min(last, hw), max_messages, max_bytes
-            ):
-                newest = None
-                piece = reads.forward_locked(local, start, min(last, hw), max_messages, max_bytes)
-        if newest is not None:  # the batch just written, from memory (newest.py)
+            local, top = self._local, min(last, hw)
+            newest = serving(writer.newest, local, start, top, max_messages, max_bytes)
+            if newest is None:
+                piece = reads.forward_locked(local, start, top, max_messages, max_bytes)
+        if newest is not None:  # the batch just written, from memory
             return newest.batch(), hw, hw_timestamp
         return reads.verified(piece), hw, hw_timestamp
 
@@ -359,22 +352,8 @@ class SegmentedLog:
         return reads.verified(piece).reversed()
 
     def verify(self) -> int:
-        """Read and CRC-check every committed record; return how many there are.
-
-        Raises ``CorruptRecord`` at the first damaged one. Every read goes through the files,
-        the newest batch's too (never from memory: ``newest.py``).
-        """
-        count, start = 0, 0
-        while True:
-            with self._local.lock:
-                self._local.check_open()
-                hw = self._writer.high_watermark
-                piece = reads.forward_locked(self._local, start, hw, VERIFY_RECORDS, VERIFY_BYTES)
-            batch = reads.verified(piece)
-            if not batch:
-                return count
-            count += len(batch)
-            start = batch.last_offset + 1
+        """Count the committed records, each read from its file and CRC-checked (CorruptRecord)."""
+        return reads.verify_all(self._local, lambda: self._writer.high_watermark)
 
     # -- maintenance (maintenance.py) ------------------------------------------------------------
 
