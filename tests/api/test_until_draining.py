@@ -139,3 +139,27 @@ def test_a_drain_and_another_cancellation_together_stay_a_cancellation() -> None
             await task
 
     asyncio.run(main())
+
+
+class Translating(Requests):
+    """A stream that turns a cancelled read into an error of its own (as a transport may)."""
+
+    async def __anext__(self) -> int:
+        try:
+            return await super().__anext__()
+        except asyncio.CancelledError:
+            raise RuntimeError("the read was cancelled") from None
+
+
+def test_a_drain_is_a_drain_whatever_the_stream_makes_of_the_cancelled_read() -> None:
+    async def main() -> None:
+        control, requests, got = Control(), Translating(), []
+        task = asyncio.create_task(collect(control, requests, got))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        control.drain()
+        with pytest.raises(BrokerClosed):
+            await task
+        assert task.cancelling() == 0
+
+    asyncio.run(main())

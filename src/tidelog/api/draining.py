@@ -53,9 +53,12 @@ async def until_draining(control: Control, requests: AsyncIterator[T]) -> AsyncI
                 request = await anext(requests)
             except StopAsyncIteration:
                 return
-            except asyncio.CancelledError:
-                if not drained or task.uncancel() > 0:
-                    raise  # not (only) the drain's
+            except BaseException as error:
+                if not drained:
+                    raise
+                # The drain cancelled this read (a stream may also turn that into its own error).
+                if task.uncancel() > 0 and isinstance(error, asyncio.CancelledError):
+                    raise  # not only the drain's
                 break
             finally:
                 reading = False
