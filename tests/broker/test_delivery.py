@@ -96,3 +96,31 @@ def test_bad_settings_are_refused() -> None:
             DeliveryGate(asyncio.get_running_loop(), turns=0)
 
     run(scenario())
+
+
+def test_one_timer_watches_every_holder() -> None:
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        gate = DeliveryGate(loop, turns=2, stall_s=0.05)
+        for _ in range(100):  # a live subscriber: a turn per frame, each released at once
+            gate._grant().release()
+        assert gate._timer is not None  # one timer armed, not one per turn
+        early = await gate.turn()
+        await asyncio.sleep(0.02)
+        late = await gate.turn()
+        started = loop.time()
+        lost: dict[str, float] = {}
+        last_progress = started
+        while late.held and loop.time() - started < 2.0:
+            await asyncio.sleep(0.01)
+            if loop.time() - started < 0.06:
+                late.progress()  # keeps its turn while it makes progress
+                last_progress = loop.time()
+            for name, turn in (("early", early), ("late", late)):
+                if not turn.held:
+                    lost.setdefault(name, loop.time())
+        assert gate.held == 0 and lost["early"] <= lost["late"]
+        assert lost["late"] - last_progress >= 0.04  # only once it had stopped for stall_s
+        assert gate._timer is None  # nobody holds a turn: nothing to watch
+
+    run(scenario())

@@ -57,6 +57,8 @@ class Framed:
 def uvarint(value: int) -> bytes:
     """One protobuf varint: ``value`` as an unsigned 64-bit number (a negative int64 or int32 is
     its two's complement, 10 bytes)."""
+    if 0 <= value < 0x4000:  # the lengths of a live frame's fields: one or two bytes, no loop
+        return bytes((value,)) if value < 0x80 else bytes(((value & 0x7F) | 0x80, value >> 7))
     raw = value & 0xFFFF_FFFF_FFFF_FFFF
     out = bytearray()
     while raw >= 0x80:

@@ -38,13 +38,12 @@ DEFAULT_STALL_S = 0.02
 class Turn:
     """One subscription's right to send a chunk; release it when the chunk is sent."""
 
-    __slots__ = ("_gate", "_last", "_timer", "held")
+    __slots__ = ("_gate", "_last", "held")
 
     def __init__(self, gate: DeliveryGate) -> None:
         self._gate = gate
         self._last = gate.loop.time()
         self.held = True
-        self._timer = gate.loop.call_at(self._last + gate.stall_s, self._check)
 
     def progress(self) -> None:
         """A write completed: the client's window had room."""
@@ -53,21 +52,16 @@ class Turn:
     def release(self) -> None:
         if self.held:
             self.held = False
-            self._timer.cancel()
-            self._gate._returned()
-
-    def _check(self) -> None:
-        if not self.held:
-            return
-        due = self._last + self._gate.stall_s
-        if self._gate.loop.time() >= due:
-            self.release()  # stalled: let the next subscription send
-        else:
-            self._timer = self._gate.loop.call_at(due, self._check)
+            self._gate._returned(self)
 
 
 class DeliveryGate:
-    """Hands out at most ``turns`` :class:`Turn` objects at a time, first come first served."""
+    """Hands out at most ``turns`` :class:`Turn` objects at a time, first come first served.
+
+    One timer per gate looks for stalled holders, armed while there are holders, for the
+    earliest moment one of them may have stalled: a live subscription takes a turn per frame
+    and its write completes at once, so a timer per turn (armed and cancelled for every frame)
+    was most of what a turn cost."""
 
     def __init__(
         self,
@@ -82,6 +76,8 @@ class DeliveryGate:
         self.turns = turns
         self.stall_s = stall_s
         self.held = 0
+        self._holders: set[Turn] = set()
+        self._timer: asyncio.TimerHandle | None = None
         self._waiting: collections.deque[asyncio.Future[Turn]] = collections.deque()
 
     @property
@@ -105,14 +101,30 @@ class DeliveryGate:
 
     def _grant(self) -> Turn:
         self.held += 1
-        return Turn(self)
+        turn = Turn(self)
+        self._holders.add(turn)
+        if self._timer is None:  # else one is due no later than this turn's first stall
+            self._timer = self.loop.call_at(turn._last + self.stall_s, self._check)
+        return turn
 
-    def _returned(self) -> None:
+    def _returned(self, turn: Turn) -> None:
+        self._holders.discard(turn)
         self.held -= 1
         while self._waiting and self.held < self.turns:
             waiter = self._waiting.popleft()
             if not waiter.done():
                 waiter.set_result(self._grant())
+
+    def _check(self) -> None:
+        """Take the turn of every holder without progress for ``stall_s``; look again when the
+        next holder could stall."""
+        now = self.loop.time()
+        for turn in [t for t in self._holders if now >= t._last + self.stall_s]:
+            turn.release()  # stalled: let the next subscription send
+        self._timer = None
+        if self._holders:
+            due = min(t._last for t in self._holders) + self.stall_s
+            self._timer = self.loop.call_at(due, self._check)
 
 
 _gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, DeliveryGate] = (

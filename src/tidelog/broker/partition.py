@@ -133,12 +133,14 @@ class PartitionStats:
 
 
 def _payload_bytes(messages: Sequence[bytes | NewRecord]) -> int:
-    if isinstance(messages, PackedValues | HeaderedValues):
+    # A list first: the columnar types are Sequence (ABC) subclasses, and isinstance against
+    # one takes ABCMeta's slow path for any other type (a live publisher's list, every request).
+    if type(messages) is not list and isinstance(messages, PackedValues | HeaderedValues):
         return len(messages.blob)
-    if isinstance(messages, LaidOutRecords):
+    if type(messages) is not list and isinstance(messages, LaidOutRecords):
         return messages.payload_bytes()
     try:
-        return sum(map(len, messages))  # type: ignore[arg-type]
+        return sum(map(len, messages))
     except TypeError:
         return sum(len(m.value) if isinstance(m, NewRecord) else len(m) for m in messages)
 

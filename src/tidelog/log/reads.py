@@ -9,6 +9,7 @@ CRC work happens after it is released (:func:`verified`), on bytes already in ha
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -114,6 +115,26 @@ def verified(piece: Slice | None) -> MessageBatch:
         first_position,
     )
     return MessageBatch(data, positions, sizes, header)
+
+
+VERIFY_RECORDS = 1000
+VERIFY_BYTES = 1 << 20
+"""What :func:`verify_all` reads at a time."""
+
+
+def verify_all(local: LocalLog, high_watermark: Callable[[], int]) -> int:
+    """Read every record up to the high watermark through the files, CRC-checked; how many
+    (``CorruptRecord`` at the first damaged one). The lock is held for each read only."""
+    count, start = 0, 0
+    while True:
+        with local.lock:
+            local.check_open()
+            piece = forward_locked(local, start, high_watermark(), VERIFY_RECORDS, VERIFY_BYTES)
+        batch = verified(piece)
+        if not batch:
+            return count
+        count += len(batch)
+        start = batch.last_offset + 1
 
 
 def offset_at_or_after_timestamp_locked(

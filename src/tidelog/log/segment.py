@@ -29,6 +29,7 @@ import bisect
 import contextlib
 import logging
 import os
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,6 +42,12 @@ from tidelog.log.index import INDEX_DTYPE, Index, IndexArray, write_index_file
 from tidelog.log.record import HEADER_SIZE, EncodedBatch, Int64Array
 
 LOG = logging.getLogger("tidelog.log")
+
+_SMALL_BATCH = 16
+"""Up to this many records an append packs its index entries one by one (``_entries_of``)."""
+_ENTRY = struct.Struct("<IqII")
+"""One index entry as ``INDEX_DTYPE`` lays it out: relative offset, timestamp, position, size."""
+assert _ENTRY.size == INDEX_DTYPE.itemsize
 
 
 def segment_name(base_offset: int) -> str:
@@ -273,27 +280,43 @@ class Segment:
         """Write ``batch`` at the end of the file and index it."""
         if not self.active:
             raise LogError(f"segment {self.name} is sealed; only the active segment appends")
-        n = len(batch.sizes)
-        entries = np.empty(n, dtype=INDEX_DTYPE)
-        entries["rel"] = batch.offsets - self.base_offset
-        entries["timestamp"] = batch.timestamp
-        ends = np.cumsum(batch.sizes) + self.size
-        entries["position"] = ends - batch.sizes
-        entries["size"] = batch.sizes
+        entries, end = self._entries_of(batch)
         self.finish_cut()
         with self._using() as index:
-            index.reserve(n)
+            index.reserve(len(entries))
             try:
                 durable.pwrite_all(self._fd, batch.data.data, self.size, path=self.log_path)
                 index.append(entries)
             except BaseException:
                 self._cut_back()
                 raise
-            self.size = int(ends[-1])
+            self.size = end
             self.count = index.count
+        last = int(batch.offsets[-1]) - self.base_offset
         if self._first is None:
-            self._first = (int(entries["rel"][0]), int(entries["timestamp"][0]))
-        self._last = (int(entries["rel"][-1]), int(entries["timestamp"][-1]))
+            self._first = (int(batch.offsets[0]) - self.base_offset, batch.timestamp)
+        self._last = (last, batch.timestamp)
+
+    def _entries_of(self, batch: EncodedBatch) -> tuple[IndexArray, int]:
+        """The index entries of ``batch`` written at ``size``, and where its last record ends.
+        A handful of records (a live publisher's batch) are packed entry by entry: numpy's fixed
+        cost per call is most of the work at that size."""
+        n = len(batch.sizes)
+        if n <= _SMALL_BATCH:
+            position = self.size
+            rows = []
+            base, stamp = self.base_offset, batch.timestamp
+            for offset, size in zip(batch.offsets.tolist(), batch.sizes.tolist(), strict=True):
+                rows.append(_ENTRY.pack(offset - base, stamp, position, size))
+                position += size
+            return np.frombuffer(b"".join(rows), dtype=INDEX_DTYPE), position
+        entries = np.empty(n, dtype=INDEX_DTYPE)
+        entries["rel"] = batch.offsets - self.base_offset
+        entries["timestamp"] = batch.timestamp
+        ends = np.cumsum(batch.sizes) + self.size
+        entries["position"] = ends - batch.sizes
+        entries["size"] = batch.sizes
+        return entries, int(ends[-1])
 
     def finish_cut(self) -> None:
         """Cut the bytes a failed append left past ``size``, if any (``DiskFull`` or ``OSError``

@@ -39,6 +39,7 @@ from tidelog.log.contract import AppendGuard
 from tidelog.log.filecache import DEFAULT_FILE_CACHE, FileCache
 from tidelog.log.flush import DEFAULT_FLUSHER, Flusher
 from tidelog.log.local import LOG, LocalLog
+from tidelog.log.newest import serving
 from tidelog.log.reader import ForwardReader, ReverseReader
 from tidelog.log.record import Int64Array, NewRecord, stored_batches
 from tidelog.log.recovery import RecoveryReport, open_segments, write_recovery_point
@@ -320,7 +321,8 @@ class SegmentedLog:
         """Committed records with offsets in ``[start, last]``, ascending, from one segment.
 
         Returns the batch, the high watermark and its record's timestamp at read time (with
-        ``past_limit``: the newest committed record and its timestamp, ignoring the limit).
+        ``past_limit``: the newest committed record and its timestamp, ignoring the limit). The
+        read of exactly the newest batch written gets it from memory (``newest.py``).
         """
         reads.check_limits(max_messages, max_bytes)
         with self._local.lock:
@@ -330,7 +332,12 @@ class SegmentedLog:
                 hw, hw_timestamp = writer.committed, self._local.last_timestamp
             else:
                 hw, hw_timestamp = writer.high_watermark, writer.high_watermark_timestamp
-            piece = reads.forward_locked(self._local, start, min(last, hw), max_messages, max_bytes)
+            local, top = self._local, min(last, hw)
+            newest = serving(writer.newest, local, start, top, max_messages, max_bytes)
+            if newest is None:
+                piece = reads.forward_locked(local, start, top, max_messages, max_bytes)
+        if newest is not None:  # the batch just written, from memory
+            return newest.batch(), hw, hw_timestamp
         return reads.verified(piece), hw, hw_timestamp
 
     def read_backward(
@@ -345,11 +352,8 @@ class SegmentedLog:
         return reads.verified(piece).reversed()
 
     def verify(self) -> int:
-        """Read and CRC-check every committed record; return how many there are.
-
-        Raises ``CorruptRecord`` at the first damaged one.
-        """
-        return sum(len(batch) for batch in self.forward_reader(0))
+        """Count the committed records, each read from its file and CRC-checked (CorruptRecord)."""
+        return reads.verify_all(self._local, lambda: self._writer.high_watermark)
 
     # -- maintenance (maintenance.py) ------------------------------------------------------------
 

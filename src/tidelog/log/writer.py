@@ -23,6 +23,7 @@ from tidelog.log.compaction import sync_dir
 from tidelog.log.config import FlushPolicy
 from tidelog.log.contract import AppendGuard
 from tidelog.log.local import LocalLog, SegmentChange
+from tidelog.log.newest import NEWEST_MAX_BYTES, NewestBatch
 from tidelog.log.record import EncodedBatch, NewRecord, encode_batch
 from tidelog.log.recovery import read_recovery_point, write_recovery_point
 from tidelog.log.segment import Segment
@@ -54,6 +55,9 @@ class LogWriter:
         in-sync replica holds). None: the high watermark is the committed offset."""
         self.synced = newest
         self.listeners: list[Callable[[int], None]] = []
+        self.newest: NewestBatch | None = None
+        """The newest batch this writer encoded, for the reader at the log's end (``newest.py``);
+        None after a write of stored records (bytes the caller owns) or a truncation."""
 
     # -- appending -------------------------------------------------------------------------------
 
@@ -124,7 +128,10 @@ class LogWriter:
         now = self.clock() if timestamp is None else timestamp
         stamp = max(now, local.last_timestamp)
         batch = encode_batch(messages, offsets, stamp, config.max_message_bytes, atomic=atomic)
-        return self._write_locked(batch), stamp
+        rolled = self._write_locked(batch)
+        if len(batch.data) <= NEWEST_MAX_BYTES:  # the encoder's own array: kept as written
+            self.newest = NewestBatch(local.active, batch)
+        return rolled, stamp
 
     def append_stored(self, batch: EncodedBatch) -> None:
         """See ``SegmentedLog.append_stored``: ``batch`` is already encoded (one timestamp)."""
@@ -149,6 +156,7 @@ class LogWriter:
     def _write_locked(self, batch: EncodedBatch) -> bool:
         """Write an encoded batch; returns whether the active segment changed."""
         local = self.local
+        self.newest = None
         config = local.config
         offsets = batch.offsets
         stamp = batch.timestamp
@@ -314,6 +322,7 @@ class LogWriter:
             local.check_open()
             if offset >= local.next_offset:
                 return
+            self.newest = None
             oldest = local.oldest_offset()
             if offset < oldest:
                 raise OffsetOutOfRange(
