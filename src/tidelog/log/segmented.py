@@ -221,8 +221,7 @@ class SegmentedLog:
         offsets, timestamps and flags. Their CRCs are checked first (``CorruptRecord``, nothing
         written); each run of one timestamp is written as one batch, byte for byte. Offsets must
         rise above ``newest_offset`` and timestamps must not go back (``OffsetOutOfRange``).
-        Returns the records appended, as checked (their headers gathered once, for the caller's
-        reading too)."""
+        Returns the records appended (their headers as the check gathered them)."""
         checked = stored_batches(data, sizes, f"{self.directory} (stored records to append)")
         for batch in checked.batches:
             self._writer.append_stored(batch)
