@@ -48,9 +48,9 @@ def _stream_as(identity: str, claimed: str) -> list[str]:
 
     async def replica_stream(
         first: cpb.ReplicaFetchRequest, acks: AsyncIterator[cpb.ReplicaFetchRequest]
-    ) -> AsyncIterator[cpb.ReplicaFetchResponse]:
+    ) -> AsyncIterator[bytes]:
         served.append(first.follower)
-        yield cpb.ReplicaFetchResponse()
+        yield cpb.ReplicaFetchResponse().SerializeToString()
 
     async def requests() -> AsyncIterator[cpb.ReplicaFetchRequest]:
         yield cpb.ReplicaFetchRequest(stream="s", follower=claimed)

@@ -11,16 +11,20 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from tests.cluster.test_replication import publish, replicas, stand_in_node
 
 from tidelog._proto.tidelog.v1 import cluster_pb2 as cpb
 from tidelog.broker import Partition
 from tidelog.cluster import serving
-from tidelog.cluster.replication import LeaderReplica, record_crc
+from tidelog.cluster.leader_epochs import EpochEntry
+from tidelog.cluster.replication import FetchAnswer, LeaderReplica, record_crc
 from tidelog.cluster.roles import PartitionRole
 from tidelog.cluster.serving import FetchServer
+from tidelog.cluster.stored import StoredRecords
 from tidelog.errors import NotLeader, StaleEpoch
+from tidelog.log.record import encode_batch
 from tidelog.wire import columns
 
 WAIT_MS = 200
@@ -66,7 +70,7 @@ class Harness:
         self.server = FetchServer(host)  # type: ignore[arg-type]
         self.acks: asyncio.Queue[cpb.ReplicaFetchRequest | None] = asyncio.Queue()
 
-    def open(self, fetch_offset: int = 0) -> AsyncIterator[cpb.ReplicaFetchResponse]:
+    def open(self, fetch_offset: int = 0) -> AsyncIterator[bytes]:
         first = cpb.ReplicaFetchRequest(
             stream="s",
             partition=0,
@@ -81,8 +85,10 @@ class Harness:
         self.acks.put_nowait(cpb.ReplicaFetchRequest(fetch_offset=log_end))
 
 
-async def next_of(responses: AsyncIterator[cpb.ReplicaFetchResponse]) -> cpb.ReplicaFetchResponse:
-    return await asyncio.wait_for(anext(responses), 2)
+async def next_of(responses: AsyncIterator[bytes]) -> cpb.ReplicaFetchResponse:
+    """The stream's next response, parsed as the follower parses it (the leader sends them
+    serialised)."""
+    return cpb.ReplicaFetchResponse.FromString(await asyncio.wait_for(anext(responses), 2))
 
 
 def test_records_are_sent_as_committed_and_acknowledgements_move_the_high_watermark(
@@ -261,3 +267,24 @@ def test_a_divergence_is_answered_and_ends_the_stream(tmp_path: Path) -> None:
                 await next_of(responses)
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("count", [0, 1, 3, 2_000])
+@pytest.mark.parametrize("ask", [False, True])
+def test_a_stream_response_is_serialised_as_protobuf_would(count: int, ask: bool) -> None:
+    # The stream appends the records to the small fields by hand: parsed back, the message is
+    # the one protobuf builds from the same answer, and so is its canonical serialisation.
+    values = [b"v" * (n % 300) for n in range(count)]
+    batch = encode_batch(values, np.arange(7, 7 + count, dtype=np.int64), 11, 1 << 20)
+    records = StoredRecords(batch.data.tobytes(), batch.sizes) if count else StoredRecords()
+    answer = FetchAnswer(
+        3, 2**40 + 5, records, [EpochEntry(2, 0), EpochEntry(3, 7)], log_start=-1, diverged=ask
+    )
+    expected = serving._response(answer)
+    expected.answer = ask
+    parsed = cpb.ReplicaFetchResponse.FromString(serving._serialized(answer, ask=ask))
+    assert parsed == expected
+    assert parsed.SerializeToString(deterministic=True) == expected.SerializeToString(
+        deterministic=True
+    )
+    assert offsets_of(parsed) == list(range(7, 7 + count))

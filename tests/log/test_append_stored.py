@@ -82,3 +82,21 @@ def test_records_must_land_above_the_newest(make_log) -> None:
     assert follower.next_offset == 21
     copy(leader, follower, 21, 90)
     assert stored(follower) == stored(leader)
+
+
+def test_the_copy_returns_the_records_it_appended_as_checked(make_log) -> None:
+    leader = make_log("leader")
+    fill(leader)
+    follower = make_log("follower")
+    records = stored(leader, 30, 80)  # plain, headered (atomic) and keyed records
+    sizes = np.array([len(r) for r in records], dtype=np.int64)
+    appended = follower.append_stored(b"".join(records), sizes)
+    read = list(leader.forward_reader(30, stop_offset=80, past_limit=True))
+    assert appended.offsets.tolist() == list(range(30, 81))
+    assert appended.offsets.tolist() == [o for b in read for o in b.offsets.tolist()]
+    assert appended.timestamps.tolist() == [t for b in read for t in b.timestamps.tolist()]
+    assert appended.header_counts().tolist() == [c for b in read for c in b.header_counts()]
+    assert [r.headers for r in appended] == [r.headers for b in read for r in b]
+    empty = follower.append_stored(b"", np.empty(0, dtype=np.int64))
+    assert len(empty.offsets) == 0
+    assert follower.next_offset == 81

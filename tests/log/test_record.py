@@ -21,6 +21,7 @@ from tidelog.log.record import (
     scan_records,
     verify_records,
 )
+from tidelog.log.record_layout import HEADER_STRUCT
 
 LIMIT = 1 << 20
 
@@ -346,3 +347,20 @@ def test_scan_rejects_a_bad_magic_byte_even_with_a_matching_crc():
     damaged[24] = MAGIC + 1
     struct.pack_into("<I", damaged, 0, crc32c(bytes(damaged[4:])))
     assert scan(bytes(damaged)) == ([], 0)
+
+
+def test_gather_headers_at_any_positions_matches_each_header_unpacked():
+    # Records of many sizes, then gathered in an order and with repeats no forward read makes:
+    # every row is the 36 bytes at its position, exactly as struct unpacks them.
+    messages = [NewRecord(b"v" * (i % 7), key=b"k" * (i % 3) or None) for i in range(50)]
+    batch = encode(messages, first_offset=100, timestamp=9)
+    data = raw(batch)
+    starts = (np.cumsum(batch.sizes) - batch.sizes).astype(np.int64)
+    for positions in (starts, starts[::-1].copy(), starts[[3, 3, 0, 49, 17]], starts[:1]):
+        header = gather_headers(data, positions)
+        assert [tuple(row) for row in header.tolist()] == [
+            HEADER_STRUCT.unpack_from(data, int(p)) for p in positions
+        ]
+    assert len(gather_headers(data, starts[:0])) == 0
+    with pytest.raises(IndexError):
+        gather_headers(data, np.array([len(data) - 10], dtype=np.int64))

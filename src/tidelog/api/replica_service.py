@@ -36,11 +36,12 @@ class ReplicationService(cluster_pb2_grpc.ReplicationServicer):
         claimed_broker(request.follower, "fetch as follower")
         return await self.control.replica_fetch(request)
 
-    async def ReplicaStream(
+    async def ReplicaStream(  # type: ignore[override]  # the responses come serialised
         self, request_iterator: AsyncIterator[cpb.ReplicaFetchRequest], context: Context
-    ) -> AsyncIterator[cpb.ReplicaFetchResponse]:
+    ) -> AsyncIterator[bytes]:
         """The stream is its first request's follower's: the later requests are only its
-        acknowledgements (their ``follower`` is not read)."""
+        acknowledgements (their ``follower`` is not read). Its responses come serialised (the
+        service's serializer passes bytes through, ``decoding.passing_bytes``)."""
         first = await anext(aiter(request_iterator), None)
         if first is None:
             return

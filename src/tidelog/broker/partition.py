@@ -28,12 +28,13 @@ from tidelog.broker.producers import (
     DuplicateBatch,
     ProducerTable,
     Published,
+    producer_batches,
     stored_producer_batches,
     with_producer_header,
 )
 from tidelog.broker.shared_sync import SharedSync
 from tidelog.errors import BrokerClosed, PartitionPaused, PartitionReadonly, StreamDeleted
-from tidelog.log import CommitLog, FlushPolicy, LogConfig, NewRecord, SegmentedLog
+from tidelog.log import CommitLog, FlushPolicy, LogConfig, MessageBatch, NewRecord, SegmentedLog
 from tidelog.log.filecache import DEFAULT_FILE_CACHE, FileCache
 from tidelog.log.record import HeaderedValues, Int64Array, LaidOutRecords, PackedValues
 
@@ -293,13 +294,19 @@ class Partition:
         Runs in the calling thread (a follower whose appends sync calls it in a thread)."""
         log = self.log
         before = log.next_offset
+        appended: MessageBatch | None = None
         try:
-            log.append_stored(data, sizes)
+            appended = log.append_stored(data, sizes)
         finally:  # what was written, all of it or a failed append's first runs
             newest = log.newest_offset
             producers = self._producers
             if producers is not None and newest >= before:
-                for producer_id, batch in stored_producer_batches(data, sizes):
+                found = (
+                    stored_producer_batches(data, sizes)
+                    if appended is None  # the headers the check gathered, else again
+                    else producer_batches(appended)
+                )
+                for producer_id, batch in found:
                     if batch.offsets.stop - 1 <= newest:
                         producers.apply(producer_id, batch)
                 producers.settle(log.high_watermark)

@@ -245,10 +245,11 @@ def _known(answer: EpochEnd) -> Callable[[int], EpochEnd]:
 
 def _answer(response: cpb.ReplicaFetchResponse) -> FetchAnswer:
     """A leader's fetch answer as sent (``serving._response`` writes it), checked."""
+    data = response.stored_records  # a copy each time it is read (upb): read once
     sizes = columns.unpack_int64(response.stored_sizes)
-    if int(sizes.sum()) != len(response.stored_records):
+    if int(sizes.sum()) != len(data):
         raise ValueError("malformed replica fetch answer: record sizes and bytes differ")
-    records = StoredRecords(response.stored_records, sizes)
+    records = StoredRecords(data, sizes)
     epochs = [EpochEntry(e.epoch, e.start_offset) for e in response.epochs]
     return FetchAnswer(
         response.leader_epoch,

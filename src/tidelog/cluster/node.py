@@ -317,7 +317,7 @@ class ClusterNode:
 
     def serve_stream(
         self, first: cpb.ReplicaFetchRequest, acks: AsyncIterator[cpb.ReplicaFetchRequest]
-    ) -> AsyncIterator[cpb.ReplicaFetchResponse]:
+    ) -> AsyncIterator[bytes]:
         return self._server.serve_stream(first, acks)
 
     def serve_epoch_end(

@@ -135,9 +135,11 @@ class FetchServer:
 
     def serve_stream(
         self, first: cpb.ReplicaFetchRequest, acks: AsyncIterator[cpb.ReplicaFetchRequest]
-    ) -> AsyncIterator[cpb.ReplicaFetchResponse]:
+    ) -> AsyncIterator[bytes]:
         """The leader's side of ``ReplicaStream``: ``first`` opened it (the caller checked whose
-        it is), ``acks`` are the follower's acknowledgements (module docstring)."""
+        it is), ``acks`` are the follower's acknowledgements (module docstring). Its responses
+        come serialised (``ReplicaFetchResponse`` s, ``_serialized``): the service passes them
+        through as they are."""
         wait_ms = min(first.max_wait_ms, self._host.settings.fetch_wait_ms)
         return _Stream(self, first, acks, wait_ms).responses()
 
@@ -163,6 +165,52 @@ def _response(answer: FetchAnswer) -> cpb.ReplicaFetchResponse:
         log_start_offset=answer.log_start,
         diverged=answer.diverged,
     )
+
+
+_STORED_RECORDS: Final = bytes([5 << 3 | 2])
+_STORED_SIZES: Final = bytes([6 << 3 | 2])
+"""The tags of ``ReplicaFetchResponse``'s two bytes fields (field number, wire type 2)."""
+
+
+def _serialized(answer: FetchAnswer, *, ask: bool = False) -> bytes:
+    """``_response(answer)`` (with ``answer`` set to ``ask``) serialised, as a stream sends it:
+    the small fields by protobuf, the records and their sizes appended by one join. Protobuf's
+    own encoder copies a large bytes field slowly and unevenly (upb: 10-560 us for 1,700 to
+    7,700 records of 136 bytes, ~0.07 us per record at the median, where the join costs 0.003);
+    a parser takes the fields in any order, and each appears once, so the message is the same."""
+    records = answer.records
+    head = cpb.ReplicaFetchResponse(
+        leader_epoch=answer.leader_epoch,
+        high_watermark=answer.high_watermark,
+        epochs=[cpb.EpochStart(epoch=e.epoch, start_offset=e.start_offset) for e in answer.epochs],
+        log_start_offset=answer.log_start,
+        diverged=answer.diverged,
+        answer=ask,
+    ).SerializeToString()
+    if not len(records):
+        return head
+    sizes = columns.pack_int64(records.sizes)
+    return b"".join(
+        (
+            head,
+            _STORED_RECORDS,
+            _uvarint(len(records.data)),
+            records.data,
+            _STORED_SIZES,
+            _uvarint(len(sizes)),
+            sizes,
+        )
+    )
+
+
+def _uvarint(value: int) -> bytes:
+    """A length as protobuf writes it (a varint: 7 bits a byte, low first)."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 class _Stream:
@@ -204,7 +252,9 @@ class _Stream:
             raise StaleEpoch(self._epoch, leader.leader_epoch)
         return leader
 
-    def _sent(self, leader: LeaderReplica, answer: FetchAnswer) -> cpb.ReplicaFetchResponse:
+    def _sent(self, leader: LeaderReplica, answer: FetchAnswer, *, ask: bool = False) -> bytes:
+        """``answer`` serialised, as sent (``ask``: it asks for an acknowledgement), after
+        noting what it sends."""
         records = answer.records
         if records:
             self._next = records.offset_range()[1] + 1
@@ -212,7 +262,7 @@ class _Stream:
             self._unacked.append((self._next, len(records.data), leader.now() if whole else None))
             self._in_flight += len(records.data)
         self._told = max(self._told, min(answer.high_watermark, self._next - 1))
-        return _response(answer)
+        return _serialized(answer, ask=ask)
 
     async def _take_acks(self) -> None:
         """Take the follower's acknowledgements until it closes its side."""
@@ -228,7 +278,7 @@ class _Stream:
             self._leader().acknowledge(self._follower, log_end, caught_up_at=caught_up_at)
             self._acked_signal.fire()
 
-    async def responses(self) -> AsyncIterator[cpb.ReplicaFetchResponse]:
+    async def responses(self) -> AsyncIterator[bytes]:
         first = self._first
         leader = self._leader()
         previous_crc = first.previous_crc if first.HasField("previous_crc") else None
@@ -268,9 +318,7 @@ class _Stream:
                 remaining = last_sent + wait_s - time.monotonic()
                 if remaining <= 0:  # nothing for the fetch wait: it must answer to stay current
                     self._fresh = False
-                    asking = self._sent(leader, _news(leader))
-                    asking.answer = True
-                    yield asking
+                    yield self._sent(leader, _news(leader), ask=True)
                     last_sent = time.monotonic()
                     continue
                 held = self._fresh and self._acked >= self._next

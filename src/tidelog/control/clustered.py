@@ -391,7 +391,7 @@ class ClusterControl(LocalControl):
 
     def replica_stream(
         self, first: cpb.ReplicaFetchRequest, acks: AsyncIterator[cpb.ReplicaFetchRequest]
-    ) -> AsyncIterator[cpb.ReplicaFetchResponse]:
+    ) -> AsyncIterator[bytes]:
         return self.node.serve_stream(first, acks)
 
     def epoch_end(

@@ -417,9 +417,10 @@ class Control(Protocol):
 
     def replica_stream(
         self, first: cpb.ReplicaFetchRequest, acks: AsyncIterator[cpb.ReplicaFetchRequest]
-    ) -> AsyncIterator[cpb.ReplicaFetchResponse]:
-        """A follower's replication stream opened by ``first`` (``FailedPrecondition`` on a
-        single broker, when iterated)."""
+    ) -> AsyncIterator[bytes]:
+        """A follower's replication stream opened by ``first``: its responses, each a
+        ``ReplicaFetchResponse`` serialised (``FailedPrecondition`` on a single broker, when
+        iterated)."""
         ...
 
     def epoch_end(

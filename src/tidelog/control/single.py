@@ -193,7 +193,7 @@ class SingleBroker(LocalControl):
 
     async def replica_stream(
         self, first: cpb.ReplicaFetchRequest, acks: AsyncIterator[cpb.ReplicaFetchRequest]
-    ) -> AsyncIterator[cpb.ReplicaFetchResponse]:
+    ) -> AsyncIterator[bytes]:
         raise FailedPrecondition(NOT_A_CLUSTER)
         yield  # an async generator, as the contract's
 

@@ -151,9 +151,10 @@ class CommitLog(Protocol):
         replica keeps its leader's offsets)."""
         ...
 
-    def append_stored(self, data: bytes, sizes: Int64Array) -> None:
+    def append_stored(self, data: bytes, sizes: Int64Array) -> MessageBatch:
         """Append records exactly as another log stored them (a replica copying its leader),
-        after checking their CRCs; ``sizes[i]``: the bytes of record ``i`` in ``data``."""
+        after checking their CRCs; ``sizes[i]``: the bytes of record ``i`` in ``data``. Returns
+        the records appended (their headers as checked)."""
         ...
 
     def truncate_to(self, offset: int) -> None:

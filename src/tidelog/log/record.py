@@ -28,6 +28,7 @@ from typing import Final, cast, overload
 import numpy as np
 import numpy.typing as npt
 from crc32c import crc32c
+from numpy.lib.stride_tricks import as_strided
 
 from tidelog.errors import CorruptRecord, MessageTooLarge
 from tidelog.log.crcs import record_crcs, stamp_crcs
@@ -50,7 +51,6 @@ NO_HEADERS: Final[Mapping[str, bytes]] = MappingProxyType({})
 _SMALL_BATCH: Final = 16
 _NAME_LEN: Final = struct.Struct("<H")
 _VALUE_LEN: Final = struct.Struct("<I")
-_BYTE_RANGE: Final = np.arange(HEADER_SIZE, dtype=np.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,8 +374,17 @@ def gather_headers(chunk: bytes, positions: Int64Array) -> npt.NDArray[np.void]:
                 (count,), dtype=HEADER_DTYPE, buffer=chunk, offset=first, strides=(stride,)
             )
             return strided.copy()
+    if not count:
+        return np.empty(0, dtype=HEADER_DTYPE)
     raw = np.frombuffer(chunk, dtype=np.uint8)
-    header: npt.NDArray[np.void] = raw[positions[:, None] + _BYTE_RANGE].view(HEADER_DTYPE)
+    if len(raw) < HEADER_SIZE:
+        raise IndexError(f"record header at {int(positions[0])}: past a {len(raw)}-byte chunk")
+    # Every HEADER_SIZE-byte window of the chunk as a row (a view, nothing copied): taking the
+    # rows at ``positions`` copies 36 bytes per record, with no index per byte.
+    windows = as_strided(
+        raw, shape=(len(raw) - HEADER_SIZE + 1, HEADER_SIZE), strides=(1, 1), writeable=False
+    )
+    header: npt.NDArray[np.void] = windows[positions].view(HEADER_DTYPE)
     return header.reshape(-1)
 
 
@@ -387,10 +396,13 @@ def verify_records(
     timestamps: npt.NDArray[np.int64],
     segment: str,
     chunk_position: int,
+    header: npt.NDArray[np.void] | None = None,
 ) -> npt.NDArray[np.void]:
     """Check every record in ``chunk`` against its CRC and its index entry; return the headers.
 
     ``positions`` are relative to ``chunk``, which starts at byte ``chunk_position`` of ``segment``.
+    ``header``: the records' headers when the caller gathered them already (``gather_headers``
+    of the same chunk and positions), else they are gathered here.
     Raises :class:`CorruptRecord` naming the first bad record; the caller never sees its bytes.
     """
     if len(positions) and (
@@ -401,7 +413,8 @@ def verify_records(
         raise CorruptRecord(
             segment, chunk_position, "index entries point outside the segment file (short read)"
         )
-    header = gather_headers(chunk, positions)
+    if header is None:
+        header = gather_headers(chunk, positions)
     crcs = record_crcs(chunk, positions + 4, positions + sizes)
     bad = (
         (crcs != header["crc"])
@@ -491,17 +504,30 @@ def scan_records(
     return found, at
 
 
-def stored_batches(data: bytes, sizes: Int64Array, source: str) -> list[EncodedBatch]:
+@dataclass(frozen=True, slots=True)
+class StoredCheck:
+    """Stored records that passed :func:`stored_batches`' checks: the runs to write, and where
+    each record starts in the data with its header as gathered (for the caller's own reading of
+    the headers, without gathering them again)."""
+
+    batches: list[EncodedBatch]
+    positions: Int64Array
+    sizes: Int64Array
+    header: npt.NDArray[np.void]
+
+
+def stored_batches(data: bytes, sizes: Int64Array, source: str) -> StoredCheck:
     """Records as another log stored them (``data``: whole records back to back, ``sizes[i]``
     bytes each), checked and cut into runs of one timestamp, ready to be written as they are.
 
     Each record must pass its CRC and size checks and the offsets must strictly increase;
     otherwise :class:`CorruptRecord` names ``source`` and the first bad record, and nothing is
-    returned. The attrs (an atomic batch's CONTINUES flags) travel unchanged."""
+    returned. The attrs (an atomic batch's CONTINUES flags) travel unchanged. Every header is
+    gathered once, for all the checks and for the caller (``StoredCheck.header``)."""
+    sizes = sizes.astype(np.int64)
     n = len(sizes)
     if not n:
-        return []
-    sizes = sizes.astype(np.int64)
+        return StoredCheck([], sizes, sizes, np.empty(0, dtype=HEADER_DTYPE))
     ends = np.cumsum(sizes)
     if int(ends[-1]) != len(data) or int(sizes.min()) < HEADER_SIZE:
         raise CorruptRecord(source, 0, f"record sizes add up to {int(ends[-1])}, not {len(data)}")
@@ -509,14 +535,15 @@ def stored_batches(data: bytes, sizes: Int64Array, source: str) -> list[EncodedB
     header = gather_headers(data, positions)
     offsets = header["offset"].astype(np.int64)
     stamps = header["timestamp"].astype(np.int64)
-    verify_records(data, positions, sizes, offsets, stamps, source, 0)
+    verify_records(data, positions, sizes, offsets, stamps, source, 0, header)
     if n > 1 and not bool((np.diff(offsets) > 0).all()):
         raise CorruptRecord(source, 0, "record offsets do not strictly increase")
     flat = np.frombuffer(data, dtype=np.uint8)
     cuts = (np.flatnonzero(np.diff(stamps)) + 1).tolist()
-    return [
+    batches = [
         EncodedBatch(
             flat[int(positions[a]) : int(ends[b - 1])], offsets[a:b], sizes[a:b], int(stamps[a])
         )
         for a, b in zip([0, *cuts], [*cuts, n], strict=True)
     ]
+    return StoredCheck(batches, positions, sizes, header)

@@ -216,14 +216,17 @@ class SegmentedLog:
         gaps they leave stay gaps (readers skip them)."""
         self._writer.append_at(messages, offsets, timestamp)
 
-    def append_stored(self, data: bytes, sizes: Int64Array) -> None:
+    def append_stored(self, data: bytes, sizes: Int64Array) -> MessageBatch:
         """Append records exactly as another log stored them (a replica copying its leader):
         ``data`` holds whole stored records back to back, ``sizes[i]`` bytes each, with their
         offsets, timestamps and flags. Their CRCs are checked first (``CorruptRecord``, nothing
         written); each run of one timestamp is written as one batch, byte for byte. Offsets must
-        rise above ``newest_offset`` and timestamps must not go back (``OffsetOutOfRange``)."""
-        for batch in stored_batches(data, sizes, f"{self.directory} (stored records to append)"):
+        rise above ``newest_offset`` and timestamps must not go back (``OffsetOutOfRange``).
+        Returns the records appended (their headers as the check gathered them)."""
+        checked = stored_batches(data, sizes, f"{self.directory} (stored records to append)")
+        for batch in checked.batches:
             self._writer.append_stored(batch)
+        return MessageBatch(data, checked.positions, checked.sizes, checked.header)
 
     def truncate_to(self, offset: int) -> None:
         """Remove every record at or after ``offset``: a replica cutting a tail its new leader
