@@ -217,12 +217,10 @@ class SegmentedLog:
         self._writer.append_at(messages, offsets, timestamp)
 
     def append_stored(self, data: bytes, sizes: Int64Array) -> MessageBatch:
-        """Append records exactly as another log stored them (a replica copying its leader):
-        ``data`` holds whole stored records back to back, ``sizes[i]`` bytes each, with their
-        offsets, timestamps and flags. Their CRCs are checked first (``CorruptRecord``, nothing
-        written); each run of one timestamp is written as one batch, byte for byte. Offsets must
-        rise above ``newest_offset`` and timestamps must not go back (``OffsetOutOfRange``).
-        Returns the records appended (their headers as the check gathered them)."""
+        """Append whole stored records (``data``, ``sizes[i]`` bytes each) byte for byte, a run
+        of one timestamp per batch: a replica copying its leader. CRCs are checked first
+        (``CorruptRecord``, nothing written); offsets must rise above ``newest_offset`` and
+        timestamps not go back (``OffsetOutOfRange``). Returns the records, headers as checked."""
         checked = stored_batches(data, sizes, f"{self.directory} (stored records to append)")
         for batch in checked.batches:
             self._writer.append_stored(batch)
@@ -410,8 +408,7 @@ class SegmentedLog:
                 try:
                     local.active.seal()
                 except (OSError, ResourceExhausted) as error:
-                    # The newest segment may stay unsealed (and keep a tail a failed append left):
-                    # recovery scans it and cuts such a tail on the next open.
+                    # Left unsealed: recovery cuts a failed append's tail on the next open.
                     LOG.warning("%s: could not seal the active segment on close: %s", self, error)
                 sync_dir(self.directory)
                 write_recovery_point(self.directory, local.next_offset - 1)
