@@ -11,15 +11,15 @@ Theory of operation. A subscriber never receives messages pushed by publishers; 
 verified batches from the partition's commit log, by offset. It is *resuming* while reads return
 data (catching up), and *live* once caught up: it then waits on the partition's commit signal and
 reads again when the high watermark moves. Because both states read the same log by offset, the
-hand-over from resuming to live cannot miss or repeat a message, whatever publishers do
-meanwhile. The only per-subscriber buffer is the batch in hand, and a byte budget bounds it
-(``buffer_bytes``: a batch is never read larger, except that a single larger message is read
-alone, and that a catch-up sending whole read-ahead spans holds a larger one on a lease of the
-process-wide read-ahead budget, :meth:`Subscription.send_whole_spans`): a slow client stops the loop at its ``yield`` once gRPC flow control holds its write,
-which costs the publisher and the other subscribers nothing, and the subscriber resumes from the
-log where it stopped - the log is the buffer. Until a non-reading client's flow-control window is
-full, its sends still cost the event loop; ``tidelog.broker.delivery`` keeps them from crowding
-out publishers.
+hand-over from resuming to live cannot miss or repeat a message, whatever publishers do meanwhile.
+The only per-subscriber buffer is the batch in hand, and a byte budget bounds it (``buffer_bytes``:
+a batch is never read larger, except that a single larger message is read alone, and that a catch-up
+sending whole read-ahead spans holds a larger one on a lease of the process-wide read-ahead budget,
+:meth:`Subscription.send_whole_spans`): a slow client stops the loop at its ``yield`` once gRPC flow
+control holds its write, which costs the publisher and the other subscribers nothing, and the
+subscriber resumes from the log where it stopped - the log is the buffer. Until a non-reading
+client's flow-control window is full, its sends still cost the event loop;
+``tidelog.broker.delivery`` keeps them from crowding out publishers.
 
 A *seekable* subscription (``Consume``) adds two things: *permits*, the messages its client has
 room for (it never reads more than granted), and *seeks*, which switch it to a new position and
