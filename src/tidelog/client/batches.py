@@ -16,9 +16,10 @@ asks for one.
   built from the same buffers; pyarrow is the ``spark`` extra, loaded on the first call, and
   missing it raises :class:`~tidelog.errors.MissingExtra`).
 
-Iterating, indexing or ``messages()`` builds every message of the batch once, as the client
-always did (``ReceivedMessage`` named tuples made at C level: no Python call per message), and
-keeps them: old code that iterated a batch's decoded messages iterates the batch itself.
+Indexing one message builds that one from the columns (which loads numpy). Iterating, slicing or
+``messages()`` builds every message of the batch once, as the client always did (``ReceivedMessage``
+named tuples made at C level: no Python call per message), and keeps them: old code that iterated a
+batch's decoded messages iterates the batch itself.
 
 Each byte column is read out of the protobuf message at most once (``FrameBytes``; reading a bytes
 field of a parsed message copies it), and only when something needs it. A subscription's frames are
@@ -381,7 +382,38 @@ class ReceivedBatch(Sequence[ReceivedMessage]):
     @overload
     def __getitem__(self, index: slice) -> list[ReceivedMessage]: ...
     def __getitem__(self, index: int | slice) -> ReceivedMessage | list[ReceivedMessage]:
-        return self.messages()[index]
+        if isinstance(index, slice) or self._messages is not None:
+            return self.messages()[index]
+        return self._message_at(index)
+
+    def _message_at(self, index: int) -> ReceivedMessage:
+        """Message ``index`` alone, built from the columns: the message ``messages()[index]``
+        would be, without building the others (a catch-up's frame holds thousands)."""
+        n = self._n
+        i = index + n if index < 0 else index
+        if not 0 <= i < n:
+            raise IndexError(f"message {index} of a batch of {n}")
+        got = self._bytes
+        lists = got.headers
+        if len(lists) and len(lists) != n:
+            raise MalformedBatch(f"malformed batch: {len(lists)} header lists for {n}")
+        headers: Mapping[str, bytes] = (
+            {h.name: h.value for h in lists[i].headers} if len(lists) else NO_HEADERS
+        )
+        partition = self.partition
+        if self._partitions is not None:
+            headers = MappingProxyType(dict(headers)) if len(lists) else NO_HEADERS
+            partition = int.from_bytes(self._partitions[4 * i : 4 * i + 4], "little", signed=True)
+        keys = self.keys
+        return ReceivedMessage(
+            int.from_bytes(got.offsets[8 * i : 8 * i + 8], "little", signed=True),
+            int.from_bytes(got.timestamps[8 * i : 8 * i + 8], "little", signed=True),
+            None if keys is None else keys[i],
+            self.values[i],  # type: ignore[arg-type]  # a value is never None
+            headers,
+            partition,
+            self.stream,
+        )
 
 
 __all__ = ["BinaryColumn", "ReceivedBatch", "decode_frame"]
