@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import resource
@@ -81,6 +82,8 @@ async def one_tree(tree: str, payloads: list[bytes], timeout: float) -> dict[str
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     trees = [t for t in args.trees.split(",") if t]
     payloads = peers.make_payloads(args.messages, args.size)
+    gc.collect()
+    gc.freeze()  # as e2e_throughput.py does: no phase pays for scanning the fixture
     rows: list[dict[str, Any]] = []
     for number in range(args.rounds):
         order = trees if number % 2 == 0 else trees[::-1]
