@@ -6,12 +6,14 @@ What it measures: for each of ``--rounds`` rounds, a fresh ``tidelog serve`` per
 tidelog.v1 catch-up of them as columns (``subscribe_batch``) and with every message built
 (``subscribe_batch_decoded``): the phases of ``e2e_throughput.py``, by its own functions. Then
 Redis Streams' XRANGE over the same payloads (``peers.measure_redis``, the same baseline
-``e2e_throughput.py`` uses). Each phase reports its wall rate and the server's CPU per message
-(``/proc/PID/stat`` user + system around the phase), with the 1-minute load average, because
-wall rates on a shared machine say more about the neighbours than about the code.
+``e2e_throughput.py`` uses). Each phase reports its wall rate, the server's CPU per message
+(``/proc/PID/stat`` user + system around the phase) and this process's (the client's,
+``getrusage``), with the 1-minute load average, because wall rates on a shared machine say more
+about the neighbours than about the code.
 
 A tree is a checkout whose ``src`` goes first on the server's ``PYTHONPATH`` (the client is
-this checkout's). Prints one JSON object per phase row, then a summary of medians.
+this checkout's: to compare clients too, run this script from each checkout in turn with
+``--trees .``). Prints one JSON object per phase row, then a summary of medians.
 
     python benchmarks/catchup_trees.py --trees /tmp/base,. [--messages 1000000] [--rounds 3]
 """
@@ -20,8 +22,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
+import resource
 import statistics
 import time
 from pathlib import Path
@@ -32,6 +36,12 @@ import peers
 from tidelog.client import AsyncClient
 
 STREAM = "catchup"
+
+
+def client_cpu_seconds() -> float:
+    """This process's CPU seconds (user + system, all threads: grpc's poller too)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def load() -> float:
@@ -56,6 +66,7 @@ async def one_tree(tree: str, payloads: list[bytes], timeout: float) -> dict[str
             for name, columns in (("catchup", True), ("catchup_decoded", False)):
                 row[f"{name}_load"] = load()
                 before = server.cpu_seconds() or 0.0
+                mine = client_cpu_seconds()
                 r = await e2e.subscribe_phase(
                     client, STREAM, payloads, n, timeout, reverse=False, columns=columns
                 )
@@ -63,6 +74,7 @@ async def one_tree(tree: str, payloads: list[bytes], timeout: float) -> dict[str
                 row[f"{name}_server_us_per_msg"] = round(
                     ((server.cpu_seconds() or 0.0) - before) / n * 1e6, 3
                 )
+                row[f"{name}_client_us_per_msg"] = round((client_cpu_seconds() - mine) / n * 1e6, 3)
         server.stop()
     return row
 
@@ -70,6 +82,8 @@ async def one_tree(tree: str, payloads: list[bytes], timeout: float) -> dict[str
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     trees = [t for t in args.trees.split(",") if t]
     payloads = peers.make_payloads(args.messages, args.size)
+    gc.collect()
+    gc.freeze()  # as e2e_throughput.py does: no phase pays for scanning the fixture
     rows: list[dict[str, Any]] = []
     for number in range(args.rounds):
         order = trees if number % 2 == 0 else trees[::-1]

@@ -182,6 +182,8 @@ class TidelogService(
         if request.without_values:
             framed = record_batch_without_values
             subscription.send_without_values()  # fewer, larger frames: see its docstring
+        elif not request.max_messages and not request.max_bytes:
+            subscription.send_whole_spans()  # a catch-up's frames up to 1 MiB: see its docstring
         yield v1.RecordBatch()  # the handshake: the subscription exists
         gate = delivery_gate()
         try:

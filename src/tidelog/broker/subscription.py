@@ -11,14 +11,15 @@ Theory of operation. A subscriber never receives messages pushed by publishers; 
 verified batches from the partition's commit log, by offset. It is *resuming* while reads return
 data (catching up), and *live* once caught up: it then waits on the partition's commit signal and
 reads again when the high watermark moves. Because both states read the same log by offset, the
-hand-over from resuming to live cannot miss or repeat a message, whatever publishers do
-meanwhile. The only per-subscriber buffer is the batch in hand, and a byte budget bounds it
-(``buffer_bytes``: a batch is never read larger, except that a single larger message is read
-alone): a slow client stops the loop at its ``yield`` once gRPC flow control holds its write,
-which costs the publisher and the other subscribers nothing, and the subscriber resumes from the
-log where it stopped - the log is the buffer. Until a non-reading client's flow-control window is
-full, its sends still cost the event loop; ``tidelog.broker.delivery`` keeps them from crowding
-out publishers.
+hand-over from resuming to live cannot miss or repeat a message, whatever publishers do meanwhile.
+The only per-subscriber buffer is the batch in hand, and a byte budget bounds it (``buffer_bytes``:
+a batch is never read larger, except that a single larger message is read alone, and that a catch-up
+sending whole read-ahead spans holds a larger one on a lease of the process-wide read-ahead budget,
+:meth:`Subscription.send_whole_spans`): a slow client stops the loop at its ``yield`` once gRPC flow
+control holds its write, which costs the publisher and the other subscribers nothing, and the
+subscriber resumes from the log where it stopped - the log is the buffer. Until a non-reading
+client's flow-control window is full, its sends still cost the event loop;
+``tidelog.broker.delivery`` keeps them from crowding out publishers.
 
 A *seekable* subscription (``Consume``) adds two things: *permits*, the messages its client has
 room for (it never reads more than granted), and *seeks*, which switch it to a new position and
@@ -55,13 +56,15 @@ from tidelog.errors import (
     TidelogError,
 )
 from tidelog.log import MessageBatch, Reader
+from tidelog.log.readahead import READAHEAD, Lease
 
 READAHEAD_BYTES: Final = 1 << 20
 """A forward subscription reads the log this many bytes at a time and sends them in batches of
 its own size (``ForwardReader``'s read-ahead): one index lookup, one ``pread`` and one CRC pass
 (one native call, ``tidelog.log.crcs``) per span rather than per batch. A catching-up
 subscription therefore holds up to this much of verified records besides the batch it sends;
-a live one reads only what was committed since its last read."""
+a live one reads only what was committed since its last read. A subscription that sends whole
+spans (:meth:`Subscription.send_whole_spans`) hands such a read out as one batch instead."""
 
 
 class EndReason(enum.Enum):
@@ -178,6 +181,11 @@ class Subscription:
         """Set by seek, grant and cancel: what a waiting seekable subscription wakes on."""
         self._log = partition.log  # a pause closes it; a resume opens another: this one is over
         self._reader = self._open_reader(bounds)
+        self._whole_spans = False
+        """Catch-up reads go out whole (:meth:`send_whole_spans`)."""
+        self._span_lease: Lease | None = None
+        """The read-ahead budget's bytes the batch last handed out holds beyond ``buffer_bytes``;
+        given back at the next read, or with the subscription."""
         self._tails = (
             not seekable
             and not bounds.reverse
@@ -196,6 +204,19 @@ class Subscription:
         of what such a read costs the server (each frame's send). Every record is still read
         and CRC-checked whole."""
         self._max_bytes = min(self._asked_bytes, VALUELESS_BUDGET_FACTOR * self._buffer_bytes)
+
+    def send_whole_spans(self) -> None:
+        """A catching-up forward read of up to :data:`READAHEAD_BYTES` goes out as one batch
+        rather than in pieces of the byte budget: for a subscriber that left the batch size to
+        the broker (``SubscribeBatches`` without ``max_messages`` or ``max_bytes``), whose
+        frames cost the server and its client mostly per frame. A batch larger than the byte
+        budget is held only on a lease of the process-wide read-ahead budget
+        (``tidelog.log.readahead``), the same bytes a read ahead would hold, kept until the next
+        read: with that budget spent, batches are the budget's size as before, so subscribers
+        together still hold no more than their budgets and the read-ahead budget. Not for a
+        seekable or a reverse subscription (permits and descending reads size their own)."""
+        if not self.seekable and not self.bounds.reverse:
+            self._whole_spans = True
 
     def _open_reader(self, bounds: Bounds) -> Reader | None:
         if bounds.empty:
@@ -327,6 +348,8 @@ class Subscription:
                     raise StopReached("stop offset reached")
         finally:
             partition.subscribers -= 1
+            if self._span_lease is not None:
+                self._span_lease.release()
             if self.state in (SubscriberState.RESUMING, SubscriberState.LIVE):
                 self._on(Event.CANCEL)
             if self.on_close is not None:
@@ -338,12 +361,27 @@ class Subscription:
             return _NOTHING
         permits = self._permits
         limit = self._max_messages if permits is None else min(permits, self._max_messages)
+        max_bytes = self._max_bytes
         epoch = self.epoch
+        held, self._span_lease = self._span_lease, None
+        if held is not None:  # the batch it covered has been handed on
+            held.release()
+        lease = READAHEAD.lease(READAHEAD_BYTES) if self._whole_spans else None
+        if lease is not None:
+            limit *= -(-READAHEAD_BYTES // max_bytes)
+            max_bytes = max(max_bytes, READAHEAD_BYTES)
+        batch = _NOTHING
         try:
-            batch = reader.read(limit, self._max_bytes)
+            batch = reader.read(limit, max_bytes)
         except LogClosed:
             self._check_partition()
             raise
+        finally:
+            if lease is not None:
+                if batch.byte_size > self._max_bytes:  # kept while this batch is in hand
+                    self._span_lease = lease
+                else:  # within the subscription's own budget (a live read), or no batch
+                    lease.release()
         if batch:
             self._on(Event.DATA)
             if permits is not None:

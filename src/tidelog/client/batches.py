@@ -16,13 +16,16 @@ asks for one.
   built from the same buffers; pyarrow is the ``spark`` extra, loaded on the first call, and
   missing it raises :class:`~tidelog.errors.MissingExtra`).
 
-Iterating, indexing or ``messages()`` builds every message of the batch once, as the client
-always did (``ReceivedMessage`` named tuples made at C level: no Python call per message), and
-keeps them: old code that iterated a batch's decoded messages iterates the batch itself.
+Indexing one message builds that one from the columns (which loads numpy). Iterating, slicing or
+``messages()`` builds every message of the batch once, as the client always did (``ReceivedMessage``
+named tuples made at C level: no Python call per message), and keeps them: old code that iterated a
+batch's decoded messages iterates the batch itself.
 
-Each byte column is read out of the protobuf message at most once (``FrameBytes``; reading a
-bytes field of a parsed message copies it), and only when something needs it. numpy is loaded by
-the column accessors only: iterating messages loads neither numpy nor pyarrow.
+Each byte column is read out of the protobuf message at most once (``FrameBytes``; reading a bytes
+field of a parsed message copies it), and only when something needs it. A subscription's frames are
+not parsed by protobuf at all (``tidelog.wire.received``): their columns are found in the bytes
+received, and the values are used there (``BinaryColumn.buffer`` is then the frame). numpy is loaded
+by the column accessors only: iterating messages loads neither numpy nor pyarrow.
 """
 
 from __future__ import annotations
@@ -166,21 +169,22 @@ def _value_column(got: FrameBytes, n: int) -> BinaryColumn:
     if len(got.value_sizes) != 4 * n:
         raise MalformedBatch(f"malformed batch: value_sizes must hold {n} u32 entries")
     sizes = np.frombuffer(got.value_sizes, dtype="<u4")
-    blob = got.values
+    # The values where they arrived: in a frame received serialised, at their place in it.
+    blob, at, length = got.values_span()
     if got.value_positions:
         if len(got.value_positions) != 4 * n:
             raise MalformedBatch(f"malformed batch: value_positions must hold {n} u32 entries")
-        starts = np.frombuffer(got.value_positions, dtype="<u4")
-        if n and int((starts.astype(np.int64) + sizes).max()) > len(blob):
+        starts = np.add(np.frombuffer(got.value_positions, dtype="<u4"), at, dtype=np.int64)
+        if n and int((starts + sizes).max()) > at + length:
             raise MalformedBatch("malformed batch: a value position points past the values sent")
-        return BinaryColumn(blob, starts.astype(np.int64, copy=False), sizes)
+        return BinaryColumn(blob, starts, sizes)
     ends = np.cumsum(sizes, dtype=np.int64)
-    if (int(ends[-1]) if n else 0) != len(blob):
+    if (int(ends[-1]) if n else 0) != length:
         raise MalformedBatch(
             f"malformed batch: value sizes add up to {int(ends[-1]) if n else 0} bytes but "
-            f"{len(blob)} bytes of values were sent"
+            f"{length} bytes of values were sent"
         )
-    return BinaryColumn(blob, ends - sizes, sizes)
+    return BinaryColumn(blob, ends - sizes + at, sizes)
 
 
 def _key_column(got: FrameBytes, n: int) -> BinaryColumn | None:
@@ -217,13 +221,13 @@ class ReceivedBatch(Sequence[ReceivedMessage]):
 
     def __init__(
         self,
-        frame: v1.RecordBatch,
+        frame: v1.RecordBatch | FrameBytes,
         stream: str,
         partition: int,
         *,
         partitions: bytes | None = None,
     ) -> None:
-        self._bytes = FrameBytes(frame)
+        self._bytes = frame if isinstance(frame, FrameBytes) else FrameBytes(frame)
         self.stream = stream
         self.partition = partition
         """The partition of every message (a browse page: the first message's, or -1 when
@@ -378,7 +382,38 @@ class ReceivedBatch(Sequence[ReceivedMessage]):
     @overload
     def __getitem__(self, index: slice) -> list[ReceivedMessage]: ...
     def __getitem__(self, index: int | slice) -> ReceivedMessage | list[ReceivedMessage]:
-        return self.messages()[index]
+        if isinstance(index, slice) or self._messages is not None:
+            return self.messages()[index]
+        return self._message_at(index)
+
+    def _message_at(self, index: int) -> ReceivedMessage:
+        """Message ``index`` alone, built from the columns: the message ``messages()[index]``
+        would be, without building the others (a catch-up's frame holds thousands)."""
+        n = self._n
+        i = index + n if index < 0 else index
+        if not 0 <= i < n:
+            raise IndexError(f"message {index} of a batch of {n}")
+        got = self._bytes
+        lists = got.headers
+        if len(lists) and len(lists) != n:
+            raise MalformedBatch(f"malformed batch: {len(lists)} header lists for {n}")
+        headers: Mapping[str, bytes] = (
+            {h.name: h.value for h in lists[i].headers} if len(lists) else NO_HEADERS
+        )
+        partition = self.partition
+        if self._partitions is not None:
+            headers = MappingProxyType(dict(headers)) if len(lists) else NO_HEADERS
+            partition = int.from_bytes(self._partitions[4 * i : 4 * i + 4], "little", signed=True)
+        keys = self.keys
+        return ReceivedMessage(
+            int.from_bytes(got.offsets[8 * i : 8 * i + 8], "little", signed=True),
+            int.from_bytes(got.timestamps[8 * i : 8 * i + 8], "little", signed=True),
+            None if keys is None else keys[i],
+            self.values[i],  # type: ignore[arg-type]  # a value is never None
+            headers,
+            partition,
+            self.stream,
+        )
 
 
 __all__ = ["BinaryColumn", "ReceivedBatch", "decode_frame"]

@@ -27,6 +27,7 @@ import grpc
 
 from tidelog._proto.liftbridge import api_pb2 as pb
 from tidelog._proto.liftbridge import api_pb2_grpc as pb_grpc
+from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog._proto.tidelog.v1 import tidelog_pb2_grpc as v1_grpc
 from tidelog.client.settings import ClientSettings
 from tidelog.security import aio_channel
@@ -35,6 +36,7 @@ NOT_LEADER_TEXT = "not partition leader"
 """What a broker's status detail says when another broker leads the partition."""
 
 LOOKUP_TIMEOUT_S = 2.0
+SUBSCRIBE_BATCHES = "/tidelog.v1.Tidelog/SubscribeBatches"
 
 
 def not_leader(error: grpc.RpcError) -> bool:
@@ -50,6 +52,7 @@ class LeaderRouter:
         self._settings = settings
         self._channels: dict[str, grpc.aio.Channel] = {server: channel}
         self._stubs: dict[str, tuple[Any, Any]] = {}
+        self._frame_calls: dict[str, Any] = {}
         self._leaders: dict[tuple[str, int], str] = {}
         self.entry = server
         """Where calls any broker answers go: the given server, or once it could not be reached
@@ -81,6 +84,19 @@ class LeaderRouter:
 
     def v1(self, stream: str, partition: int) -> Any:
         return self._stubs_of(self.address(stream, partition))[1]
+
+    def subscribe_frames(self, stream: str, partition: int) -> Any:
+        """``tidelog.v1/SubscribeBatches`` at the partition's leader, its frames handed over as
+        received, serialised (``bytes``, for ``tidelog.wire.received.ReceivedFrame``)."""
+        address = self.address(stream, partition)
+        call = self._frame_calls.get(address)
+        if call is None:
+            call = self._frame_calls[address] = self.channel(address).unary_stream(
+                SUBSCRIBE_BATCHES,
+                request_serializer=v1.SubscribeBatchesRequest.SerializeToString,
+                response_deserializer=None,
+            )
+        return call
 
     def api(self, stream: str, partition: int) -> Any:
         return self._stubs_of(self.address(stream, partition))[0]

@@ -31,6 +31,7 @@ from tidelog.client.errors import Unavailable, from_rpc_error
 from tidelog.client.leaders import LeaderRouter
 from tidelog.client.models import BrowsePage, ReceivedMessage, Start, Stop
 from tidelog.client.retry import Attempt, Verdict, verdict
+from tidelog.wire.received import ReceivedFrame
 
 T = TypeVar("T")
 
@@ -88,7 +89,7 @@ class SubscribeCalls:
 
     async def _following(
         self,
-        batches: AsyncGenerator[v1.RecordBatch, None],
+        batches: AsyncGenerator[ReceivedFrame, None],
         stream: str,
         partition: int,
         start: Start,
@@ -134,7 +135,7 @@ class SubscribeCalls:
         resume: bool,
         max_messages: int,
         values: bool,
-    ) -> AsyncGenerator[v1.RecordBatch, None]:
+    ) -> AsyncGenerator[ReceivedFrame, None]:
         request = v1.SubscribeBatchesRequest(
             stream=stream,
             partition=partition,
@@ -146,14 +147,14 @@ class SubscribeCalls:
             **stop_fields(stop),
         )
 
-        async def attempt(timeout: float | None, number: int) -> tuple[Any, v1.RecordBatch]:
-            call = self._router.v1(stream, partition).SubscribeBatches(request)
+        async def attempt(timeout: float | None, number: int) -> tuple[Any, bytes]:
+            call = self._router.subscribe_frames(stream, partition)(request)
             try:
                 handshake = await call.read()
             except BaseException:
                 call.cancel()
                 raise
-            if not isinstance(handshake, v1.RecordBatch):  # grpc.aio.EOF
+            if not isinstance(handshake, bytes):  # grpc.aio.EOF
                 call.cancel()
                 raise Unavailable("the server ended the subscription before it started")
             return call, handshake
@@ -316,17 +317,19 @@ class SubscribeCalls:
         )
 
 
-async def _batches(call: Any, first: v1.RecordBatch) -> AsyncGenerator[v1.RecordBatch, None]:
-    """The frames of an open subscription call, from ``first``, until its end frame; a failure
-    raises its ``grpc.RpcError`` (``_following`` decides what follows)."""
+async def _batches(call: Any, first: bytes) -> AsyncGenerator[ReceivedFrame, None]:
+    """The frames of an open subscription call, from ``first``, until its end frame, each found
+    in the bytes received (``tidelog.wire.received``: no protobuf parse, no copy of the values);
+    a failure raises its ``grpc.RpcError`` (``_following`` decides what follows)."""
     try:
-        batch: object = first
-        while isinstance(batch, v1.RecordBatch):  # until grpc.aio.EOF
-            if batch.offsets:
-                yield batch
-            if batch.end:
+        data: object = first
+        while isinstance(data, bytes):  # until grpc.aio.EOF
+            frame = ReceivedFrame(data)
+            if frame.offsets:
+                yield frame
+            if frame.end:
                 return
-            batch = await call.read()
+            data = await call.read()
     finally:
         call.cancel()
 

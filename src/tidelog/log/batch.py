@@ -234,7 +234,10 @@ class MessageBatch:
         positions = self.positions[start:end]
         first = int(positions[0])
         data = self.data[first : int(self.positions[end - 1] + self.sizes[end - 1])]
-        return MessageBatch(data, positions - first, self.sizes[start:end], self._header[start:end])
+        # The headers copied too: they may be a view of ``data`` (``record.gather_headers``),
+        # which would keep the whole read alive with the piece.
+        header = self._header[start:end].copy()
+        return MessageBatch(data, positions - first, self.sizes[start:end], header)
 
     def head(self, count: int) -> MessageBatch:
         """The first ``count`` records in delivery order."""

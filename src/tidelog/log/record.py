@@ -359,8 +359,11 @@ def encode_batch(
 
 
 def gather_headers(chunk: bytes, positions: Int64Array) -> npt.NDArray[np.void]:
-    """The fixed 36-byte headers of the records starting at ``positions`` in ``chunk``: one
-    strided copy when the records lie at a fixed stride (records of one size), else a gather."""
+    """The fixed 36-byte headers of the records starting at ``positions`` in ``chunk``: when the
+    records lie at a fixed stride (records of one size), a read-only strided view of ``chunk``
+    (no copy: a copy of a 1 MiB read's headers cost ~0.02 µs per record, an eighth of a catch-up's
+    server CPU; it keeps ``chunk`` alive, which the batch holding the headers does anyway), or
+    a strided copy if ``chunk`` could change; else a gather."""
     count = len(positions)
     if count > 1:
         first = int(positions[0])
@@ -373,7 +376,7 @@ def gather_headers(chunk: bytes, positions: Int64Array) -> npt.NDArray[np.void]:
             strided: npt.NDArray[np.void] = np.ndarray(
                 (count,), dtype=HEADER_DTYPE, buffer=chunk, offset=first, strides=(stride,)
             )
-            return strided.copy()
+            return strided if memoryview(chunk).readonly else strided.copy()
     if not count:
         return np.empty(0, dtype=HEADER_DTYPE)
     raw = np.frombuffer(chunk, dtype=np.uint8)

@@ -49,11 +49,16 @@ class FrameBytes:
     of these, so that each column is copied out of the message at most once, and a column
     nobody asks for (the values, for a read of offsets only) never is."""
 
-    __slots__ = ("_read", "frame")
+    __slots__ = ("_frame", "_read")
 
     def __init__(self, frame: v1.RecordBatch) -> None:
-        self.frame = frame
+        self._frame = frame
         self._read: dict[str, bytes] = {}
+
+    @property
+    def frame(self) -> v1.RecordBatch:
+        """The frame as a protobuf message."""
+        return self._frame
 
     @classmethod
     def of(cls, frame: v1.RecordBatch) -> FrameBytes:
@@ -76,6 +81,12 @@ class FrameBytes:
     @property
     def values(self) -> bytes:
         return self._field("values", self.frame.messages)
+
+    def values_span(self) -> tuple[bytes, int, int]:
+        """The value bytes without a copy where the frame allows: a buffer, where the values
+        start in it and their length (the buffer may hold other data around them)."""
+        values = self.values
+        return values, 0, len(values)
 
     @property
     def values_omitted(self) -> bool:
