@@ -76,7 +76,7 @@ class ReplicaFetcher:
         follower = role.follower
         assert follower is not None
         stub: Any = None
-        next_offset: int | None = None
+        cursor = _Cursor()
         backoff = 0.05
         released = _Released()
         while True:
@@ -86,7 +86,7 @@ class ReplicaFetcher:
                     await asyncio.sleep(host.settings.poll_s)
                     continue
                 stub = cluster_pb2_grpc.ReplicationStub(host.channel(address))
-                if next_offset is None:
+                if cursor.next_offset is None:
                     asked = follower.epochs.latest_epoch
                     reply = await stub.OffsetForLeaderEpoch(
                         cpb.OffsetForLeaderEpochRequest(
@@ -99,7 +99,7 @@ class ReplicaFetcher:
                     )
                     answer = EpochEnd(reply.epoch, reply.end_offset)
                     before = partition.log.next_offset
-                    next_offset = follower.follow(leader_epoch, _known(answer))
+                    next_offset = cursor.next_offset = follower.follow(leader_epoch, _known(answer))
                     LOG.info(
                         "%s/%d: following %s at leader epoch %d from offset %d%s",
                         partition.stream,
@@ -111,9 +111,7 @@ class ReplicaFetcher:
                         if next_offset < before
                         else "",
                     )
-                next_offset = await self._stream(
-                    stub, role, leader_id, leader_epoch, next_offset, released
-                )
+                await self._stream(stub, role, leader_id, leader_epoch, cursor, released)
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise
@@ -162,13 +160,15 @@ class ReplicaFetcher:
         role: PartitionRole,
         leader_id: str,
         leader_epoch: int,
-        next_offset: int,
+        cursor: _Cursor,
         released: _Released,
-    ) -> int:
-        """Copy the leader's records over one replication stream from ``next_offset`` until the
-        leader ends it (a divergence); returns the offset to go on from. Raises what ends it
-        otherwise (the leader's refusal, a broken connection, no message for the fetch wait and
-        5 s more)."""
+    ) -> None:
+        """Copy the leader's records over one replication stream from ``cursor.next_offset``
+        until the leader ends it (a divergence). ``cursor`` follows every answer applied, so the
+        next stream opens where this one got to however it ends. Raises what ends it otherwise
+        (the leader's refusal, a broken connection, no message for the fetch wait and 5 s more)."""
+        next_offset = cursor.next_offset
+        assert next_offset is not None
         host = self._host
         partition = role.partition
         follower = role.follower
@@ -190,7 +190,11 @@ class ReplicaFetcher:
                 )
             )
             while True:
-                response = await asyncio.wait_for(call.read(), 5 + wait_ms / 1000)
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancellation
+                # that lands as the read completes, and the loop would follow on after its role
+                # ended (tests/cluster/test_follower_reopen.py).
+                async with asyncio.timeout(5 + wait_ms / 1000):
+                    response = await call.read()
                 if response is grpc.aio.EOF:
                     raise ConnectionError("the leader ended the replication stream")
                 fetched = _answer(response)
@@ -209,8 +213,9 @@ class ReplicaFetcher:
                     next_offset = await asyncio.to_thread(follower.apply, fetched)
                 else:
                     next_offset = follower.apply(fetched)
+                cursor.next_offset = next_offset
                 if fetched.diverged:
-                    return next_offset  # the leader ends the stream: another one from here
+                    return  # the leader ends the stream: another one from here
                 if fetched.records or response.answer:  # a high watermark alone: not answered
                     await call.write(
                         cpb.ReplicaFetchRequest(
@@ -226,6 +231,13 @@ class ReplicaFetcher:
                     await partition.release_before(start)
         finally:
             call.cancel()
+
+
+@dataclass(slots=True)
+class _Cursor:
+    next_offset: int | None = None
+    """Where the next replication stream opens: the follower's log end after the last answer it
+    applied (None until the leader's epoch answer placed it)."""
 
 
 @dataclass(slots=True)
