@@ -288,3 +288,38 @@ def test_a_stream_response_is_serialised_as_protobuf_would(count: int, ask: bool
         deterministic=True
     )
     assert offsets_of(parsed) == list(range(7, 7 + count))
+
+
+def test_a_send_that_finds_no_records_waits_rather_than_spins(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with replicas(tmp_path, "a") as parts:
+            h = Harness(parts["a"], Clock())
+            await publish(parts["a"], b"v0", b"v1")
+            responses = h.open()
+            assert offsets_of(await next_of(responses)) == [0, 1]
+            await publish(parts["a"], b"v2")
+            leader = h.leader
+
+            asked = 0
+
+            def finds_nothing(*args: object, **kwargs: object) -> FetchAnswer:
+                nonlocal asked
+                asked += 1
+                if asked > 50:  # a spinning stream never gives the loop back: end it here
+                    raise RuntimeError("asked again and again without waiting")
+                return FetchAnswer(1, leader.high_watermark, StoredRecords(), [], 0)
+
+            leader.send = finds_nothing  # type: ignore[method-assign]
+            sent: list[bytes] = []
+
+            async def take() -> None:
+                async for response in responses:
+                    sent.append(response)
+
+            taking = asyncio.create_task(take())
+            await asyncio.sleep(WAIT_MS / 2000)  # half the fetch wait: nothing to say yet
+            taking.cancel()
+            (ended,) = await asyncio.gather(taking, return_exceptions=True)
+            assert sent == [] and asked <= 2, (len(sent), asked, ended)
+
+    asyncio.run(main())

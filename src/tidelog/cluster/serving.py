@@ -308,9 +308,10 @@ class _Stream:
                     answer = leader.send(
                         self._follower, self._next, self._max_records, min(room, FETCH_MAX_BYTES)
                     )
-                    yield self._sent(leader, answer)
-                    last_sent = time.monotonic()
-                    continue
+                    if answer.records:  # none (no record from here to the committed end): wait
+                        yield self._sent(leader, answer)
+                        last_sent = time.monotonic()
+                        continue
                 if min(leader.high_watermark, self._next - 1) > self._told:
                     yield self._sent(leader, _news(leader))
                     last_sent = time.monotonic()
