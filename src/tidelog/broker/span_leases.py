@@ -15,9 +15,10 @@ its lease's mark. A lease is given back once ``sent`` reaches its mark (its fram
 call), or when the subscription ends.
 
 Invariants: every whole span read and not yet sent by its call is on lease; a subscription holds
-at most :data:`MAX_HELD` leases (one frame being sent, one in hand: a client that keeps up never
-waits for a lease, one that stopped reading holds two spans and then reads batches of its byte
-budget); whole spans lease only while at least :data:`KEEP_FREE` of the read-ahead budget stays
+at most :data:`MAX_HELD` leases (a whole frame is more than the call's high-water mark, so a
+client that reads, however slowly, has at most the tail of one frame and the next one queued when
+the one after is read: it keeps getting whole spans; one that stopped reading holds two, one
+queued and one in hand); whole spans lease only while at least :data:`KEEP_FREE` of the read-ahead budget stays
 unleased, so however many subscribers catch up at once, other readers keep read-ahead.
 """
 
@@ -31,8 +32,8 @@ from tidelog.log.readahead import BUDGET_BYTES, READAHEAD, Lease
 Outbound = Callable[[], tuple[int, int]]
 """The call's response bytes ``(pending, sent)``: queued and not yet sent, sent so far."""
 
-MAX_HELD: Final = 2
-"""Whole spans a subscription holds on lease at once: the frame being sent and the next one."""
+MAX_HELD: Final = 3
+"""Whole spans a subscription holds on lease at once: two queued (one partly sent), one in hand."""
 
 KEEP_FREE: Final = BUDGET_BYTES // 2
 """The share of the read-ahead budget whole spans leave to other readers."""

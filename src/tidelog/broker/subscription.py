@@ -209,7 +209,7 @@ class Subscription:
         frames cost the server and its client mostly per frame. ``outbound`` reports the call's
         queue of response bytes: a batch larger than the byte budget is read only on a lease of
         the process-wide read-ahead budget (``tidelog.log.readahead``), kept until the
-        transport has sent its frame (``broker/span_leases.py``: at most two per subscription,
+        transport has sent its frame (``broker/span_leases.py``: at most three per subscription,
         and never the last half of the budget). Without a lease, batches are the budget's size
         as before. So every byte of a whole span, in hand or queued, is on lease: subscribers
         together hold no more than what their byte budgets and calls' queues hold and half the
