@@ -1,9 +1,9 @@
 """Whole read-ahead spans as batches (``Subscription.send_whole_spans``, what ``SubscribeBatches``
 asks for when its subscriber leaves the batch size to the broker): a catch-up's batches may exceed
 the subscription's byte budget, up to ``READAHEAD_BYTES``, only on a lease of the process-wide
-read-ahead budget, which is given back once the batch is handed on or the subscription ends; with
-that budget spent the batches are the byte budget's size again. Every message arrives once, in
-order, whatever the batches' sizes."""
+read-ahead budget, given back once its frame has been sent (here at once) or the subscription
+ends; with that budget spent the batches are the byte budget's size again. Every message arrives
+once, in order, whatever the batches' sizes."""
 
 from __future__ import annotations
 

@@ -18,8 +18,9 @@ Invariants: every whole span read and not yet sent by its call is on lease; a su
 at most :data:`MAX_HELD` leases (a whole frame is more than the call's high-water mark, so a
 client that reads, however slowly, has at most the tail of one frame and the next one queued when
 the one after is read: it keeps getting whole spans; one that stopped reading holds two, one
-queued and one in hand); whole spans lease only while at least :data:`KEEP_FREE` of the read-ahead budget stays
-unleased, so however many subscribers catch up at once, other readers keep read-ahead.
+queued and one in hand); whole spans lease only while at least :data:`KEEP_FREE` of the
+read-ahead budget stays unleased, so however many subscribers catch up at once, other readers
+keep read-ahead.
 """
 
 from __future__ import annotations
