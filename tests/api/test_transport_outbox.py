@@ -166,3 +166,21 @@ def test_writev_returns_what_the_socket_would_not_take() -> None:
     finally:
         left.close()
         right.close()
+
+
+@given(st.lists(st.integers(0, 3 * ZERO_COPY_MIN), max_size=8), st.integers(0, 4 * ZERO_COPY_MIN))
+def test_taken_counts_every_byte_removed_so_the_queue_end_is_a_fixed_mark(
+    sizes: list[int], take: int
+) -> None:
+    """``taken + size`` is where the queue ends in the stream: it moves only when bytes are
+    added, so a frame queued last has left once ``taken`` reaches that mark (span_leases)."""
+    box = Outbox()
+    for size in sizes:
+        box.add(bytes(size))
+    mark = box.taken + box.size
+    assert mark == sum(sizes)
+    got = sum(len(piece) for piece in box.take(take))
+    assert box.taken == got == min(take, mark)
+    assert box.taken + box.size == mark
+    box.clear()
+    assert box.taken == mark and box.size == 0

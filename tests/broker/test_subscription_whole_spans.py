@@ -1,9 +1,9 @@
 """Whole read-ahead spans as batches (``Subscription.send_whole_spans``, what ``SubscribeBatches``
 asks for when its subscriber leaves the batch size to the broker): a catch-up's batches may exceed
 the subscription's byte budget, up to ``READAHEAD_BYTES``, only on a lease of the process-wide
-read-ahead budget, which is given back once the batch is handed on or the subscription ends; with
-that budget spent the batches are the byte budget's size again. Every message arrives once, in
-order, whatever the batches' sizes."""
+read-ahead budget, given back once its frame has been sent (here at once) or the subscription
+ends; with that budget spent the batches are the byte budget's size again. Every message arrives
+once, in order, whatever the batches' sizes."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ async def catch_up(config: BrokerConfig, *, whole: bool, spend: int = 0) -> list
                 await broker.publish("w", 0, values[first : first + 5000])
             subscription = broker.subscribe("w", 0, to_latest())
             if whole:
-                subscription.send_whole_spans()
+                subscription.send_whole_spans(lambda: (0, 0))  # sent at once
             offsets: list[int] = []
             try:
                 async for batch in subscription.batches():

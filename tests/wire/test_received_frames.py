@@ -183,3 +183,32 @@ def test_bytes_protobuf_refuses_are_refused_at_once() -> None:
     for bad in (b"\x0b", b"\x0f\x00", b"\x02\x00", b"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"):
         with pytest.raises(MalformedBatch):
             ReceivedFrame(bad)
+
+
+@settings(deadline=None)
+@given(
+    st.lists(any_frames(), min_size=1, max_size=3),
+    st.integers(min_value=-(2**31), max_value=2**31 - 1),
+)
+def test_concatenated_frames_merge_as_protobuf_merges(
+    frames: list[v1.RecordBatch], end: int
+) -> None:
+    """Protobuf parses concatenated messages as one, merging ``messages`` (bytes fields: the last
+    wins; headers: appended); an enum may be negative or unknown. The columns must match."""
+    data = b"".join(frame.SerializeToString() for frame in frames)
+    data += b"\x20" + uvarint(end & 0xFFFFFFFFFFFFFFFF)  # end, as protobuf writes an int32
+    parsed = v1.RecordBatch.FromString(data)
+    got = ReceivedFrame(data)
+    same_columns(got, FrameBytes(parsed))
+    assert got.end == parsed.end == end
+    assert got.frame == parsed
+
+
+def test_a_repeated_messages_field_is_merged() -> None:
+    data = (
+        v1.RecordBatch(messages=v1.Messages(values=b"a")).SerializeToString()
+        + v1.RecordBatch(messages=v1.Messages(keys=b"k")).SerializeToString()
+    )
+    got = ReceivedFrame(data)
+    assert (got.values, got.keys) == (b"a", b"k")
+    assert ReceivedFrame(b"\x20" + uvarint(2**64 - 1)).end == -1

@@ -26,7 +26,7 @@ varint (:func:`uvarint`), for the encoders that lay out messages themselves.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -72,3 +72,10 @@ def takes_framed(context: object) -> bool:
     """Whether the call's transport writes :class:`Framed` as they are (tidelog's own HTTP/2
     server does; grpcio's does not)."""
     return getattr(context, FRAMED_ATTRIBUTE, False) is True
+
+
+def outbound_of(context: object) -> Callable[[], tuple[int, int]] | None:
+    """The call's ``outbound`` report, ``(pending, sent)`` response bytes, where the transport
+    gives one (tidelog's own server does, ``transport/context.py``; grpcio's does not)."""
+    outbound = getattr(context, "outbound", None)
+    return outbound if takes_framed(context) and callable(outbound) else None

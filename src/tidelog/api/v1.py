@@ -15,7 +15,7 @@ from tidelog.api.browse_service import BrowseService
 from tidelog.api.consume import consume
 from tidelog.api.describe_service import DescribeService
 from tidelog.api.draining import until_draining
-from tidelog.api.framed import Framed, takes_framed
+from tidelog.api.framed import Framed, outbound_of, takes_framed
 from tidelog.api.frames import (
     END_REASONS,
     encoded_record_batch,
@@ -183,7 +183,9 @@ class TidelogService(
             framed = record_batch_without_values
             subscription.send_without_values()  # fewer, larger frames: see its docstring
         elif not request.max_messages and not request.max_bytes:
-            subscription.send_whole_spans()  # a catch-up's frames up to 1 MiB: see its docstring
+            outbound = outbound_of(context)  # when each frame has left the call (native only)
+            if outbound is not None:
+                subscription.send_whole_spans(outbound)  # catch-up frames up to 1 MiB: docstring
         yield v1.RecordBatch()  # the handshake: the subscription exists
         gate = delivery_gate()
         try:

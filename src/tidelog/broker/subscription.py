@@ -14,12 +14,12 @@ reads again when the high watermark moves. Because both states read the same log
 hand-over from resuming to live cannot miss or repeat a message, whatever publishers do meanwhile.
 The only per-subscriber buffer is the batch in hand, and a byte budget bounds it (``buffer_bytes``:
 a batch is never read larger, except that a single larger message is read alone, and that a catch-up
-sending whole read-ahead spans holds a larger one on a lease of the process-wide read-ahead budget,
-:meth:`Subscription.send_whole_spans`): a slow client stops the loop at its ``yield`` once gRPC flow
-control holds its write, which costs the publisher and the other subscribers nothing, and the
-subscriber resumes from the log where it stopped - the log is the buffer. Until a non-reading
-client's flow-control window is full, its sends still cost the event loop;
-``tidelog.broker.delivery`` keeps them from crowding out publishers.
+sending whole read-ahead spans holds a larger one on a lease of the process-wide read-ahead budget
+until its call has sent it, :meth:`Subscription.send_whole_spans`): a slow client stops the loop
+at its ``yield`` once gRPC flow control holds its write, which costs the publisher and the other
+subscribers nothing, and the subscriber resumes from the log where it stopped - the log is the
+buffer. Until a non-reading client's flow-control window is full, its sends still cost the event
+loop; ``tidelog.broker.delivery`` keeps them from crowding out publishers.
 
 A *seekable* subscription (``Consume``) adds two things: *permits*, the messages its client has
 room for (it never reads more than granted), and *seeks*, which switch it to a new position and
@@ -46,6 +46,7 @@ from tidelog.broker.partition import Partition
 from tidelog.broker.positions import Bounds
 from tidelog.broker.positions import SubscribeRequest as SubscribeRequest
 from tidelog.broker.positions import resolve as resolve
+from tidelog.broker.span_leases import Outbound, SpanLeases
 from tidelog.errors import (
     Fenced,
     InvalidArgument,
@@ -56,7 +57,6 @@ from tidelog.errors import (
     TidelogError,
 )
 from tidelog.log import MessageBatch, Reader
-from tidelog.log.readahead import READAHEAD, Lease
 
 READAHEAD_BYTES: Final = 1 << 20
 """A forward subscription reads the log this many bytes at a time and sends them in batches of
@@ -181,11 +181,8 @@ class Subscription:
         """Set by seek, grant and cancel: what a waiting seekable subscription wakes on."""
         self._log = partition.log  # a pause closes it; a resume opens another: this one is over
         self._reader = self._open_reader(bounds)
-        self._whole_spans = False
-        """Catch-up reads go out whole (:meth:`send_whole_spans`)."""
-        self._span_lease: Lease | None = None
-        """The read-ahead budget's bytes the batch last handed out holds beyond ``buffer_bytes``;
-        given back at the next read, or with the subscription."""
+        self._spans: SpanLeases | None = None
+        """Catch-up reads go out whole, on these leases (:meth:`send_whole_spans`)."""
         self._tails = (
             not seekable
             and not bounds.reverse
@@ -205,18 +202,21 @@ class Subscription:
         and CRC-checked whole."""
         self._max_bytes = min(self._asked_bytes, VALUELESS_BUDGET_FACTOR * self._buffer_bytes)
 
-    def send_whole_spans(self) -> None:
+    def send_whole_spans(self, outbound: Outbound) -> None:
         """A catching-up forward read of up to :data:`READAHEAD_BYTES` goes out as one batch
         rather than in pieces of the byte budget: for a subscriber that left the batch size to
         the broker (``SubscribeBatches`` without ``max_messages`` or ``max_bytes``), whose
-        frames cost the server and its client mostly per frame. A batch larger than the byte
-        budget is held only on a lease of the process-wide read-ahead budget
-        (``tidelog.log.readahead``), the same bytes a read ahead would hold, kept until the next
-        read: with that budget spent, batches are the budget's size as before, so subscribers
-        together still hold no more than their budgets and the read-ahead budget. Not for a
-        seekable or a reverse subscription (permits and descending reads size their own)."""
+        frames cost the server and its client mostly per frame. ``outbound`` reports the call's
+        queue of response bytes: a batch larger than the byte budget is read only on a lease of
+        the process-wide read-ahead budget (``tidelog.log.readahead``), kept until the
+        transport has sent its frame (``broker/span_leases.py``: at most three per subscription,
+        and never the last half of the budget). Without a lease, batches are the budget's size
+        as before. So every byte of a whole span, in hand or queued, is on lease: subscribers
+        together hold no more than what their byte budgets and calls' queues hold and half the
+        read-ahead budget, and other readers keep the other half. Not for a seekable or a
+        reverse subscription (permits and descending reads size their own)."""
         if not self.seekable and not self.bounds.reverse:
-            self._whole_spans = True
+            self._spans = SpanLeases(outbound)
 
     def _open_reader(self, bounds: Bounds) -> Reader | None:
         if bounds.empty:
@@ -348,8 +348,8 @@ class Subscription:
                     raise StopReached("stop offset reached")
         finally:
             partition.subscribers -= 1
-            if self._span_lease is not None:
-                self._span_lease.release()
+            if self._spans is not None:
+                self._spans.release()
             if self.state in (SubscriberState.RESUMING, SubscriberState.LIVE):
                 self._on(Event.CANCEL)
             if self.on_close is not None:
@@ -363,10 +363,8 @@ class Subscription:
         limit = self._max_messages if permits is None else min(permits, self._max_messages)
         max_bytes = self._max_bytes
         epoch = self.epoch
-        held, self._span_lease = self._span_lease, None
-        if held is not None:  # the batch it covered has been handed on
-            held.release()
-        lease = READAHEAD.lease(READAHEAD_BYTES) if self._whole_spans else None
+        spans = self._spans
+        lease = spans.lease(READAHEAD_BYTES) if spans is not None else None
         if lease is not None:
             limit *= -(-READAHEAD_BYTES // max_bytes)
             max_bytes = max(max_bytes, READAHEAD_BYTES)
@@ -378,8 +376,8 @@ class Subscription:
             raise
         finally:
             if lease is not None:
-                if batch.byte_size > self._max_bytes:  # kept while this batch is in hand
-                    self._span_lease = lease
+                if batch.byte_size > self._max_bytes and spans is not None:  # until sent
+                    spans.hold(lease)
                 else:  # within the subscription's own budget (a live read), or no batch
                     lease.release()
         if batch:

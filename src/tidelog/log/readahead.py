@@ -37,10 +37,11 @@ class ReadAheadBudget:
         """The bytes on lease now."""
         return self._leased
 
-    def lease(self, size: int) -> Lease | None:
-        """A lease of ``size`` bytes, or None when that would exceed the budget."""
+    def lease(self, size: int, keep_free: int = 0) -> Lease | None:
+        """A lease of ``size`` bytes, or None when that would leave less than ``keep_free``
+        of the budget unleased."""
         with self._lock:
-            if self._leased + size > self.budget_bytes:
+            if self._leased + size + keep_free > self.budget_bytes:
                 return None
             self._leased += size
         return Lease(self, size)

@@ -12,8 +12,11 @@ asked for, and the protobuf message is parsed only if something asks for it (``f
 header lists, which the protocol carries as protobuf messages).
 
 Invariants: the columns are those ``v1.RecordBatch.FromString`` of the same bytes would give,
-field for field (the last occurrence of a field wins, unknown fields are skipped, as protobuf
-does; ``tests/wire/test_received_frames.py``); bytes that are not a well-formed message raise
+field for field (the last occurrence of a scalar field wins, unknown fields are skipped, an enum
+is the varint's low 32 bits as a signed int32, as protobuf does;
+``tests/wire/test_received_frames.py``). A frame whose ``messages`` occurs more than once (which
+protobuf merges; the server never writes one) is parsed by protobuf and read in place in its
+re-serialised, canonical form. Bytes that are not a well-formed message raise
 :class:`~tidelog.wire.arrow.MalformedBatch` when the frame is made, never later.
 """
 
@@ -21,6 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Final
+
+from google.protobuf.message import DecodeError
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
 from tidelog.wire.arrow import MalformedBatch
@@ -54,10 +59,18 @@ def _uvarint(data: bytes, at: int, end: int) -> tuple[int, int]:
     raise MalformedBatch("malformed frame: a varint runs past its message")
 
 
-def _fields(data: bytes, at: int, end: int) -> tuple[dict[int, Span], dict[int, int]]:
+def _int32(value: int) -> int:
+    """A varint as protobuf reads an enum (or int32) field: its low 32 bits, signed."""
+    return ((value & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000
+
+
+def _fields(
+    data: bytes, at: int, end: int, merged: int = 0
+) -> tuple[dict[int, Span], dict[int, int]]:
     """The length-delimited fields (their payloads' spans) and the varint fields (their values)
     of the message in ``data[at:end]``; the last occurrence of a field wins. A repeated field's
-    spans are not kept (the header lists are read by protobuf), only that it occurred."""
+    spans are not kept (the header lists are read by protobuf), only that it occurred. Field
+    ``merged`` (a message field, which protobuf merges) occurring twice raises ``_Merged``."""
     spans: dict[int, Span] = {}
     varints: dict[int, int] = {}
     while at < end:
@@ -67,6 +80,8 @@ def _fields(data: bytes, at: int, end: int) -> tuple[dict[int, Span], dict[int, 
             length, at = _uvarint(data, at, end)
             if at + length > end:
                 raise MalformedBatch("malformed frame: a field runs past its message")
+            if number == merged and number in spans:
+                raise _Merged
             spans[number] = (at, at + length)
             at += length
         elif kind == _VARINT:
@@ -82,6 +97,10 @@ def _fields(data: bytes, at: int, end: int) -> tuple[dict[int, Span], dict[int, 
     return spans, varints
 
 
+class _Merged(Exception):
+    """A message field occurs twice: protobuf merges the occurrences (not read in place)."""
+
+
 class ReceivedFrame(FrameBytes):
     """One serialised ``RecordBatch`` frame's columns, found in place (module docstring)."""
 
@@ -91,10 +110,18 @@ class ReceivedFrame(FrameBytes):
         # Not FrameBytes.__init__: the message is built only when asked for (``frame``).
         self._read: dict[str, bytes] = {}
         self._message: v1.RecordBatch | None = None
+        try:
+            spans, varints = _fields(data, 0, len(data), _BATCH_MESSAGES)
+        except _Merged:  # not the layout the server writes: protobuf merges, then read that
+            try:
+                self._message = v1.RecordBatch.FromString(data)
+            except DecodeError as error:
+                raise MalformedBatch(f"malformed frame: {error}") from error
+            data = self._message.SerializeToString()
+            spans, varints = _fields(data, 0, len(data))
         self._data = data
-        spans, varints = _fields(data, 0, len(data))
         self._batch = spans
-        self.end: int = varints.get(_BATCH_END, 0)
+        self.end: int = _int32(varints.get(_BATCH_END, 0))
         """The frame's ``end`` (an ``EndReason``; 0: the subscription goes on)."""
         start, stop = spans.get(_BATCH_MESSAGES, _EMPTY)
         self._messages, inner = _fields(data, start, stop)

@@ -28,6 +28,7 @@ import grpc
 
 from tidelog.api.framed import Framed, Piece
 from tidelog.api.transport.messages import Metadata
+from tidelog.api.transport.outbox import Outbox
 
 
 class CallPort(Protocol):
@@ -37,6 +38,7 @@ class CallPort(Protocol):
     metadata: Metadata
     peer: str
     auth: dict[str, list[bytes]]
+    pending: Outbox
 
     def send(self, data: Piece | tuple[Piece, ...], framed: bool) -> bool: ...
 
@@ -156,6 +158,13 @@ class ServicerContext(_Common):
             call.send(message.data, True)
         else:
             call.send(self.serialize(message), False)
+
+    def outbound(self) -> tuple[int, int]:
+        """The call's response bytes queued and not yet handed to the connection, and those
+        handed so far (a running count): a response written (queued) when the two summed to
+        ``end`` has left the call once the second reaches ``end`` (``broker/span_leases.py``)."""
+        pending = self._call.pending
+        return pending.size, pending.taken
 
     def serialize(self, message: object) -> bytes:
         serialize = self._serialize

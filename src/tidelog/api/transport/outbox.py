@@ -70,12 +70,15 @@ def claim_data(h2: H2Connection, stream_id: int, size: int) -> None:
 class Outbox:
     """One call's pending response bytes as chunks (module docstring)."""
 
-    __slots__ = ("_chunks", "_tail", "size")
+    __slots__ = ("_chunks", "_tail", "size", "taken")
 
     def __init__(self) -> None:
         self._chunks: collections.deque[Piece] = collections.deque()
         self._tail = bytearray()
         self.size = 0
+        self.taken = 0
+        """Bytes removed so far (taken or cleared), a running count: with ``size``, where the
+        bytes queued now end in the call's stream (``taken + size``)."""
 
     def __len__(self) -> int:
         return self.size
@@ -136,11 +139,13 @@ class Outbox:
                 chunks[0] = view[left:]
                 left = 0
         self.size -= n
+        self.taken += n
         return pieces
 
     def clear(self) -> None:
         self._chunks.clear()
         self._tail = bytearray()
+        self.taken += self.size
         self.size = 0
 
 
