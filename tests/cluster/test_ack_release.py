@@ -106,3 +106,32 @@ def test_waits_that_time_out_leave_no_entries_behind(tmp_path: Path) -> None:
             assert role._acks == []
 
     asyncio.run(main())
+
+
+def test_an_older_sequence_is_answered_only_once_the_producers_latest_batch_is_replicated(
+    tmp_path: Path,
+) -> None:
+    """A leader holding a producer's later batch uncommitted (it arrived first) must not answer
+    an earlier sequence as a stored duplicate before that batch is copied: a leader deposed in
+    between would have acknowledged what no other replica holds."""
+
+    async def main() -> None:
+        async with replicas(tmp_path, "a") as parts:
+            part = parts["a"]
+            role = PartitionRole(stand_in_node("a"), part)  # type: ignore[arg-type]
+            leader = LeaderReplica(
+                part, "a", 1, isr=["a", "b"], min_isr=2, on_advance=role._release
+            )
+            role.leader = leader
+            part.role = role
+            later = asyncio.create_task(part.publish_idempotent([b"one"], "z", 1, durable=True))
+            await turns(50)
+            assert not later.done(), "b has copied nothing"
+            earlier = asyncio.create_task(part.publish_idempotent([b"zero"], "z", 0, durable=True))
+            await asyncio.sleep(0.3)  # its sync runs in a thread
+            assert not earlier.done(), "answered as stored before the later batch was copied"
+            leader.fetch("b", 1, part.log.next_offset)  # b holds everything
+            published = await asyncio.wait_for(earlier, 5)
+            assert published.duplicate and (await asyncio.wait_for(later, 5)).offsets == range(1)
+
+    asyncio.run(main())

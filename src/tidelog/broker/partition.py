@@ -469,7 +469,8 @@ class Partition:
         the caller's principal: ``ProducerIdTaken`` when another one owns the producer id.
 
         A duplicate is answered once the stored batch is committed (and, with ``durable``,
-        synced), as its first publish would have been.
+        synced), as its first publish would have been; an older sequence once the producer's
+        latest batch is.
         """
         if self.readonly:
             raise PartitionReadonly(self.stream, self.number)
@@ -501,8 +502,11 @@ class Partition:
                 await asyncio.to_thread(log.flush)
             self.touch()
             stored = duplicate.stored
-            if durable and role is not None and stored is not None and stored.offsets:
-                await role.replicated(stored.offsets[-1])
+            # An older sequence waits for the producer's latest batch: a deposed leader holding
+            # a later batch it never committed must not answer an earlier one as stored.
+            latest = duplicate.latest
+            if durable and role is not None and latest.offsets:
+                await role.replicated(latest.offsets[-1])
             return Published(range(0) if stored is None else stored.offsets, duplicate=True)
         guard.table.settle(log.high_watermark)
         if durable and not always and offsets:

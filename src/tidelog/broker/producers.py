@@ -113,11 +113,15 @@ class Published:
 class DuplicateBatch(Exception):
     """Raised by the guard (and caught by the partition): the batch is not appended.
 
-    ``stored`` is the producer's latest batch when the sequence equals its sequence, else None.
+    ``stored`` is the producer's latest batch when the sequence equals its sequence, else None;
+    ``latest`` is the producer's latest batch either way.
     """
 
-    def __init__(self, producer_id: str, sequence: int, stored: StoredBatch | None) -> None:
+    def __init__(
+        self, producer_id: str, sequence: int, stored: StoredBatch | None, latest: StoredBatch
+    ) -> None:
         self.stored = stored
+        self.latest = latest
         super().__init__(f"producer {producer_id!r} batch {sequence} is a duplicate")
 
 
@@ -562,7 +566,7 @@ class ProducerGuard:
             raise ProducerIdTaken(self.producer_id)
         if self.sequence <= known.sequence:
             stored = known if self.sequence == known.sequence else None
-            raise DuplicateBatch(self.producer_id, self.sequence, stored)
+            raise DuplicateBatch(self.producer_id, self.sequence, stored, known)
 
     def written(self, offsets: range) -> None:
         stored = StoredBatch(self.sequence, offsets.start, len(offsets), self.owner)
