@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidelog._proto.liftbridge import api_pb2 as pb
-from tidelog.api.framed import Framed, uvarint
+from tidelog.api.framed import Framed
 from tidelog.api.liftbridge import _messages
 from tidelog.api.liftbridge_frames import (
     FEW_MESSAGES,
@@ -23,6 +23,7 @@ from tidelog.api.liftbridge_frames import (
 )
 from tidelog.log import MessageBatch, NewRecord
 from tidelog.log.record import encode_batch, gather_headers
+from tidelog.wire.varints import uvarint
 
 LIMIT = 1 << 22
 INT64 = st.integers(-(1 << 63), (1 << 63) - 1)

@@ -21,6 +21,7 @@ from tidelog.wire import columns
 from tidelog.wire.arrow import MalformedBatch
 from tidelog.wire.columns import FrameBytes
 from tidelog.wire.received import ReceivedFrame
+from tidelog.wire.varints import uvarint
 
 FIELDS = ("offsets", "timestamps", "values", "value_sizes", "value_positions", "keys", "key_sizes")
 
@@ -58,15 +59,6 @@ def any_frames(draw: st.DrawFn) -> v1.RecordBatch:
             ],
         ),
     )
-
-
-def uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 UNKNOWN = (

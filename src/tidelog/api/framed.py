@@ -19,8 +19,8 @@ Only a transport whose context says so (:func:`takes_framed`) receives them; grp
 sends one message per write and is handed messages one by one.
 
 The module also holds what every writer of framed messages shares: the prefix
-(:data:`PREFIX`, also read by the native transport), a buffer (:data:`Piece`) and protobuf's
-varint (:func:`uvarint`), for the encoders that lay out messages themselves.
+(:data:`PREFIX`, also read by the native transport) and a buffer (:data:`Piece`); protobuf's
+varint is ``tidelog.wire.varints.uvarint``, which the cluster's encoder uses too.
 """
 
 from __future__ import annotations
@@ -52,20 +52,6 @@ class Framed:
         """One uncompressed message whose serialised bytes are ``pieces`` joined, prefixed,
         the pieces kept as they are."""
         return cls((PREFIX.pack(0, sum(map(len, pieces))), *pieces), 1)
-
-
-def uvarint(value: int) -> bytes:
-    """One protobuf varint: ``value`` as an unsigned 64-bit number (a negative int64 or int32 is
-    its two's complement, 10 bytes)."""
-    if 0 <= value < 0x4000:  # the lengths of a live frame's fields: one or two bytes, no loop
-        return bytes((value,)) if value < 0x80 else bytes(((value & 0x7F) | 0x80, value >> 7))
-    raw = value & 0xFFFF_FFFF_FFFF_FFFF
-    out = bytearray()
-    while raw >= 0x80:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
-    return bytes(out)
 
 
 def takes_framed(context: object) -> bool:

@@ -21,9 +21,10 @@ and the same bytes are the pieces of :func:`encoded_record_batch_pieces` joined.
 from __future__ import annotations
 
 from tidelog._proto.tidelog.v1 import tidelog_pb2 as v1
-from tidelog.api.framed import Framed, uvarint
+from tidelog.api.framed import Framed
 from tidelog.broker import EndReason, MessageBatch
 from tidelog.wire import columns
+from tidelog.wire.varints import uvarint
 
 END_REASONS = {
     EndReason.STOP: v1.END_REASON_STOP,

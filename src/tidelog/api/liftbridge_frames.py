@@ -45,8 +45,9 @@ import numpy.typing as npt
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from tidelog._proto.liftbridge import api_pb2 as pb
-from tidelog.api.framed import PREFIX, Framed, uvarint
+from tidelog.api.framed import PREFIX, Framed
 from tidelog.broker import MessageBatch
+from tidelog.wire.varints import uvarint
 
 UInt8Array = npt.NDArray[np.uint8]
 Int64Array = npt.NDArray[np.int64]

@@ -49,6 +49,7 @@ from tidelog.cluster.settings import ClusterSettings
 from tidelog.cluster.stored import StoredRecords
 from tidelog.errors import NotLeader, StaleEpoch
 from tidelog.wire import columns
+from tidelog.wire.varints import uvarint
 
 STREAM_WINDOW: Final = 2 * FETCH_MAX_BYTES
 """Record bytes a replication stream sends beyond what its follower has acknowledged."""
@@ -194,23 +195,13 @@ def _serialized(answer: FetchAnswer, *, ask: bool = False) -> bytes:
         (
             head,
             _STORED_RECORDS,
-            _uvarint(len(records.data)),
+            uvarint(len(records.data)),
             records.data,
             _STORED_SIZES,
-            _uvarint(len(sizes)),
+            uvarint(len(sizes)),
             sizes,
         )
     )
-
-
-def _uvarint(value: int) -> bytes:
-    """A length as protobuf writes it (a varint: 7 bits a byte, low first)."""
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 class _Stream:
