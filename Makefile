@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PEERS_STAMP := $(VENV)/.peers-installed
 
-.PHONY: install peers chromium kcat maven kafka-java kafka-dist spark-kafka liftbridge serve test demo sites cluster demo-broker bench bench-e2e bench-liftbridge bench-peers bench-cursors bench-windows bench-spark bench-isolation bench-browse bench-cluster bench-cluster-idle bench-replication java lint proto clean
+.PHONY: install peers chromium kcat maven kafka-java kafka-dist spark-kafka spark-jvm liftbridge serve test demo sites cluster demo-broker bench bench-e2e bench-liftbridge bench-peers bench-cursors bench-windows bench-spark bench-isolation bench-browse bench-cluster bench-cluster-idle bench-replication java lint proto clean
 
 install: $(STAMP)
 
@@ -93,6 +93,18 @@ $(KAFKA_BUILD)/.spark-kafka.stamp: tests/support/kafka_dist.py | maven
 	$(PYTHON) scripts/kafka_dist.py spark-kafka
 	touch $@
 
+# tidelog's reader inside Spark's JVM (jvm/spark, format "tidelog-jvm", docs/spark.md): compiled
+# against the installed PySpark's own jars, with grpc-java from Maven Central shaded in.
+SPARK_JVM_JAR := build/spark-jvm/tidelog-spark.jar
+
+spark-jvm: $(SPARK_JVM_JAR)
+
+$(SPARK_JVM_JAR): jvm/spark/pom.xml $(shell find jvm/spark/src -type f) $(STAMP) | maven
+	mvn -B -q -Dstyle.color=never -f jvm/spark/pom.xml \
+	  -Dspark.jars.dir="$$($(BIN)/python -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')" \
+	  package
+	touch $@
+
 # Liftbridge's own server (with its embedded NATS) and the benchmark's driver on Liftbridge's
 # official Go client, built from Go modules (versions pinned in benchmarks/go/go.mod) into
 # build/go/bin, with Go's own module and build caches: seconds once built on the machine. The
@@ -106,7 +118,7 @@ liftbridge: install
 serve: install
 	$(BIN)/tidelog serve --kafka-port 9092
 
-test: install peers java chromium kcat kafka-java kafka-dist spark-kafka liftbridge
+test: install peers java chromium kcat kafka-java kafka-dist spark-kafka spark-jvm liftbridge
 	$(BIN)/python -m pytest -q
 
 demo: install java
@@ -144,7 +156,7 @@ bench-cursors: install
 bench-windows: install
 	$(BIN)/python benchmarks/window_fetch.py
 
-bench-spark: install java
+bench-spark: install java spark-jvm
 	$(BIN)/python benchmarks/spark_read.py
 
 # Isolation and resource bounds: idle subscribers vs a publisher, RSS, descriptors of 2,000

@@ -140,7 +140,11 @@ def main() -> None:
     from pyspark.sql import functions as F
 
     from tidelog.process import ServerProcess
-    from tidelog.spark import TidelogDataSource
+    from tidelog.spark import TidelogDataSource, jvm
+
+    jar = jvm.jar_path()
+    if not jar.is_file():
+        raise SystemExit(f"no {jar}: build the JVM reader first (`make spark-jvm`)")
 
     load_before = list(os.getloadavg())
     work = Path(tempfile.mkdtemp(prefix="tidelog-spark-bench-"))
@@ -164,6 +168,7 @@ def main() -> None:
             .config("spark.sql.python.filterPushdown.enabled", "true")
             .config("spark.sql.warehouse.dir", str(work / "warehouse"))
             .config("spark.driver.memory", "2g")
+            .config("spark.jars", str(jar))
             .getOrCreate()
         )
         spark.sparkContext.setLogLevel("ERROR")
@@ -212,10 +217,24 @@ def main() -> None:
         def narrowed(ddl: str) -> Any:
             return tidelog_reader().schema(ddl).load()
 
+        jvm_options = {"servers": server.address, "stream": "bench"}
+        if args.max_offsets_per_partition:
+            jvm_options["maxOffsetsPerPartition"] = str(args.max_offsets_per_partition)
+
+        def on_jvm() -> Any:
+            """Planned again for every query, as the Python source plans every query."""
+            return jvm.read(spark, jvm_options)
+
+        jvm_s, jvm_result, jvm_times = timed(lambda: aggregate(on_jvm()), args.runs)
+
         narrowed_run = narrowed_or_none(
             lambda: timed(lambda: aggregate(narrowed("partition INT, value BINARY")), args.runs)
         )
-        results = [("tidelog", tidelog_result), ("parquet", parquet_result)]
+        results = [
+            ("tidelog", tidelog_result),
+            ("parquet", parquet_result),
+            ("tidelog jvm", jvm_result),
+        ]
         if narrowed_run is not None:
             results.append(("tidelog narrowed", narrowed_run[1]))
         for name, result in results:
@@ -236,6 +255,7 @@ def main() -> None:
                 run_query,
                 all_columns=reader.load,
                 narrowed=lambda ddl=ddl: narrowed(ddl),
+                on_jvm=on_jvm,
                 parquet=lambda: spark.read.parquet(str(parquet)),
                 runs=args.runs,
                 messages=args.messages,
@@ -253,6 +273,7 @@ def main() -> None:
         tidelog_rate = args.messages / tidelog_s
         parquet_rate = args.messages / parquet_s
         narrowed_rate = rate(args.messages, None if narrowed_run is None else narrowed_run[0])
+        jvm_rate = rate(args.messages, jvm_s)
         print(
             json.dumps(
                 {
@@ -264,8 +285,14 @@ def main() -> None:
                     "streaming_rows_per_s": sink["streaming_rows_per_s"],
                     "narrowed_rows_per_s": narrowed_rate,
                     "narrowed_ratio": ratio(narrowed_rate, round(parquet_rate)),
+                    "jvm_rows_per_s": jvm_rate,
+                    "jvm_ratio": ratio(jvm_rate, round(parquet_rate)),
                     **{
-                        f"{query}_vs_parquet": queries[query]["ratio_narrowed"]
+                        f"{query}_vs_parquet": queries[query]["ratio_jvm"]
+                        for query in ("count", "group_by_partition", "select_value")
+                    },
+                    **{
+                        f"{query}_python_vs_parquet": queries[query]["ratio_narrowed"]
                         for query in ("count", "group_by_partition", "select_value")
                     },
                     "queries": queries,
@@ -288,6 +315,7 @@ def main() -> None:
                         "narrowed_seconds": None
                         if narrowed_run is None
                         else [round(t, 3) for t in narrowed_run[2]],
+                        "jvm_seconds": [round(t, 3) for t in jvm_times],
                         "publish_seconds": round(publish_s, 2),
                         "parquet_write_seconds": round(parquet_write_s, 2),
                         "streaming_seconds": sink["streaming_seconds"],
@@ -310,6 +338,7 @@ def measure_query(
     *,
     all_columns: Any,
     narrowed: Any,
+    on_jvm: Any,
     parquet: Any,
     runs: int,
     messages: int,
@@ -332,7 +361,8 @@ def measure_query(
 
     seconds: dict[str, Any] = {}
     cpu: dict[str, Any] = {}
-    for side, make_df in (("all", all_columns), ("narrowed", narrowed), ("parquet", parquet)):
+    sides = (("all", all_columns), ("narrowed", narrowed), ("jvm", on_jvm), ("parquet", parquet))
+    for side, make_df in sides:
         runner = action(make_df)
         before = spark_cpu.snapshot(server_pid)
         got = (
@@ -350,9 +380,11 @@ def measure_query(
     return {
         "tidelog_all_columns_rows_per_s": rates["all"],
         "tidelog_narrowed_rows_per_s": rates["narrowed"],
+        "tidelog_jvm_rows_per_s": rates["jvm"],
         "parquet_rows_per_s": rates["parquet"],
         "ratio_all_columns": ratio(rates["all"], rates["parquet"]),
         "ratio_narrowed": ratio(rates["narrowed"], rates["parquet"]),
+        "ratio_jvm": ratio(rates["jvm"], rates["parquet"]),
         "seconds": {
             side: None if got is None else [round(t, 3) for t in got[2]]
             for side, got in seconds.items()

@@ -19,6 +19,7 @@ from tests.support.kafka_dist import BundleMissing, spark_kafka_jars
 from tests.support.server import ServerProcess
 
 from tidelog.client import Client
+from tidelog.spark.jvm import jar_path as jvm_jar_path
 
 JAVA = shutil.which("java")
 
@@ -75,8 +76,15 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     }
     # Spark's own Kafka source (test_spark_kafka_source.py), once `make spark-kafka` fetched it:
     # its jars join the driver's class path; no other test loads a class from them.
+    jars: list[Path] = []
     with contextlib.suppress(BundleMissing):
-        settings["spark.jars"] = ",".join(str(jar) for jar in spark_kafka_jars())
+        jars.extend(spark_kafka_jars())
+    # tidelog's JVM reader (`make spark-jvm`, which `make test` runs): without it the tests of
+    # tidelog.spark.jvm fail with MissingJar, naming the target.
+    if jvm_jar_path().is_file():
+        jars.append(jvm_jar_path())
+    if jars:
+        settings["spark.jars"] = ",".join(str(jar) for jar in jars)
     # The JVM is started by spark_gateway, not by PySpark: PySpark forks this process to start
     # it, which fails once earlier tests left gRPC threads running (see spark_gateway.py).
     with spark_gateway(settings):

@@ -190,6 +190,12 @@ class StreamCalls:
             infos.append(StreamInfo(meta.name, meta.subject, meta.creationTimestamp, parts))
         return infos
 
+    async def partition_leaders(self, stream: str) -> dict[int, str]:
+        """Each partition's leader as ``host:port``, from fresh metadata: against a single
+        broker every one is the server this client talks to."""
+        info = await self.stream_info(stream)
+        return {p.partition: self._router.address(stream, p.partition) for p in info.partitions}
+
     async def partition_info(self, stream: str, partition: int = 0) -> PartitionInfo:
         """One partition as its leader sees it (``FetchPartitionMetadata``): in a cluster its
         high watermark is the leader's, where ``stream_info`` may answer from a follower whose

@@ -144,6 +144,9 @@ class Client(SyncViewCalls, SyncSiteCalls, SyncDescribeCalls):
     def stream_info(self, name: str) -> StreamInfo:
         return self._run(self._client.stream_info(name))
 
+    def partition_leaders(self, stream: str) -> dict[int, str]:
+        return self._run(self._client.partition_leaders(stream))
+
     def partition_info(self, stream: str, partition: int = 0) -> PartitionInfo:
         return self._run(self._client.partition_info(stream, partition))
 

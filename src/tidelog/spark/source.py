@@ -252,17 +252,7 @@ class TidelogBatchReader(DataSourceReader):
             ranges = plan_batch(client, options, self.bounds)
         finally:
             client.close()
-        pieces = split(
-            ranges,
-            options.max_offsets_per_partition,
-            options.min_partitions,
-            newest_first=options.reverse,
-        )
-        tasks = (
-            [(r,) for r in pieces]  # as many tasks as asked for
-            if options.min_partitions is not None
-            else pack(pieces, options.max_offsets_per_partition)
-        )
+        tasks = group_tasks(ranges, options)
         return [
             ReadRange(
                 options.servers,
@@ -289,6 +279,20 @@ class TidelogPushdownReader(TidelogBatchReader):
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         self.bounds = PushedFilters()
         return iter(list(push(self.options.require_stream(), filters, self.bounds)))
+
+
+def group_tasks(ranges: list[OffsetRange], options: ReadOptions) -> list[tuple[OffsetRange, ...]]:
+    """The ranges split into pieces of at most ``maxOffsetsPerPartition`` offsets, one task
+    each with ``minPartitions``, else small pieces packed into tasks (``planning.pack``)."""
+    pieces = split(
+        ranges,
+        options.max_offsets_per_partition,
+        options.min_partitions,
+        newest_first=options.reverse,
+    )
+    if options.min_partitions is not None:
+        return [(r,) for r in pieces]  # as many tasks as asked for
+    return pack(pieces, options.max_offsets_per_partition)
 
 
 def plan_batch(

@@ -1,0 +1,131 @@
+package tidelog.spark;
+
+import io.grpc.CallOptions;
+import io.grpc.ChannelCredentials;
+import io.grpc.Context;
+import io.grpc.InsecureChannelCredentials;
+import io.grpc.ManagedChannel;
+import io.grpc.Metadata;
+import io.grpc.MethodDescriptor;
+import io.grpc.Status;
+import io.grpc.TlsChannelCredentials;
+import io.grpc.netty.shaded.io.grpc.netty.NettyChannelBuilder;
+import io.grpc.stub.ClientCalls;
+import io.grpc.stub.MetadataUtils;
+import java.io.ByteArrayInputStream;
+import java.io.File;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.UncheckedIOException;
+import java.util.Iterator;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * One gRPC channel to one tidelog server, for {@code tidelog.v1.Tidelog/SubscribeBatches}:
+ * plaintext, TLS (the server's CA, or the system's), mutual TLS and a bearer token as the Python
+ * client's {@code ClientTls}. Requests and frames are bytes (see {@link Wire}).
+ */
+final class Connection implements AutoCloseable {
+  /** Larger than any frame a server sends (1 MiB, or 4 times the read budget without values). */
+  private static final int MAX_FRAME = 256 << 20;
+  private static final int WINDOW = 4 << 20;
+
+  private static final MethodDescriptor.Marshaller<byte[]> BYTES =
+      new MethodDescriptor.Marshaller<>() {
+        @Override
+        public InputStream stream(byte[] value) {
+          return new ByteArrayInputStream(value);
+        }
+
+        @Override
+        public byte[] parse(InputStream stream) {
+          try {
+            return stream.readAllBytes();
+          } catch (IOException error) {
+            throw new UncheckedIOException(error);
+          }
+        }
+      };
+
+  static final MethodDescriptor<byte[], byte[]> SUBSCRIBE_BATCHES =
+      MethodDescriptor.<byte[], byte[]>newBuilder()
+          .setType(MethodDescriptor.MethodType.SERVER_STREAMING)
+          .setFullMethodName("tidelog.v1.Tidelog/SubscribeBatches")
+          .setRequestMarshaller(BYTES)
+          .setResponseMarshaller(BYTES)
+          .build();
+
+  static final Metadata.Key<String> NOT_LEADER =
+      Metadata.Key.of("tidelog-not-leader", Metadata.ASCII_STRING_MARSHALLER);
+  private static final Metadata.Key<String> AUTHORIZATION =
+      Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
+
+  final String address;
+  private final ManagedChannel channel;
+
+  Connection(String address, Settings settings) {
+    this.address = address;
+    NettyChannelBuilder builder =
+        NettyChannelBuilder.forTarget(address, credentials(settings))
+            .maxInboundMessageSize(MAX_FRAME)
+            .initialFlowControlWindow(WINDOW)
+            .userAgent("tidelog-spark-jvm");
+    if (settings.token != null) {
+      Metadata headers = new Metadata();
+      headers.put(AUTHORIZATION, "Bearer " + settings.token);
+      builder.intercept(MetadataUtils.newAttachHeadersInterceptor(headers));
+    }
+    channel = builder.build();
+  }
+
+  private static ChannelCredentials credentials(Settings settings) {
+    if (!settings.tls) {
+      return InsecureChannelCredentials.create();
+    }
+    TlsChannelCredentials.Builder tls = TlsChannelCredentials.newBuilder();
+    try {
+      if (settings.tlsCa != null) {
+        tls.trustManager(new File(settings.tlsCa));
+      }
+      if (settings.tlsCert != null) {
+        tls.keyManager(new File(settings.tlsCert), new File(settings.tlsKey));
+      }
+    } catch (IOException error) {
+      throw new IllegalArgumentException(
+          "cannot read the TLS files of options 'tlsCa', 'tlsCert', 'tlsKey': " + error, error);
+    }
+    return tls.build();
+  }
+
+  /**
+   * The frames of one subscription, received as the iterator is consumed; {@code scope} ends
+   * the subscription when cancelled. Errors come out of {@code hasNext}/{@code next} as gRPC's
+   * {@code StatusRuntimeException}.
+   */
+  Iterator<byte[]> subscribe(byte[] request, Context.CancellableContext scope) {
+    Context previous = scope.attach();
+    try {
+      return ClientCalls.blockingServerStreamingCall(
+          channel, SUBSCRIBE_BATCHES, CallOptions.DEFAULT, request);
+    } finally {
+      scope.detach(previous);
+    }
+  }
+
+  /** Whether a failed call may succeed on another server or later: the server is out of reach,
+   * or not the partition's leader (any more). */
+  static boolean elsewhere(Status status, Metadata trailers) {
+    return status.getCode() == Status.Code.UNAVAILABLE
+        || (trailers != null && trailers.containsKey(NOT_LEADER));
+  }
+
+  @Override
+  public void close() {
+    channel.shutdownNow();
+    try {
+      channel.awaitTermination(5, TimeUnit.SECONDS);
+    } catch (InterruptedException error) {
+      Thread.currentThread().interrupt();
+    }
+  }
+}

@@ -1,0 +1,71 @@
+package tidelog.spark;
+
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+
+/**
+ * One Spark task: its ranges in order, one columnar batch per frame the server sends (up to
+ * {@link Settings#FRAME_MESSAGES} records), over one connection per server, all closed with the
+ * task (also when Spark stops it early).
+ */
+final class FrameReader implements PartitionReader<ColumnarBatch> {
+  private final Settings settings;
+  private final List<long[]> ranges;
+  private final StructType schema;
+  private final boolean withoutValues;
+  private final Map<String, Connection> connections = new LinkedHashMap<>();
+  private int index;
+  private RangeRead range;
+  private ColumnarBatch batch;
+
+  FrameReader(Settings settings, List<long[]> ranges, StructType schema) {
+    this.settings = settings;
+    this.ranges = ranges;
+    this.schema = schema;
+    this.withoutValues = !List.of(schema.fieldNames()).contains("value");
+  }
+
+  @Override
+  public boolean next() {
+    while (true) {
+      if (range == null) {
+        if (index == ranges.size()) {
+          return false;
+        }
+        range = new RangeRead(settings, ranges.get(index++), withoutValues, this::connection);
+      }
+      Frame frame = range.next();
+      if (frame == null) {
+        range.close();
+        range = null;
+        continue;
+      }
+      batch = Columns.batch(frame, schema, settings.stream, range.partition);
+      return true;
+    }
+  }
+
+  private Connection connection(String address) {
+    return connections.computeIfAbsent(address, a -> new Connection(a, settings));
+  }
+
+  @Override
+  public ColumnarBatch get() {
+    return batch;
+  }
+
+  @Override
+  public void close() {
+    if (range != null) {
+      range.close();
+    }
+    for (Connection connection : connections.values()) {
+      connection.close();
+    }
+    connections.clear();
+  }
+}

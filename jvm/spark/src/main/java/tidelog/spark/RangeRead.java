@@ -1,0 +1,225 @@
+package tidelog.spark;
+
+import io.grpc.Context;
+import io.grpc.Status;
+import io.grpc.StatusRuntimeException;
+import java.util.Iterator;
+import java.util.List;
+import java.util.function.Function;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The committed records of one partition's offsets {@code [start, stop)}, frame after frame,
+ * oldest first (newest first with {@code reverse}), as the Python source's
+ * {@code remote.read_range}: offsets below the oldest retained one are lost to retention (an
+ * error with {@code failOnDataLoss}, else a warning and the rest of the range); gaps left by
+ * compaction are not losses. A server out of reach, or no longer the partition's leader, is left
+ * for the next one of {@link Settings#serversFor}, resuming after the last record delivered, for
+ * up to {@link #RETRY_MS} in all.
+ */
+final class RangeRead implements AutoCloseable {
+  private static final Logger LOG = LoggerFactory.getLogger(RangeRead.class);
+  static final long RETRY_MS = 30_000;
+  private static final long PAUSE_MS = 250;
+
+  final int partition;
+  private final long start;
+  private final long stop;
+  private final Settings settings;
+  private final boolean withoutValues;
+  private final Function<String, Connection> connections;
+  private final List<String> servers;
+  private int server;
+  private long retryUntil;
+
+  /** The next offset to read: forward the lowest not yet delivered, reverse the highest. */
+  private long next;
+  private boolean delivered;
+  private Context.CancellableContext scope;
+  private Iterator<byte[]> frames;
+  private boolean done;
+
+  RangeRead(
+      Settings settings,
+      long[] range,
+      boolean withoutValues,
+      Function<String, Connection> connections) {
+    this.settings = settings;
+    this.partition = (int) range[0];
+    this.start = range[1];
+    this.stop = range[2];
+    this.withoutValues = withoutValues;
+    this.connections = connections;
+    this.servers = settings.serversFor(partition);
+    this.next = settings.reverse ? stop - 1 : start;
+    this.done = stop <= start;
+  }
+
+  /** The next frame with records; null once the range is read. */
+  Frame next() {
+    while (!done) {
+      try {
+        if (frames == null) {
+          open();
+        }
+        if (!frames.hasNext()) {
+          finish();
+          continue;
+        }
+        Frame frame = Frame.parse(frames.next());
+        if (frame.count == 0) {
+          if (frame.end != 0) {
+            finish();
+          }
+          continue;
+        }
+        take(frame);
+        return frame;
+      } catch (StatusRuntimeException error) {
+        fail(error);
+      }
+    }
+    return null;
+  }
+
+  private void open() {
+    long first = next;
+    long last = settings.reverse ? start : stop - 1;
+    byte[] request =
+        Wire.subscribeRange(
+            settings.stream, partition, first, last, settings.reverse, Settings.FRAME_MESSAGES,
+            withoutValues);
+    scope = Context.current().withCancellation();
+    frames = connections.apply(servers.get(server)).subscribe(request, scope);
+  }
+
+  private void take(Frame frame) {
+    if (!settings.reverse && !delivered && frame.firstOffset() > start) {
+      checkLoss(start);
+    }
+    delivered = true;
+    next = settings.reverse ? frame.lastOffset() - 1 : frame.lastOffset() + 1;
+    retryUntil = 0;
+    if (settings.reverse ? next < start : next >= stop) {
+      finish();
+    }
+  }
+
+  private void finish() {
+    end();
+    done = true;
+    if (settings.reverse ? next >= start : !delivered) {
+      checkLoss(start);
+    }
+  }
+
+  private void fail(StatusRuntimeException error) {
+    end();
+    Status status = error.getStatus();
+    if (!delivered && status.getCode() == Status.Code.INVALID_ARGUMENT) {
+      // The server refuses a range wholly below the retained start.
+      Long oldest = oldest();
+      if (oldest != null && oldest > start) {
+        done = true;
+        lost(Math.min(oldest, stop));
+        return;
+      }
+    }
+    if (!Connection.elsewhere(status, error.getTrailers())) {
+      throw new IllegalStateException(
+          "reading offsets " + start + ".." + (stop - 1) + " of '" + settings.stream
+              + "' partition " + partition + " from " + servers.get(server) + ": "
+              + status.getCode() + " " + status.getDescription(),
+          error);
+    }
+    long now = System.currentTimeMillis();
+    if (retryUntil == 0) {
+      retryUntil = now + RETRY_MS;
+    } else if (now > retryUntil) {
+      throw new IllegalStateException(
+          "no server of " + servers + " served '" + settings.stream + "' partition " + partition
+              + " for " + RETRY_MS / 1000 + " s: " + status.getCode() + " "
+              + status.getDescription(),
+          error);
+    }
+    LOG.warn(
+        "reading '{}' partition {} from {}: {} {}; trying the next server",
+        settings.stream, partition, servers.get(server), status.getCode(),
+        status.getDescription());
+    server = (server + 1) % servers.size();
+    if (server == 0) {
+      try {
+        Thread.sleep(PAUSE_MS);
+      } catch (InterruptedException interrupted) {
+        Thread.currentThread().interrupt();
+        throw new IllegalStateException("interrupted", interrupted);
+      }
+    }
+  }
+
+  /** Whether offsets from {@code from} were removed by retention: an error or a warning. */
+  private void checkLoss(long from) {
+    Long oldest = oldest();
+    if (oldest != null && oldest <= from) {
+      return; // a gap (compaction), not a loss
+    }
+    lost(oldest == null ? stop : Math.min(oldest, stop));
+  }
+
+  private void lost(long lostTo) {
+    String message =
+        "offsets " + start + ".." + (lostTo - 1) + " of '" + settings.stream + "' partition "
+            + partition + " were removed by retention before this query read them";
+    if (settings.failOnDataLoss) {
+      throw new OffsetsLost(
+          message + "; set option failOnDataLoss=false to skip them with a warning");
+    }
+    LOG.warn("{}; skipped (failOnDataLoss=false)", message);
+  }
+
+  /** The partition's oldest retained offset; null when it holds no record. */
+  private Long oldest() {
+    Context.CancellableContext probe = Context.current().withCancellation();
+    try {
+      Iterator<byte[]> first =
+          connections
+              .apply(servers.get(server))
+              .subscribe(Wire.subscribeOldest(settings.stream, partition), probe);
+      while (first.hasNext()) {
+        Frame frame = Frame.parse(first.next());
+        if (frame.count > 0) {
+          return frame.firstOffset();
+        }
+        if (frame.end != 0) {
+          break;
+        }
+      }
+      return null;
+    } finally {
+      probe.cancel(null);
+    }
+  }
+
+  private void end() {
+    if (scope != null) {
+      scope.cancel(null);
+      scope = null;
+    }
+    frames = null;
+  }
+
+  @Override
+  public void close() {
+    end();
+  }
+
+  /** Offsets the query was to read were removed by retention first. */
+  static final class OffsetsLost extends IllegalStateException {
+    private static final long serialVersionUID = 1L;
+
+    OffsetsLost(String message) {
+      super(message);
+    }
+  }
+}
