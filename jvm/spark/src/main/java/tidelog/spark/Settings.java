@@ -181,7 +181,7 @@ final class Settings implements Serializable {
       }
       List<long[]> ranges = new ArrayList<>();
       for (String range : task.split(",")) {
-        String[] parts = range.trim().split(":");
+        String[] parts = range.trim().split(":", -1);
         if (parts.length != 3) {
           throw new IllegalArgumentException(
               "option 'tasks': '" + range + "' is not partition:start:stop");
