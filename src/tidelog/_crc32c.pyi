@@ -23,4 +23,14 @@ def crc32c_ranges(
 def stamp_record_crcs(
     data: _Data, positions: _Int64s, sizes: _Int64s, /, *, portable: bool = False
 ) -> None: ...
+def check_records(
+    data: _Data,
+    positions: _Int64s,
+    sizes: _Int64s,
+    offsets: npt.NDArray[np.int64],
+    timestamps: npt.NDArray[np.int64],
+    /,
+    *,
+    portable: bool = False,
+) -> tuple[int, int]: ...
 def hardware() -> bool: ...

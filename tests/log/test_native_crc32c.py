@@ -9,6 +9,7 @@ from __future__ import annotations
 import mmap
 import platform
 import random
+import struct
 import threading
 from array import array
 from pathlib import Path
@@ -184,3 +185,101 @@ def test_arrays_of_the_wrong_type_shape_or_length_raise() -> None:
         stamp_crcs(bytearray(64), ONE, array("i", [8]))
     with pytest.raises(ValueError, match="1 positions but 2 sizes"):
         stamp_crcs(bytearray(64), ONE, np.array([8, 8], dtype=np.int64))
+
+
+@pytest.mark.parametrize("portable", PATHS)
+@pytest.mark.parametrize("bad", [0, 1, 2, 3, 4])
+def test_the_ranges_before_a_bad_one_are_done_inside_a_group_of_three(
+    bad: int, portable: bool
+) -> None:
+    """Ranges are checked in groups of three (the hardware path computes three at once): those
+    before the bad one are still written, those after it are not."""
+    data = random.Random(5).randbytes(100)
+    starts = np.array([0, 10, 20, 30, 40], dtype=np.int64)
+    ends = starts + 50
+    ends[bad] = 101
+    out = np.zeros(5, dtype=np.uint32)
+    with pytest.raises(ValueError, match=rf"range {bad}, "):
+        _crc32c.crc32c_ranges(data, starts, ends, out, portable=portable)
+    assert out[:bad].tolist() == [crc32c(data[a : a + 50]) for a in starts[:bad].tolist()]
+    assert not out[bad:].any()
+
+
+def first_disagreement(
+    data: bytes, positions: list[int], sizes: list[int], offsets: list[int], stamps: list[int]
+) -> tuple[int, int]:
+    """``check_records`` written out record by record: (1, i) for the first entry outside the
+    buffer (all looked at first), (2, i) for the first record that disagrees, else (0, -1)."""
+    for i, (at, size) in enumerate(zip(positions, sizes, strict=True)):
+        if at < 0 or size < 36 or at + size > len(data):
+            return 1, i
+    for i, (at, size) in enumerate(zip(positions, sizes, strict=True)):
+        crc, stored_size, offset, stamp = struct.unpack_from("<IIqq", data, at)
+        if (crc, stored_size, offset, stamp) != (
+            crc32c(data[at + 4 : at + size]),
+            size,
+            offsets[i],
+            stamps[i],
+        ):
+            return 2, i
+    return 0, -1
+
+
+@settings(deadline=None, max_examples=300)
+@given(
+    st.lists(st.integers(0, 90), min_size=0, max_size=12),
+    st.lists(
+        st.tuples(st.sampled_from(["byte", "size", "offset", "stamp"]), st.integers(0, 10**6))
+    ),
+    st.sampled_from(PATHS),
+)
+def test_check_records_names_the_first_record_that_disagrees(
+    lengths: list[int], damage: list[tuple[str, int]], portable: bool
+) -> None:
+    """Records of any lengths, any damage to their bytes or to their index entries: the native
+    check answers what a record-by-record check answers."""
+    blob = bytearray()
+    positions, sizes, offsets, stamps = [], [], [], []
+    for i, length in enumerate(lengths):
+        body = bytes([i]) * length
+        record = struct.pack("<Iqq", 36 + length, 100 + i, 7_000 + i) + bytes(12) + body
+        positions.append(len(blob))
+        sizes.append(4 + len(record))
+        offsets.append(100 + i)
+        stamps.append(7_000 + i)
+        blob += struct.pack("<I", crc32c(record)) + record
+    for kind, at in damage:
+        if not positions:
+            break
+        i = at % len(positions)
+        if kind == "byte":
+            blob[at % len(blob)] ^= 1 << (at % 8)
+        elif kind == "size":
+            sizes[i] += at % 5 - 2
+        elif kind == "offset":
+            offsets[i] += 1
+        else:
+            stamps[i] -= 1
+    data = bytes(blob)
+    if not damage:
+        assert len(data) == sum(36 + n for n in lengths)
+    arrays = [np.array(column, dtype=np.int64) for column in (positions, sizes, offsets, stamps)]
+    assert _crc32c.check_records(data, *arrays, portable=portable) == first_disagreement(
+        data, positions, sizes, offsets, stamps
+    )
+
+
+def test_check_records_takes_strided_offsets_and_timestamps() -> None:
+    """The index's columns are fields of a structured array: read with their stride."""
+    record = struct.pack("<Iqq", 36, 5, 9) + bytes(12)
+    data = struct.pack("<I", crc32c(record)) + record
+    index = np.zeros(1, dtype=[("rel", "<u4"), ("timestamp", "<i8"), ("offset", "<i8")])
+    index["timestamp"], index["offset"] = 9, 5
+    one, size = np.zeros(1, dtype=np.int64), np.array([36], dtype=np.int64)
+    assert _crc32c.check_records(data, one, size, index["offset"], index["timestamp"]) == (0, -1)
+    index["timestamp"] = 8
+    assert _crc32c.check_records(data, one, size, index["offset"], index["timestamp"]) == (2, 0)
+    with pytest.raises(ValueError, match="2 timestamps for 1 records"):
+        _crc32c.check_records(data, one, size, index["offset"], np.zeros(2, dtype=np.int64))
+    with pytest.raises(TypeError, match="offsets must be a one-dimensional array of int64"):
+        _crc32c.check_records(data, one, size, index["rel"], index["timestamp"])

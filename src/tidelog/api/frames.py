@@ -112,7 +112,7 @@ def record_batch_without_values(batch: MessageBatch) -> v1.RecordBatch:
     """A verified log batch as one columnar frame without its value bytes: offsets, timestamps,
     keys, headers and each value's size (``Messages.values_omitted``). The records were read and
     CRC-checked whole, as for :func:`record_batch`; only the sending is spared."""
-    _, sizes = batch.value_spans()
+    sizes = batch.value_sizes()
     return v1.RecordBatch(
         offsets=columns.pack_int64(batch.offsets),
         timestamps=columns.pack_int64(batch.timestamps),

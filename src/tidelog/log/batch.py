@@ -43,7 +43,12 @@ class MessageBatch:
         positions: Int64Array,
         sizes: Int64Array,
         header: npt.NDArray[np.void] | None,
+        offsets: Int64Array | None = None,
+        timestamps: Int64Array | None = None,
     ) -> None:
+        """``offsets`` and ``timestamps``: the headers' own, when the caller has them as arrays
+        already (a read checked the headers against its index entries: they are equal), else
+        taken from ``header``."""
         self.data = data
         self.positions = positions
         self.sizes = sizes
@@ -52,8 +57,10 @@ class MessageBatch:
             self.offsets = _EMPTY_I64
             self.timestamps = _EMPTY_I64
         else:
-            self.offsets = header["offset"].astype(np.int64)
-            self.timestamps = header["timestamp"].astype(np.int64)
+            self.offsets = header["offset"].astype(np.int64) if offsets is None else offsets
+            self.timestamps = (
+                header["timestamp"].astype(np.int64) if timestamps is None else timestamps
+            )
 
     @classmethod
     def empty(cls) -> MessageBatch:
@@ -103,6 +110,12 @@ class MessageBatch:
         if self._header is None:
             return _EMPTY_I64, _EMPTY_I64
         return self._starts(), self._header["vallen"].astype(np.int64)
+
+    def value_sizes(self) -> npt.NDArray[np.int64]:
+        """Each value's length, in delivery order."""
+        if self._header is None:
+            return _EMPTY_I64
+        return self._header["vallen"].astype(np.int64)
 
     def key_spans(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """Where each key starts in ``data`` and its length (-1: the record has no key)."""

@@ -8,6 +8,11 @@ Python object per record: about 10 ns for a 132-byte record with the CPU's crc32
 (SSE4.2), where one ``crc32c`` package call per record cost about 170 ns, nearly all of it the
 call and the slice.
 
+A read checks its records with ``check_records(data, positions, sizes, offsets, timestamps)``:
+every record's CRC and its header's size, offset and timestamp against the index in one pass
+over the records (three CRCs in step), giving ``(0, -1)``, ``(OUTSIDE, i)`` or
+``(DISAGREES, i)`` for the first bad record; the caller spells out what disagrees.
+
 Invariants. :func:`record_crcs` gives, for every range, exactly what one ``crc32c`` call over it
 gives; :func:`stamp_crcs` stores in every record's CRC field the checksum of the bytes the record
 holds when it runs (so a stored CRC is always of the bytes written, whatever the caller does to
@@ -32,7 +37,7 @@ from typing import TYPE_CHECKING, Final, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from tidelog._crc32c import crc32c_ranges, hardware, stamp_record_crcs
+from tidelog._crc32c import check_records, crc32c_ranges, hardware, stamp_record_crcs
 
 if TYPE_CHECKING:  # collections.abc.Buffer from Python 3.12; for the types only
     from tidelog._crc32c import _Data
@@ -42,7 +47,12 @@ UInt32Array = npt.NDArray[np.uint32]
 Int64s: TypeAlias = "Int64Array | array[int]"
 """Positions, sizes or range ends: one-dimensional, contiguous, int64 (``array("q")``)."""
 
-__all__ = ["hardware", "record_crcs", "stamp_crcs"]
+__all__ = ["check_records", "hardware", "record_crcs", "stamp_crcs"]
+
+OUTSIDE: Final = 1
+"""``check_records``' first result when an index entry lies outside the buffer read."""
+DISAGREES: Final = 2
+"""``check_records``' first result when a record's CRC or header disagrees."""
 
 
 def record_crcs(

@@ -31,7 +31,7 @@ from crc32c import crc32c
 from numpy.lib.stride_tricks import as_strided
 
 from tidelog.errors import CorruptRecord, MessageTooLarge
-from tidelog.log.crcs import record_crcs, stamp_crcs
+from tidelog.log.crcs import DISAGREES, OUTSIDE, check_records, record_crcs, stamp_crcs
 from tidelog.log.record_layout import CONTINUES as CONTINUES
 from tidelog.log.record_layout import HEADER_DTYPE as HEADER_DTYPE
 from tidelog.log.record_layout import HEADER_SIZE as HEADER_SIZE
@@ -408,30 +408,18 @@ def verify_records(
     of the same chunk and positions), else they are gathered here.
     Raises :class:`CorruptRecord` naming the first bad record; the caller never sees its bytes.
     """
-    if len(positions) and (
-        int(sizes.min()) < HEADER_SIZE
-        or int(positions.min()) < 0
-        or int((positions + sizes).max()) > len(chunk)
-    ):
+    kind, i = check_records(chunk, positions, sizes, offsets, timestamps)
+    if kind == OUTSIDE:
         raise CorruptRecord(
             segment, chunk_position, "index entries point outside the segment file (short read)"
         )
     if header is None:
         header = gather_headers(chunk, positions)
-    crcs = record_crcs(chunk, positions + 4, positions + sizes)
-    bad = (
-        (crcs != header["crc"])
-        | (header["size"] != sizes)
-        | (header["offset"] != offsets)
-        | (header["timestamp"] != timestamps)
-    )
-    if bad.any():
-        i = int(np.argmax(bad))
+    if kind == DISAGREES:
         where = chunk_position + int(positions[i])
-        if crcs[i] != header["crc"][i]:
-            detail = (
-                f"CRC-32C {int(crcs[i]):#010x} does not match stored {int(header['crc'][i]):#010x}"
-            )
+        crc = int(record_crcs(chunk, positions[i : i + 1] + 4, positions[i : i + 1] + sizes[i])[0])
+        if crc != header["crc"][i]:
+            detail = f"CRC-32C {crc:#010x} does not match stored {int(header['crc'][i]):#010x}"
         else:
             detail = (
                 f"record header (offset {int(header['offset'][i])}, size {int(header['size'][i])}, "

@@ -13,6 +13,13 @@
  *       for every record i at data[positions[i] : positions[i] + sizes[i]], writes the CRC-32C
  *       of its bytes [4, size) into its bytes [0, 4), little-endian (the record format's CRC
  *       field), in place.
+ *   check_records(data, positions, sizes, offsets, timestamps, *, portable=False)
+ *       -> (kind, i): a read's whole check in one pass. (1, i): entry i lies outside data or is
+ *       shorter than a record header (every entry is checked before any CRC); (2, i): record i
+ *       is the first whose CRC-32C over its bytes [4, size) differs from its CRC field, or whose
+ *       size, offset or timestamp field differs from its index entry (sizes, offsets,
+ *       timestamps; offsets and timestamps may be strided, fields of the index's records);
+ *       (0, -1): every record agrees.
  *   hardware() -> bool
  *       whether the SSE4.2 crc32 instruction is used (portable=False).
  *
@@ -110,12 +117,50 @@ __attribute__((target("sse4.2"))) static uint32_t update_sse42(uint32_t crc, con
     }
     return c32;
 }
+
+/* Three CRCs at once: the crc32 instruction takes three cycles to give its result but can
+ * start one every cycle, so one record's pass waits on itself; three independent passes in step
+ * keep it busy (records are small: ~130 bytes is ~17 dependent steps). Each of crc[k] is updated
+ * over p[k][0, n[k]): in step over the bytes all three have, then each alone. */
+__attribute__((target("sse4.2"))) static void update3_sse42(uint32_t crc[3],
+                                                             const uint8_t *const p[3],
+                                                             const size_t n[3]) {
+    size_t common = n[0] < n[1] ? n[0] : n[1];
+    common = (common < n[2] ? common : n[2]) & ~(size_t)7;
+    uint64_t c0 = crc[0], c1 = crc[1], c2 = crc[2];
+    for (size_t at = 0; at < common; at += 8) {
+        uint64_t w0, w1, w2;
+        memcpy(&w0, p[0] + at, 8);
+        memcpy(&w1, p[1] + at, 8);
+        memcpy(&w2, p[2] + at, 8);
+        c0 = _mm_crc32_u64(c0, w0);
+        c1 = _mm_crc32_u64(c1, w1);
+        c2 = _mm_crc32_u64(c2, w2);
+    }
+    crc[0] = update_sse42((uint32_t)c0, p[0] + common, n[0] - common);
+    crc[1] = update_sse42((uint32_t)c1, p[1] + common, n[1] - common);
+    crc[2] = update_sse42((uint32_t)c2, p[2] + common, n[2] - common);
+}
 #endif
 
 static crc_fn hardware_update = NULL; /* set at import when the CPU has the instruction */
 
 static crc_fn chosen(int portable) {
     return (portable || hardware_update == NULL) ? update_portable : hardware_update;
+}
+
+/* update3 for the chosen pass: three in step on the hardware path, one after another else. */
+static void update3(int portable, uint32_t crc[3], const uint8_t *const p[3], const size_t n[3]) {
+#ifdef TIDELOG_X86
+    if (!portable && hardware_update != NULL) {
+        update3_sse42(crc, p, n);
+        return;
+    }
+#endif
+    crc_fn update = chosen(portable);
+    for (int k = 0; k < 3; k++) {
+        crc[k] = update(crc[k], p[k], n[k]);
+    }
 }
 
 /* A one-dimensional C-contiguous array of `itemsize`-byte items whose struct format is one of
@@ -196,13 +241,33 @@ static PyObject *crc32c_ranges(PyObject *self, PyObject *args, PyObject *kwargs)
     Py_ssize_t size = data.len, bad = -1;
     int64_t bad_start = 0, bad_end = 0;
     PyThreadState *saved = size >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t a = s[i], b = e[i];
-        if (a < 0 || a > b || b > size) {
-            bad = i, bad_start = a, bad_end = b;
+    Py_ssize_t i = 0;
+    while (i < n) {
+        int64_t a[3], b[3];
+        int group = n - i < 3 ? (int)(n - i) : 3, valid = 0;
+        for (; valid < group; valid++) {
+            a[valid] = s[i + valid], b[valid] = e[i + valid];
+            if (a[valid] < 0 || a[valid] > b[valid] || b[valid] > size) {
+                bad = i + valid, bad_start = a[valid], bad_end = b[valid];
+                break;
+            }
+        }
+        if (valid == 3) {
+            uint32_t crc[3] = {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu};
+            const uint8_t *const from[3] = {bytes + a[0], bytes + a[1], bytes + a[2]};
+            const size_t length[3] = {(size_t)(b[0] - a[0]), (size_t)(b[1] - a[1]),
+                                      (size_t)(b[2] - a[2])};
+            update3(portable, crc, from, length);
+            o[i] = ~crc[0], o[i + 1] = ~crc[1], o[i + 2] = ~crc[2];
+        } else {
+            for (int k = 0; k < valid; k++) {
+                o[i + k] = ~update(0xFFFFFFFFu, bytes + a[k], (size_t)(b[k] - a[k]));
+            }
+        }
+        if (bad >= 0) {
             break;
         }
-        o[i] = ~update(0xFFFFFFFFu, bytes + a, (size_t)(b - a));
+        i += group;
     }
     if (saved) {
         PyEval_RestoreThread(saved);
@@ -248,18 +313,41 @@ static PyObject *stamp_record_crcs(PyObject *self, PyObject *args, PyObject *kwa
     Py_ssize_t n = positions.len / 8, size = data.len, bad = -1;
     int64_t bad_position = 0, bad_size = 0;
     PyThreadState *saved = size >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t at = p[i], length = z[i];
-        if (at < 0 || length < 4 || length > size - at) {
-            bad = i, bad_position = at, bad_size = length;
+    Py_ssize_t i = 0;
+    while (i < n) {
+        int64_t at[3], length[3];
+        uint32_t crc[3] = {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu};
+        int group = n - i < 3 ? (int)(n - i) : 3, valid = 0;
+        for (; valid < group; valid++) {
+            at[valid] = p[i + valid], length[valid] = z[i + valid];
+            if (at[valid] < 0 || length[valid] < 4 || length[valid] > size - at[valid]) {
+                bad = i + valid, bad_position = at[valid], bad_size = length[valid];
+                break;
+            }
+        }
+        if (valid == 3) {
+            const uint8_t *const from[3] = {bytes + at[0] + 4, bytes + at[1] + 4,
+                                            bytes + at[2] + 4};
+            const size_t span[3] = {(size_t)(length[0] - 4), (size_t)(length[1] - 4),
+                                    (size_t)(length[2] - 4)};
+            update3(portable, crc, from, span);
+        } else {
+            for (int k = 0; k < valid; k++) {
+                crc[k] = update(crc[k], bytes + at[k] + 4, (size_t)(length[k] - 4));
+            }
+        }
+        for (int k = 0; k < valid; k++) {
+            uint32_t value = ~crc[k];
+            uint8_t *field = bytes + at[k];
+            field[0] = (uint8_t)value;
+            field[1] = (uint8_t)(value >> 8);
+            field[2] = (uint8_t)(value >> 16);
+            field[3] = (uint8_t)(value >> 24);
+        }
+        if (bad >= 0) {
             break;
         }
-        uint32_t crc = ~update(0xFFFFFFFFu, bytes + at + 4, (size_t)(length - 4));
-        uint8_t *field = bytes + at;
-        field[0] = (uint8_t)crc;
-        field[1] = (uint8_t)(crc >> 8);
-        field[2] = (uint8_t)(crc >> 16);
-        field[3] = (uint8_t)(crc >> 24);
+        i += group;
     }
     if (saved) {
         PyEval_RestoreThread(saved);
@@ -277,6 +365,142 @@ static PyObject *stamp_record_crcs(PyObject *self, PyObject *args, PyObject *kwa
     Py_RETURN_NONE;
 }
 
+/* A one-dimensional int64 array with any stride (a field of a numpy structured array). */
+static int get_strided(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char *name) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
+        return -1;
+    }
+    const char *format = view->format ? view->format : "B";
+    if (*format == '@' || *format == '=' || (PY_LITTLE_ENDIAN && *format == '<') ||
+        (!PY_LITTLE_ENDIAN && *format == '>')) {
+        format++;
+    }
+    if (view->ndim != 1 || view->itemsize != 8 || format[0] == '\0' || format[1] != '\0' ||
+        strchr("ql", format[0]) == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s must be a one-dimensional array of int64", name);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if (view->shape[0] != n) {
+        PyErr_Format(PyExc_ValueError, "%zd %s for %zd records", view->shape[0], name, n);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static inline uint32_t load_le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline int64_t load_le64(const uint8_t *p) {
+    return (int64_t)((uint64_t)load_le32(p) | (uint64_t)load_le32(p + 4) << 32);
+}
+
+static inline int64_t strided_at(const Py_buffer *view, Py_ssize_t i) {
+    int64_t value;
+    memcpy(&value, (const char *)view->buf + i * view->strides[0], 8);
+    return value;
+}
+
+#define RECORD_HEADER 36 /* crc u32, size u32, offset i64, timestamp i64, ... (docs/format.md) */
+
+/* Whether record i (its CRC computed) agrees with its header and its index entry. */
+static inline int record_agrees(const uint8_t *record, uint32_t crc, int64_t size, int64_t offset,
+                                int64_t timestamp) {
+    return load_le32(record) == crc && (int64_t)load_le32(record + 4) == size &&
+           load_le64(record + 8) == offset && load_le64(record + 16) == timestamp;
+}
+
+static PyObject *check_records(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"", "", "", "", "", "portable", NULL};
+    PyObject *data_obj, *positions_obj, *sizes_obj, *offsets_obj, *timestamps_obj;
+    (void)self;
+    int portable = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOO|$p:check_records", keywords, &data_obj,
+                                     &positions_obj, &sizes_obj, &offsets_obj, &timestamps_obj,
+                                     &portable)) {
+        return NULL;
+    }
+    Py_buffer data, positions, sizes, offsets, timestamps;
+    if (PyObject_GetBuffer(data_obj, &data, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    if (get_pair(positions_obj, sizes_obj, &positions, &sizes, "positions", "sizes") < 0) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    Py_ssize_t n = positions.len / 8;
+    if (get_strided(offsets_obj, &offsets, n, "offsets") < 0) {
+        goto release;
+    }
+    if (get_strided(timestamps_obj, &timestamps, n, "timestamps") < 0) {
+        PyBuffer_Release(&offsets);
+        goto release;
+    }
+    const uint8_t *bytes = data.buf;
+    const int64_t *p = positions.buf, *z = sizes.buf;
+    Py_ssize_t size = data.len;
+    long kind = 0;
+    Py_ssize_t at = -1;
+    PyThreadState *saved = size >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
+    for (Py_ssize_t i = 0; i < n; i++) { /* every entry inside the buffer before any CRC */
+        if (p[i] < 0 || z[i] < RECORD_HEADER || z[i] > size - p[i]) {
+            kind = 1, at = i;
+            break;
+        }
+    }
+    crc_fn update = chosen(portable);
+    for (Py_ssize_t i = 0; kind == 0 && i < n; i += 3) {
+        /* p and z may change under a released GIL: each value is read once, and checked. */
+        int64_t start[3], length[3];
+        uint32_t crc[3] = {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu};
+        int group = n - i < 3 ? (int)(n - i) : 3;
+        for (int k = 0; k < group; k++) {
+            start[k] = p[i + k], length[k] = z[i + k];
+            if (start[k] < 0 || length[k] < RECORD_HEADER || length[k] > size - start[k]) {
+                kind = 1, at = i + k;
+                break;
+            }
+        }
+        if (kind != 0) {
+            break;
+        }
+        if (group == 3) {
+            const uint8_t *const from[3] = {bytes + start[0] + 4, bytes + start[1] + 4,
+                                            bytes + start[2] + 4};
+            const size_t span[3] = {(size_t)(length[0] - 4), (size_t)(length[1] - 4),
+                                    (size_t)(length[2] - 4)};
+            update3(portable, crc, from, span);
+        } else {
+            for (int k = 0; k < group; k++) {
+                crc[k] = update(crc[k], bytes + start[k] + 4, (size_t)(length[k] - 4));
+            }
+        }
+        for (int k = 0; k < group; k++) {
+            if (!record_agrees(bytes + start[k], ~crc[k], length[k], strided_at(&offsets, i + k),
+                               strided_at(&timestamps, i + k))) {
+                kind = 2, at = i + k;
+                break;
+            }
+        }
+    }
+    if (saved) {
+        PyEval_RestoreThread(saved);
+    }
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&timestamps);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&positions);
+    PyBuffer_Release(&sizes);
+    return Py_BuildValue("(ln)", kind, at);
+release:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&positions);
+    PyBuffer_Release(&sizes);
+    return NULL;
+}
+
 static PyObject *hardware(PyObject *self, PyObject *unused) {
     (void)self, (void)unused;
     return PyBool_FromLong(hardware_update != NULL);
@@ -290,6 +514,11 @@ static PyMethodDef methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "stamp_record_crcs(data, positions, sizes, *, portable=False)\n--\n\n"
      "Writes each record's CRC-32C of its bytes [4, size) into its bytes [0, 4), little-endian."},
+    {"check_records", (PyCFunction)(void (*)(void))check_records, METH_VARARGS | METH_KEYWORDS,
+     "check_records(data, positions, sizes, offsets, timestamps, *, portable=False)\n--\n\n"
+     "(0, -1) when every record agrees with its CRC and its index entry; (1, i) when entry i\n"
+     "lies outside data or is shorter than a record header (checked for all first); (2, i)\n"
+     "for the first record whose CRC, size, offset or timestamp disagrees."},
     {"hardware", hardware, METH_NOARGS,
      "hardware()\n--\n\nWhether the CPU's crc32 instruction is used (SSE4.2)."},
     {NULL, NULL, 0, NULL},
