@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tests.cluster.clustertools import Cluster, running_cluster
+from tests.cluster.clustertools import Cluster, running_cluster, wait_for
 
 from tidelog.client import Client, ClientSettings
 from tidelog.spark import jvm, remote
@@ -85,4 +85,16 @@ def test_a_task_given_only_a_follower_moves_to_the_leader(spark: Any, cluster: C
         "tasks": f"0:0:{per_partition};1:0:{per_partition}",
     }
     df = spark.read.format(jvm.FORMAT).options(**options).load()
+    assert _values(df) == _numbers()
+
+
+def test_a_plan_made_before_the_leader_died(spark: Any, cluster: Cluster) -> None:
+    """The DataFrame's plan names partition 0's leader, which is then killed: its task finds
+    the leader out of reach, asks the next server and follows the new leader it names. (Runs
+    last: the module's cluster keeps two brokers.)"""
+    given = cluster.servers[_follower(cluster, 0)].address
+    df = jvm.read(spark, servers=given, stream=STREAM)
+    dead = cluster.partition(STREAM, 0).leader
+    cluster.kill(dead)
+    wait_for(lambda: cluster.partition(STREAM, 0).leader not in ("", dead), 30, "a new leader")
     assert _values(df) == _numbers()
