@@ -4,8 +4,10 @@ import io.grpc.Context;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Set;
 import java.util.function.Function;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -38,8 +40,8 @@ final class RangeRead implements AutoCloseable {
   private final Function<String, Connection> connections;
   private final List<String> servers;
   private int server;
-  /** The leader a refusal named and this read moved to, since the last frame delivered. */
-  private String hinted;
+  /** The leaders refusals named and this read moved to, since the last frame delivered. */
+  private final Set<String> hinted = new HashSet<>();
   private long retryUntil;
 
   /** The next offset to read: forward the lowest not yet delivered, reverse the highest. */
@@ -108,7 +110,7 @@ final class RangeRead implements AutoCloseable {
       checkLoss(start);
     }
     delivered = true;
-    hinted = null;
+    hinted.clear();
     next = settings.reverse ? frame.lastOffset() - 1 : frame.lastOffset() + 1;
     retryUntil = 0;
     if (settings.reverse ? next < start : next >= stop) {
@@ -158,8 +160,8 @@ final class RangeRead implements AutoCloseable {
         settings.stream, partition, servers.get(server), status.getCode(),
         status.getDescription());
     String leader = leaderNamed(status);
-    if (leader != null && !leader.equals(hinted) && !leader.equals(servers.get(server))) {
-      hinted = leader; // once per leader: two brokers naming each other wait as any other
+    if (leader != null && !leader.equals(servers.get(server)) && hinted.add(leader)) {
+      // At once, once per leader: brokers that name each other wait as any other failure.
       if (!servers.contains(leader)) {
         servers.add(leader);
       }
