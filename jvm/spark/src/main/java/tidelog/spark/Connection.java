@@ -17,6 +17,8 @@ import java.io.File;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.UncheckedIOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.Iterator;
 import java.util.concurrent.TimeUnit;
 
@@ -88,9 +90,12 @@ final class Connection implements AutoCloseable {
         tls.trustManager(new File(settings.tlsCa));
       }
       if (settings.tlsCert != null) {
-        tls.keyManager(new File(settings.tlsCert), new File(settings.tlsKey));
+        // netty reads only PKCS#8 keys: PemKeys converts OpenSSL's other unencrypted forms.
+        tls.keyManager(
+            new ByteArrayInputStream(Files.readAllBytes(Path.of(settings.tlsCert))),
+            new ByteArrayInputStream(PemKeys.pkcs8(Path.of(settings.tlsKey))));
       }
-    } catch (IOException error) {
+    } catch (IOException | UncheckedIOException error) {
       throw new IllegalArgumentException(
           "cannot read the TLS files of options 'tlsCa', 'tlsCert', 'tlsKey': " + error, error);
     }

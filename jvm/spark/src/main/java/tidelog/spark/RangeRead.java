@@ -3,9 +3,14 @@ package tidelog.spark;
 import io.grpc.Context;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
+import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Set;
 import java.util.function.Function;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -16,12 +21,16 @@ import org.slf4j.LoggerFactory;
  * error with {@code failOnDataLoss}, else a warning and the rest of the range); gaps left by
  * compaction are not losses. A server out of reach, or no longer the partition's leader, is left
  * for the next one of {@link Settings#serversFor}, resuming after the last record delivered, for
- * up to {@link #RETRY_MS} in all.
+ * up to {@link #RETRY_MS} in all. A broker that is not the leader names the leader it knows in
+ * its refusal ("(the leader is HOST:PORT)", the Liftbridge text): that one is tried next, at
+ * once, even when the options named only other brokers (a plan made before a failover, or a
+ * follower alone in {@code servers}).
  */
 final class RangeRead implements AutoCloseable {
   private static final Logger LOG = LoggerFactory.getLogger(RangeRead.class);
   static final long RETRY_MS = 30_000;
   private static final long PAUSE_MS = 250;
+  private static final Pattern LEADER_IS = Pattern.compile("\\(the leader is ([^\\s)]+)\\)");
 
   final int partition;
   private final long start;
@@ -31,6 +40,8 @@ final class RangeRead implements AutoCloseable {
   private final Function<String, Connection> connections;
   private final List<String> servers;
   private int server;
+  /** The leaders refusals named and this read moved to, since the last frame delivered. */
+  private final Set<String> hinted = new HashSet<>();
   private long retryUntil;
 
   /** The next offset to read: forward the lowest not yet delivered, reverse the highest. */
@@ -51,7 +62,7 @@ final class RangeRead implements AutoCloseable {
     this.stop = range[2];
     this.withoutValues = withoutValues;
     this.connections = connections;
-    this.servers = settings.serversFor(partition);
+    this.servers = new ArrayList<>(settings.serversFor(partition));
     this.next = settings.reverse ? stop - 1 : start;
     this.done = stop <= start;
   }
@@ -99,6 +110,7 @@ final class RangeRead implements AutoCloseable {
       checkLoss(start);
     }
     delivered = true;
+    hinted.clear();
     next = settings.reverse ? frame.lastOffset() - 1 : frame.lastOffset() + 1;
     retryUntil = 0;
     if (settings.reverse ? next < start : next >= stop) {
@@ -144,9 +156,18 @@ final class RangeRead implements AutoCloseable {
           error);
     }
     LOG.warn(
-        "reading '{}' partition {} from {}: {} {}; trying the next server",
+        "reading '{}' partition {} from {}: {} {}; trying another server",
         settings.stream, partition, servers.get(server), status.getCode(),
         status.getDescription());
+    String leader = leaderNamed(status);
+    if (leader != null && !leader.equals(servers.get(server)) && hinted.add(leader)) {
+      // At once, once per leader: brokers that name each other wait as any other failure.
+      if (!servers.contains(leader)) {
+        servers.add(leader);
+      }
+      server = servers.indexOf(leader);
+      return;
+    }
     server = (server + 1) % servers.size();
     if (server == 0) {
       try {
@@ -156,6 +177,15 @@ final class RangeRead implements AutoCloseable {
         throw new IllegalStateException("interrupted", interrupted);
       }
     }
+  }
+
+  /** The leader's address a not-leader refusal names; null when it names none. */
+  private static String leaderNamed(Status status) {
+    if (status.getCode() != Status.Code.FAILED_PRECONDITION || status.getDescription() == null) {
+      return null;
+    }
+    Matcher named = LEADER_IS.matcher(status.getDescription());
+    return named.find() ? named.group(1) : null;
   }
 
   /** Whether offsets from {@code from} were removed by retention: an error or a warning. */
