@@ -44,6 +44,9 @@ def test_encoded_frame_is_what_protobuf_serialises(tmp_path: Path, shape: str) -
         while batch := reader.read(700, 64 << 10):
             encoded = encoded_record_batch(batch)
             assert encoded == record_batch(batch).SerializeToString()
+            untimed = encoded_record_batch(batch, timestamps=False)
+            assert untimed == record_batch(batch, timestamps=False).SerializeToString()
+            assert b"".join(framed_record_batch(batch, timestamps=False).data)[5:] == untimed
             pieces = encoded_record_batch_pieces(batch)
             assert any(piece is batch.data for piece in pieces)  # the records, not copied
             assert b"".join(pieces) == encoded

@@ -148,3 +148,54 @@ def test_frames_without_values_hold_more_records(server: ServerProcess, stream: 
     assert sum(sizes[True]) == sum(sizes[False]) == 3000
     assert max(sizes[True]) <= 256 * 1024 // 1000
     assert 256 * 1024 // 1000 < max(sizes[False]) <= 4 * 256 * 1024 // 1000
+
+
+def raw_frames(address: str, stream: str, **flags: bool) -> list[v1.RecordBatch]:
+    """The frames of a whole read as protobuf has them (the raw stub: the client asks for
+    neither flag)."""
+    with grpc.insecure_channel(address) as channel:
+        stub = v1_grpc.TidelogStub(channel)
+        request = v1.SubscribeBatchesRequest(
+            stream=stream,
+            start_position=v1.START_EARLIEST,
+            stop_position=v1.STOP_OFFSET,
+            stop_offset=RECORDS - 1,
+            max_messages=64,
+            **flags,
+        )
+        return [f for f in stub.SubscribeBatches(request) if len(f.offsets)]
+
+
+@pytest.mark.parametrize("values", [True, False])
+def test_frames_without_timestamps_or_value_sizes_leave_only_those_out(
+    server: ServerProcess, stream: str, values: bool
+) -> None:
+    """``without_timestamps`` (with or without values) and ``without_value_sizes`` (with
+    ``without_values``): those columns are empty and flagged, every other one as in a full
+    read."""
+    with Client(server.address) as client:
+        publish(client, stream)
+    full = raw_frames(server.address, stream, without_values=not values)
+    flags = {"without_values": not values, "without_timestamps": True}
+    if not values:
+        flags["without_value_sizes"] = True
+    bare = raw_frames(server.address, stream, **flags)
+    assert [f.offsets for f in bare] == [f.offsets for f in full]
+    assert [f.messages.keys for f in bare] == [f.messages.keys for f in full]
+    assert [f.messages.headers for f in bare] == [f.messages.headers for f in full]
+    for frame in bare:
+        assert frame.timestamps_omitted and frame.timestamps == b""
+        assert frame.messages.value_sizes_omitted is (not values)
+        assert (frame.messages.value_sizes == b"") is (not values)
+    assert not any(f.timestamps_omitted or f.messages.value_sizes_omitted for f in full)
+    if values:
+        assert [f.messages.values for f in bare] == [f.messages.values for f in full]
+
+
+def test_without_value_sizes_needs_without_values(server: ServerProcess, stream: str) -> None:
+    with Client(server.address) as client:
+        publish(client, stream)
+    with pytest.raises(grpc.RpcError) as refused:
+        raw_frames(server.address, stream, without_value_sizes=True)
+    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "without_value_sizes needs without_values" in (refused.value.details() or "")

@@ -11,7 +11,9 @@ path), while one join copies them once, and tidelog's own transport needs not ev
 (it writes the pieces beside each other). grpcio's serializer for the method is told to pass
 ``bytes`` through as they are (``tidelog.api.decoding.passing_bytes``).
 :func:`record_batch_without_values` (``SubscribeBatchesRequest.without_values``) sends every
-column but the value bytes, with ``Messages.values_omitted`` set and each value's size kept.
+column but the value bytes, with ``Messages.values_omitted`` set and each value's size kept
+(or left out too: ``without_value_sizes``). Each builder leaves the timestamps out when asked
+(``without_timestamps``, ``RecordBatch.timestamps_omitted``).
 
 Invariant: ``encoded_record_batch(b) == record_batch(b).SerializeToString()`` byte for byte
 (fields in field-number order, as protobuf writes them; ``tests/api/test_encoded_frames.py``),
@@ -41,6 +43,8 @@ _RECORD_BATCH_MESSAGES = b"\x1a"
 _MESSAGES_VALUES = b"\x0a"
 _MESSAGES_VALUE_SIZES = b"\x12"
 _MESSAGES_VALUE_POSITIONS = b"\x32"
+_RECORD_BATCH_TIMESTAMPS_OMITTED = b"\x28\x01"
+"""Field 5 (``timestamps_omitted``), a varint, true."""
 
 
 def _field(tag: bytes, payload: bytes) -> list[bytes]:
@@ -48,12 +52,14 @@ def _field(tag: bytes, payload: bytes) -> list[bytes]:
     return [tag, uvarint(len(payload)), payload] if payload else []
 
 
-def record_batch(batch: MessageBatch) -> v1.RecordBatch:
-    """A verified log batch as one columnar frame: the stored bytes as read, values pointed at."""
+def record_batch(batch: MessageBatch, *, timestamps: bool = True) -> v1.RecordBatch:
+    """A verified log batch as one columnar frame: the stored bytes as read, values pointed at
+    (``timestamps=False``: without them, ``timestamps_omitted`` set)."""
     starts, sizes = batch.value_spans()
     return v1.RecordBatch(
         offsets=columns.pack_int64(batch.offsets),
-        timestamps=columns.pack_int64(batch.timestamps),
+        timestamps=columns.pack_int64(batch.timestamps) if timestamps else b"",
+        timestamps_omitted=not timestamps,
         # The records travel as read from disk, with their values pointed at: no copy per value.
         messages=columns.pack_at(
             batch.data,
@@ -65,12 +71,12 @@ def record_batch(batch: MessageBatch) -> v1.RecordBatch:
     )
 
 
-def encoded_record_batch(batch: MessageBatch) -> bytes:
+def encoded_record_batch(batch: MessageBatch, *, timestamps: bool = True) -> bytes:
     """``record_batch(batch).SerializeToString()``, laid out directly: one copy of the records."""
-    return b"".join(encoded_record_batch_pieces(batch))
+    return b"".join(encoded_record_batch_pieces(batch, timestamps=timestamps))
 
 
-def encoded_record_batch_pieces(batch: MessageBatch) -> list[bytes]:
+def encoded_record_batch_pieces(batch: MessageBatch, *, timestamps: bool = True) -> list[bytes]:
     """The bytes of :func:`encoded_record_batch` as pieces in order, the records' bytes
     (``batch.data``) one of them as they are: for a transport that sends pieces without joining
     them (:func:`framed_record_batch`)."""
@@ -95,30 +101,36 @@ def encoded_record_batch_pieces(batch: MessageBatch) -> list[bytes]:
     length = sum(map(len, messages))
     return [
         *_field(_RECORD_BATCH_OFFSETS, columns.pack_int64(batch.offsets)),
-        *_field(_RECORD_BATCH_TIMESTAMPS, columns.pack_int64(batch.timestamps)),
+        *(_field(_RECORD_BATCH_TIMESTAMPS, columns.pack_int64(batch.timestamps)) * timestamps),
         _RECORD_BATCH_MESSAGES,
         uvarint(length),
         *messages,
+        *(() if timestamps else (_RECORD_BATCH_TIMESTAMPS_OMITTED,)),
     ]
 
 
-def framed_record_batch(batch: MessageBatch) -> Framed:
+def framed_record_batch(batch: MessageBatch, *, timestamps: bool = True) -> Framed:
     """:func:`encoded_record_batch` as one gRPC message in pieces (``Framed.pieces``), the
     records' bytes not copied, for a transport that takes them (``framed.takes_framed``)."""
-    return Framed.of_message(encoded_record_batch_pieces(batch))
+    return Framed.of_message(encoded_record_batch_pieces(batch, timestamps=timestamps))
 
 
-def record_batch_without_values(batch: MessageBatch) -> v1.RecordBatch:
+def record_batch_without_values(
+    batch: MessageBatch, *, timestamps: bool = True, value_sizes: bool = True
+) -> v1.RecordBatch:
     """A verified log batch as one columnar frame without its value bytes: offsets, timestamps,
-    keys, headers and each value's size (``Messages.values_omitted``). The records were read and
-    CRC-checked whole, as for :func:`record_batch`; only the sending is spared."""
-    sizes = batch.value_sizes()
+    keys, headers and each value's size (``Messages.values_omitted``); ``timestamps`` and
+    ``value_sizes`` false leave those out too (``timestamps_omitted``,
+    ``value_sizes_omitted``). The records were read and CRC-checked whole, as for
+    :func:`record_batch`; only the sending is spared."""
     return v1.RecordBatch(
         offsets=columns.pack_int64(batch.offsets),
-        timestamps=columns.pack_int64(batch.timestamps),
+        timestamps=columns.pack_int64(batch.timestamps) if timestamps else b"",
+        timestamps_omitted=not timestamps,
         messages=columns.pack_without_values(
-            sizes,
+            batch.value_sizes() if value_sizes else None,
             batch.keys() if batch.has_keys() else None,
             batch.headers() if batch.has_headers() else None,
+            count=len(batch),
         ),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from functools import partial
 from typing import Final
 
 import grpc
@@ -160,6 +161,10 @@ class TidelogService(
     async def SubscribeBatches(  # type: ignore[override]  # frames may come serialised
         self, request: v1.SubscribeBatchesRequest, context: Context
     ) -> AsyncIterator[v1.RecordBatch | bytes | Framed]:
+        if request.without_value_sizes and not request.without_values:
+            raise InvalidArgument(
+                "without_value_sizes needs without_values: a frame with values has their sizes"
+            )
         subscription = await self.control.subscribe(
             request.stream,
             request.partition,
@@ -176,11 +181,18 @@ class TidelogService(
             max_messages=request.max_messages or None,
             max_bytes=request.max_bytes or None,
         )
-        framed: Callable[[MessageBatch], v1.RecordBatch | bytes | Framed] = encoded_record_batch
+        timestamps = not request.without_timestamps
+        framed: Callable[[MessageBatch], v1.RecordBatch | bytes | Framed] = partial(
+            encoded_record_batch, timestamps=timestamps
+        )
         if takes_framed(context):  # the records' bytes go out as read, not joined into a frame
-            framed = framed_record_batch
+            framed = partial(framed_record_batch, timestamps=timestamps)
         if request.without_values:
-            framed = record_batch_without_values
+            framed = partial(
+                record_batch_without_values,
+                timestamps=timestamps,
+                value_sizes=not request.without_value_sizes,
+            )
             subscription.send_without_values()  # fewer, larger frames: see its docstring
         elif not request.max_messages and not request.max_bytes:
             outbound = outbound_of(context)  # when each frame has left the call (native only)

@@ -249,7 +249,10 @@ class Segment:
     def entries(self, first_slot: int, end_slot: int) -> IndexArray:
         """A copy of the entries in slots ``[first_slot, end_slot)``."""
         with self._using() as index:
-            return index.entries[first_slot:end_slot].copy()
+            # As bytes: numpy copies a structured array field by field, ~4 times slower.
+            raw = index.entries[first_slot:end_slot].view(np.uint8).copy()
+            entries: IndexArray = raw.view(index.entries.dtype)
+            return entries
 
     def offset_at(self, slot: int) -> int:
         with self._using() as index:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 import numpy as np
@@ -37,6 +38,9 @@ LOG = logging.getLogger("tidelog.spark")
 
 PROBE_RETRY_S = 2.0
 """How long reads through the chosen server retry UNAVAILABLE (a broker restarting)."""
+
+BOUNDS_AT_ONCE = 8
+"""Partitions whose bounds are asked of the broker at the same time while planning."""
 
 FRAME_MESSAGES = 10_000
 """Records per frame asked of the server (it also caps frames at its byte limit)."""
@@ -100,18 +104,28 @@ def _close(frames: Iterator[ReceivedBatch]) -> None:
         close()
 
 
-def bounds(client: Client, stream: str, partitions: Sequence[int]) -> dict[int, PartitionBounds]:
+def bounds(
+    client: Client, stream: str, partitions: Sequence[int], *, known: bool = False
+) -> dict[int, PartitionBounds]:
     """``[oldest, next)`` of each partition, committed records only (the high watermark as the
-    partition's leader has it: in a cluster a follower's may trail what was acknowledged)."""
-    stream_info(client, stream)  # an unknown stream: the error that lists the streams there
-    found = {}
-    for partition in partitions:
+    partition's leader has it: in a cluster a follower's may trail what was acknowledged).
+    The partitions are asked at once (their two lookups each take a round trip to the broker);
+    ``known``: the caller has just checked that the stream exists."""
+    if not known:
+        stream_info(client, stream)  # an unknown stream: the error that lists the streams there
+
+    def one(partition: int) -> PartitionBounds:
         next_offset = client.partition_info(stream, partition).high_watermark + 1
         oldest = oldest_offset(client, stream, partition) if next_offset > 0 else None
-        found[partition] = PartitionBounds(
+        return PartitionBounds(
             partition, next_offset if oldest is None else min(oldest, next_offset), next_offset
         )
-    return found
+
+    if len(partitions) < 2:
+        return {p: one(p) for p in partitions}
+    # The client is thread-safe (its calls run on its own event loop): threads only wait.
+    with ThreadPoolExecutor(min(len(partitions), BOUNDS_AT_ONCE)) as pool:
+        return dict(zip(partitions, pool.map(one, partitions), strict=True))
 
 
 def last_at_or_before(client: Client, stream: str, partition: int, nanos: int) -> int | None:

@@ -304,7 +304,7 @@ def plan_batch(
     wanted = partitions_in(stream, (p.partition for p in info.partitions), options.partitions)
     if bounds is not None:
         wanted = [p for p in wanted if bounds.allows_partition(p)]
-    held = remote.bounds(client, stream, wanted)
+    held = remote.bounds(client, stream, wanted, known=True)
     ranges = []
     for partition in wanted:
         have = held[partition]

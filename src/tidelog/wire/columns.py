@@ -190,13 +190,21 @@ def pack_at(
 
 
 def pack_without_values(
-    sizes: npt.NDArray[np.int64],
+    sizes: npt.NDArray[np.int64] | None,
     keys: Sequence[bytes | None] | None = None,
     headers: Sequence[Mapping[str, bytes]] | None = None,
+    *,
+    count: int | None = None,
 ) -> v1.Messages:
-    """Columns without the value bytes (``values_omitted``): each value's size, keys, headers."""
-    columns = v1.Messages(value_sizes=sizes.astype("<u4").tobytes(), values_omitted=True)
-    add_keys_and_headers(columns, len(sizes), keys, headers)
+    """Columns without the value bytes (``values_omitted``): each value's size, keys, headers;
+    ``sizes=None``: without the sizes either (``value_sizes_omitted``; ``count`` records)."""
+    if sizes is None:
+        columns = v1.Messages(values_omitted=True, value_sizes_omitted=True)
+        n = count if count is not None else 0
+    else:
+        columns = v1.Messages(value_sizes=sizes.astype("<u4").tobytes(), values_omitted=True)
+        n = len(sizes)
+    add_keys_and_headers(columns, n, keys, headers)
     return columns
 
 

@@ -1456,6 +1456,7 @@ class Messages(_message.Message):
     HEADERS_FIELD_NUMBER: _builtins.int
     VALUE_POSITIONS_FIELD_NUMBER: _builtins.int
     VALUES_OMITTED_FIELD_NUMBER: _builtins.int
+    VALUE_SIZES_OMITTED_FIELD_NUMBER: _builtins.int
     values: _builtins.bytes
     value_sizes: _builtins.bytes
     keys: _builtins.bytes
@@ -1470,6 +1471,10 @@ class Messages(_message.Message):
     (SubscribeBatchesRequest.without_values): `values` and `value_positions` are empty and
     `value_sizes` still holds each value's size. Never set in a publish.
     """
+    value_sizes_omitted: _builtins.bool
+    """Set with values_omitted on a subscription frame whose subscriber asked for no value sizes
+    either (SubscribeBatchesRequest.without_value_sizes): `value_sizes` is empty.
+    """
     @_builtins.property
     def headers(self) -> _containers.RepeatedCompositeFieldContainer[Global___HeaderList]: ...
     def __init__(
@@ -1482,10 +1487,11 @@ class Messages(_message.Message):
         headers: _abc.Iterable[Global___HeaderList] | None = ...,
         value_positions: _builtins.bytes = ...,
         values_omitted: _builtins.bool = ...,
+        value_sizes_omitted: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["headers", b"headers", "key_sizes", b"key_sizes", "keys", b"keys", "value_positions", b"value_positions", "value_sizes", b"value_sizes", "values", b"values", "values_omitted", b"values_omitted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["headers", b"headers", "key_sizes", b"key_sizes", "keys", b"keys", "value_positions", b"value_positions", "value_sizes", b"value_sizes", "value_sizes_omitted", b"value_sizes_omitted", "values", b"values", "values_omitted", b"values_omitted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1589,6 +1595,8 @@ class SubscribeBatchesRequest(_message.Message):
     MAX_MESSAGES_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     WITHOUT_VALUES_FIELD_NUMBER: _builtins.int
+    WITHOUT_VALUE_SIZES_FIELD_NUMBER: _builtins.int
+    WITHOUT_TIMESTAMPS_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     partition: _builtins.int
     start_position: Global___StartPosition.ValueType
@@ -1610,6 +1618,15 @@ class SubscribeBatchesRequest(_message.Message):
     every record (its CRC covers the value) exactly as for a full read, and may put up to 4 times
     its per-subscription byte budget of records in one frame (within max_bytes).
     """
+    without_value_sizes: _builtins.bool
+    """With without_values: send no value sizes either (every frame has empty `value_sizes` and
+    Messages.value_sizes_omitted set): a reader that needs neither values nor their sizes (a
+    count, a group by partition). Refused (INVALID_ARGUMENT) without without_values.
+    """
+    without_timestamps: _builtins.bool
+    """Send no timestamps (every frame has empty `timestamps` and RecordBatch.timestamps_omitted
+    set): a reader that does not need them. Records are read and verified as for any read.
+    """
     def __init__(
         self,
         *,
@@ -1626,10 +1643,12 @@ class SubscribeBatchesRequest(_message.Message):
         max_messages: _builtins.int = ...,
         max_bytes: _builtins.int = ...,
         without_values: _builtins.bool = ...,
+        without_value_sizes: _builtins.bool = ...,
+        without_timestamps: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_messages", b"max_messages", "partition", b"partition", "resume", b"resume", "reverse", b"reverse", "start_offset", b"start_offset", "start_position", b"start_position", "start_timestamp", b"start_timestamp", "stop_offset", b"stop_offset", "stop_position", b"stop_position", "stop_timestamp", b"stop_timestamp", "stream", b"stream", "without_values", b"without_values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_messages", b"max_messages", "partition", b"partition", "resume", b"resume", "reverse", b"reverse", "start_offset", b"start_offset", "start_position", b"start_position", "start_timestamp", b"start_timestamp", "stop_offset", b"stop_offset", "stop_position", b"stop_position", "stop_timestamp", b"stop_timestamp", "stream", b"stream", "without_timestamps", b"without_timestamps", "without_value_sizes", b"without_value_sizes", "without_values", b"without_values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1643,12 +1662,17 @@ class RecordBatch(_message.Message):
     TIMESTAMPS_FIELD_NUMBER: _builtins.int
     MESSAGES_FIELD_NUMBER: _builtins.int
     END_FIELD_NUMBER: _builtins.int
+    TIMESTAMPS_OMITTED_FIELD_NUMBER: _builtins.int
     offsets: _builtins.bytes
     """n little-endian int64 offsets, in delivery order (descending for reverse subscriptions)."""
     timestamps: _builtins.bytes
     """n little-endian int64 broker timestamps (ns since the Unix epoch)."""
     end: Global___EndReason.ValueType
     """Set on the last frame of a subscription that ends by itself; that frame may hold no records."""
+    timestamps_omitted: _builtins.bool
+    """Set on every frame of a subscription that asked for no timestamps
+    (SubscribeBatchesRequest.without_timestamps): `timestamps` is empty.
+    """
     @_builtins.property
     def messages(self) -> Global___Messages: ...
     def __init__(
@@ -1658,10 +1682,11 @@ class RecordBatch(_message.Message):
         timestamps: _builtins.bytes = ...,
         messages: Global___Messages | None = ...,
         end: Global___EndReason.ValueType = ...,
+        timestamps_omitted: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "messages", b"messages", "offsets", b"offsets", "timestamps", b"timestamps"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "messages", b"messages", "offsets", b"offsets", "timestamps", b"timestamps", "timestamps_omitted", b"timestamps_omitted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

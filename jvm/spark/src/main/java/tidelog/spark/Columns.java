@@ -72,12 +72,19 @@ final class Columns {
             case "stream" -> new Constant(DataTypes.StringType, 0, UTF8String.fromString(stream), 0);
             case "partition" -> new Constant(DataTypes.IntegerType, partition, null, 0);
             case "offset" -> new Longs(DataTypes.LongType, frame.buf, frame.offsetsAt, 1);
-            case "timestamp" -> new Longs(DataTypes.TimestampType, frame.buf, frame.timestampsAt, 1000);
+            case "timestamp" -> timestamps(frame);
             case "headers" -> headers(frame);
             default -> throw new IllegalArgumentException("no column '" + fields[c].name() + "'");
           };
     }
     return new ColumnarBatch(vectors, frame.count);
+  }
+
+  private static ColumnVector timestamps(Frame frame) {
+    if (frame.timestampsOmitted()) {
+      throw new Wire.MalformedFrame("a frame without timestamps for a query that reads them");
+    }
+    return new Longs(DataTypes.TimestampType, frame.buf, frame.timestampsAt, 1000);
   }
 
   private static ColumnVector headers(Frame frame) {

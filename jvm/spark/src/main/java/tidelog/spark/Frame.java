@@ -33,6 +33,8 @@ final class Frame {
   private final Span keySizes = new Span();
   private final Span valuePositions = new Span();
   private boolean valuesOmitted;
+  private boolean valueSizesOmitted;
+  private boolean timestampsOmitted;
   private int[] headerStarts = new int[0];
   private int[] headerLengths = new int[0];
   private int headerLists;
@@ -60,6 +62,7 @@ final class Frame {
     Span offsets = new Span();
     Span timestamps = new Span();
     int end = 0;
+    boolean untimed = false;
     Wire.Reader batch = new Wire.Reader(buf, 0, buf.length);
     int[] messages = new int[0];
     while (batch.next()) {
@@ -73,16 +76,21 @@ final class Frame {
         messages[messages.length - 1] = batch.length;
       } else if (batch.field == 4 && batch.type == Wire.VARINT) {
         end = (int) batch.value;
+      } else if (batch.field == 5 && batch.type == Wire.VARINT) {
+        untimed = batch.value != 0;
       }
     }
     if (offsets.length % 8 != 0) {
       throw new Wire.MalformedFrame("offsets must be whole little-endian int64s");
     }
     int count = offsets.length / 8;
-    if (timestamps.length != offsets.length) {
-      throw new Wire.MalformedFrame("one timestamp per offset");
+    if (untimed ? timestamps.length != 0 : timestamps.length != offsets.length) {
+      throw new Wire.MalformedFrame(
+          untimed ? "timestamps sent in a frame that says they were omitted"
+              : "one timestamp per offset");
     }
     Frame frame = new Frame(buf, count, offsets.start, timestamps.start, end);
+    frame.timestampsOmitted = untimed;
     for (int i = 0; i < messages.length; i += 2) {
       frame.readMessages(messages[i], messages[i] + messages[i + 1]);
     }
@@ -105,6 +113,8 @@ final class Frame {
         }
       } else if (field.field == 7 && field.type == Wire.VARINT) {
         valuesOmitted = field.value != 0;
+      } else if (field.field == 8 && field.type == Wire.VARINT) {
+        valueSizesOmitted = field.value != 0;
       }
     }
   }
@@ -124,8 +134,13 @@ final class Frame {
     if (count == 0) {
       return;
     }
-    if (valueSizes.length != 4 * count) {
-      throw new Wire.MalformedFrame("value_sizes must hold " + count + " u32 entries");
+    if (valueSizesOmitted && !valuesOmitted) {
+      throw new Wire.MalformedFrame("value sizes omitted from a frame with values");
+    }
+    if (valueSizes.length != (valueSizesOmitted ? 0 : 4 * count)) {
+      throw new Wire.MalformedFrame(
+          valueSizesOmitted ? "value sizes sent in a frame that says they were omitted"
+              : "value_sizes must hold " + count + " u32 entries");
     }
     if (keys.length > 0 && keySizes.length == 0) {
       throw new Wire.MalformedFrame("keys were sent without key_sizes");
@@ -147,6 +162,11 @@ final class Frame {
 
   long timestampNanos(int i) {
     return (long) LONGS.get(buf, timestampsAt + 8 * i);
+  }
+
+  /** Whether the frame came without timestamps (the subscription asked so). */
+  boolean timestampsOmitted() {
+    return timestampsOmitted;
   }
 
   /** The first offset delivered (the highest, newest first). */

@@ -16,7 +16,8 @@ final class FrameReader implements PartitionReader<ColumnarBatch> {
   private final Settings settings;
   private final List<long[]> ranges;
   private final StructType schema;
-  private final boolean withoutValues;
+  private final boolean omitValues;
+  private final boolean omitTimestamps;
   private final Map<String, Connection> connections = new LinkedHashMap<>();
   private int index;
   private RangeRead range;
@@ -26,7 +27,9 @@ final class FrameReader implements PartitionReader<ColumnarBatch> {
     this.settings = settings;
     this.ranges = ranges;
     this.schema = schema;
-    this.withoutValues = !List.of(schema.fieldNames()).contains("value");
+    List<String> names = List.of(schema.fieldNames());
+    this.omitValues = !names.contains("value");
+    this.omitTimestamps = !names.contains("timestamp");
   }
 
   @Override
@@ -36,7 +39,8 @@ final class FrameReader implements PartitionReader<ColumnarBatch> {
         if (index == ranges.size()) {
           return false;
         }
-        range = new RangeRead(settings, ranges.get(index++), withoutValues, this::connection);
+        range = new RangeRead(
+                settings, ranges.get(index++), omitValues, omitTimestamps, this::connection);
       }
       Frame frame = range.next();
       if (frame == null) {

@@ -36,7 +36,8 @@ final class RangeRead implements AutoCloseable {
   private final long start;
   private final long stop;
   private final Settings settings;
-  private final boolean withoutValues;
+  private final boolean omitValues;
+  private final boolean omitTimestamps;
   private final Function<String, Connection> connections;
   private final List<String> servers;
   private int server;
@@ -54,13 +55,15 @@ final class RangeRead implements AutoCloseable {
   RangeRead(
       Settings settings,
       long[] range,
-      boolean withoutValues,
+      boolean omitValues,
+      boolean omitTimestamps,
       Function<String, Connection> connections) {
     this.settings = settings;
     this.partition = (int) range[0];
     this.start = range[1];
     this.stop = range[2];
-    this.withoutValues = withoutValues;
+    this.omitValues = omitValues;
+    this.omitTimestamps = omitTimestamps;
     this.connections = connections;
     this.servers = new ArrayList<>(settings.serversFor(partition));
     this.next = settings.reverse ? stop - 1 : start;
@@ -100,7 +103,7 @@ final class RangeRead implements AutoCloseable {
     byte[] request =
         Wire.subscribeRange(
             settings.stream, partition, first, last, settings.reverse, Settings.FRAME_MESSAGES,
-            withoutValues);
+            omitValues, omitTimestamps);
     scope = Context.current().withCancellation();
     frames = connections.apply(servers.get(server)).subscribe(request, scope);
   }

@@ -23,10 +23,19 @@ final class Wire {
   static final int FIXED32 = 5;
 
   /** A {@code SubscribeBatchesRequest} from offset {@code first} to {@code last}, both inclusive
-   * (newest first with {@code reverse}: {@code first} is then the higher one). */
+   * (newest first with {@code reverse}: {@code first} is then the higher one); timestamps sent. */
   static byte[] subscribeRange(
       String stream, int partition, long first, long last, boolean reverse, int maxMessages,
       boolean withoutValues) {
+    return subscribeRange(
+        stream, partition, first, last, reverse, maxMessages, withoutValues, false);
+  }
+
+  /** As above; {@code withoutValues} leaves the values' sizes out too (the reader builds no
+   * value column), {@code withoutTimestamps} the timestamps (a query that does not read them). */
+  static byte[] subscribeRange(
+      String stream, int partition, long first, long last, boolean reverse, int maxMessages,
+      boolean withoutValues, boolean withoutTimestamps) {
     Writer out = new Writer();
     out.string(1, stream);
     out.varint(2, partition);
@@ -37,6 +46,8 @@ final class Wire {
     out.bool(9, reverse);
     out.varint(11, maxMessages);
     out.bool(13, withoutValues);
+    out.bool(14, withoutValues); // without_value_sizes
+    out.bool(15, withoutTimestamps);
     return out.toByteArray();
   }
 

@@ -301,7 +301,7 @@ class FrameTest {
     Proto list = Proto.headerList(header).varint(2, 1).fixed32(3, 7).string(4, "unknown");
     Proto messages =
         Proto.values("a")
-            .varint(8, 1)
+            .varint(12, 1)
             .fixed64(9, 2)
             .fixed32(10, 3)
             .string(11, "x")
@@ -309,7 +309,7 @@ class FrameTest {
             .string(1000, "far");
     byte[] buf =
         new Proto()
-            .varint(5, 12345678901L)
+            .varint(9, 12345678901L)
             .fixed64(6, 1)
             .bytes(1, Proto.longs(4))
             .fixed32(7, 2)
@@ -342,5 +342,30 @@ class FrameTest {
     assertFalse(frame.valuesOmitted());
     assertArrayEquals(new String[] {"v"}, values(frame));
     assertEquals(0, frame.end);
+  }
+
+  @Test
+  void aFrameWithoutTimestampsOrValueSizesSaysSo() {
+    Proto messages = new Proto().varint(7, 1).varint(8, 1);
+    byte[] buf =
+        new Proto().bytes(1, Proto.longs(3, 4)).message(3, messages).varint(5, 1).toByteArray();
+    Frame frame = Frame.parse(buf);
+    assertEquals(2, frame.count);
+    assertTrue(frame.timestampsOmitted());
+    assertTrue(frame.valuesOmitted());
+    assertEquals(4, frame.lastOffset());
+    assertThrows(Wire.MalformedFrame.class, frame::valueBounds);
+  }
+
+  @Test
+  void omittedColumnsThatWereSentAnywayAreMalformed() {
+    Proto bare = new Proto().varint(7, 1).varint(8, 1);
+    byte[] timed =
+        Proto.batch(3, 4).message(3, bare).varint(5, 1).toByteArray(); // timestamps sent
+    assertThrows(Wire.MalformedFrame.class, () -> Frame.parse(timed));
+    Proto sized = new Proto().bytes(2, Proto.ints(1, 1)).varint(7, 1).varint(8, 1);
+    assertThrows(Wire.MalformedFrame.class, () -> Frame.parse(Proto.frame(sized, 3, 4)));
+    Proto valued = Proto.values("a", "b").varint(8, 1); // sizes omitted beside values
+    assertThrows(Wire.MalformedFrame.class, () -> Frame.parse(Proto.frame(valued, 3, 4)));
   }
 }

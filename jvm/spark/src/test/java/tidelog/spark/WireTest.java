@@ -45,7 +45,22 @@ class WireTest {
             varint(6, Wire.STOP_OFFSET),
             varint(7, 250),
             varint(11, 10_000),
-            varint(13, 1)),
+            varint(13, 1),
+            varint(14, 1)),
+        read(request));
+  }
+
+  @Test
+  void subscribeRangeWithoutTimestamps() {
+    byte[] request = Wire.subscribeRange("s", 0, 0, 9, false, 5, false, true);
+    assertEquals(
+        List.of(
+            new Field(1, Wire.LEN, "s"),
+            varint(3, Wire.START_OFFSET),
+            varint(6, Wire.STOP_OFFSET),
+            varint(7, 9),
+            varint(11, 5),
+            varint(15, 1)),
         read(request));
   }
 
