@@ -20,10 +20,11 @@ import java.io.UncheckedIOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Iterator;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 
 /**
- * One gRPC channel to one tidelog server, for {@code tidelog.v1.Tidelog/SubscribeBatches}:
+ * A gRPC channel to one tidelog server, for {@code tidelog.v1.Tidelog/SubscribeBatches}:
  * plaintext, TLS (the server's CA, or the system's), mutual TLS and a bearer token as the Python
  * client's {@code ClientTls}. Requests and frames are bytes (see {@link Wire}).
  */
@@ -62,8 +63,32 @@ final class Connection implements AutoCloseable {
   private static final Metadata.Key<String> AUTHORIZATION =
       Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
 
+  /** An unused channel lets its TCP connection go after this long (and reconnects on use). */
+  private static final long IDLE_SECONDS = 60;
+
+  private static final ConcurrentHashMap<String, Connection> SHARED = new ConcurrentHashMap<>();
+
   final String address;
   private final ManagedChannel channel;
+
+  /**
+   * The one channel of this JVM to {@code address} with these credentials, shared by every task
+   * that reads from it (gRPC channels are made to be shared: each task's subscriptions are calls
+   * of their own on it). A task saves a connection's set-up; the channels stay for the JVM's
+   * life, at most one per broker and credentials, their connections closed while idle.
+   */
+  static Connection shared(String address, Settings settings) {
+    String key =
+        String.join(
+            "\u0000",
+            address,
+            String.valueOf(settings.tls),
+            String.valueOf(settings.tlsCa),
+            String.valueOf(settings.tlsCert),
+            String.valueOf(settings.tlsKey),
+            String.valueOf(settings.token));
+    return SHARED.computeIfAbsent(key, k -> new Connection(address, settings));
+  }
 
   Connection(String address, Settings settings) {
     this.address = address;
@@ -71,6 +96,7 @@ final class Connection implements AutoCloseable {
         NettyChannelBuilder.forTarget(address, credentials(settings))
             .maxInboundMessageSize(MAX_FRAME)
             .initialFlowControlWindow(WINDOW)
+            .idleTimeout(IDLE_SECONDS, TimeUnit.SECONDS)
             .userAgent("tidelog-spark-jvm");
     if (settings.token != null) {
       Metadata headers = new Metadata();

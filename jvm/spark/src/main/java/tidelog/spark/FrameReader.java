@@ -1,16 +1,14 @@
 package tidelog.spark;
 
-import java.util.LinkedHashMap;
 import java.util.List;
-import java.util.Map;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
- * One Spark task: its ranges in order, one columnar batch per frame the server sends (up to
- * {@link Settings#FRAME_MESSAGES} records), over one connection per server, all closed with the
- * task (also when Spark stops it early).
+ * One Spark task: its ranges in order, one columnar batch per frame the server sends (its size
+ * see {@link RangeRead}), over the JVM's shared channel to each server ({@link
+ * Connection#shared}); its subscription ends with the task (also when Spark stops it early).
  */
 final class FrameReader implements PartitionReader<ColumnarBatch> {
   private final Settings settings;
@@ -18,7 +16,6 @@ final class FrameReader implements PartitionReader<ColumnarBatch> {
   private final StructType schema;
   private final boolean omitValues;
   private final boolean omitTimestamps;
-  private final Map<String, Connection> connections = new LinkedHashMap<>();
   private int index;
   private RangeRead range;
   private ColumnarBatch batch;
@@ -54,7 +51,7 @@ final class FrameReader implements PartitionReader<ColumnarBatch> {
   }
 
   private Connection connection(String address) {
-    return connections.computeIfAbsent(address, a -> new Connection(a, settings));
+    return Connection.shared(address, settings);
   }
 
   @Override
@@ -65,11 +62,7 @@ final class FrameReader implements PartitionReader<ColumnarBatch> {
   @Override
   public void close() {
     if (range != null) {
-      range.close();
+      range.close(); // ends the subscription; the channel stays for other tasks
     }
-    for (Connection connection : connections.values()) {
-      connection.close();
-    }
-    connections.clear();
   }
 }

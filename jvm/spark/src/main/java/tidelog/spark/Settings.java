@@ -30,7 +30,8 @@ import java.util.Map;
 final class Settings implements Serializable {
   private static final long serialVersionUID = 1L;
   static final String DEFAULT_SERVER = "127.0.0.1:9292";
-  /** Records per frame asked of the server (the Python source's FRAME_MESSAGES). */
+  /** Records per frame asked of the server by a read without values (the Python source's
+   * FRAME_MESSAGES); a read with values leaves the frame size to the server. */
   static final int FRAME_MESSAGES = 10_000;
 
   final String stream;
