@@ -32,11 +32,15 @@ and the first query narrowed too (``narrowed_rows_per_s``, ``narrowed_ratio``: `
 ``value``). A source without column narrowing (an older tidelog) records ``null`` for it. A read
 narrowed to columns without ``value`` asks the broker for frames without value bytes
 (``SubscribeBatches.without_values``), so ``count`` and ``group_by_partition`` narrowed move no
-values at all. The narrowed ratios of the three queries are also top-level keys
-(``count_vs_parquet``, ``group_by_partition_vs_parquet``, ``select_value_vs_parquet``; target
->= 0.5 each), and each query records the CPU its runs took, in µs per row, of the server, the
-Spark JVM and the Python workers (``cpu_us_per_row``, from ``/proc``: ``spark_cpu.py``) beside
-the wall rates.
+values at all. Each query also runs over the JVM reader (``tidelog.spark.jvm.read``, format
+``tidelog-jvm``: ``tidelog_jvm_rows_per_s``, ``ratio_jvm``; its jar from ``make spark-jvm``,
+given to the session as ``spark.jars``), which Spark prunes to the query's columns by itself,
+and so does the first query (``jvm_rows_per_s``, ``jvm_ratio``). The JVM reader's ratios of the
+three queries are the top-level keys ``count_vs_parquet``, ``group_by_partition_vs_parquet``,
+``select_value_vs_parquet`` (target >= 0.5 each; the fastest read docs/spark.md describes), the
+Python source's narrowed ones ``*_python_vs_parquet``; each query records the CPU its runs took,
+in µs per row, of the server, the Spark JVM and the Python workers (``cpu_us_per_row``, from
+``/proc``: ``spark_cpu.py``) beside the wall rates.
 ``--skip-streaming`` leaves out the streaming copy (``streaming_rows_per_s`` is then ``null``).
 
 Prints one JSON object. ``--messages N`` for a smaller run.
