@@ -235,7 +235,10 @@ class ReceivedBatch(Sequence[ReceivedMessage]):
         self._partitions = partitions
         offsets = self._bytes.offsets
         if len(offsets) % 8 or len(self._bytes.timestamps) != len(offsets):
-            raise MalformedBatch("malformed batch: offsets and timestamps must be n int64 each")
+            raise MalformedBatch(
+                "malformed batch: offsets and timestamps must be n int64 each (this client never"
+                " asks for frames without timestamps, SubscribeBatchesRequest.without_timestamps)"
+            )
         self._n = len(offsets) // 8
         if partitions is not None and len(partitions) != 4 * self._n:
             raise MalformedBatch("malformed page: partitions is not one int32 per message")

@@ -53,6 +53,14 @@
 #endif
 
 #define POLYNOMIAL 0x82F63B78u
+
+/* One read of an int64 array element that another thread may change while the GIL is released:
+ * a relaxed atomic load, so the compiler reads it exactly once (the value is then checked). */
+#if defined(__GNUC__) || defined(__clang__)
+#define LOAD_ONCE(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#else
+#define LOAD_ONCE(p) (*(volatile const int64_t *)(p))
+#endif
 #define RELEASE_GIL_BYTES 65536
 
 typedef uint32_t (*crc_fn)(uint32_t, const uint8_t *, size_t);
@@ -246,7 +254,7 @@ static PyObject *crc32c_ranges(PyObject *self, PyObject *args, PyObject *kwargs)
         int64_t a[3], b[3];
         int group = n - i < 3 ? (int)(n - i) : 3, valid = 0;
         for (; valid < group; valid++) {
-            a[valid] = s[i + valid], b[valid] = e[i + valid];
+            a[valid] = LOAD_ONCE(&s[i + valid]), b[valid] = LOAD_ONCE(&e[i + valid]);
             if (a[valid] < 0 || a[valid] > b[valid] || b[valid] > size) {
                 bad = i + valid, bad_start = a[valid], bad_end = b[valid];
                 break;
@@ -319,7 +327,7 @@ static PyObject *stamp_record_crcs(PyObject *self, PyObject *args, PyObject *kwa
         uint32_t crc[3] = {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu};
         int group = n - i < 3 ? (int)(n - i) : 3, valid = 0;
         for (; valid < group; valid++) {
-            at[valid] = p[i + valid], length[valid] = z[i + valid];
+            at[valid] = LOAD_ONCE(&p[i + valid]), length[valid] = LOAD_ONCE(&z[i + valid]);
             if (at[valid] < 0 || length[valid] < 4 || length[valid] > size - at[valid]) {
                 bad = i + valid, bad_position = at[valid], bad_size = length[valid];
                 break;
@@ -445,7 +453,8 @@ static PyObject *check_records(PyObject *self, PyObject *args, PyObject *kwargs)
     Py_ssize_t at = -1;
     PyThreadState *saved = size >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
     for (Py_ssize_t i = 0; i < n; i++) { /* every entry inside the buffer before any CRC */
-        if (p[i] < 0 || z[i] < RECORD_HEADER || z[i] > size - p[i]) {
+        int64_t at_i = LOAD_ONCE(&p[i]), size_i = LOAD_ONCE(&z[i]);
+        if (at_i < 0 || size_i < RECORD_HEADER || size_i > size - at_i) {
             kind = 1, at = i;
             break;
         }
@@ -457,7 +466,7 @@ static PyObject *check_records(PyObject *self, PyObject *args, PyObject *kwargs)
         uint32_t crc[3] = {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu};
         int group = n - i < 3 ? (int)(n - i) : 3;
         for (int k = 0; k < group; k++) {
-            start[k] = p[i + k], length[k] = z[i + k];
+            start[k] = LOAD_ONCE(&p[i + k]), length[k] = LOAD_ONCE(&z[i + k]);
             if (start[k] < 0 || length[k] < RECORD_HEADER || length[k] > size - start[k]) {
                 kind = 1, at = i + k;
                 break;

@@ -109,7 +109,10 @@ def arrow_batch(
     schema = arrow_schema(wanted)
     got = frame if isinstance(frame, FrameBytes) else FrameBytes.of(frame)
     if len(got.offsets) % 8 or len(got.timestamps) != len(got.offsets):
-        raise MalformedBatch("malformed batch: offsets and timestamps must be n int64 each")
+        raise MalformedBatch(
+            "malformed batch: offsets and timestamps must be n int64 each (this client never"
+            " asks for frames without timestamps, SubscribeBatchesRequest.without_timestamps)"
+        )
     n = len(got.offsets) // 8
     if partitions is not None and len(partitions) != 4 * n:
         raise MalformedBatch(f"malformed batch: partitions must hold {n} int32 entries")

@@ -1472,8 +1472,8 @@ class Messages(_message.Message):
     `value_sizes` still holds each value's size. Never set in a publish.
     """
     value_sizes_omitted: _builtins.bool
-    """Set with values_omitted on a subscription frame whose subscriber asked for no value sizes
-    either (SubscribeBatchesRequest.without_value_sizes): `value_sizes` is empty.
+    """Set with values_omitted on every frame with records of a subscription that asked for no
+    value sizes either (SubscribeBatchesRequest.without_value_sizes): `value_sizes` is empty.
     """
     @_builtins.property
     def headers(self) -> _containers.RepeatedCompositeFieldContainer[Global___HeaderList]: ...
@@ -1670,7 +1670,7 @@ class RecordBatch(_message.Message):
     end: Global___EndReason.ValueType
     """Set on the last frame of a subscription that ends by itself; that frame may hold no records."""
     timestamps_omitted: _builtins.bool
-    """Set on every frame of a subscription that asked for no timestamps
+    """Set on every frame with records of a subscription that asked for no timestamps
     (SubscribeBatchesRequest.without_timestamps): `timestamps` is empty.
     """
     @_builtins.property

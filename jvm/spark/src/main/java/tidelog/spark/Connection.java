@@ -19,8 +19,9 @@ import java.io.InputStream;
 import java.io.UncheckedIOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.HashMap;
 import java.util.Iterator;
-import java.util.concurrent.ConcurrentHashMap;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -65,17 +66,29 @@ final class Connection implements AutoCloseable {
 
   /** An unused channel lets its TCP connection go after this long (and reconnects on use). */
   private static final long IDLE_SECONDS = 60;
+  /** A shared channel no task has used for this long is shut down and forgotten. */
+  static final long UNUSED_NANOS = TimeUnit.MINUTES.toNanos(5);
+  /** Keepalive pings on a call that has received nothing for this long; a broker that does not
+   * answer one within {@link #PING_TIMEOUT_SECONDS} (a host gone without closing its
+   * connections) fails the call UNAVAILABLE, and the read moves on ({@link RangeRead}). */
+  private static final long PING_SECONDS = 30;
+  private static final long PING_TIMEOUT_SECONDS = 20;
 
-  private static final ConcurrentHashMap<String, Connection> SHARED = new ConcurrentHashMap<>();
+  private static final Map<String, Connection> SHARED = new HashMap<>();
 
   final String address;
   private final ManagedChannel channel;
+  /** Tasks holding this shared channel, and when the last let go ({@link #shared}). */
+  private int users;
+  private long unusedSince = System.nanoTime();
 
   /**
-   * The one channel of this JVM to {@code address} with these credentials, shared by every task
-   * that reads from it (gRPC channels are made to be shared: each task's subscriptions are calls
-   * of their own on it). A task saves a connection's set-up; the channels stay for the JVM's
-   * life, at most one per broker and credentials, their connections closed while idle.
+   * The channel of this JVM to {@code address} with these credentials, shared by the tasks that
+   * read from it (gRPC channels are made to be shared: each task's subscriptions are calls of
+   * their own on it), held until {@link #release}. A task saves a connection's set-up. The
+   * credentials are told apart by their files' contents as of now (a certificate renewed in
+   * place gets a new channel) and by the token; a channel no task has used for {@link
+   * #UNUSED_NANOS} is shut down, so old credentials' channels do not pile up.
    */
   static Connection shared(String address, Settings settings) {
     String key =
@@ -83,11 +96,41 @@ final class Connection implements AutoCloseable {
             "\u0000",
             address,
             String.valueOf(settings.tls),
-            String.valueOf(settings.tlsCa),
-            String.valueOf(settings.tlsCert),
-            String.valueOf(settings.tlsKey),
+            stamp(settings.tlsCa),
+            stamp(settings.tlsCert),
+            stamp(settings.tlsKey),
             String.valueOf(settings.token));
-    return SHARED.computeIfAbsent(key, k -> new Connection(address, settings));
+    synchronized (SHARED) {
+      long now = System.nanoTime();
+      for (Iterator<Connection> each = SHARED.values().iterator(); each.hasNext(); ) {
+        Connection old = each.next();
+        if (old.users == 0 && now - old.unusedSince > UNUSED_NANOS) {
+          each.remove();
+          old.channel.shutdown(); // no call is on it: nothing to wait for
+        }
+      }
+      Connection connection = SHARED.computeIfAbsent(key, k -> new Connection(address, settings));
+      connection.users++;
+      return connection;
+    }
+  }
+
+  /** A task is done with a channel of {@link #shared}. */
+  void release() {
+    synchronized (SHARED) {
+      if (--users == 0) {
+        unusedSince = System.nanoTime();
+      }
+    }
+  }
+
+  /** A file named in the options, told apart by path and contents (size and modification). */
+  private static String stamp(String path) {
+    if (path == null) {
+      return "-";
+    }
+    File file = new File(path);
+    return path + "@" + file.length() + ":" + file.lastModified();
   }
 
   Connection(String address, Settings settings) {
@@ -97,6 +140,8 @@ final class Connection implements AutoCloseable {
             .maxInboundMessageSize(MAX_FRAME)
             .initialFlowControlWindow(WINDOW)
             .idleTimeout(IDLE_SECONDS, TimeUnit.SECONDS)
+            .keepAliveTime(PING_SECONDS, TimeUnit.SECONDS)
+            .keepAliveTimeout(PING_TIMEOUT_SECONDS, TimeUnit.SECONDS)
             .userAgent("tidelog-spark-jvm");
     if (settings.token != null) {
       Metadata headers = new Metadata();

@@ -1,6 +1,8 @@
 package tidelog.spark;
 
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
@@ -16,6 +18,8 @@ final class FrameReader implements PartitionReader<ColumnarBatch> {
   private final StructType schema;
   private final boolean omitValues;
   private final boolean omitTimestamps;
+  /** The shared channels this task holds, released when it closes. */
+  private final Map<String, Connection> held = new HashMap<>();
   private int index;
   private RangeRead range;
   private ColumnarBatch batch;
@@ -51,7 +55,12 @@ final class FrameReader implements PartitionReader<ColumnarBatch> {
   }
 
   private Connection connection(String address) {
-    return Connection.shared(address, settings);
+    Connection connection = held.get(address);
+    if (connection == null) {
+      connection = Connection.shared(address, settings);
+      held.put(address, connection);
+    }
+    return connection;
   }
 
   @Override
@@ -64,5 +73,9 @@ final class FrameReader implements PartitionReader<ColumnarBatch> {
     if (range != null) {
       range.close(); // ends the subscription; the channel stays for other tasks
     }
+    for (Connection connection : held.values()) {
+      connection.release();
+    }
+    held.clear();
   }
 }

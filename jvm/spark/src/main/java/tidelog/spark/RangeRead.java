@@ -127,10 +127,10 @@ final class RangeRead implements AutoCloseable {
 
   private void finish() {
     end();
-    done = true;
     if (settings.reverse ? next >= start : !delivered) {
-      checkLoss(start);
+      checkLoss(start); // fails the task itself if it cannot tell (oldest())
     }
+    done = true;
   }
 
   private void fail(StatusRuntimeException error) {
@@ -176,14 +176,7 @@ final class RangeRead implements AutoCloseable {
       return;
     }
     server = (server + 1) % servers.size();
-    if (server == 0) {
-      try {
-        Thread.sleep(PAUSE_MS);
-      } catch (InterruptedException interrupted) {
-        Thread.currentThread().interrupt();
-        throw new IllegalStateException("interrupted", interrupted);
-      }
-    }
+    pauseAfterRound(server);
   }
 
   /** The leader's address a not-leader refusal names; null when it names none. */
@@ -215,26 +208,64 @@ final class RangeRead implements AutoCloseable {
     LOG.warn("{}; skipped (failOnDataLoss=false)", message);
   }
 
-  /** The partition's oldest retained offset; null when it holds no record. */
+  /**
+   * The partition's oldest retained offset; null when it holds no record. Asked of the servers
+   * in turn as reads are ({@link #fail}: the leader a refusal names first) for up to {@link
+   * #RETRY_MS}; a loss is never passed over because the question could not be asked: any other
+   * failure, or none answering, fails the task.
+   */
   private Long oldest() {
-    Context.CancellableContext probe = Context.current().withCancellation();
-    try {
-      Iterator<byte[]> first =
-          connections
-              .apply(servers.get(server))
-              .subscribe(Wire.subscribeOldest(settings.stream, partition), probe);
-      while (first.hasNext()) {
-        Frame frame = Frame.parse(first.next());
-        if (frame.count > 0) {
-          return frame.firstOffset();
+    long until = System.currentTimeMillis() + RETRY_MS;
+    int at = server;
+    while (true) {
+      Context.CancellableContext probe = Context.current().withCancellation();
+      try {
+        Iterator<byte[]> first =
+            connections
+                .apply(servers.get(at))
+                .subscribe(Wire.subscribeOldest(settings.stream, partition), probe);
+        while (first.hasNext()) {
+          Frame frame = Frame.parse(first.next());
+          if (frame.count > 0) {
+            return frame.firstOffset();
+          }
+          if (frame.end != 0) {
+            break;
+          }
         }
-        if (frame.end != 0) {
-          break;
+        return null;
+      } catch (StatusRuntimeException error) {
+        Status status = error.getStatus();
+        String why =
+            "asking " + servers.get(at) + " for the oldest offset of '" + settings.stream
+                + "' partition " + partition + " (to tell a loss from a gap): "
+                + status.getCode() + " " + status.getDescription();
+        if (!Connection.elsewhere(status, error.getTrailers())
+            || System.currentTimeMillis() > until) {
+          throw new IllegalStateException(why, error);
         }
+        LOG.warn("{}; trying another server", why);
+        String leader = leaderNamed(status);
+        if (leader != null && servers.contains(leader) && !leader.equals(servers.get(at))) {
+          at = servers.indexOf(leader);
+        } else {
+          at = (at + 1) % servers.size();
+          pauseAfterRound(at);
+        }
+      } finally {
+        probe.cancel(null);
       }
-      return null;
-    } finally {
-      probe.cancel(null);
+    }
+  }
+
+  private static void pauseAfterRound(int next) {
+    if (next == 0) {
+      try {
+        Thread.sleep(PAUSE_MS);
+      } catch (InterruptedException interrupted) {
+        Thread.currentThread().interrupt();
+        throw new IllegalStateException("interrupted", interrupted);
+      }
     }
   }
 

@@ -169,7 +169,12 @@ final class Settings implements Serializable {
         throw new IllegalArgumentException(
             "option 'leaders': '" + item + "' is not partition=host:port");
       }
-      leaders.put((int) parseNumber(parts[0], "leaders"), address(parts[1].trim(), "leaders"));
+      long partition = parseNumber(parts[0], "leaders");
+      if (partition > Integer.MAX_VALUE) {
+        throw new IllegalArgumentException(
+            "option 'leaders': partition " + partition + " is not an int32");
+      }
+      leaders.put((int) partition, address(parts[1].trim(), "leaders"));
     }
     return Collections.unmodifiableMap(leaders);
   }
@@ -181,7 +186,7 @@ final class Settings implements Serializable {
         continue;
       }
       List<long[]> ranges = new ArrayList<>();
-      for (String range : task.split(",")) {
+      for (String range : task.split(",", -1)) { // -1: a trailing ',' is a blank range
         String[] parts = range.trim().split(":", -1);
         if (parts.length != 3) {
           throw new IllegalArgumentException(

@@ -92,9 +92,19 @@ public final class TidelogSource implements TableProvider, DataSourceRegister {
       this.settings = settings;
     }
 
+    /**
+     * Spark hands the columns the query reads, with nested fields pruned too (a query of
+     * {@code headers.value} asks for {@code headers: array<struct<value>>}); the connector
+     * prunes whole columns only and keeps each one's full type, so the vectors it builds match
+     * the schema it reports, and Spark selects the nested field itself.
+     */
     @Override
     public void pruneColumns(StructType required) {
-      schema = required;
+      StructType full = new StructType();
+      for (String name : required.fieldNames()) {
+        full = full.add(schema.apply(name));
+      }
+      schema = full;
     }
 
     @Override

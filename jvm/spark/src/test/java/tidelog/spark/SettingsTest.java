@@ -109,7 +109,8 @@ class SettingsTest {
 
   @Test
   void badTasks() {
-    for (String tasks : new String[] {"0:1", "0:1:2:3", "0:1:2:", "0:1:2,,0:3:4", "0;1"}) {
+    for (String tasks :
+        new String[] {"0:1", "0:1:2:3", "0:1:2:", "0:1:2,,0:3:4", "0;1", "0:1:2,", "0:1:2,;"}) {
       refused("is not partition:start:stop", "tasks", tasks);
     }
     refused("is not partition:start:stop with start <= stop", "tasks", "0:5:3");
@@ -152,6 +153,7 @@ class SettingsTest {
     refused("is not a number >= 0", "leaders", "-1=h:1");
     refused("is not host:port", "leaders", "0=h");
     refused("is not a number >= 0", "leaders", "0=h:p");
+    refused("partition 2147483648 is not an int32", "leaders", "2147483648=h:1");
   }
 
   @Test
