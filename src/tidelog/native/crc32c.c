@@ -171,6 +171,26 @@ static void update3(int portable, uint32_t crc[3], const uint8_t *const p[3], co
     }
 }
 
+/* The CRC-32C of each of `count` (1 to 3) ranges of `bytes`: [from[k], from[k] + length[k]),
+ * already checked to lie inside the buffer; three in step when there are three. */
+static void crc_group(int portable, const uint8_t *bytes, const int64_t from[3],
+                      const int64_t length[3], int count, uint32_t out[3]) {
+    uint32_t crc[3] = {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu};
+    if (count == 3) {
+        const uint8_t *const start[3] = {bytes + from[0], bytes + from[1], bytes + from[2]};
+        const size_t span[3] = {(size_t)length[0], (size_t)length[1], (size_t)length[2]};
+        update3(portable, crc, start, span);
+    } else {
+        crc_fn update = chosen(portable);
+        for (int k = 0; k < count; k++) {
+            crc[k] = update(crc[k], bytes + from[k], (size_t)length[k]);
+        }
+    }
+    for (int k = 0; k < count; k++) {
+        out[k] = ~crc[k];
+    }
+}
+
 /* A one-dimensional C-contiguous array of `itemsize`-byte items whose struct format is one of
  * `codes` (an optional byte-order prefix for the native order allowed). */
 static int get_array(PyObject *obj, Py_buffer *view, int flags, Py_ssize_t itemsize,
@@ -242,7 +262,6 @@ static PyObject *crc32c_ranges(PyObject *self, PyObject *args, PyObject *kwargs)
         PyBuffer_Release(&out);
         goto release;
     }
-    crc_fn update = chosen(portable);
     const uint8_t *bytes = data.buf;
     const int64_t *s = starts.buf, *e = ends.buf;
     uint32_t *o = out.buf;
@@ -260,17 +279,12 @@ static PyObject *crc32c_ranges(PyObject *self, PyObject *args, PyObject *kwargs)
                 break;
             }
         }
-        if (valid == 3) {
-            uint32_t crc[3] = {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu};
-            const uint8_t *const from[3] = {bytes + a[0], bytes + a[1], bytes + a[2]};
-            const size_t length[3] = {(size_t)(b[0] - a[0]), (size_t)(b[1] - a[1]),
-                                      (size_t)(b[2] - a[2])};
-            update3(portable, crc, from, length);
-            o[i] = ~crc[0], o[i + 1] = ~crc[1], o[i + 2] = ~crc[2];
-        } else {
-            for (int k = 0; k < valid; k++) {
-                o[i + k] = ~update(0xFFFFFFFFu, bytes + a[k], (size_t)(b[k] - a[k]));
-            }
+        int64_t length[3] = {0, 0, 0};
+        for (int k = 0; k < valid; k++) {
+            length[k] = b[k] - a[k];
+        }
+        if (valid > 0) {
+            crc_group(portable, bytes, a, length, valid, o + i);
         }
         if (bad >= 0) {
             break;
@@ -315,7 +329,6 @@ static PyObject *stamp_record_crcs(PyObject *self, PyObject *args, PyObject *kwa
         PyBuffer_Release(&data);
         return NULL;
     }
-    crc_fn update = chosen(portable);
     uint8_t *bytes = data.buf;
     const int64_t *p = positions.buf, *z = sizes.buf;
     Py_ssize_t n = positions.len / 8, size = data.len, bad = -1;
@@ -324,7 +337,7 @@ static PyObject *stamp_record_crcs(PyObject *self, PyObject *args, PyObject *kwa
     Py_ssize_t i = 0;
     while (i < n) {
         int64_t at[3], length[3];
-        uint32_t crc[3] = {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu};
+        uint32_t crc[3];
         int group = n - i < 3 ? (int)(n - i) : 3, valid = 0;
         for (; valid < group; valid++) {
             at[valid] = LOAD_ONCE(&p[i + valid]), length[valid] = LOAD_ONCE(&z[i + valid]);
@@ -333,19 +346,15 @@ static PyObject *stamp_record_crcs(PyObject *self, PyObject *args, PyObject *kwa
                 break;
             }
         }
-        if (valid == 3) {
-            const uint8_t *const from[3] = {bytes + at[0] + 4, bytes + at[1] + 4,
-                                            bytes + at[2] + 4};
-            const size_t span[3] = {(size_t)(length[0] - 4), (size_t)(length[1] - 4),
-                                    (size_t)(length[2] - 4)};
-            update3(portable, crc, from, span);
-        } else {
-            for (int k = 0; k < valid; k++) {
-                crc[k] = update(crc[k], bytes + at[k] + 4, (size_t)(length[k] - 4));
-            }
+        int64_t body[3] = {0, 0, 0}, span[3] = {0, 0, 0};
+        for (int k = 0; k < valid; k++) {
+            body[k] = at[k] + 4, span[k] = length[k] - 4;
+        }
+        if (valid > 0) {
+            crc_group(portable, bytes, body, span, valid, crc);
         }
         for (int k = 0; k < valid; k++) {
-            uint32_t value = ~crc[k];
+            uint32_t value = crc[k];
             uint8_t *field = bytes + at[k];
             field[0] = (uint8_t)value;
             field[1] = (uint8_t)(value >> 8);
@@ -459,11 +468,10 @@ static PyObject *check_records(PyObject *self, PyObject *args, PyObject *kwargs)
             break;
         }
     }
-    crc_fn update = chosen(portable);
     for (Py_ssize_t i = 0; kind == 0 && i < n; i += 3) {
         /* p and z may change under a released GIL: each value is read once, and checked. */
         int64_t start[3], length[3];
-        uint32_t crc[3] = {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu};
+        uint32_t crc[3];
         int group = n - i < 3 ? (int)(n - i) : 3;
         for (int k = 0; k < group; k++) {
             start[k] = LOAD_ONCE(&p[i + k]), length[k] = LOAD_ONCE(&z[i + k]);
@@ -475,19 +483,13 @@ static PyObject *check_records(PyObject *self, PyObject *args, PyObject *kwargs)
         if (kind != 0) {
             break;
         }
-        if (group == 3) {
-            const uint8_t *const from[3] = {bytes + start[0] + 4, bytes + start[1] + 4,
-                                            bytes + start[2] + 4};
-            const size_t span[3] = {(size_t)(length[0] - 4), (size_t)(length[1] - 4),
-                                    (size_t)(length[2] - 4)};
-            update3(portable, crc, from, span);
-        } else {
-            for (int k = 0; k < group; k++) {
-                crc[k] = update(crc[k], bytes + start[k] + 4, (size_t)(length[k] - 4));
-            }
-        }
+        int64_t body[3] = {0, 0, 0}, span[3] = {0, 0, 0};
         for (int k = 0; k < group; k++) {
-            if (!record_agrees(bytes + start[k], ~crc[k], length[k], strided_at(&offsets, i + k),
+            body[k] = start[k] + 4, span[k] = length[k] - 4;
+        }
+        crc_group(portable, bytes, body, span, group, crc);
+        for (int k = 0; k < group; k++) {
+            if (!record_agrees(bytes + start[k], crc[k], length[k], strided_at(&offsets, i + k),
                                strided_at(&timestamps, i + k))) {
                 kind = 2, at = i + k;
                 break;
