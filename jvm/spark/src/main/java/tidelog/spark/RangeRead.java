@@ -220,6 +220,7 @@ final class RangeRead implements AutoCloseable {
   private Long oldest() {
     long until = System.currentTimeMillis() + retryMs;
     int at = server;
+    Set<String> followed = new HashSet<>();
     while (true) {
       Context.CancellableContext probe = Context.current().withCancellation();
       try {
@@ -249,7 +250,11 @@ final class RangeRead implements AutoCloseable {
         }
         LOG.warn("{}; trying another server", why);
         String leader = leaderNamed(status);
-        if (leader != null && servers.contains(leader) && !leader.equals(servers.get(at))) {
+        if (leader != null && !leader.equals(servers.get(at)) && followed.add(leader)) {
+          // As fail(): at once, once per leader, also one the options do not name.
+          if (!servers.contains(leader)) {
+            servers.add(leader);
+          }
           at = servers.indexOf(leader);
         } else {
           at = (at + 1) % servers.size();

@@ -233,6 +233,27 @@ class RangeReadTest {
   }
 
   @Test
+  void oldestProbeRefusedByAFollowerGoesToTheLeaderNamed() {
+    RangeRead.retryMs = 2_000;
+    FakeTidelog b = server(retained(3, 9, 0L));
+    FakeTidelog a =
+        server(
+            (request, reply) -> {
+              if (request.oldestProbe()) {
+                reply.notLeader(b.address()); // leadership moved after the read began
+              } else {
+                reply.range(3, 9);
+                reply.end(1);
+              }
+            });
+    RangeRead read = read(settings(List.of(a.address())), 0, 10);
+    assertEquals(offsets(3, 9), drain(read), "a gap on the leader named: no loss");
+    assertEquals(1, a.probes().size());
+    assertEquals(1, b.probes().size());
+    assertEquals(0, b.reads().size());
+  }
+
+  @Test
   void reverseReadIsNewestFirstAndChecksTheLowestDelivered() {
     FakeTidelog whole =
         server(
