@@ -17,8 +17,8 @@ import java.util.List;
 import java.util.concurrent.TimeUnit;
 
 /**
- * A scripted stand-in for a tidelog server in the tests: {@code tidelog.v1.Tidelog/SubscribeBatches}
- * on 127.0.0.1 (a free port), with the reader's own method descriptor and byte marshallers
+ * A scripted stand-in for a tidelog server in the tests: {@code SubscribeBatches} on 127.0.0.1
+ * (port 0: one the system picks), with the reader's own method descriptor and byte marshallers
  * ({@link Connection#SUBSCRIBE_BATCHES}). Each call's request is parsed ({@link Request}),
  * recorded, and answered by the test's {@link Script}: frames of given offsets (shaped as the
  * request asked: without values, value sizes or timestamps), an end frame, an error status with
