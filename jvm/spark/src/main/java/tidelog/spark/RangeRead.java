@@ -29,6 +29,9 @@ import org.slf4j.LoggerFactory;
 final class RangeRead implements AutoCloseable {
   private static final Logger LOG = LoggerFactory.getLogger(RangeRead.class);
   static final long RETRY_MS = 30_000;
+  /** The retry budget in force: {@link #RETRY_MS}; package-private and mutable only so unit
+   * tests (RangeReadTest) can run out of it in a second. Nothing else sets it. */
+  static volatile long retryMs = RETRY_MS;
   private static final long PAUSE_MS = 250;
   private static final Pattern LEADER_IS = Pattern.compile("\\(the leader is ([^\\s)]+)\\)");
 
@@ -154,11 +157,11 @@ final class RangeRead implements AutoCloseable {
     }
     long now = System.currentTimeMillis();
     if (retryUntil == 0) {
-      retryUntil = now + RETRY_MS;
+      retryUntil = now + retryMs;
     } else if (now > retryUntil) {
       throw new IllegalStateException(
           "no server of " + servers + " served '" + settings.stream + "' partition " + partition
-              + " for " + RETRY_MS / 1000 + " s: " + status.getCode() + " "
+              + " for " + retryMs / 1000 + " s: " + status.getCode() + " "
               + status.getDescription(),
           error);
     }
@@ -215,8 +218,9 @@ final class RangeRead implements AutoCloseable {
    * failure, or none answering, fails the task.
    */
   private Long oldest() {
-    long until = System.currentTimeMillis() + RETRY_MS;
+    long until = System.currentTimeMillis() + retryMs;
     int at = server;
+    Set<String> followed = new HashSet<>();
     while (true) {
       Context.CancellableContext probe = Context.current().withCancellation();
       try {
@@ -246,7 +250,11 @@ final class RangeRead implements AutoCloseable {
         }
         LOG.warn("{}; trying another server", why);
         String leader = leaderNamed(status);
-        if (leader != null && servers.contains(leader) && !leader.equals(servers.get(at))) {
+        if (leader != null && !leader.equals(servers.get(at)) && followed.add(leader)) {
+          // As fail(): at once, once per leader, also one the options do not name.
+          if (!servers.contains(leader)) {
+            servers.add(leader);
+          }
           at = servers.indexOf(leader);
         } else {
           at = (at + 1) % servers.size();
