@@ -53,6 +53,8 @@ final class RangeRead implements AutoCloseable {
   private boolean delivered;
   private Context.CancellableContext scope;
   private Iterator<byte[]> frames;
+  /** The current subscription sent its end reason. */
+  private boolean ended;
   private boolean done;
 
   RangeRead(
@@ -81,10 +83,18 @@ final class RangeRead implements AutoCloseable {
           open();
         }
         if (!frames.hasNext()) {
+          if (!ended) {
+            // A bounded subscription ends with a frame that says why (EndReason); one that
+            // stops without it was cut short (a broker going away cleanly): read on elsewhere.
+            throw Status.UNAVAILABLE
+                .withDescription("the subscription ended before its stop, without an end reason")
+                .asRuntimeException();
+          }
           finish();
           continue;
         }
         Frame frame = Frame.parse(frames.next());
+        ended |= frame.end != 0;
         if (frame.count == 0) {
           if (frame.end != 0) {
             finish();
@@ -112,6 +122,7 @@ final class RangeRead implements AutoCloseable {
             omitValues ? Settings.FRAME_MESSAGES : 0,
             omitValues, omitTimestamps);
     scope = Context.current().withCancellation();
+    ended = false;
     frames = connections.apply(servers.get(server)).subscribe(request, scope);
   }
 

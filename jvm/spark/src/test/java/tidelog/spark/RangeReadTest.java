@@ -220,6 +220,34 @@ class RangeReadTest {
   }
 
   @Test
+  void aSubscriptionCutShortWithoutItsEndReasonIsReadOnElsewhere() {
+    FakeTidelog a =
+        server(
+            (request, reply) -> {
+              reply.range(0, 4);
+              reply.complete(); // ends cleanly, without the frame that says why
+            });
+    FakeTidelog b = server(retained(0, 9, 0L));
+    RangeRead read = read(settings(List.of(a.address(), b.address())), 0, 10);
+    assertEquals(offsets(0, 9), drain(read), "every record once, none left out");
+    assertEquals(5, b.seen().get(0).startOffset());
+  }
+
+  @Test
+  void anEndReasonOnTheLastFrameOfRecordsEndsTheRange() {
+    FakeTidelog a =
+        server(
+            (request, reply) -> {
+              reply.range(0, 4);
+              reply.range(5, 7); // the range's tail was compacted away: the server says so
+              reply.end(1);
+            });
+    RangeRead read = read(settings(List.of(a.address())), 0, 10);
+    assertEquals(offsets(0, 7), drain(read));
+    assertEquals(1, a.seen().size());
+  }
+
+  @Test
   void notLeaderRefusalSendsTheReadToTheLeaderNamed() {
     FakeTidelog b = server(retained(0, 9, 0L));
     FakeTidelog a = server((request, reply) -> reply.notLeader(b.address()));
