@@ -180,17 +180,26 @@ final class RangeRead implements AutoCloseable {
         "reading '{}' partition {} from {}: {} {}; trying another server",
         settings.stream, partition, servers.get(server), status.getCode(),
         status.getDescription());
+    server = nextServer(server, status, hinted);
+  }
+
+  /**
+   * Which of {@link #servers} to ask after {@code servers[at]} failed with {@code status}: the
+   * leader a not-leader refusal names, at once and once per leader ({@code followed}), even one
+   * the options do not name (it joins the list); else the next one, with a pause after each
+   * round, so brokers that name each other wait as any other failure.
+   */
+  private int nextServer(int at, Status status, Set<String> followed) {
     String leader = leaderNamed(status);
-    if (leader != null && !leader.equals(servers.get(server)) && hinted.add(leader)) {
-      // At once, once per leader: brokers that name each other wait as any other failure.
+    if (leader != null && !leader.equals(servers.get(at)) && followed.add(leader)) {
       if (!servers.contains(leader)) {
         servers.add(leader);
       }
-      server = servers.indexOf(leader);
-      return;
+      return servers.indexOf(leader);
     }
-    server = (server + 1) % servers.size();
-    pauseAfterRound(server);
+    int next = (at + 1) % servers.size();
+    pauseAfterRound(next);
+    return next;
   }
 
   /** The leader's address a not-leader refusal names; null when it names none. */
@@ -260,17 +269,7 @@ final class RangeRead implements AutoCloseable {
           throw new IllegalStateException(why, error);
         }
         LOG.warn("{}; trying another server", why);
-        String leader = leaderNamed(status);
-        if (leader != null && !leader.equals(servers.get(at)) && followed.add(leader)) {
-          // As fail(): at once, once per leader, also one the options do not name.
-          if (!servers.contains(leader)) {
-            servers.add(leader);
-          }
-          at = servers.indexOf(leader);
-        } else {
-          at = (at + 1) % servers.size();
-          pauseAfterRound(at);
-        }
+        at = nextServer(at, status, followed);
       } finally {
         probe.cancel(null);
       }
