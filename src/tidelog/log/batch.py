@@ -109,7 +109,7 @@ class MessageBatch:
         """Where each value starts in ``data`` and its length, in delivery order."""
         if self._header is None:
             return _EMPTY_I64, _EMPTY_I64
-        return self._starts(), self._header["vallen"].astype(np.int64)
+        return self._starts(), self.value_sizes()
 
     def value_sizes(self) -> npt.NDArray[np.int64]:
         """Each value's length, in delivery order."""
