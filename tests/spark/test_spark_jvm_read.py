@@ -198,6 +198,17 @@ def test_fail_on_data_loss_both_ways(spark: Any, server: ServerProcess, client: 
     assert [r.offset for r in rows] == list(range(oldest, 20))
 
 
+def test_a_session_without_the_connector_is_told_what_to_set(
+    spark: Any,
+    server: ServerProcess,
+    events: dict[int, list[ReceivedMessage]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(jvm, "FORMAT", "tidelog-jvm-absent")  # as if the jar were not given
+    with pytest.raises(jvm.MissingJar, match=r"spark\.jars.*make spark-jvm"):
+        jvm.read(spark, servers=server.address, stream=STREAM)
+
+
 def test_errors_a_user_sees(spark: Any, server: ServerProcess) -> None:
     with pytest.raises(InvalidOption, match="maxOffsetsPerTrigger"):
         jvm.read(spark, servers=server.address, stream=STREAM, maxOffsetsPerTrigger="5")

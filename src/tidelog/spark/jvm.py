@@ -19,6 +19,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from py4j.protocol import Py4JError, Py4JJavaError  # type: ignore[import-untyped]  # no types
+from pyspark.errors import AnalysisException
+
 from tidelog.errors import InvalidOption
 from tidelog.spark import remote
 from tidelog.spark.columns import columns_of, ddl
@@ -79,13 +82,25 @@ def read(
         reader = reader.schema(ddl(columns))
     try:
         return reader.load()
-    except Exception as error:
-        if "DATA_SOURCE_NOT_FOUND" in str(error) or "ClassNotFound" in str(error):
-            raise MissingJar(
-                f"Spark has no {FORMAT!r} connector: start the session with "
-                f".config('spark.jars', '{jar_path()}') (built by `make spark-jvm`)"
-            ) from None
-        raise
+    except (AnalysisException, Py4JJavaError) as error:
+        if _condition(error) != "DATA_SOURCE_NOT_FOUND":
+            raise
+        raise MissingJar(
+            f"Spark has no {FORMAT!r} connector: start the session with "
+            f".config('spark.jars', '{jar_path()}') (built by `make spark-jvm`)"
+        ) from None
+
+
+def _condition(error: AnalysisException | Py4JJavaError) -> str | None:
+    """Spark's error condition (``DATA_SOURCE_NOT_FOUND``), as PySpark converted it or on the
+    JVM's exception (Spark 4.3 leaves ``SparkClassNotFoundException`` unconverted)."""
+    if isinstance(error, AnalysisException):
+        return error.getCondition()
+    try:
+        condition = error.java_exception.getCondition()
+    except Py4JError:  # not one of Spark's own errors
+        return None
+    return str(condition) if condition is not None else None
 
 
 def connector_options(
